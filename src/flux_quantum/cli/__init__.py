@@ -1,0 +1,1 @@
+"""The ``flux quantum`` command (console script ``flux-quantum``)."""
