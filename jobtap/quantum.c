@@ -1,0 +1,933 @@
+/************************************************************\
+ * flux-quantum: the "quantum" jobtap plugin.
+ *
+ * Holds every job that carries attributes.system.qpu in the DEPEND
+ * state with the dependency "qpu" until the flux-quantum handlers
+ * (user space, running with the job owner's credentials) release it
+ * through this plugin's service, or fail it.
+ *
+ * This plugin runs inside the job-manager: it never blocks, never
+ * talks to a vendor, never holds a secret.  It parses only what it
+ * needs to operate; the full qpu request grammar is checked at
+ * submit by the flux-quantum ingest validator (one parser, in Python).
+ *
+ * Services (job-manager.quantum.METHOD, callable by guests; a job's
+ * own user or the instance owner may act on a job, anyone else gets
+ * EPERM and nothing changes):
+ *   list     {}                                  -> {jobs:[...]}
+ *   release  {id|ids, task?, device?, info?}     -> {released:[...]}
+ *   fail     {id|ids, note}                      -> {failed:[...]}
+ *   event    {id, name:"qpu-*", context?}        -> {}
+ *
+ * SPDX-License-Identifier: LGPL-3.0
+\************************************************************/
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flux/core.h>
+#include <flux/jobtap.h>
+#include <jansson.h>
+
+#define PLUGIN_NAME       "quantum"
+#define DEPENDENCY_NAME   "qpu"
+#define AUX_JOB           "flux-quantum::job"
+#define EXCEPTION_TYPE    "qpu"
+#define MAX_SHORT_REQUEST 256
+#define MAX_EVENT_NAME    64
+
+/* Released qpu jobs are scheduled ahead of ordinary work by default,
+ * so a quantum result never waits for nodes (the two-queue problem the
+ * other way round).  A negative value leaves priority alone.
+ */
+#define DEFAULT_RELEASE_PRIORITY ((int64_t)FLUX_JOB_PRIORITY_MAX)
+
+struct quantum_config {
+    int64_t release_priority;
+    int max_held_per_user;
+};
+
+struct held_job;
+
+struct quantum_ctx {
+    flux_plugin_t *p;
+    struct quantum_config conf;
+    struct held_job *head; /* jobs currently held, newest first */
+    int held;
+    uint64_t released;
+    uint64_t failed;
+    uint64_t cancelled;
+};
+
+/* Per-job state, hung off every active qpu job with
+ * flux_jobtap_job_aux_set() so it goes away with the job.
+ */
+struct held_job {
+    struct held_job *prev;
+    struct held_job *next;
+    struct quantum_ctx *ctx;
+    flux_jobid_t id;
+    uint32_t userid;
+    double t_submit;
+    json_t *request;
+    bool on_list;
+    bool released;
+};
+
+static void held_unlink (struct held_job *job)
+{
+    struct quantum_ctx *ctx = job->ctx;
+
+    if (!job->on_list)
+        return;
+    if (job->prev)
+        job->prev->next = job->next;
+    else
+        ctx->head = job->next;
+    if (job->next)
+        job->next->prev = job->prev;
+    job->prev = job->next = NULL;
+    job->on_list = false;
+    ctx->held--;
+}
+
+static void held_link (struct held_job *job)
+{
+    struct quantum_ctx *ctx = job->ctx;
+
+    if (job->on_list)
+        return;
+    job->prev = NULL;
+    job->next = ctx->head;
+    if (ctx->head)
+        ctx->head->prev = job;
+    ctx->head = job;
+    job->on_list = true;
+    ctx->held++;
+}
+
+static void held_job_destroy (void *arg)
+{
+    struct held_job *job = arg;
+
+    if (job) {
+        int saved_errno = errno;
+        held_unlink (job);
+        json_decref (job->request);
+        free (job);
+        errno = saved_errno;
+    }
+}
+
+static struct held_job *held_job_create (struct quantum_ctx *ctx,
+                                         flux_jobid_t id,
+                                         uint32_t userid,
+                                         double t_submit,
+                                         json_t *request)
+{
+    struct held_job *job;
+
+    if (!(job = calloc (1, sizeof (*job))))
+        return NULL;
+    job->ctx = ctx;
+    job->id = id;
+    job->userid = userid;
+    job->t_submit = t_submit;
+    job->request = json_incref (request);
+    return job;
+}
+
+static struct held_job *held_job_lookup (struct quantum_ctx *ctx,
+                                         flux_jobid_t id)
+{
+    return flux_jobtap_job_aux_get (ctx->p, id, AUX_JOB);
+}
+
+/* Return attributes.system of a jobspec, or NULL.
+ */
+static json_t *jobspec_system (json_t *jobspec)
+{
+    json_t *attrs = json_object_get (jobspec, "attributes");
+    return json_object_get (attrs, "system");
+}
+
+/* Check the part of a qpu request this plugin relies on.
+ * Returns 0, or -1 with a user-facing message in errbuf.
+ */
+static int check_request (json_t *system, char *errbuf, size_t len)
+{
+    json_t *qpu = json_object_get (system, "qpu");
+
+    if (json_object_get (system, "qpu_task")
+        || json_object_get (system, "qpu_device")) {
+        snprintf (errbuf,
+                  len,
+                  "attributes.system.qpu_task and qpu_device are set by "
+                  "flux-quantum at release and may not be given at submit");
+        return -1;
+    }
+    if (!qpu)
+        return 0;
+    if (json_is_string (qpu)) {
+        size_t n = json_string_length (qpu);
+        if (n == 0 || n > MAX_SHORT_REQUEST) {
+            snprintf (errbuf,
+                      len,
+                      "qpu must be a device name such as 'sv1', "
+                      "'braket:sv1' or 'any' (1 to %d characters)",
+                      MAX_SHORT_REQUEST);
+            return -1;
+        }
+        return 0;
+    }
+    if (json_is_object (qpu))
+        return 0;
+    snprintf (errbuf,
+              len,
+              "qpu must be a device name such as 'sv1', 'braket:sv1' or "
+              "'any', or a table given with --setattr=qpu.KEY=VALUE");
+    return -1;
+}
+
+static int count_held_for_user (struct quantum_ctx *ctx, uint32_t userid)
+{
+    struct held_job *job;
+    int count = 0;
+
+    for (job = ctx->head; job != NULL; job = job->next) {
+        if (job->userid == userid)
+            count++;
+    }
+    return count;
+}
+
+/*  Callbacks
+ */
+
+static int validate_cb (flux_plugin_t *p,
+                        const char *topic,
+                        flux_plugin_arg_t *args,
+                        void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    json_t *jobspec;
+    json_t *system;
+    int userid;
+    char errbuf[256];
+
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:o s:i}",
+                                "jobspec", &jobspec,
+                                "userid", &userid) < 0)
+        return flux_jobtap_reject_job (p, args, "quantum: cannot unpack job");
+    system = jobspec_system (jobspec);
+    if (check_request (system, errbuf, sizeof (errbuf)) < 0)
+        return flux_jobtap_reject_job (p, args, "%s", errbuf);
+    if (json_object_get (system, "qpu") && ctx->conf.max_held_per_user > 0
+        && count_held_for_user (ctx, userid) >= ctx->conf.max_held_per_user)
+        return flux_jobtap_reject_job (p,
+                                       args,
+                                       "this site allows at most %d jobs per "
+                                       "user held for a QPU; wait for some to "
+                                       "be released",
+                                       ctx->conf.max_held_per_user);
+    return 0;
+}
+
+/* job.new: called at submit, and for every active job after a
+ * job-manager restart or a plugin load.  Rebuild our view here: a job
+ * in DEPEND whose jobspec has no qpu_task is still held (the "qpu"
+ * dependency itself persists in the eventlog).
+ */
+static int new_cb (flux_plugin_t *p,
+                   const char *topic,
+                   flux_plugin_arg_t *args,
+                   void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    json_t *jobspec;
+    json_t *system;
+    json_t *request;
+    flux_jobid_t id;
+    int userid;
+    int state;
+    double t_submit;
+    struct held_job *job;
+
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:o s:I s:i s:i s:f}",
+                                "jobspec", &jobspec,
+                                "id", &id,
+                                "userid", &userid,
+                                "state", &state,
+                                "t_submit", &t_submit) < 0)
+        return flux_jobtap_error (p, args, "quantum: cannot unpack job.new");
+    system = jobspec_system (jobspec);
+    if (!(request = json_object_get (system, "qpu")))
+        return 0;
+    if (!(job = held_job_create (ctx, id, (uint32_t)userid, t_submit, request)))
+        return flux_jobtap_error (p, args, "quantum: out of memory");
+    if (flux_jobtap_job_aux_set (p, id, AUX_JOB, job, held_job_destroy) < 0) {
+        held_job_destroy (job);
+        return flux_jobtap_error (p, args, "quantum: cannot track job");
+    }
+    if (json_object_get (system, "qpu_task"))
+        job->released = true;
+    else if (state == FLUX_JOB_STATE_DEPEND)
+        held_link (job);
+    return 0;
+}
+
+static int depend_cb (flux_plugin_t *p,
+                      const char *topic,
+                      flux_plugin_arg_t *args,
+                      void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    flux_jobid_t id;
+    struct held_job *job;
+
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I}", "id", &id)
+        < 0)
+        return flux_jobtap_error (p, args, "quantum: cannot unpack id");
+    if (!(job = held_job_lookup (ctx, id)) || job->released)
+        return 0;
+    /* EEXIST: the hold survived a restart or a plugin reload. */
+    if (flux_jobtap_dependency_add (p, id, DEPENDENCY_NAME) < 0
+        && errno != EEXIST) {
+        flux_jobtap_raise_exception (p,
+                                     id,
+                                     EXCEPTION_TYPE,
+                                     0,
+                                     "quantum: cannot add qpu dependency: %s",
+                                     strerror (errno));
+        return -1;
+    }
+    held_link (job);
+    return 0;
+}
+
+/* A job leaves DEPEND through release (PRIORITY) or an exception
+ * (CLEANUP, e.g. flux cancel).  Either way it is no longer held.
+ */
+static int leave_depend_cb (flux_plugin_t *p,
+                            const char *topic,
+                            flux_plugin_arg_t *args,
+                            void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    flux_jobid_t id;
+    struct held_job *job;
+
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I}", "id", &id)
+        < 0)
+        return 0;
+    if ((job = held_job_lookup (ctx, id)) && job->on_list) {
+        held_unlink (job);
+        if (strcmp (topic, "job.state.cleanup") == 0)
+            ctx->cancelled++;
+    }
+    return 0;
+}
+
+static int priority_cb (flux_plugin_t *p,
+                        const char *topic,
+                        flux_plugin_arg_t *args,
+                        void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    flux_jobid_t id;
+    int urgency;
+    struct held_job *job;
+
+    if (ctx->conf.release_priority < 0)
+        return 0;
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:I s:i}",
+                                "id", &id,
+                                "urgency", &urgency) < 0)
+        return 0;
+    /* urgency 0 is a user hold: leave it to the default priority (0). */
+    if (!(job = held_job_lookup (ctx, id)) || !job->released
+        || urgency == FLUX_JOB_URGENCY_HOLD)
+        return 0;
+    return flux_plugin_arg_pack (args,
+                                 FLUX_PLUGIN_ARG_OUT,
+                                 "{s:I}",
+                                 "priority", ctx->conf.release_priority);
+}
+
+/* Leaving DEPEND for PRIORITY: unlink (released) and assign priority.
+ */
+static int priority_state_cb (flux_plugin_t *p,
+                              const char *topic,
+                              flux_plugin_arg_t *args,
+                              void *arg)
+{
+    if (leave_depend_cb (p, topic, args, arg) < 0)
+        return -1;
+    return priority_cb (p, topic, args, arg);
+}
+
+static int query_cb (flux_plugin_t *p,
+                     const char *topic,
+                     flux_plugin_arg_t *args,
+                     void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+
+    return flux_plugin_arg_pack (args,
+                                 FLUX_PLUGIN_ARG_OUT,
+                                 "{s:i s:I s:I s:I s:{s:I s:i}}",
+                                 "held", ctx->held,
+                                 "released", (json_int_t)ctx->released,
+                                 "failed", (json_int_t)ctx->failed,
+                                 "cancelled", (json_int_t)ctx->cancelled,
+                                 "config",
+                                   "release-priority",
+                                   ctx->conf.release_priority,
+                                   "max-held-per-user",
+                                   ctx->conf.max_held_per_user);
+}
+
+/*  Services
+ */
+
+/* Collect the jobs named by "id" or "ids" into a JSON array of ints,
+ * checking that each is held and that the requester may act on it.
+ * All or nothing: on error nothing has been changed yet.
+ */
+static json_t *target_jobs (struct quantum_ctx *ctx,
+                            const flux_msg_t *msg,
+                            json_t *id,
+                            json_t *ids,
+                            char *errbuf,
+                            size_t len)
+{
+    struct flux_msg_cred cred;
+    json_t *list;
+    json_t *targets = NULL;
+    json_t *entry;
+    size_t index;
+
+    if (flux_msg_get_cred (msg, &cred) < 0) {
+        snprintf (errbuf, len, "cannot read the requester's credentials");
+        errno = EPROTO;
+        return NULL;
+    }
+    if ((id && ids) || (!id && !ids)) {
+        snprintf (errbuf, len, "give exactly one of 'id' or 'ids'");
+        errno = EPROTO;
+        return NULL;
+    }
+    if (id) {
+        if (!(list = json_pack ("[O]", id)))
+            goto nomem;
+    }
+    else if (json_is_array (ids) && json_array_size (ids) > 0)
+        list = json_incref (ids);
+    else {
+        snprintf (errbuf, len, "'ids' must be a non-empty array of job ids");
+        errno = EPROTO;
+        return NULL;
+    }
+    if (!(targets = json_array ()))
+        goto nomem_list;
+    json_array_foreach (list, index, entry) {
+        struct held_job *job;
+        flux_jobid_t jobid;
+
+        if (!json_is_integer (entry)) {
+            snprintf (errbuf, len, "job ids must be integers");
+            errno = EPROTO;
+            goto error;
+        }
+        jobid = (flux_jobid_t)json_integer_value (entry);
+        if (!(job = held_job_lookup (ctx, jobid)) || !job->on_list) {
+            char idbuf[32];
+            flux_job_id_encode (jobid, "f58", idbuf, sizeof (idbuf));
+            snprintf (errbuf,
+                      len,
+                      "job %s is not held for a QPU (unknown, released, "
+                      "or finished)",
+                      idbuf);
+            errno = ENOENT;
+            goto error;
+        }
+        if (flux_msg_cred_authorize (cred, job->userid) < 0) {
+            char idbuf[32];
+            flux_job_id_encode (jobid, "f58", idbuf, sizeof (idbuf));
+            snprintf (errbuf,
+                      len,
+                      "job %s belongs to another user: only its owner or "
+                      "the instance owner may act on it",
+                      idbuf);
+            errno = EPERM;
+            goto error;
+        }
+        if (json_array_append (targets, entry) < 0)
+            goto nomem_targets;
+    }
+    json_decref (list);
+    return targets;
+nomem_targets:
+    json_decref (targets);
+nomem_list:
+    json_decref (list);
+nomem:
+    snprintf (errbuf, len, "out of memory");
+    errno = ENOMEM;
+    return NULL;
+error:
+    json_decref (targets);
+    json_decref (list);
+    return NULL;
+}
+
+static void list_cb (flux_t *h,
+                     flux_msg_handler_t *mh,
+                     const flux_msg_t *msg,
+                     void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    struct flux_msg_cred cred;
+    struct held_job *job;
+    json_t *jobs = NULL;
+
+    if (flux_request_decode (msg, NULL, NULL) < 0
+        || flux_msg_get_cred (msg, &cred) < 0)
+        goto error;
+    if (!(jobs = json_array ()))
+        goto nomem;
+    for (job = ctx->head; job != NULL; job = job->next) {
+        json_t *o;
+        if (flux_msg_cred_authorize (cred, job->userid) < 0)
+            continue;
+        if (!(o = json_pack ("{s:I s:i s:O s:f}",
+                             "id", (json_int_t)job->id,
+                             "userid", (int)job->userid,
+                             "request", job->request,
+                             "t_submit", job->t_submit))
+            || json_array_append_new (jobs, o) < 0) {
+            json_decref (o);
+            goto nomem;
+        }
+    }
+    if (flux_respond_pack (h, msg, "{s:O}", "jobs", jobs) < 0)
+        flux_log_error (h, "quantum: error responding to list");
+    json_decref (jobs);
+    return;
+nomem:
+    errno = ENOMEM;
+error:
+    if (flux_respond_error (h, msg, errno, NULL) < 0)
+        flux_log_error (h, "quantum: error responding to list");
+    json_decref (jobs);
+}
+
+static int release_one (struct quantum_ctx *ctx,
+                        struct held_job *job,
+                        const char *task,
+                        const char *device,
+                        json_t *info)
+{
+    flux_plugin_t *p = ctx->p;
+    flux_jobid_t id = job->id;
+    json_t *update;
+    json_t *context;
+    int rc = -1;
+
+    if (!(update = json_object ()) || !(context = json_object ())) {
+        json_decref (update);
+        errno = ENOMEM;
+        return -1;
+    }
+    if ((task
+         && (json_object_set_new (update,
+                                  "attributes.system.qpu_task",
+                                  json_string (task)) < 0
+             || json_object_set_new (context, "task", json_string (task))
+                    < 0))
+        || (device
+            && (json_object_set_new (update,
+                                     "attributes.system.qpu_device",
+                                     json_string (device)) < 0
+                || json_object_set_new (context,
+                                        "device",
+                                        json_string (device)) < 0))
+        || (info
+            && json_object_set (update, "attributes.system.qpu_info", info)
+                   < 0)) {
+        errno = ENOMEM;
+        goto out;
+    }
+    /* Without a task id, still mark the job released so a restart
+     * does not hold it again.
+     */
+    if (!task
+        && json_object_set_new (update,
+                                "attributes.system.qpu_task",
+                                json_string ("")) < 0) {
+        errno = ENOMEM;
+        goto out;
+    }
+    if (flux_jobtap_jobspec_update_id_pack (p, id, "O", update) < 0
+        || flux_jobtap_event_post_pack (p, id, "qpu-release", "O", context)
+               < 0)
+        goto out;
+    job->released = true;
+    held_unlink (job);
+    ctx->released++;
+    /* May run the job through PRIORITY and SCHED before returning. */
+    if (flux_jobtap_dependency_remove (p, id, DEPENDENCY_NAME) < 0)
+        goto out;
+    rc = 0;
+out:
+    json_decref (update);
+    json_decref (context);
+    return rc;
+}
+
+static void release_cb (flux_t *h,
+                        flux_msg_handler_t *mh,
+                        const flux_msg_t *msg,
+                        void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    json_t *id = NULL;
+    json_t *ids = NULL;
+    json_t *info = NULL;
+    const char *task = NULL;
+    const char *device = NULL;
+    json_t *targets = NULL;
+    json_t *entry;
+    size_t index;
+    char errbuf[256] = "";
+
+    if (flux_request_unpack (msg,
+                             NULL,
+                             "{s?o s?o s?s s?s s?o}",
+                             "id", &id,
+                             "ids", &ids,
+                             "task", &task,
+                             "device", &device,
+                             "info", &info) < 0)
+        goto error;
+    if (info && !json_is_object (info)) {
+        snprintf (errbuf, sizeof (errbuf), "'info' must be an object");
+        errno = EPROTO;
+        goto error;
+    }
+    if (!(targets = target_jobs (ctx, msg, id, ids, errbuf, sizeof (errbuf))))
+        goto error;
+    json_array_foreach (targets, index, entry) {
+        flux_jobid_t jobid = (flux_jobid_t)json_integer_value (entry);
+        struct held_job *job = held_job_lookup (ctx, jobid);
+        if (!job || !job->on_list)
+            continue; /* listed twice in 'ids' */
+        if (release_one (ctx, job, task, device, info) < 0) {
+            snprintf (errbuf,
+                      sizeof (errbuf),
+                      "releasing job %ju failed: %s",
+                      (uintmax_t)jobid,
+                      strerror (errno));
+            goto error;
+        }
+    }
+    if (flux_respond_pack (h, msg, "{s:O}", "released", targets) < 0)
+        flux_log_error (h, "quantum: error responding to release");
+    json_decref (targets);
+    return;
+error:
+    if (flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL) < 0)
+        flux_log_error (h, "quantum: error responding to release");
+    json_decref (targets);
+}
+
+static void fail_cb (flux_t *h,
+                     flux_msg_handler_t *mh,
+                     const flux_msg_t *msg,
+                     void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    json_t *id = NULL;
+    json_t *ids = NULL;
+    const char *note;
+    json_t *targets = NULL;
+    json_t *entry;
+    size_t index;
+    char errbuf[256] = "";
+
+    if (flux_request_unpack (msg,
+                             NULL,
+                             "{s?o s?o s:s}",
+                             "id", &id,
+                             "ids", &ids,
+                             "note", &note) < 0)
+        goto error;
+    if (!(targets = target_jobs (ctx, msg, id, ids, errbuf, sizeof (errbuf))))
+        goto error;
+    json_array_foreach (targets, index, entry) {
+        flux_jobid_t jobid = (flux_jobid_t)json_integer_value (entry);
+        struct held_job *job = held_job_lookup (ctx, jobid);
+        if (!job || !job->on_list)
+            continue;
+        /* Unlink first: the exception may destroy the job (and 'job'). */
+        held_unlink (job);
+        ctx->failed++;
+        if (flux_jobtap_raise_exception (ctx->p,
+                                         jobid,
+                                         EXCEPTION_TYPE,
+                                         0,
+                                         "%s",
+                                         note) < 0) {
+            snprintf (errbuf,
+                      sizeof (errbuf),
+                      "failing job %ju failed: %s",
+                      (uintmax_t)jobid,
+                      strerror (errno));
+            goto error;
+        }
+    }
+    if (flux_respond_pack (h, msg, "{s:O}", "failed", targets) < 0)
+        flux_log_error (h, "quantum: error responding to fail");
+    json_decref (targets);
+    return;
+error:
+    if (flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL) < 0)
+        flux_log_error (h, "quantum: error responding to fail");
+    json_decref (targets);
+}
+
+static bool valid_event_name (const char *name)
+{
+    size_t n = strlen (name);
+
+    if (n <= 4 || n > MAX_EVENT_NAME || strncmp (name, "qpu-", 4) != 0)
+        return false;
+    for (const char *c = name; *c; c++) {
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9')
+              || *c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* Record a handler milestone (device chosen, task submitted, queue
+ * position, ...) in a held job's eventlog, where it persists across
+ * restarts and the job's owner can read it.
+ */
+static void event_cb (flux_t *h,
+                      flux_msg_handler_t *mh,
+                      const flux_msg_t *msg,
+                      void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    json_t *id = NULL;
+    const char *name;
+    json_t *context = NULL;
+    json_t *targets = NULL;
+    json_t *empty = NULL;
+    char errbuf[256] = "";
+
+    if (flux_request_unpack (msg,
+                             NULL,
+                             "{s:o s:s s?o}",
+                             "id", &id,
+                             "name", &name,
+                             "context", &context) < 0)
+        goto error;
+    if (!valid_event_name (name)) {
+        snprintf (errbuf,
+                  sizeof (errbuf),
+                  "event name must be 'qpu-' followed by lower-case "
+                  "letters, digits or '-' (at most %d characters)",
+                  MAX_EVENT_NAME);
+        errno = EINVAL;
+        goto error;
+    }
+    if (context && !json_is_object (context)) {
+        snprintf (errbuf, sizeof (errbuf), "'context' must be an object");
+        errno = EPROTO;
+        goto error;
+    }
+    if (!(targets = target_jobs (ctx, msg, id, NULL, errbuf, sizeof (errbuf))))
+        goto error;
+    if (!context && !(empty = json_object ())) {
+        errno = ENOMEM;
+        goto error;
+    }
+    if (flux_jobtap_event_post_pack (ctx->p,
+                                     (flux_jobid_t)json_integer_value (id),
+                                     name,
+                                     "O",
+                                     context ? context : empty) < 0)
+        goto error;
+    if (flux_respond (h, msg, NULL) < 0)
+        flux_log_error (h, "quantum: error responding to event");
+    json_decref (targets);
+    json_decref (empty);
+    return;
+error:
+    if (flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL) < 0)
+        flux_log_error (h, "quantum: error responding to event");
+    json_decref (targets);
+    json_decref (empty);
+}
+
+/*  Configuration: load arguments, e.g.
+ *    flux jobtap load quantum.so release-priority=4294967295
+ *  or conf = {...} in [job-manager] plugins.  Unknown keys and bad
+ *  values make the load fail with a message naming the key.
+ */
+static int parse_config (const char *s,
+                         struct quantum_config *conf,
+                         char *errbuf,
+                         size_t len)
+{
+    json_t *o = NULL;
+    json_error_t error;
+    const char *key;
+    json_t *value;
+    int rc = -1;
+
+    conf->release_priority = DEFAULT_RELEASE_PRIORITY;
+    conf->max_held_per_user = 0;
+    if (!s)
+        return 0;
+    if (!(o = json_loads (s, 0, &error)) || !json_is_object (o)) {
+        snprintf (errbuf, len, "quantum: cannot parse plugin configuration");
+        goto out;
+    }
+    json_object_foreach (o, key, value) {
+        json_int_t v;
+        if (strcmp (key, "release-priority") == 0) {
+            if (!json_is_integer (value)
+                || (v = json_integer_value (value)) < -1
+                || v > (json_int_t)FLUX_JOB_PRIORITY_MAX) {
+                snprintf (errbuf,
+                          len,
+                          "quantum: release-priority must be an integer "
+                          "from 0 to %ju, or -1 to leave priority alone",
+                          (uintmax_t)FLUX_JOB_PRIORITY_MAX);
+                goto out;
+            }
+            conf->release_priority = v;
+        }
+        else if (strcmp (key, "max-held-per-user") == 0) {
+            if (!json_is_integer (value)
+                || (v = json_integer_value (value)) < 0 || v > 1000000) {
+                snprintf (errbuf,
+                          len,
+                          "quantum: max-held-per-user must be an integer "
+                          "from 0 (no limit) to 1000000");
+                goto out;
+            }
+            conf->max_held_per_user = (int)v;
+        }
+        else {
+            snprintf (errbuf,
+                      len,
+                      "quantum: unknown configuration key '%s' (accepted: "
+                      "release-priority, max-held-per-user)",
+                      key);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    json_decref (o);
+    return rc;
+}
+
+/* conf.update runs when the plugin is loaded: a failure here fails the
+ * load and its message reaches the user (flux jobtap load).
+ */
+static int conf_update_cb (flux_plugin_t *p,
+                           const char *topic,
+                           flux_plugin_arg_t *args,
+                           void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    struct quantum_config conf;
+    char errbuf[256];
+
+    if (parse_config (flux_plugin_get_conf (p), &conf, errbuf, sizeof (errbuf))
+        < 0)
+        return flux_jobtap_error (p, args, "%s", errbuf);
+    ctx->conf = conf;
+    return 0;
+}
+
+static const struct flux_plugin_handler tab[] = {
+    { "job.validate", validate_cb, NULL },
+    { "job.new", new_cb, NULL },
+    { "job.state.depend", depend_cb, NULL },
+    { "job.state.priority", priority_state_cb, NULL },
+    { "job.priority.get", priority_cb, NULL },
+    { "job.state.cleanup", leave_depend_cb, NULL },
+    { "plugin.query", query_cb, NULL },
+    { "conf.update", conf_update_cb, NULL },
+    { 0 },
+};
+
+static void quantum_ctx_destroy (void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+
+    if (ctx) {
+        int saved_errno = errno;
+        /* Jobs' aux entries may outlive us: detach them from the list. */
+        while (ctx->head)
+            held_unlink (ctx->head);
+        free (ctx);
+        errno = saved_errno;
+    }
+}
+
+int flux_plugin_init (flux_plugin_t *p)
+{
+    struct quantum_ctx *ctx;
+
+    if (flux_plugin_set_name (p, PLUGIN_NAME) < 0)
+        return -1;
+    if (!(ctx = calloc (1, sizeof (*ctx))))
+        return -1;
+    ctx->p = p;
+    ctx->conf.release_priority = DEFAULT_RELEASE_PRIORITY;
+    if (flux_plugin_aux_set (p, NULL, ctx, quantum_ctx_destroy) < 0) {
+        quantum_ctx_destroy (ctx);
+        return -1;
+    }
+    for (const struct flux_plugin_handler *h = tab; h->topic; h++) {
+        if (flux_plugin_add_handler (p, h->topic, h->cb, ctx) < 0)
+            return -1;
+    }
+    if (flux_jobtap_service_register_ex (p, "list", FLUX_ROLE_USER, list_cb, ctx)
+            < 0
+        || flux_jobtap_service_register_ex (p,
+                                            "release",
+                                            FLUX_ROLE_USER,
+                                            release_cb,
+                                            ctx) < 0
+        || flux_jobtap_service_register_ex (p, "fail", FLUX_ROLE_USER, fail_cb, ctx)
+               < 0
+        || flux_jobtap_service_register_ex (p,
+                                            "event",
+                                            FLUX_ROLE_USER,
+                                            event_cb,
+                                            ctx) < 0)
+        return -1;
+    return 0;
+}
+
+/* vi: ts=4 sw=4 expandtab
+ */
