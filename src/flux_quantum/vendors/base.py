@@ -1,0 +1,236 @@
+"""The one vendor interface: probe a device, submit, poll, cancel, fetch the result.
+
+Shaped like the Braket SDK's own objects (a device and a task with plain verbs), so
+that every vendor module (``braket``, ``local``, ``ibm``) looks the same to the policy,
+the handlers and the CLI. This module owns the records those verbs return
+(``DeviceSnapshot``, ``TaskRef``, ``TaskSnapshot``, ``TaskResult``), the abstract
+``Vendor`` and the one bounded retry loop (``RetryBudget``) that vendor modules wrap
+their calls in. It never talks to a vendor itself, never holds a credential and never
+sleeps except through the ``sleep`` it is given.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from flux_quantum.catalog import Device, PriceModel
+from flux_quantum.vendors.errors import VendorError
+
+T = TypeVar("T")
+Clock = Callable[[], float]
+Sleep = Callable[[float], None]
+
+
+class DeviceStatus(StrEnum):
+    ONLINE = "ONLINE"
+    OFFLINE = "OFFLINE"
+    RETIRED = "RETIRED"
+    UNREACHABLE = "UNREACHABLE"  # we could not ask (timeout, connection, credentials)
+
+
+class TaskState(StrEnum):
+    CREATED = "CREATED"
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class DeviceSnapshot:
+    """What a device looked like at time ``t`` (seconds since the epoch).
+
+    ``queue_depth`` is None when the vendor did not say; ``queue_capped`` means the
+    vendor only gave a lower bound (Braket's ``">4000"``), so the true depth is larger.
+    ``price`` is the price model in force (the catalog's: it is the site's contract).
+    """
+
+    device: str
+    status: DeviceStatus
+    reason: str | None = None
+    queue_depth: int | None = None
+    queue_capped: bool = False
+    price: PriceModel | None = None
+    in_window: bool = True
+    t: float = 0.0
+
+    @property
+    def available(self) -> bool:
+        """Takes tasks now: online and inside an execution window."""
+        return self.status is DeviceStatus.ONLINE and self.in_window
+
+    def describe_status(self) -> str:
+        """``ONLINE``, ``OFFLINE (MAINTENANCE)``, ``ONLINE (OUTSIDE_AVAILABILITY_WINDOW)``."""
+        reason = self.reason
+        if reason is None and not self.in_window:
+            reason = "OUTSIDE_AVAILABILITY_WINDOW"
+        return f"{self.status.value} ({reason})" if reason else self.status.value
+
+    def describe_queue(self) -> str:
+        if self.queue_depth is None:
+            return "-"
+        return f">{self.queue_depth}" if self.queue_capped else str(self.queue_depth)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "status": self.status.value,
+            "reason": self.reason,
+            "queue_depth": self.queue_depth,
+            "queue_capped": self.queue_capped,
+            "price": self.price.to_dict() if self.price else None,
+            "in_window": self.in_window,
+            "t": self.t,
+        }
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """A vendor task we created or re-attached: enough to find it again after a restart.
+
+    ``token`` is the caller's idempotency token (kept by the caller, e.g. in the job's
+    eventlog, so that a submit retried after a crash finds the same task).
+    """
+
+    vendor: str
+    device: str
+    task_id: str
+    token: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "vendor": self.vendor,
+            "device": self.device,
+            "task_id": self.task_id,
+            "token": self.token,
+        }
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """A task's state at time ``t``.
+
+    ``position`` is the place in the vendor's queue (0 = next), None when unknown or not
+    queued; ``position_capped`` means the vendor only gave a lower bound (``">2000"``).
+    """
+
+    task: TaskRef
+    state: TaskState
+    position: int | None = None
+    position_capped: bool = False
+    message: str | None = None
+    t: float = 0.0
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task.to_dict(),
+            "state": self.state.value,
+            "position": self.position,
+            "position_capped": self.position_capped,
+            "message": self.message,
+            "t": self.t,
+        }
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """A completed task's measurement counts (bitstring -> count) and the vendor's raw
+    result document, for consumers that need more than counts."""
+
+    task: TaskRef
+    counts: Mapping[str, int]
+    raw: Any = field(default=None, compare=False, repr=False)
+
+
+class Vendor(abc.ABC):
+    """One vendor behind the interface the rest of flux-quantum uses.
+
+    ``probe`` reports and never raises for a vendor failure (an unreachable vendor is a
+    snapshot with status UNREACHABLE); the task verbs raise ``VendorError`` subclasses.
+    No verb blocks beyond the vendor's configured timeouts and retry budget.
+    """
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def probe(self, device: Device) -> DeviceSnapshot:
+        """Status, queue depth, price and window of ``device`` now."""
+
+    @abc.abstractmethod
+    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+        """Create a task; calling again with the same ``token`` never makes a second one."""
+
+    @abc.abstractmethod
+    def poll(self, task: TaskRef) -> TaskSnapshot:
+        """State and queue position of ``task`` now."""
+
+    @abc.abstractmethod
+    def cancel(self, task: TaskRef) -> None:
+        """Ask the vendor to cancel ``task`` (it may already have finished)."""
+
+    @abc.abstractmethod
+    def result(self, task: TaskRef) -> TaskResult:
+        """The result of a COMPLETED task; raises InvalidRequest for any other state."""
+
+    @abc.abstractmethod
+    def attach(self, task_id: str) -> TaskRef:
+        """Find an existing task by its vendor id (after a restart)."""
+
+
+@dataclass(frozen=True)
+class RetryBudget:
+    """One bounded retry loop for a vendor call, on top of a client that does not retry.
+
+    ``attempts`` counts every call including the first; the delay before attempt n+1 is
+    ``min(max_delay, base_delay * 2**(n-1))``, scaled by ``jitter`` if given (a callable
+    returning a factor in [0, 1], e.g. ``random.Random(seed).random``). Only errors with
+    ``retryable`` set are retried, and never past ``deadline`` seconds after the first
+    attempt. The final error says how many attempts were made.
+    """
+
+    attempts: int = 3
+    base_delay: float = 0.25
+    max_delay: float = 4.0
+    deadline: float = 30.0
+    jitter: Callable[[], float] | None = None
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        delay = min(self.max_delay, self.base_delay * math.pow(2, attempt - 1))
+        return delay * self.jitter() if self.jitter is not None else delay
+
+    def run(self, call: Callable[[], T], *, clock: Clock, sleep: Sleep) -> T:
+        """Run ``call`` until it succeeds, fails for good or the budget is spent.
+
+        ``call`` must raise ``VendorError`` for vendor failures (vendor modules translate
+        their SDK's exceptions inside ``call``).
+        """
+        start = clock()
+        attempt = 1
+        while True:
+            try:
+                return call()
+            except VendorError as exc:
+                exc.attempts = attempt
+                if not exc.retryable or attempt >= self.attempts:
+                    raise
+                delay = self.delay(attempt)
+                if clock() + delay - start > self.deadline:
+                    raise
+                sleep(delay)
+                attempt += 1
