@@ -1,9 +1,144 @@
-"""Placeholder: subcommands of this module arrive with their issue."""
+"""``flux quantum emulator``: run the local Braket emulator in the foreground.
+
+This module owns the command's options and output: it prints the ``export K=V`` lines a
+client needs (and writes them to ``--env-file``), logs one line per call to stderr with
+``-v``, and stops cleanly on SIGTERM or SIGINT. It must never listen on anything but
+loopback and never print anything but the export lines on stdout.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+
+from flux_quantum.emulator import Call, Emulator, Scenario, ScenarioError, WallClock
+from flux_quantum.emulator.server import check_loopback
+from flux_quantum.errors import CommandError
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # noqa: ARG001
-    return None
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "emulator",
+        help="run a local Amazon Braket emulator (tests, demos, benchmarks)",
+        description=(
+            "Serve Amazon Braket's API (and the S3 it writes results to) on loopback, with "
+            "emulated device queues, offline periods and faults from a scenario. Prints the "
+            "environment a Braket client needs, then runs until SIGTERM or SIGINT."
+        ),
+    )
+    _add_arguments(parser)
+    parser.set_defaults(func=run_emulator)
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="TCP port (default: any free one)")
+    parser.add_argument("--scenario", metavar="FILE", help="scenario YAML (default: built-in)")
+    parser.add_argument(
+        "--speed", type=float, default=1.0, help="emulated seconds per real second (default 1)"
+    )
+    parser.add_argument("--env-file", metavar="FILE", help="also write the export lines here")
+    parser.add_argument("--seed", type=int, default=0, help="seed of queues and faults")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each call to stderr")
+
+
+def export_lines(env: dict[str, str]) -> list[str]:
+    """Shell lines that set ``env`` (source them, or eval them)."""
+    return [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+
+
+def _log_call(call: Call) -> None:
+    outcome = f"{call.status} {call.error}" if call.error else str(call.status)
+    print(
+        f"flux-quantum-emulator: t={call.t:.3f} {call.operation} {call.target or '-'} {outcome}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _write_env_file(path: Path, lines: list[str]) -> None:
+    """Write atomically, so a reader never sources half a file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".emulator-env-", dir=path.parent)
+        with os.fdopen(fd, "w") as out:
+            out.write("\n".join(lines) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise CommandError(f"--env-file {path}: cannot write it ({exc.strerror})") from exc
+
+
+def run_emulator(args: argparse.Namespace) -> int:
+    try:
+        host = check_loopback(args.host)
+    except ValueError as exc:
+        raise CommandError(f"--host: {exc}") from exc
+    if not args.speed > 0:
+        raise CommandError(f"--speed must be a number > 0, got {args.speed}")
+    if not 0 <= args.port <= 65535:
+        raise CommandError(f"--port must be between 0 and 65535, got {args.port}")
+    try:
+        scenario = Scenario.from_yaml(args.scenario) if args.scenario else Scenario.default()
+    except ScenarioError as exc:
+        raise CommandError(str(exc)) from exc
+
+    emulator = Emulator(
+        scenario=scenario,
+        clock=WallClock(speed=args.speed),
+        host=host,
+        port=args.port,
+        seed=args.seed,
+        on_call=_log_call if args.verbose else None,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            emulator.start()
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {host}:{args.port}: {exc.strerror}") from exc
+        lines = export_lines(emulator.env())
+        if args.env_file:
+            _write_env_file(Path(args.env_file), lines)
+        print("\n".join(lines), flush=True)
+        print(
+            f"flux-quantum-emulator: serving {len(scenario.devices)} devices from "
+            f"{scenario.source} at {emulator.url} (speed {args.speed:g}, seed {args.seed}); "
+            "stop with SIGTERM or Ctrl-C",
+            file=sys.stderr,
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            pass
+    finally:
+        emulator.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m flux_quantum.cli.emulator``: the same command without the dispatcher."""
+    parser = argparse.ArgumentParser(prog="flux quantum emulator")
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_emulator(args)
+    except CommandError as exc:
+        print(f"flux-quantum: ERROR: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Clocks that drive the emulator's timeline: a wall clock for demos and a manual one for tests.
+
+This module owns the emulator's notion of "now" (seconds since the emulator started) and the
+calendar date that timeline maps to. It must never sleep, never read the wall clock inside
+``ManualClock``, and never let emulated time run backwards.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+# A fixed date for manual timelines, so timestamps in tests are reproducible.
+MANUAL_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Emulated time: ``now()`` seconds since the start of the timeline, which began at ``epoch``."""
+
+    epoch: datetime
+
+    def now(self) -> float: ...
+
+
+def timestamp(clock: Clock, t: float) -> datetime:
+    """The calendar date of emulated second ``t`` on ``clock``'s timeline."""
+    return clock.epoch + timedelta(seconds=t)
+
+
+class ManualClock:
+    """A clock that only moves when a test calls ``advance``; thread-safe."""
+
+    def __init__(self, start: float = 0.0, epoch: datetime = MANUAL_EPOCH) -> None:
+        if start < 0:
+            raise ValueError(f"ManualClock start must be >= 0, got {start}")
+        self.epoch = epoch
+        self._now = float(start)
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> float:
+        """Move time forward by ``seconds`` (>= 0) and return the new time."""
+        if seconds < 0:
+            raise ValueError(f"ManualClock cannot go backwards (advance({seconds}))")
+        with self._lock:
+            self._now += float(seconds)
+            return self._now
+
+    def set(self, t: float) -> float:
+        """Jump to absolute time ``t``, which must not be earlier than now."""
+        with self._lock:
+            if t < self._now:
+                raise ValueError(f"ManualClock cannot go backwards from {self._now} to {t}")
+            self._now = float(t)
+            return self._now
+
+    def __repr__(self) -> str:
+        return f"ManualClock(now={self.now():.3f})"
+
+
+class WallClock:
+    """Real elapsed time since construction, multiplied by ``speed`` (time compression)."""
+
+    def __init__(self, speed: float = 1.0, epoch: datetime | None = None) -> None:
+        if not speed > 0:
+            raise ValueError(f"WallClock speed must be > 0, got {speed}")
+        self.speed = float(speed)
+        self.epoch = epoch or datetime.now(UTC)
+        self._origin = time.monotonic()
+
+    def now(self) -> float:
+        return (time.monotonic() - self._origin) * self.speed
+
+    def __repr__(self) -> str:
+        return f"WallClock(speed={self.speed}, now={self.now():.3f})"
