@@ -205,8 +205,9 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Explanation:
-    """Every catalog device considered for a request: ranked eligible ones first (the
-    chosen one on top), then the dropped ones in catalog order."""
+    """Every catalog device considered for a request (for an explicit request, the named
+    device only): ranked eligible ones first, the chosen one on top, then the dropped ones
+    in catalog order."""
 
     request: str
     policy: str
@@ -356,6 +357,8 @@ def select_device(
     dropped: list[Candidate] = []
     catalog = list(devices)
     for device in catalog:
+        if request.device is not None and request.device not in (device.name, device.id):
+            continue  # an explicit request has one candidate; the rest are not listed
         snapshot = snapshots.get(device.name)
         cost = device.price.cost(request.shots)
         drain = estimator.estimate(device)
@@ -408,9 +411,7 @@ def _nothing_qualifies(request: QpuRequest, dropped: list[Candidate], catalog: l
     if request.device is not None and not any(request.device in (d.name, d.id) for d in catalog):
         known = ", ".join(d.name for d in catalog) or "none"
         return f"{head}: no catalog device is named '{request.device}' (known: {known})"
-    # Devices that were not asked for at all would only be noise in the message.
-    relevant = [c for c in dropped if "requested device" not in c.reason] or dropped
-    details = ", ".join(f"{c.device} {c.reason.removeprefix('dropped: ')}" for c in relevant)
+    details = ", ".join(f"{c.device} {c.reason.removeprefix('dropped: ')}" for c in dropped)
     return f"{head}: {details or 'the catalog is empty'}"
 
 

@@ -2,5 +2,126 @@
 
 One module per vendor: ``braket`` (Amazon Braket through amazon-braket-sdk and boto3),
 ``local`` (the flux-quantum emulator, same wire protocol, no credentials) and ``ibm``
-(not supported yet). Nothing outside this package imports a vendor SDK.
+(not supported yet). This package also builds the vendors a catalog needs
+(``make_vendor``) and probes many devices at once with a deadline (``probe_devices``).
+Nothing outside this package imports a vendor SDK; nothing here keeps global state.
 """
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from flux_quantum.catalog import Catalog, Device
+from flux_quantum.vendors.base import (
+    Clock,
+    DeviceSnapshot,
+    DeviceStatus,
+    RetryBudget,
+    Sleep,
+    Vendor,
+)
+
+
+def make_vendor(
+    name: str,
+    catalog: Catalog,
+    *,
+    timeout: float | None = None,
+    retry: RetryBudget | None = None,
+    clock: Clock = time.time,
+    sleep: Sleep = time.sleep,
+    environ: Mapping[str, str] | None = None,
+    emulator: Any = None,
+) -> Vendor:
+    """The vendor object for ``name`` configured from the catalog's ``vendors:`` section.
+
+    ``timeout`` bounds each network call (connect and read); ``emulator`` (an
+    ``Emulator``) overrides where the ``local`` vendor connects.
+    """
+    common: dict[str, Any] = {"devices": catalog.devices, "clock": clock, "sleep": sleep}
+    if retry is not None:
+        common["retry"] = retry
+    if name == "braket":
+        from flux_quantum.vendors.braket import BraketSettings, BraketVendor
+
+        overrides = {} if timeout is None else {"connect_timeout": timeout, "read_timeout": timeout}
+        settings = BraketSettings.from_catalog(catalog.settings("braket"), **overrides)
+        return BraketVendor(settings, environ=environ, **common)
+    if name == "local":
+        from flux_quantum.vendors.local import LocalVendor
+
+        if emulator is not None:
+            overrides = (
+                {} if timeout is None else {"connect_timeout": timeout, "read_timeout": timeout}
+            )
+            return LocalVendor.from_emulator(emulator, settings_overrides=overrides, **common)
+        return LocalVendor.from_settings(
+            catalog.settings("local"), environ=environ, timeout=timeout, **common
+        )
+    if name == "ibm":
+        from flux_quantum.vendors.ibm import IbmVendor
+
+        return IbmVendor(clock=clock)
+    raise ValueError(f"unknown vendor {name!r}")
+
+
+def probe_devices(
+    devices: Iterable[Device],
+    vendors: Mapping[str, Vendor],
+    *,
+    timeout: float,
+    clock: Clock = time.time,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> dict[str, DeviceSnapshot]:
+    """Probe every device in parallel; whatever has not answered after ``timeout``
+    seconds is reported UNREACHABLE, so a hanging vendor never hides the others.
+
+    Each probe runs in a daemon thread: one stuck in a vendor call is abandoned (its
+    socket timeout ends it later) and never delays the caller or interpreter exit.
+    """
+    devices = list(devices)
+    results: dict[str, DeviceSnapshot] = {}
+    lock = threading.Lock()
+
+    def probe(device: Device) -> None:
+        vendor = vendors.get(device.vendor)
+        try:
+            if vendor is None:
+                raise LookupError(f"no vendor {device.vendor!r}")
+            snapshot = vendor.probe(device)
+        except Exception as exc:  # a report must cover every device, whatever broke
+            snapshot = DeviceSnapshot(
+                device=device.name,
+                status=DeviceStatus.UNREACHABLE,
+                reason=f"{type(exc).__name__}: {exc}",
+                price=device.price,
+                t=clock(),
+            )
+        with lock:
+            results[device.name] = snapshot
+
+    deadline = monotonic() + timeout
+    threads = []
+    for device in devices:
+        thread = threading.Thread(
+            target=probe, args=(device,), name=f"probe-{device.name}", daemon=True
+        )
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join(max(0.0, deadline - monotonic()))
+    with lock:
+        snapshots = dict(results)
+    for device in devices:
+        if device.name not in snapshots:
+            snapshots[device.name] = DeviceSnapshot(
+                device=device.name,
+                status=DeviceStatus.UNREACHABLE,
+                reason=f"no answer within {timeout:g}s",
+                price=device.price,
+                t=clock(),
+            )
+    return {device.name: snapshots[device.name] for device in devices}

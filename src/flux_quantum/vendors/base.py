@@ -121,7 +121,8 @@ class TaskRef:
 class TaskSnapshot:
     """A task's state at time ``t``.
 
-    ``position`` is the place in the vendor's queue (0 = next), None when unknown or not
+    ``position`` is the place in the vendor's queue as it reports it (Braket: 1 = next to
+    run), None when unknown or not
     queued; ``position_capped`` means the vendor only gave a lower bound (``">2000"``).
     """
 

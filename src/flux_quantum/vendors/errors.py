@@ -59,6 +59,10 @@ class DeviceOffline(VendorError):
     """The device does not take tasks now (offline, paused, retired)."""
 
 
+class DeviceRetired(DeviceOffline):
+    """The device is gone for good (Braket DeviceRetiredException)."""
+
+
 class InvalidRequest(VendorError):
     """The vendor rejected what we sent (Braket ValidationException, a bad program)."""
 
