@@ -1,9 +1,236 @@
-"""Placeholder: subcommands of this module arrive with their issue."""
+"""``flux quantum backends`` and ``flux quantum select``: the catalog as the vendors see it now.
+
+This module only parses arguments, calls the catalog, vendor and policy libraries and
+formats their answers the Flux way (``-o FORMAT``, ``-n``, ``--json``). It never talks to
+a vendor except through ``flux_quantum.vendors`` and never waits longer than
+``--timeout`` for one: an unreachable or hanging vendor shows as UNREACHABLE and never
+hides the other devices.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import string
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from flux_quantum.catalog import Catalog, CatalogError, Device, load_catalog
+from flux_quantum.errors import CommandError
+from flux_quantum.policy import NoDeviceError, select_device, static_candidates
+from flux_quantum.request import RequestError, parse_request
+from flux_quantum.vendors import make_vendor, probe_devices
+from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, Vendor
+
+DEFAULT_TIMEOUT = 5.0
+# Row fields for -o FORMAT; the header of a field is its name in upper case.
+FIELDS = (
+    "name",
+    "vendor",
+    "class",
+    "qubits",
+    "status",
+    "queue",
+    "price",
+    "slots",
+    "reason",
+    "id",
+    "region",
+)
+DEFAULT_FIELDS = ("name", "vendor", "class", "qubits", "status", "queue", "price", "slots")
+RIGHT_ALIGNED = ("qubits", "queue", "slots")
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # noqa: ARG001
-    return None
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    backends = sub.add_parser(
+        "backends",
+        help="list the catalog's QPU backends with their live status, queue and price",
+        description="Probe every catalog device (in parallel, each vendor bounded by "
+        "--timeout) and print one row per device.",
+    )
+    backends.add_argument("--json", action="store_true", help="print JSON for machines")
+    backends.add_argument(
+        "-o",
+        "--format",
+        metavar="FORMAT",
+        help="Python format string of fields: " + ", ".join(FIELDS) + " (e.g. '{name} {status}')",
+    )
+    backends.add_argument("-n", "--no-header", action="store_true", help="omit the header")
+    backends.add_argument("--vendor", choices=("braket", "ibm", "local"), help="only this vendor")
+    backends.add_argument(
+        "-a", "--all", action="store_true", help="also list RETIRED devices (hidden by default)"
+    )
+    _add_common(backends)
+    backends.set_defaults(func=cmd_backends)
+
+    select = sub.add_parser(
+        "select",
+        help="show which device a qpu request would go to now",
+        description="REQUEST is a short form ('any', 'sv1', 'braket:sv1', 'braket:any') or "
+        "KEY=VALUE pairs of the qpu table (values are JSON where they parse as JSON), "
+        "e.g. 'policy=min-cost class=qpu shots=500'.",
+    )
+    select.add_argument("request", nargs="+", metavar="REQUEST")
+    select.add_argument("--explain", action="store_true", help="show every candidate and why")
+    select.add_argument("--json", action="store_true", help="print JSON for machines")
+    _add_common(select)
+    select.set_defaults(func=cmd_select)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--catalog", metavar="FILE", help="backends catalog (YAML)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="S",
+        help=f"seconds to wait for each vendor (default {DEFAULT_TIMEOUT:g})",
+    )
+
+
+# --- shared steps --------------------------------------------------------------------
+
+
+def _catalog(args: argparse.Namespace) -> Catalog:
+    try:
+        return load_catalog(args.catalog)
+    except CatalogError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _probe(catalog: Catalog, devices: list[Device], timeout: float) -> dict[str, DeviceSnapshot]:
+    if not timeout > 0:
+        raise CommandError(f"--timeout must be a number of seconds > 0, got {timeout:g}")
+    vendors: dict[str, Vendor] = {}
+    for name in dict.fromkeys(device.vendor for device in devices):
+        vendors[name] = make_vendor(name, catalog, timeout=timeout)
+    return probe_devices(devices, vendors, timeout=timeout)
+
+
+# --- backends ------------------------------------------------------------------------
+
+
+def backend_row(device: Device, snapshot: DeviceSnapshot) -> dict[str, str]:
+    """All ``-o`` fields of one device, as display strings."""
+    status = snapshot.status.value
+    if snapshot.status is DeviceStatus.ONLINE and not snapshot.in_window:
+        status = "ONLINE*"  # online, but outside its execution window
+    reason = snapshot.reason or ("OUTSIDE_AVAILABILITY_WINDOW" if not snapshot.in_window else "")
+    return {
+        "name": device.name,
+        "vendor": device.vendor,
+        "class": device.device_class,
+        "qubits": str(device.qubits),
+        "status": status,
+        "queue": snapshot.describe_queue(),
+        "price": (snapshot.price or device.price).describe(),
+        "slots": str(device.slots),
+        "reason": reason,
+        "id": device.id,
+        "region": device.region,
+    }
+
+
+def default_format(rows: Iterable[Mapping[str, str]]) -> str:
+    """Columns sized to their content, the reason last and unpadded."""
+    rows = list(rows)
+    parts = []
+    for field in DEFAULT_FIELDS:
+        width = max([len(field)] + [len(row[field]) for row in rows])
+        align = ">" if field in RIGHT_ALIGNED else "<"
+        parts.append(f"{{{field}:{align}{width}}}")
+    return " ".join(parts) + "  {reason}"
+
+
+def render_rows(rows: list[dict[str, str]], fmt: str | None, header: bool) -> list[str]:
+    fmt = fmt or default_format(rows)
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
+    except ValueError as exc:
+        raise CommandError(f"invalid --format {fmt!r}: {exc}") from None
+    for name in names:
+        if name not in FIELDS:
+            raise CommandError(
+                f"--format: unknown field '{{{name}}}' (accepted: {', '.join(FIELDS)})"
+            )
+    lines = []
+    try:
+        if header:
+            lines.append(fmt.format(**{field: field.upper() for field in FIELDS}).rstrip())
+        lines.extend(fmt.format(**row).rstrip() for row in rows)
+    except (ValueError, IndexError) as exc:
+        raise CommandError(f"invalid --format {fmt!r}: {exc}") from None
+    return lines
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    devices = [d for d in catalog if args.vendor is None or d.vendor == args.vendor]
+    if not devices:
+        raise CommandError(f"{catalog.path}: no {args.vendor} devices in the catalog")
+    snapshots = _probe(catalog, devices, args.timeout)
+    shown = [d for d in devices if args.all or snapshots[d.name].status is not DeviceStatus.RETIRED]
+    if args.json:
+        records = [{**d.to_dict(), **snapshots[d.name].to_dict()} for d in shown]
+        for record in records:
+            record.pop("device", None)
+        json.dump(records, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    rows = [backend_row(d, snapshots[d.name]) for d in shown]
+    for line in render_rows(rows, args.format, header=not args.no_header):
+        print(line)
+    return 0
+
+
+# --- select --------------------------------------------------------------------------
+
+
+def request_value(words: list[str]) -> str | dict[str, Any]:
+    """The qpu request from command-line words: one short form, or KEY=VALUE pairs."""
+    if len(words) == 1 and "=" not in words[0]:
+        return words[0]
+    table: dict[str, Any] = {}
+    for word in words:
+        key, sep, text = word.partition("=")
+        if not sep or not key:
+            raise CommandError(
+                f"REQUEST must be one short form or KEY=VALUE pairs, got {word!r} among them"
+            )
+        try:
+            table[key] = json.loads(text)
+        except ValueError:
+            table[key] = text
+    return table
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    try:
+        request = parse_request(request_value(args.request))
+    except RequestError as exc:
+        raise CommandError(str(exc)) from None
+    catalog = _catalog(args)
+    snapshots = _probe(catalog, static_candidates(catalog, request), args.timeout)
+    try:
+        selection = select_device(catalog, snapshots, request)
+    except NoDeviceError as exc:
+        if args.json:
+            print(json.dumps({"device": None, "explanation": exc.explanation.to_dict()}, indent=2))
+        elif args.explain:
+            print(exc.explanation.render_text())
+        raise CommandError(str(exc)) from None
+    device = selection.device
+    if args.json:
+        record = {
+            "device": device.name,
+            "vendor": device.vendor,
+            "id": device.id,
+            "explanation": selection.explanation.to_dict(),
+        }
+        print(json.dumps(record, indent=2))
+    elif args.explain:
+        print(selection.explanation.render_text())
+    else:
+        print(device.name)
+    return 0
