@@ -1,0 +1,145 @@
+"""The one place that talks to the ``quantum`` jobtap plugin.
+
+Wraps the plugin's ``job-manager.quantum.*`` services (list, release, fail,
+event) and ``flux jobtap query``, and knows where the installed plugin and
+ingest validator live.  It never decides anything: policy and timing belong
+to the handlers.  Flux is imported lazily so that everything else in the
+package works on a machine without Flux.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from flux_quantum.errors import CommandError
+
+SERVICE = "job-manager.quantum"
+PLUGIN_NAME = "quantum.so"
+
+
+@dataclass(frozen=True)
+class HeldJob:
+    """A job the plugin is holding in DEPEND until its quantum task is ready."""
+
+    id: int
+    userid: int
+    request: Any
+    t_submit: float
+
+    def held_for(self, now: float | None = None) -> float:
+        """Seconds since the job was submitted (and so held)."""
+        return max(0.0, (time.time() if now is None else now) - self.t_submit)
+
+
+def _package_dir() -> Path:
+    return Path(str(resources.files("flux_quantum")))
+
+
+def plugin_path() -> Path:
+    """Absolute path of the built plugin, or CommandError saying why there is none."""
+    jobtap = _package_dir() / "jobtap"
+    path = jobtap / PLUGIN_NAME
+    if path.is_file():
+        return path.resolve()
+    status = jobtap / "BUILD-STATUS"
+    reason = (
+        status.read_text().strip()
+        if status.is_file()
+        else "this copy of flux-quantum was not installed with pip"
+    )
+    raise CommandError(
+        f"the quantum jobtap plugin is not built ({reason}); install flux-core, "
+        "then reinstall flux-quantum"
+    )
+
+
+def validator_path() -> Path:
+    """Absolute path of the ingest validator plugin file."""
+    return (_package_dir() / "validator.py").resolve()
+
+
+def _job_ids(ids: int | Iterable[int]) -> dict[str, Any]:
+    if isinstance(ids, int):
+        return {"id": ids}
+    id_list = [int(i) for i in ids]
+    if not id_list:
+        raise ValueError("no job ids given")
+    return {"ids": id_list}
+
+
+class PluginClient:
+    """RPC client of the quantum plugin's services on one Flux handle."""
+
+    def __init__(self, handle: Any = None) -> None:
+        if handle is None:
+            import flux
+
+            handle = flux.Flux()
+        self.handle = handle
+
+    def _rpc(self, method: str, payload: Mapping[str, Any]) -> Any:
+        try:
+            return self.handle.rpc(f"{SERVICE}.{method}", dict(payload)).get()
+        except OSError as exc:
+            raise _plugin_error(method, exc) from exc
+
+    def list(self) -> list[HeldJob]:
+        """Held jobs the caller may see (a guest sees only their own)."""
+        resp = self._rpc("list", {})
+        return [
+            HeldJob(int(j["id"]), int(j["userid"]), j["request"], float(j["t_submit"]))
+            for j in resp["jobs"]
+        ]
+
+    def release(
+        self,
+        ids: int | Iterable[int],
+        task: str | None = None,
+        device: str | None = None,
+        info: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        """Release held jobs: record task/device in the jobspec, drop the dependency."""
+        payload = _job_ids(ids)
+        if task is not None:
+            payload["task"] = task
+        if device is not None:
+            payload["device"] = device
+        if info is not None:
+            payload["info"] = dict(info)
+        return [int(i) for i in self._rpc("release", payload)["released"]]
+
+    def fail(self, ids: int | Iterable[int], note: str) -> list[int]:
+        """End held jobs with a fatal ``qpu`` exception carrying NOTE."""
+        payload = _job_ids(ids)
+        payload["note"] = note
+        return [int(i) for i in self._rpc("fail", payload)["failed"]]
+
+    def post_event(self, jobid: int, name: str, context: Mapping[str, Any] | None = None) -> None:
+        """Record a ``qpu-*`` milestone in a held job's eventlog."""
+        payload: dict[str, Any] = {"id": jobid, "name": name}
+        if context is not None:
+            payload["context"] = dict(context)
+        self._rpc("event", payload)
+
+    def query(self) -> dict[str, Any]:
+        """Counters and configuration, as ``flux jobtap query quantum.so`` shows them."""
+        try:
+            return self.handle.rpc("job-manager.jobtap-query", {"name": PLUGIN_NAME}).get()
+        except OSError as exc:
+            raise _plugin_error("query", exc) from exc
+
+
+def _plugin_error(method: str, exc: OSError) -> CommandError:
+    import errno
+
+    if exc.errno == errno.ENOSYS:
+        return CommandError(
+            "the quantum jobtap plugin is not loaded in this instance "
+            "(flux jobtap load $(flux quantum plugin-path))"
+        )
+    return CommandError(f"{method}: {exc.strerror or exc}")
