@@ -157,9 +157,11 @@ def test_drain_estimator_ignores_rises_capped_and_out_of_order_and_uses_position
     estimator.observe_position("garnet", "task-1", 10, 100.0)
     estimator.observe_position("garnet", "task-1", 2, 140.0)
     assert estimator.estimate(device).seconds_per_task == pytest.approx(5.0)
-    # Then 2 places in 40 s (20 s per task): EWMA with alpha 0.5 of 0.2 and 0.05 tasks/s.
+    # Unchanged for a while, then 2 places in 40 s: (0.5 x 8 + 2) tasks in
+    # (0.5 x 40 + 40) s with alpha 0.5, i.e. 10 s per task.
+    estimator.observe_position("garnet", "task-1", 2, 160.0)
     estimator.observe_position("garnet", "task-1", 0, 180.0)
-    assert estimator.estimate(device).seconds_per_task == pytest.approx(1 / 0.125)
+    assert estimator.estimate(device).seconds_per_task == pytest.approx(10.0)
     # Without catalog property and observations, the class prior applies.
     assert estimator.estimate(FLEET.get("emu-qpu")).source == "prior"
 

@@ -87,9 +87,10 @@ class DrainEstimator:
     ahead of it are served (new tasks join behind), so a falling position measures the
     service rate exactly: ``observe_position``. A device's queue depth is served work
     minus arrivals, so a falling depth gives a lower bound of the rate (a cautious,
-    longer wait): ``observe``. Rises and unchanged values say nothing about the service
-    rate and are ignored; capped values (``>2000``) are ignored. The rate is an
-    exponentially weighted mean with weight ``alpha`` for the newest sample.
+    longer wait): ``observe``. A rise (arrivals) restarts the measurement, an unchanged
+    value extends it, capped values (``>2000``) are ignored. The rate is tasks served
+    over time elapsed, both summed over samples with older ones decayed by
+    ``1 - alpha`` per sample.
     """
 
     def __init__(
@@ -103,7 +104,8 @@ class DrainEstimator:
         self._alpha = alpha
         self._priors = dict(priors)
         self._lock = threading.Lock()
-        self._rates: dict[str, tuple[float, int]] = {}  # device -> (tasks/s, samples)
+        # device -> (decayed tasks served, decayed seconds, samples)
+        self._rates: dict[str, tuple[float, float, int]] = {}
         self._depths: dict[str, _Observation] = {}
         self._positions: dict[tuple[str, str], _Observation] = {}
 
@@ -139,24 +141,33 @@ class DrainEstimator:
         previous = table.get(key)
         if previous is not None and now.t < previous.t:
             return  # out of order; keep the newer one
+        if previous is None or depth > previous.depth:
+            table[key] = _Observation(depth, now.t)  # first sight, or arrivals: new baseline
+            return
+        if depth == previous.depth:
+            # Keep the older baseline: "no move in 3 s" is part of the next sample, and
+            # forgetting it would make short polls see only the moves (a biased rate).
+            return
         table[key] = _Observation(depth, now.t)
-        if previous is None:
-            return
         served, elapsed = previous.depth - depth, now.t - previous.t
-        if served <= 0 or elapsed <= 0:
+        if elapsed <= 0:
             return
-        sample = served / elapsed
-        rate, samples = self._rates.get(device, (sample, 0))
-        if samples:
-            rate = self._alpha * sample + (1.0 - self._alpha) * rate
-        self._rates[device] = (rate, samples + 1)
+        # A decayed ratio of sums: long intervals weigh as much as the tasks they saw.
+        old_served, old_elapsed, samples = self._rates.get(device, (0.0, 0.0, 0))
+        keep = 1.0 - self._alpha
+        self._rates[device] = (
+            keep * old_served + served,
+            keep * old_elapsed + elapsed,
+            samples + 1,
+        )
 
     def estimate(self, device: Device) -> DrainEstimate:
         """Seconds per task for ``device``: learned, else catalog property, else prior."""
         with self._lock:
             learned = self._rates.get(device.name)
         if learned is not None and learned[0] > 0:
-            return DrainEstimate(1.0 / learned[0], "learned", learned[1])
+            served, elapsed, samples = learned
+            return DrainEstimate(elapsed / served, "learned", samples)
         configured = _positive_float(device.properties.get(DRAIN_PROPERTY))
         if configured is not None:
             return DrainEstimate(configured, "catalog")

@@ -303,16 +303,6 @@ class BraketSettings:
         return cls(**values)
 
 
-class _RegionClients:
-    """boto3 objects for one region; boto3 clients are thread-safe once built."""
-
-    def __init__(self, session: boto3.session.Session, braket: Any, s3: Any) -> None:
-        self.session = session
-        self.braket = braket
-        self.s3 = s3
-        self.aws_session: Any = None  # braket.aws.AwsSession, built on first create
-
-
 class BraketVendor(Vendor):
     """Amazon Braket devices and tasks through the SDK's boto3 Braket client."""
 
@@ -335,7 +325,9 @@ class BraketVendor(Vendor):
         self._environ = os.environ if environ is None else environ
         self._devices_by_arn = {d.id: d for d in devices if d.vendor == self.name}
         self._lock = threading.Lock()
-        self._regions: dict[str, _RegionClients] = {}
+        self._boto_session: boto3.session.Session | None = None
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._aws_sessions: dict[str, Any] = {}
 
     # -- plumbing
 
@@ -345,29 +337,49 @@ class BraketVendor(Vendor):
         from_arn = arn_region(arn) if arn else None
         return from_arn or self.settings.region or DEFAULT_REGION
 
-    def _clients(self, region: str) -> _RegionClients:
+    def _session(self, region: str | None = None) -> boto3.session.Session:
+        settings = self.settings
+        key_id, secret = settings.credentials or (None, None)
+        return boto3.session.Session(
+            region_name=region,
+            profile_name=settings.profile,
+            aws_access_key_id=key_id,
+            aws_secret_access_key=secret,
+        )
+
+    def _config(self) -> Config:
+        return Config(
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            connect_timeout=self.settings.connect_timeout,
+            read_timeout=self.settings.read_timeout,
+            user_agent_extra=f"flux-quantum/{__version__}",
+        )
+
+    def _client(self, service: str, region: str) -> Any:
+        """The boto3 client of ``service`` in ``region``, built once.
+
+        One boto3 session serves every region, so service models load once; S3 is only
+        built when a result is read (its model is large).
+        """
         with self._lock:
-            clients = self._regions.get(region)
-            if clients is not None:
-                return clients
-            settings = self.settings
-            key_id, secret = settings.credentials or (None, None)
-            session = boto3.session.Session(
-                region_name=region,
-                profile_name=settings.profile,
-                aws_access_key_id=key_id,
-                aws_secret_access_key=secret,
-            )
-            config = Config(
-                retries={"total_max_attempts": 1, "mode": "standard"},
-                connect_timeout=settings.connect_timeout,
-                read_timeout=settings.read_timeout,
-                user_agent_extra=f"flux-quantum/{__version__}",
-            )
-            braket = session.client("braket", endpoint_url=settings.endpoint_url, config=config)
-            s3 = session.client("s3", endpoint_url=settings.s3_endpoint_url, config=config)
-            clients = self._regions[region] = _RegionClients(session, braket, s3)
-            return clients
+            client = self._clients.get((service, region))
+            if client is None:
+                if self._boto_session is None:
+                    self._boto_session = self._session()
+                endpoint = self.settings.endpoint_url
+                config = self._config()
+                if service == "s3":
+                    endpoint = self.settings.s3_endpoint_url
+                    if endpoint:  # the emulator and most S3 look-alikes are path-style
+                        config = config.merge(Config(s3={"addressing_style": "path"}))
+                client = self._boto_session.client(
+                    service, region_name=region, endpoint_url=endpoint, config=config
+                )
+                self._clients[(service, region)] = client
+            return client
+
+    def _braket(self, region: str) -> Any:
+        return self._client("braket", region)
 
     def _call(self, operation: str, subject: str, call: Callable[[], Any]) -> Any:
         """One vendor call under the retry budget, errors translated."""
@@ -389,7 +401,7 @@ class BraketVendor(Vendor):
     # -- the interface
 
     def probe(self, device: Device) -> DeviceSnapshot:
-        braket = self._clients(device.region).braket
+        braket = self._braket(device.region)
         try:
             data = self._call(
                 "GetDevice", device.name, lambda: braket.get_device(deviceArn=device.id)
@@ -469,18 +481,21 @@ class BraketVendor(Vendor):
         return TaskRef(vendor=self.name, device=device.name, task_id=arn, token=token)
 
     def _aws_session(self, region: str) -> Any:
-        clients = self._clients(region)
+        """The SDK's AwsSession for ``region``, wrapping our Braket client (so its
+        endpoint, timeouts and single attempt carry over)."""
+        braket = self._braket(region)
         with self._lock:
-            if clients.aws_session is None:
+            session = self._aws_sessions.get(region)
+            if session is None:
                 from braket.aws import AwsSession
 
-                clients.aws_session = AwsSession(
-                    boto_session=clients.session, braket_client=clients.braket
-                )
-            return clients.aws_session
+                # AwsSession insists that its boto3 session has the client's region.
+                session = AwsSession(boto_session=self._session(region), braket_client=braket)
+                self._aws_sessions[region] = session
+            return session
 
     def _get_task(self, task_id: str, operation: str = "GetQuantumTask") -> dict[str, Any]:
-        braket = self._clients(self._region_of(arn=task_id)).braket
+        braket = self._braket(self._region_of(arn=task_id))
         return self._call(
             operation,
             task_id,
@@ -521,7 +536,7 @@ class BraketVendor(Vendor):
         )
 
     def cancel(self, task: TaskRef) -> None:
-        braket = self._clients(self._region_of(arn=task.task_id)).braket
+        braket = self._braket(self._region_of(arn=task.task_id))
         # A fixed token per task makes a retried cancel the same request.
         token = hashlib.sha256(f"cancel:{task.task_id}".encode()).hexdigest()
         self._call(
@@ -544,7 +559,7 @@ class BraketVendor(Vendor):
             )
         bucket, directory = data.get("outputS3Bucket"), data.get("outputS3Directory")
         key = f"{directory}/{RESULTS_FILENAME}"
-        s3 = self._clients(self._region_of(arn=task.task_id)).s3
+        s3 = self._client("s3", self._region_of(arn=task.task_id))
 
         def read() -> bytes:
             response = s3.get_object(Bucket=bucket, Key=key)

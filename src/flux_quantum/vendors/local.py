@@ -129,6 +129,6 @@ class LocalVendor(BraketVendor):
         self._require_emulator()
         return super().submit(device, program_text, shots, token)
 
-    def _clients(self, region: str) -> Any:
+    def _client(self, service: str, region: str) -> Any:
         self._require_emulator()
-        return super()._clients(region)
+        return super()._client(service, region)

@@ -1,0 +1,146 @@
+"""When to ask a vendor again about a queued task: adaptive poll intervals.
+
+A held job is released when its task reaches the release point (queue position <=
+``release_at``, or RUNNING). Polling every second costs one vendor call per second per
+task; polling rarely releases late. This module owns the trade-off: the next interval
+is a fraction of the earliest plausible time to the release point (tasks still to be
+served before it, times the learned drain time per task), clamped, and it shrinks to
+``min_interval`` once only the task now running stands between us and the release
+point. It decides delays only: it never calls a vendor, never sleeps and never reads a
+clock (times come in with the snapshots).
+
+Why the earliest plausible time: a queue position moves when a task ahead starts; the
+task running now may end at any moment, so with ``d`` tasks to go at least ``d - 1``
+whole service times remain. Polling again after ``safety`` of that (0.5: service times
+may run at half their mean) lands before the release point unless the device suddenly
+drains more than twice as fast as it did so far, so the release lag stays within the
+``min_interval`` a fixed poll would give, at a small fraction of its calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flux_quantum.catalog import Device
+from flux_quantum.policy import DrainEstimator
+from flux_quantum.vendors.base import TaskSnapshot, TaskState
+
+RELEASE_RUNNING = "running"
+
+
+@dataclass(frozen=True)
+class PollSchedule:
+    """Bounds of the adaptive interval, in seconds.
+
+    ``cold_max_interval`` caps the interval until the drain rate has been learned from
+    at least one observed move of the task's position, so a wrong prior cannot make
+    the first wait long.
+    """
+
+    min_interval: float = 1.0
+    max_interval: float = 300.0
+    cold_max_interval: float = 30.0
+    safety: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_interval <= self.cold_max_interval <= self.max_interval:
+            raise ValueError(
+                "PollSchedule needs 0 < min_interval <= cold_max_interval <= max_interval"
+            )
+        if not 0 < self.safety <= 1:
+            raise ValueError(f"PollSchedule.safety must be in (0, 1], got {self.safety}")
+
+
+def release_reached(snapshot: TaskSnapshot, release_at: int | str) -> bool:
+    """Whether the task is at its release point (or past it: running or finished)."""
+    if snapshot.state not in (TaskState.CREATED, TaskState.QUEUED):
+        return True
+    if release_at == RELEASE_RUNNING or snapshot.position is None:
+        return False
+    return not snapshot.position_capped and snapshot.position <= int(release_at)
+
+
+def tasks_to_release(snapshot: TaskSnapshot, release_at: int | str) -> int | None:
+    """Tasks that must start before the release point; None when the position is unknown.
+
+    With Braket's positions (1 = next to run) a task at position ``p`` is released at
+    ``release_at`` after ``p - release_at`` starts, or when RUNNING after ``p``.
+    A capped position (``>2000``) counts as its lower bound.
+    """
+    if release_reached(snapshot, release_at):
+        return 0
+    if snapshot.position is None:
+        return None
+    target = 0 if release_at == RELEASE_RUNNING else int(release_at)
+    return max(0, snapshot.position - target)
+
+
+def next_poll_interval(
+    snapshot: TaskSnapshot,
+    release_at: int | str,
+    seconds_per_task: float | None,
+    schedule: PollSchedule = PollSchedule(),
+    learned: bool = True,
+) -> float:
+    """Seconds to wait before polling ``snapshot``'s task again (0: release now)."""
+    remaining = tasks_to_release(snapshot, release_at)
+    if remaining == 0:
+        return 0.0
+    if remaining is None or seconds_per_task is None:
+        return schedule.min_interval  # nothing to predict from: behave like a fixed poll
+    earliest = (remaining - 1) * seconds_per_task  # the running task may end right away
+    ceiling = schedule.max_interval if learned else schedule.cold_max_interval
+    return min(ceiling, max(schedule.min_interval, schedule.safety * earliest))
+
+
+class AdaptivePoller:
+    """Plans the polls of one task: feed each snapshot, get the delay to the next poll.
+
+    Learns the device's drain rate from the task's own position moves through the
+    shared ``DrainEstimator`` (so tasks on one device teach each other).
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        release_at: int | str = 1,
+        *,
+        estimator: DrainEstimator | None = None,
+        schedule: PollSchedule = PollSchedule(),
+    ) -> None:
+        self.device = device
+        self.release_at = release_at
+        self.estimator = estimator or DrainEstimator()
+        self.schedule = schedule
+
+    def observe(self, snapshot: TaskSnapshot) -> float:
+        """Record ``snapshot`` and return the seconds to wait before the next poll."""
+        self.estimator.observe_position(
+            self.device.name,
+            snapshot.task.task_id,
+            snapshot.position,
+            snapshot.t,
+            capped=snapshot.position_capped,
+        )
+        if release_reached(snapshot, self.release_at):
+            self.estimator.forget_task(self.device.name, snapshot.task.task_id)
+            return 0.0
+        drain = self.estimator.estimate(self.device)
+        return next_poll_interval(
+            snapshot,
+            self.release_at,
+            drain.seconds_per_task,
+            self.schedule,
+            learned=drain.source == "learned",
+        )
+
+
+class FixedPoller:
+    """The baseline: poll every ``interval`` seconds until the release point."""
+
+    def __init__(self, interval: float = 1.0, release_at: int | str = 1) -> None:
+        self.interval = interval
+        self.release_at = release_at
+
+    def observe(self, snapshot: TaskSnapshot) -> float:
+        return 0.0 if release_reached(snapshot, self.release_at) else self.interval
