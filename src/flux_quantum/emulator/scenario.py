@@ -452,7 +452,6 @@ def _deep_update(target: dict[str, Any], changes: Mapping[str, Any]) -> None:
 def _parse_device(raw: Any, source: str, index: int) -> DeviceSpec:
     label = raw.get("name") or raw.get("arn") if isinstance(raw, Mapping) else None
     f = _Fields(raw, source, str(label or f"#{index}"), "")
-    f.reject_unknown(_DEVICE_KEYS)
     arn = f.string("arn", None)
     if arn is None:
         f.fail("arn", "is required (e.g. arn:aws:braket:::device/quantum-simulator/amazon/sv1)")
@@ -464,6 +463,7 @@ def _parse_device(raw: Any, source: str, index: int) -> DeviceSpec:
     provider_key = path[2] if len(path) > 2 else ""
     name = f.string("name", path[-1]) or path[-1]
     f.device = name
+    f.reject_unknown(_DEVICE_KEYS)
     dtype = f.choice("type", kind, DEVICE_TYPES) or kind
     qubits = f.integer("qubits", 20, low=1) or 20
 
