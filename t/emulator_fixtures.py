@@ -1,9 +1,9 @@
 """Pytest fixtures for tests that talk to the vendor emulator through the real Braket SDK.
 
-Import what you use into a test module (``from emulator_fixtures import braket_env,
-emulator, make_emulator``). Each fixture starts a live emulator on 127.0.0.1 driven by a
-``ManualClock`` and points the unmodified SDK and boto3 at it through the environment
-(``monkeypatch``, undone after the test). The SDK reads the environment when it creates a
+Load them in a test module with ``pytest_plugins = ["emulator_fixtures"]`` (t/ is on
+sys.path through t/conftest.py); ``point_sdk_at`` can be imported. Each fixture starts a
+live emulator on 127.0.0.1 driven by a ``ManualClock`` and points the unmodified SDK and
+boto3 at it through the environment (``monkeypatch``, undone after the test). The SDK reads the environment when it creates a
 session, so create ``AwsDevice``/``AwsQuantumTask``/clients inside the test.
 """
 
