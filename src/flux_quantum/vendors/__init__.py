@@ -73,25 +73,37 @@ def probe_devices(
     vendors: Mapping[str, Vendor],
     *,
     timeout: float,
+    per_vendor: int = 4,
     clock: Clock = time.time,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> dict[str, DeviceSnapshot]:
     """Probe every device in parallel; whatever has not answered after ``timeout``
     seconds is reported UNREACHABLE, so a hanging vendor never hides the others.
 
-    Each probe runs in a daemon thread: one stuck in a vendor call is abandoned (its
-    socket timeout ends it later) and never delays the caller or interpreter exit.
+    At most ``per_vendor`` probes run against one vendor at a time. Each runs in a
+    daemon thread: one stuck in a vendor call is abandoned (its socket timeout ends it
+    later) and never delays the caller or interpreter exit.
     """
     devices = list(devices)
     results: dict[str, DeviceSnapshot] = {}
     lock = threading.Lock()
+    # Vendor APIs throttle bursts (and small servers drop connects beyond their listen
+    # backlog), so each vendor sees at most ``per_vendor`` probes at a time.
+    gates = {name: threading.BoundedSemaphore(per_vendor) for name in vendors}
+    deadline = monotonic() + timeout
 
     def probe(device: Device) -> None:
         vendor = vendors.get(device.vendor)
+        gate = gates.get(device.vendor)
         try:
-            if vendor is None:
+            if vendor is None or gate is None:
                 raise LookupError(f"no vendor {device.vendor!r}")
-            snapshot = vendor.probe(device)
+            if not gate.acquire(timeout=max(0.0, deadline - monotonic())):
+                return  # reported as "no answer" below
+            try:
+                snapshot = vendor.probe(device)
+            finally:
+                gate.release()
         except Exception as exc:  # a report must cover every device, whatever broke
             snapshot = DeviceSnapshot(
                 device=device.name,
@@ -103,7 +115,6 @@ def probe_devices(
         with lock:
             results[device.name] = snapshot
 
-    deadline = monotonic() + timeout
     threads = []
     for device in devices:
         thread = threading.Thread(
