@@ -247,10 +247,20 @@ def test_explanation_text_and_json():
         "policy min-wait for 'any policy=min-wait shots=1000 release_at=1 class=qpu': "
         "expected wait, then estimated cost, then name"
     )
-    assert lines[1].split()[:8] == ["DEVICE", "VENDOR", "CLASS", "QUBITS", "STATUS", "QUEUE"] + [
+    assert lines[1].split() == [
+        "DEVICE",
+        "VENDOR",
+        "CLASS",
+        "QUBITS",
+        "STATUS",
+        "QUEUE",
         "COST",
+        "DRAIN",
         "WAIT",
+        "RESULT",
     ]
+    ankaa = next(line for line in lines if line.split()[0] == "ankaa3")
+    assert ankaa.split()[5:10] == ["5", "$1.2000", "30s", "catalog", "2m30s"]
     assert lines[2].split()[0] == "emu-qpu"
     assert lines[2].endswith("chosen: shortest expected wait")
     garnet = next(line for line in lines if line.split()[0] == "garnet")

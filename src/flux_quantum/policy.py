@@ -238,7 +238,7 @@ class Explanation:
         }
 
     def render_text(self) -> str:
-        header = ("DEVICE", "VENDOR", "CLASS", "QUBITS", "STATUS", "QUEUE", "COST", "WAIT")
+        header = ("DEVICE", "VENDOR", "CLASS", "QUBITS", "STATUS", "QUEUE", "COST", "DRAIN", "WAIT")
         rows = [header]
         for c in self.candidates:
             queue = "-" if c.queue_depth is None else f"{'>' if c.queue_capped else ''}"
@@ -255,6 +255,7 @@ class Explanation:
                     c.status or "-",
                     queue,
                     f"${c.cost:.4f}",
+                    f"{_seconds(c.drain.seconds_per_task)} {c.drain.source}" if c.drain else "-",
                     wait,
                 )
             )
