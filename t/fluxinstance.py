@@ -14,25 +14,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flux_quantum.plugin import plugin_path, validator_path
+from flux_quantum.cli.plugin import instance_config
 
 START_TIMEOUT = 60.0
 ROLE_USER = 0x2
 
 
-def quantum_config(**plugin_conf: Any) -> str:
-    """Instance TOML loading the quantum plugin and the ingest validator."""
-    conf = ", ".join(f'"{k}" = {json.dumps(v)}' for k, v in plugin_conf.items())
-    return f"""
-[job-manager]
-plugins = [ {{ load = "{plugin_path()}", conf = {{ {conf} }} }} ]
-
-[ingest.validator]
-plugins = ["jobspec", "{validator_path()}"]
-
-[sched-fluxion-resource]
-match-format = "rv1"
-"""
+def quantum_config(**plugin_conf: int) -> str:
+    """Instance TOML loading the quantum plugin and the ingest validator,
+    exactly as ``flux quantum config`` prints it for a site."""
+    return instance_config(plugin_conf)
 
 
 class FluxInstance:
