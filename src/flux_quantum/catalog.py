@@ -13,7 +13,8 @@ Lookup order of the catalog path (``resolve_catalog_path``):
 3. the Flux configuration key ``[quantum] backends = "path"``, read with
    ``flux config get`` only inside a Flux instance (``FLUX_URI`` set) and with a short
    timeout, so that commands stay cheap outside Flux,
-4. the example shipped with flux-quantum (``etc/flux-quantum/backends.yaml``).
+4. the example shipped with flux-quantum (``etc/flux-quantum/backends.yaml``, installed
+   as ``flux_quantum/data/backends.yaml``).
 """
 
 from __future__ import annotations
@@ -175,18 +176,11 @@ class CatalogLocation:
 def packaged_catalog_path() -> Path:
     """The example catalog shipped with flux-quantum.
 
-    A source checkout or an editable install keeps it at ``etc/flux-quantum`` next to
-    ``src``; an installed copy may carry it as package data.
+    ``etc/flux-quantum/backends.yaml`` is the one copy; the package reaches it through
+    ``flux_quantum/data/backends.yaml``, a symlink in a checkout that becomes a real file
+    in an installed wheel (package data), so both find it.
     """
-    here = Path(__file__).resolve().parent
-    candidates = (
-        here.parent.parent / "etc" / "flux-quantum" / "backends.yaml",
-        here / "data" / "backends.yaml",
-    )
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    return candidates[0]
+    return (Path(__file__).resolve().parent / "data" / "backends.yaml").resolve()
 
 
 def flux_config_backends(timeout: float = 2.0) -> str | None:
