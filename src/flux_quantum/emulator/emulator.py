@@ -113,6 +113,8 @@ class Emulator:
             "AMZN_BRAKET_OUT_S3_BUCKET": self.scenario.bucket,
             # No instance-metadata lookups: there is nothing but loopback to ask.
             "AWS_EC2_METADATA_DISABLED": "true",
+            # Where flux-quantum's own `local` vendor finds this emulator.
+            "FLUX_QUANTUM_EMULATOR_URL": self.url,
         }
 
     # -- what happened ------------------------------------------------------------------------

@@ -117,6 +117,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    # socketserver's default backlog of 5 drops bursts of parallel probes.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], app: App) -> None:
         self.app = app
