@@ -15,9 +15,14 @@
  * own user or the instance owner may act on a job, anyone else gets
  * EPERM and nothing changes):
  *   list     {}                                  -> {jobs:[...]}
- *   release  {id|ids, task?, device?, info?}     -> {released:[...]}
+ *   release  {id|ids, task?, device?, info?, resources?}
+ *                                                -> {released:[...]}
  *   fail     {id|ids, note}                      -> {failed:[...]}
  *   event    {id, name:"qpu-*", context?}        -> {}
+ *
+ * A job may also ride another qpu job's task (fan-out across jobs):
+ *   flux submit --dependency=qpu:JOBID ...
+ * holds it the same way, and `list` reports the job it follows.
  *
  * SPDX-License-Identifier: LGPL-3.0
 \************************************************************/
@@ -74,7 +79,8 @@ struct held_job {
     flux_jobid_t id;
     uint32_t userid;
     double t_submit;
-    json_t *request;
+    json_t *request;       /* attributes.system.qpu, or NULL for a follower */
+    flux_jobid_t follow;   /* --dependency=qpu:JOBID: ride that job's task */
     bool on_list;
     bool released;
 };
@@ -138,7 +144,7 @@ static struct held_job *held_job_create (struct quantum_ctx *ctx,
     job->id = id;
     job->userid = userid;
     job->t_submit = t_submit;
-    job->request = json_incref (request);
+    job->request = request ? json_incref (request) : NULL;
     return job;
 }
 
@@ -192,6 +198,28 @@ static int check_request (json_t *system, char *errbuf, size_t len)
               "qpu must be a device name such as 'sv1', 'braket:sv1' or "
               "'any', or a table given with --setattr=qpu.KEY=VALUE");
     return -1;
+}
+
+/* Return the job a --dependency=qpu:JOBID job follows, 0 if none,
+ * or -1 if the value is not a job id.
+ */
+static int follow_target (json_t *system, flux_jobid_t *leader)
+{
+    json_t *deps = json_object_get (system, "dependencies");
+    json_t *dep;
+    size_t index;
+
+    *leader = 0;
+    json_array_foreach (deps, index, dep) {
+        const char *scheme = json_string_value (json_object_get (dep, "scheme"));
+        const char *value = json_string_value (json_object_get (dep, "value"));
+        if (!scheme || strcmp (scheme, DEPENDENCY_NAME) != 0)
+            continue;
+        if (!value || flux_job_id_parse (value, leader) < 0)
+            return -1;
+        return 0;
+    }
+    return 0;
 }
 
 static int count_held_for_user (struct quantum_ctx *ctx, uint32_t userid)
@@ -269,11 +297,17 @@ static int new_cb (flux_plugin_t *p,
                                 "state", &state,
                                 "t_submit", &t_submit) < 0)
         return flux_jobtap_error (p, args, "quantum: cannot unpack job.new");
+    flux_jobid_t leader = 0;
+
     system = jobspec_system (jobspec);
-    if (!(request = json_object_get (system, "qpu")))
+    request = json_object_get (system, "qpu");
+    if (follow_target (system, &leader) < 0)
+        leader = 0; /* rejected in job.dependency.qpu */
+    if (!request && !leader)
         return 0;
     if (!(job = held_job_create (ctx, id, (uint32_t)userid, t_submit, request)))
         return flux_jobtap_error (p, args, "quantum: out of memory");
+    job->follow = leader;
     if (flux_jobtap_job_aux_set (p, id, AUX_JOB, job, held_job_destroy) < 0) {
         held_job_destroy (job);
         return flux_jobtap_error (p, args, "quantum: cannot track job");
@@ -310,6 +344,67 @@ static int depend_cb (flux_plugin_t *p,
                                      strerror (errno));
         return -1;
     }
+    held_link (job);
+    return 0;
+}
+
+/* job.dependency.qpu: --dependency=qpu:JOBID rides JOBID's quantum task.
+ * The leader must be an active qpu job of the same user.
+ */
+static int dependency_cb (flux_plugin_t *p,
+                          const char *topic,
+                          flux_plugin_arg_t *args,
+                          void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    flux_jobid_t id;
+    flux_jobid_t leader_id;
+    int userid;
+    const char *value;
+    json_t *jobspec;
+    struct held_job *job;
+    struct held_job *leader;
+
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:I s:i s:o s:{s:s}}",
+                                "id", &id,
+                                "userid", &userid,
+                                "jobspec", &jobspec,
+                                "dependency",
+                                  "value", &value) < 0)
+        return flux_jobtap_reject_job (p, args, "quantum: cannot unpack dependency");
+    if (json_object_get (jobspec_system (jobspec), "qpu"))
+        return flux_jobtap_reject_job (p,
+                                       args,
+                                       "give either --setattr=qpu=... or "
+                                       "--dependency=qpu:JOBID, not both");
+    if (flux_job_id_parse (value, &leader_id) < 0)
+        return flux_jobtap_reject_job (p,
+                                       args,
+                                       "--dependency=qpu:JOBID needs a job id, "
+                                       "got '%s'",
+                                       value);
+    if (!(leader = held_job_lookup (ctx, leader_id)) || leader->follow)
+        return flux_jobtap_reject_job (p,
+                                       args,
+                                       "--dependency=qpu:%s: that job is not an "
+                                       "active job with its own qpu request",
+                                       value);
+    if (leader->userid != (uint32_t)userid)
+        return flux_jobtap_reject_job (p,
+                                       args,
+                                       "--dependency=qpu:%s: that job belongs "
+                                       "to another user",
+                                       value);
+    if (!(job = held_job_lookup (ctx, id)) || job->released)
+        return 0;
+    if (flux_jobtap_dependency_add (p, id, DEPENDENCY_NAME) < 0
+        && errno != EEXIST)
+        return flux_jobtap_reject_job (p,
+                                       args,
+                                       "quantum: cannot add qpu dependency: %s",
+                                       strerror (errno));
     held_link (job);
     return 0;
 }
@@ -511,11 +606,16 @@ static void list_cb (flux_t *h,
         json_t *o;
         if (flux_msg_cred_authorize (cred, job->userid) < 0)
             continue;
-        if (!(o = json_pack ("{s:I s:i s:O s:f}",
+        if (!(o = json_pack ("{s:I s:i s:O? s:f}",
                              "id", (json_int_t)job->id,
                              "userid", (int)job->userid,
                              "request", job->request,
                              "t_submit", job->t_submit))
+            || (job->follow
+                && json_object_set_new (o,
+                                        "follow",
+                                        json_integer ((json_int_t)job->follow))
+                       < 0)
             || json_array_append_new (jobs, o) < 0) {
             json_decref (o);
             goto nomem;
@@ -537,7 +637,8 @@ static int release_one (struct quantum_ctx *ctx,
                         struct held_job *job,
                         const char *task,
                         const char *device,
-                        json_t *info)
+                        json_t *info,
+                        json_t *resources)
 {
     flux_plugin_t *p = ctx->p;
     flux_jobid_t id = job->id;
@@ -565,7 +666,8 @@ static int release_one (struct quantum_ctx *ctx,
                                         json_string (device)) < 0))
         || (info
             && json_object_set (update, "attributes.system.qpu_info", info)
-                   < 0)) {
+                   < 0)
+        || (resources && json_object_set (update, "resources", resources) < 0)) {
         errno = ENOMEM;
         goto out;
     }
@@ -605,6 +707,7 @@ static void release_cb (flux_t *h,
     json_t *id = NULL;
     json_t *ids = NULL;
     json_t *info = NULL;
+    json_t *resources = NULL;
     const char *task = NULL;
     const char *device = NULL;
     json_t *targets = NULL;
@@ -614,15 +717,27 @@ static void release_cb (flux_t *h,
 
     if (flux_request_unpack (msg,
                              NULL,
-                             "{s?o s?o s?s s?s s?o}",
+                             "{s?o s?o s?s s?s s?o s?o}",
                              "id", &id,
                              "ids", &ids,
                              "task", &task,
                              "device", &device,
-                             "info", &info) < 0)
+                             "info", &info,
+                             "resources", &resources) < 0)
         goto error;
     if (info && !json_is_object (info)) {
         snprintf (errbuf, sizeof (errbuf), "'info' must be an object");
+        errno = EPROTO;
+        goto error;
+    }
+    /* A new resources section (e.g. adding the QPU vertex the task
+     * uses) goes to the scheduler with the released job.
+     */
+    if (resources
+        && (!json_is_array (resources) || json_array_size (resources) == 0)) {
+        snprintf (errbuf,
+                  sizeof (errbuf),
+                  "'resources' must be a non-empty jobspec resources array");
         errno = EPROTO;
         goto error;
     }
@@ -633,7 +748,7 @@ static void release_cb (flux_t *h,
         struct held_job *job = held_job_lookup (ctx, jobid);
         if (!job || !job->on_list)
             continue; /* listed twice in 'ids' */
-        if (release_one (ctx, job, task, device, info) < 0) {
+        if (release_one (ctx, job, task, device, info, resources) < 0) {
             snprintf (errbuf,
                       sizeof (errbuf),
                       "releasing job %ju failed: %s",
@@ -871,6 +986,7 @@ static const struct flux_plugin_handler tab[] = {
     { "job.validate", validate_cb, NULL },
     { "job.new", new_cb, NULL },
     { "job.state.depend", depend_cb, NULL },
+    { "job.dependency.qpu", dependency_cb, NULL },
     { "job.state.priority", priority_state_cb, NULL },
     { "job.priority.get", priority_cb, NULL },
     { "job.state.cleanup", leave_depend_cb, NULL },

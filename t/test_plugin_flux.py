@@ -296,3 +296,78 @@ def test_plugin_starts_no_python_in_broker(inst):
     assert "quantum.so" in maps
     assert "_cffi_backend" not in maps
     assert "lib-dynload" not in maps
+
+
+def test_etc_snippet_loads_plugin_and_validator(tmp_path):
+    from pathlib import Path
+
+    from flux_quantum.plugin import plugin_path
+
+    prefix = plugin_path().parents[2]
+    snippet = (Path(__file__).parents[1] / "etc/flux-quantum/quantum.toml").read_text()
+    inst = FluxInstance(tmp_path, config=snippet.replace("PREFIX", str(prefix))).start()
+    try:
+        assert "quantum.so" in inst.run(["flux", "jobtap", "list"]).stdout
+        bad = inst.run(["flux", "submit", "--setattr=qpu.shots=abc", "true"], check=False)
+        assert "qpu.shots must be an integer" in bad.stderr
+        jobid = inst.submit("--setattr=qpu=sv1", "true")
+        inst.wait_event(jobid, "dependency-add")
+        inst.quantum("fail", jobid, "--note", "end of test")
+    finally:
+        inst.stop()
+
+
+def test_follower_rides_leader_and_is_released_with_it(inst):
+    leader = inst.submit("--setattr=qpu=sv1", "sh", "-c", CONSUMER)
+    inst.wait_event(leader, "dependency-add")
+    follower = inst.submit(f"--dependency=qpu:{leader}", "sh", "-c", CONSUMER)
+    inst.wait_event(follower, "dependency-add")
+    assert inst.state(follower) == "DEPEND"
+    jobs = {j["id"]: j for j in json.loads(inst.quantum("jobs", "--json").stdout)}
+    assert jobs[jobid_int(inst, follower)]["follow"] == jobid_int(inst, leader)
+    assert jobs[jobid_int(inst, follower)]["request"] is None
+    assert f"follows {leader}" in inst.quantum("jobs").stdout
+    inst.quantum("release", leader, follower, "--task", "arn:shared", "--device", "sv1")
+    for jobid in (leader, follower):
+        inst.run(["flux", "job", "wait-event", "-t", "30", jobid, "clean"])
+        assert inst.run(["flux", "job", "attach", jobid]).stdout.strip() == "arn:shared sv1"
+
+
+@pytest.mark.parametrize(
+    "make_value, text",
+    [
+        (lambda leader: "notajob", "--dependency=qpu:JOBID needs a job id, got 'notajob'"),
+        (lambda leader: "ƒ1", "that job is not an active job with its own qpu request"),
+    ],
+)
+def test_bad_follower_rejected_at_submit(inst, make_value, text):
+    res = inst.run(["flux", "submit", f"--dependency=qpu:{make_value(None)}", "true"], check=False)
+    assert res.returncode != 0
+    assert text in res.stderr
+
+
+def test_follower_with_its_own_request_rejected(inst):
+    leader = inst.submit("--setattr=qpu=sv1", "true")
+    inst.wait_event(leader, "dependency-add")
+    res = inst.run(
+        ["flux", "submit", "--setattr=qpu=sv1", f"--dependency=qpu:{leader}", "true"], check=False
+    )
+    assert res.returncode != 0
+    assert "not both" in res.stderr
+    inst.quantum("fail", leader, "--note", "end of test")
+
+
+def test_follower_survives_job_manager_reload(tmp_path):
+    inst = FluxInstance(tmp_path).start()
+    try:
+        leader = inst.submit("--setattr=qpu=sv1", "true")
+        inst.wait_event(leader, "dependency-add")
+        follower = inst.submit(f"--dependency=qpu:{leader}", "true")
+        inst.wait_event(follower, "dependency-add")
+        inst.restart_job_manager()
+        jobs = {j["id"]: j for j in json.loads(inst.quantum("jobs", "--json").stdout)}
+        assert jobs[jobid_int(inst, follower)]["follow"] == jobid_int(inst, leader)
+        inst.quantum("release", leader, follower, "--task", "arn:x")
+        inst.run(["flux", "job", "wait-event", "-t", "30", follower, "clean"])
+    finally:
+        inst.stop()

@@ -28,8 +28,9 @@ class HeldJob:
 
     id: int
     userid: int
-    request: Any
+    request: Any  # attributes.system.qpu; None for a follower
     t_submit: float
+    follow: int | None = None  # --dependency=qpu:JOBID: the job whose task it rides
 
     def held_for(self, now: float | None = None) -> float:
         """Seconds since the job was submitted (and so held)."""
@@ -92,7 +93,13 @@ class PluginClient:
         """Held jobs the caller may see (a guest sees only their own)."""
         resp = self._rpc("list", {})
         return [
-            HeldJob(int(j["id"]), int(j["userid"]), j["request"], float(j["t_submit"]))
+            HeldJob(
+                int(j["id"]),
+                int(j["userid"]),
+                j.get("request"),
+                float(j["t_submit"]),
+                int(j["follow"]) if j.get("follow") else None,
+            )
             for j in resp["jobs"]
         ]
 
@@ -102,9 +109,16 @@ class PluginClient:
         task: str | None = None,
         device: str | None = None,
         info: Mapping[str, Any] | None = None,
+        resources: list[Any] | None = None,
     ) -> list[int]:
-        """Release held jobs: record task/device in the jobspec, drop the dependency."""
+        """Release held jobs: record task/device in the jobspec, drop the dependency.
+
+        RESOURCES, if given, replaces the jobs' jobspec resources (e.g. to add
+        the QPU vertex their task occupies) before they reach the scheduler.
+        """
         payload = _job_ids(ids)
+        if resources is not None:
+            payload["resources"] = list(resources)
         if task is not None:
             payload["task"] = task
         if device is not None:

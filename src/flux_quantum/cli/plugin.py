@@ -82,7 +82,7 @@ def _job_fields(job: HeldJob, now: float) -> dict[str, Any]:
         "user": _username(job.userid),
         "state": "DEPEND",
         "held": _duration(job.held_for(now)),
-        "request": _describe(job.request),
+        "request": f"follows {_encode_jobid(job.follow)}" if job.follow else _describe(job.request),
     }
 
 
@@ -133,6 +133,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
                 "userid": j.userid,
                 "state": "DEPEND",
                 "request": j.request,
+                "follow": j.follow,
                 "t_submit": j.t_submit,
                 "held_seconds": round(j.held_for(now), 3),
             }
