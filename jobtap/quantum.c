@@ -319,6 +319,18 @@ static int new_cb (flux_plugin_t *p,
     return 0;
 }
 
+/* Add the "qpu" dependency to a tracked job and list it as held.
+ * EEXIST means the hold survived a restart or a plugin reload.
+ */
+static int hold_job (flux_plugin_t *p, struct held_job *job)
+{
+    if (flux_jobtap_dependency_add (p, job->id, DEPENDENCY_NAME) < 0
+        && errno != EEXIST)
+        return -1;
+    held_link (job);
+    return 0;
+}
+
 static int depend_cb (flux_plugin_t *p,
                       const char *topic,
                       flux_plugin_arg_t *args,
@@ -333,9 +345,7 @@ static int depend_cb (flux_plugin_t *p,
         return flux_jobtap_error (p, args, "quantum: cannot unpack id");
     if (!(job = held_job_lookup (ctx, id)) || job->released)
         return 0;
-    /* EEXIST: the hold survived a restart or a plugin reload. */
-    if (flux_jobtap_dependency_add (p, id, DEPENDENCY_NAME) < 0
-        && errno != EEXIST) {
+    if (hold_job (p, job) < 0) {
         flux_jobtap_raise_exception (p,
                                      id,
                                      EXCEPTION_TYPE,
@@ -344,7 +354,6 @@ static int depend_cb (flux_plugin_t *p,
                                      strerror (errno));
         return -1;
     }
-    held_link (job);
     return 0;
 }
 
@@ -399,13 +408,11 @@ static int dependency_cb (flux_plugin_t *p,
                                        value);
     if (!(job = held_job_lookup (ctx, id)) || job->released)
         return 0;
-    if (flux_jobtap_dependency_add (p, id, DEPENDENCY_NAME) < 0
-        && errno != EEXIST)
+    if (hold_job (p, job) < 0)
         return flux_jobtap_reject_job (p,
                                        args,
                                        "quantum: cannot add qpu dependency: %s",
                                        strerror (errno));
-    held_link (job);
     return 0;
 }
 
