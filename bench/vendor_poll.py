@@ -15,7 +15,7 @@ Part 2 (wall clock): ``flux quantum backends`` on 20 devices, 10 on a healthy em
 answers, for a few ``--timeout`` values: wall time against the timeout.
 
 Prints a short table. Nothing here is a timed assertion; run it with
-``PYTHONPATH=src python bench/vendor_poll.py [--seeds N] [--json FILE]``.
+``python bench/vendor_poll.py [--seeds N] [--json FILE]`` (after ``pip install .``).
 """
 
 from __future__ import annotations
