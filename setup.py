@@ -1,8 +1,10 @@
-"""Build hook: compile the quantum jobtap plugin through cffi into the package.
+"""Build hook: compile the quantum jobtap plugin (through cffi) and the quantum
+job-shell plugin into the package.
 
 All metadata lives in pyproject.toml.  Where flux-core is absent the install
-still succeeds; the reason is written to flux_quantum/jobtap/BUILD-STATUS and
-`flux quantum plugin-path` reports it.
+still succeeds; the reason is written to flux_quantum/jobtap/BUILD-STATUS
+(`flux quantum plugin-path` reports it) and, for the shell plugin, to
+flux_quantum/jobtap/shell/BUILD-STATUS (`flux quantum config` reports it).
 """
 
 import sys
@@ -27,6 +29,12 @@ class BuildWithPlugin(build_py):
         (outdir / "BUILD-STATUS").write_text(status)
         banner = "flux-quantum: jobtap plugin " + status.strip()
         print(banner, file=sys.stderr)
+        shell_dir = outdir / build_plugin.SHELL_PLUGIN_DIR
+        shell_dir.mkdir(parents=True, exist_ok=True)
+        path, message = build_plugin.build_shell(outdir)
+        status = f"{'ok' if path else 'not built'}: {message}\n"
+        (shell_dir / "BUILD-STATUS").write_text(status)
+        print("flux-quantum: job-shell plugin " + status.strip(), file=sys.stderr)
 
 
 class BinaryDistribution(Distribution):

@@ -1,4 +1,5 @@
-"""Build the ``quantum`` jobtap plugin (jobtap/quantum.c) through cffi.
+"""Build the ``quantum`` jobtap plugin (jobtap/quantum.c) through cffi, and the
+``quantum`` job-shell plugin (jobtap/shell_quantum.c) into OUTDIR/shell/.
 
 Used by setup.py at ``pip install`` time, and runnable by hand:
 ``python jobtap/build_plugin.py OUTDIR``.
@@ -11,11 +12,20 @@ interpreter (nothing ever calls into Python).  flux-core is found through
 pkg-config (flux-core.pc) or, failing that, through the prefix of the
 ``flux`` on PATH.  Never raises for a missing flux-core: returns the
 reason instead, so the Python package still installs.
+
+The job-shell plugin is loaded by flux-shell, which exports the
+``flux_shell_*`` symbols itself and, like the broker, has no CPython.  It is
+dlopen()ed by the shell of every job, ordinary ones included, so it is built
+as a plain shared object with the C compiler Python was built with (no cffi,
+no libpython): loading it costs the shell nothing but the plugin itself.
+It sits alone in its own directory so that directory can go on the shell's
+plugin search path (``conf.shell_pluginpath``), whose ``*.so`` are all loaded.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,6 +37,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PLUGIN_SOURCE = HERE / "quantum.c"
 PLUGIN_FILE = "quantum.so"
+SHELL_PLUGIN_SOURCE = HERE / "shell_quantum.c"
+SHELL_PLUGIN_DIR = "shell"
+SHELL_PLUGIN_FILE = "shell_quantum.so"
 
 
 @dataclass(frozen=True)
@@ -119,11 +132,65 @@ def build(outdir: Path) -> tuple[Path | None, str]:
     return dest, f"built {dest} against flux-core found via {flags.origin}"
 
 
+def _c_compiler() -> list[str]:
+    """The C compiler command: $CC, else the one Python was built with, else cc."""
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shlex.split(cc)
+
+
+def build_shell(outdir: Path) -> tuple[Path | None, str]:
+    """Compile the job-shell plugin into OUTDIR/shell/. Returns (path or None, message)."""
+    flags = find_flux_core()
+    if isinstance(flags, str):
+        return None, flags
+    if flags.include_dirs and not any(
+        (Path(d) / "flux" / "shell.h").exists() for d in flags.include_dirs
+    ):
+        return None, f"flux-core found via {flags.origin} has no flux/shell.h"
+    destdir = outdir / SHELL_PLUGIN_DIR
+    destdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="flux-quantum-build-") as tmp:
+        built = Path(tmp) / SHELL_PLUGIN_FILE
+        cmd = [
+            *_c_compiler(),
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-g",
+            "-std=gnu11",
+            "-Wall",
+            "-Werror",
+            *[f"-I{d}" for d in flags.include_dirs],
+            str(SHELL_PLUGIN_SOURCE),
+            "-o",
+            str(built),
+            *[f"-L{d}" for d in flags.library_dirs],
+            *[f"-Wl,-rpath,{d}" for d in flags.library_dirs],
+            *[f"-l{lib}" for lib in flags.libraries],
+        ]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return None, f"compiling {SHELL_PLUGIN_SOURCE} failed: {exc}"
+        if proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout).strip()
+            return None, f"compiling {SHELL_PLUGIN_SOURCE} failed: {detail}"
+        dest = destdir / SHELL_PLUGIN_FILE
+        # Replace, never rewrite in place: running shells may have it mapped.
+        partial = destdir / f".{SHELL_PLUGIN_FILE}.tmp"
+        shutil.copyfile(built, partial)
+        os.replace(partial, dest)
+    return dest, f"built {dest} against flux-core found via {flags.origin}"
+
+
 def main(argv: list[str]) -> int:
     outdir = Path(argv[1]) if len(argv) > 1 else Path.cwd()
-    path, message = build(outdir)
-    print(message, file=sys.stderr)
-    return 0 if path else 1
+    rc = 0
+    for builder in (build, build_shell):
+        path, message = builder(outdir)
+        print(message, file=sys.stderr)
+        rc = rc if path else 1
+    return rc
 
 
 if __name__ == "__main__":
