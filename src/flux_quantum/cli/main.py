@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES = (
     "flux_quantum.cli.plugin",
     "flux_quantum.cli.backends",
     "flux_quantum.cli.emulator",
+    "flux_quantum.cli.graph",
 )
 
 
