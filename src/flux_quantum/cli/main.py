@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = (
     "flux_quantum.cli.backends",
     "flux_quantum.cli.emulator",
     "flux_quantum.cli.graph",
+    "flux_quantum.cli.task",
 )
 
 

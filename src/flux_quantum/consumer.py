@@ -1,0 +1,527 @@
+"""How a released job finds its quantum task, and waits for the task's result.
+
+This module owns the consumer's side of a release: reading the task the quantum jobtap
+plugin recorded in the job's jobspec (``attributes.system.qpu_task``, ``qpu_device``,
+``qpu_info``) into a ``JobTask``, saying in one sentence why a job has none (not a qpu
+job, still held, ended before release), waiting for the task through the vendor layer
+(``wait_result``), and knowing where the job-shell plugin that puts ``FLUX_QPU_TASK``,
+``FLUX_QPU_TASKS``, ``FLUX_QPU_DEVICE`` and ``FLUX_QPU_VENDOR`` into every task lives.
+It only reads: it never releases, fails or changes a job, never submits or cancels a
+vendor task, and sees no credential beyond what the vendor layer reads from the caller's
+own environment. Flux is imported lazily, so the pure parts work without Flux.
+
+From a job's Python::
+
+    from flux_quantum.consumer import current_task, wait_result
+    task = current_task()          # FLUX_JOB_ID's task, read from its jobspec
+    result = wait_result(task)     # TaskResult; result.counts is {"00": 498, "11": 502}
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from flux_quantum.errors import CommandError
+from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot, TaskState, Vendor
+from flux_quantum.vendors.errors import VendorError
+
+# What the job-shell plugin sets in every task of a released qpu job.
+ENV_TASK = "FLUX_QPU_TASK"
+ENV_TASKS = "FLUX_QPU_TASKS"
+ENV_DEVICE = "FLUX_QPU_DEVICE"
+ENV_VENDOR = "FLUX_QPU_VENDOR"
+ENV_VARS = (ENV_TASK, ENV_TASKS, ENV_DEVICE, ENV_VENDOR)
+
+SHELL_PLUGIN_DIR = "shell"
+SHELL_PLUGIN_FILE = "shell_quantum.so"
+DEPENDENCY_SCHEME = "qpu"
+
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_MAX_INTERVAL = 15.0
+DEFAULT_VENDOR_TIMEOUT = 30.0
+
+
+class NoTaskError(CommandError):
+    """The job has no quantum task (yet); the message says why in one sentence."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason  # "not-qpu", "held", "ended", "no-task", "not-released"
+
+
+class TaskFailedError(CommandError):
+    """The job's quantum task ended FAILED or CANCELLED: there is no result to read."""
+
+    def __init__(self, message: str, snapshot: TaskSnapshot) -> None:
+        super().__init__(message)
+        self.snapshot = snapshot
+
+
+class WaitTimeout(CommandError):
+    """Waiting for a release or a result took longer than the caller allowed."""
+
+
+@dataclass(frozen=True)
+class JobTask:
+    """The quantum task a released qpu job was given, as the jobtap plugin recorded it.
+
+    ``task_id`` is the job's task (the first of a batch); ``tasks`` holds every task id
+    of the job (one for a single task). ``vendor``, ``device_id``, ``region`` and
+    ``catalog`` come from ``qpu_info`` and are None when the release did not say.
+    """
+
+    jobid: int
+    task_id: str
+    device: str
+    tasks: tuple[str, ...]
+    vendor: str | None = None
+    device_id: str | None = None
+    region: str | None = None
+    catalog: str | None = None
+    info: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def ref(self, task_id: str | None = None) -> TaskRef:
+        """The vendor-layer reference of ``task_id`` (default: the job's task)."""
+        task_id = task_id or self.task_id
+        if task_id not in self.tasks:
+            raise CommandError(
+                f"task {task_id} is not one of job {encode_jobid(self.jobid)}'s tasks "
+                f"({', '.join(self.tasks)})"
+            )
+        return TaskRef(vendor=self.vendor or "", device=self.device, task_id=task_id)
+
+    def refs(self) -> list[TaskRef]:
+        """References of every task of the job, in release order."""
+        return [self.ref(task_id) for task_id in self.tasks]
+
+    def environment(self) -> dict[str, str]:
+        """The FLUX_QPU_* variables the job-shell plugin sets for this task."""
+        env = {ENV_TASK: self.task_id, ENV_TASKS: " ".join(self.tasks), ENV_DEVICE: self.device}
+        if self.vendor:
+            env[ENV_VENDOR] = self.vendor
+        return env
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.jobid,
+            "jobid": encode_jobid(self.jobid),
+            "task": self.task_id,
+            "device": self.device,
+            "vendor": self.vendor,
+            "device_id": self.device_id,
+            "region": self.region,
+            "catalog": self.catalog,
+            "tasks": list(self.tasks),
+        }
+
+
+# --- where things are -------------------------------------------------------------------
+
+
+def shell_plugin_dir() -> Path:
+    """Directory of the built job-shell plugin (it is the only ``*.so`` in it)."""
+    return Path(str(resources.files("flux_quantum"))) / "jobtap" / SHELL_PLUGIN_DIR
+
+
+def shell_plugin_path() -> Path:
+    """Absolute path of the built job-shell plugin, or CommandError saying why there is none."""
+    directory = shell_plugin_dir()
+    path = directory / SHELL_PLUGIN_FILE
+    if path.is_file():
+        return path.resolve()
+    status = directory / "BUILD-STATUS"
+    reason = (
+        status.read_text().strip()
+        if status.is_file()
+        else "this copy of flux-quantum was not installed with pip"
+    )
+    raise CommandError(
+        f"the quantum job-shell plugin is not built ({reason}); install flux-core, "
+        "then reinstall flux-quantum"
+    )
+
+
+# --- job ids ----------------------------------------------------------------------------
+
+
+def encode_jobid(jobid: int) -> str:
+    """``ƒ``-form of a job id when the Flux bindings are there, else decimal."""
+    try:
+        from flux.job import JobID
+
+        return JobID(jobid).f58
+    except (ImportError, OSError):
+        return str(jobid)
+
+
+def parse_jobid(text: str | int) -> int:
+    """A job id in any form Flux accepts (f58, decimal, hex, words)."""
+    if isinstance(text, int):
+        return text
+    try:
+        from flux.job import JobID
+
+        return int(JobID(text))
+    except ImportError:
+        pass
+    except (TypeError, ValueError, OSError):
+        raise CommandError(f"invalid job id '{text}'") from None
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise CommandError(f"invalid job id '{text}'") from None
+
+
+def resolve_jobid(jobid: str | int | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """JOBID as given, else the job this process runs in (``FLUX_JOB_ID``)."""
+    if jobid is not None:
+        return parse_jobid(jobid)
+    env = os.environ if environ is None else environ
+    if env.get("FLUX_JOB_ID"):
+        return parse_jobid(env["FLUX_JOB_ID"])
+    raise CommandError("no job given and FLUX_JOB_ID is not set: run inside a job or name a JOBID")
+
+
+# --- reading the jobspec ----------------------------------------------------------------
+
+
+def _system(jobspec: Mapping[str, Any]) -> Mapping[str, Any]:
+    system = (jobspec.get("attributes") or {}).get("system") or {}
+    return system if isinstance(system, Mapping) else {}
+
+
+def is_qpu_job(jobspec: Mapping[str, Any]) -> bool:
+    """The job asked for a QPU, or rides another job's task (``--dependency=qpu:JOBID``)."""
+    system = _system(jobspec)
+    if system.get("qpu") is not None:
+        return True
+    deps = system.get("dependencies") or []
+    return any(isinstance(d, Mapping) and d.get("scheme") == DEPENDENCY_SCHEME for d in deps)
+
+
+def parse_eventlog(text: str | Iterable[Any] | None) -> list[dict[str, Any]]:
+    """Eventlog entries from job-info's newline-separated JSON (or already decoded)."""
+    if text is None:
+        return []
+    if isinstance(text, str):
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [dict(entry) for entry in text]
+
+
+def _no_task_reason(jobid: int, events: list[dict[str, Any]]) -> NoTaskError:
+    """Why a qpu job has no task, from its eventlog."""
+    name = encode_jobid(jobid)
+    names = [e.get("name") for e in events]
+    fatal = next(
+        (
+            e.get("context") or {}
+            for e in events
+            if e.get("name") == "exception" and (e.get("context") or {}).get("severity") == 0
+        ),
+        None,
+    )
+    if "clean" in names or fatal is not None:
+        detail = ""
+        if fatal is not None:
+            note = fatal.get("note") or "no note"
+            detail = f" ({fatal.get('type', 'job')} exception: {note})"
+        return NoTaskError(
+            f"job {name} has no quantum task: it ended before it was released{detail}", "ended"
+        )
+    if "depend" in names or "alloc" in names:
+        return NoTaskError(
+            f"job {name} has no quantum task: it left DEPEND without a release by flux-quantum "
+            "(was the qpu dependency removed by hand?)",
+            "not-released",
+        )
+    return NoTaskError(f"job {name} has no quantum task yet: it is still held (DEPEND)", "held")
+
+
+def job_task_from_jobspec(
+    jobid: int, jobspec: Mapping[str, Any], events: list[dict[str, Any]] | None = None
+) -> JobTask:
+    """The task recorded in a (current) jobspec, or NoTaskError saying why there is none.
+
+    ``events`` (the job's eventlog) only refines the reason when there is no task.
+    """
+    name = encode_jobid(jobid)
+    system = _system(jobspec)
+    if not is_qpu_job(jobspec):
+        raise NoTaskError(
+            f"job {name} did not ask for a QPU (it has no attributes.system.qpu)", "not-qpu"
+        )
+    task = system.get("qpu_task")
+    if task is None:
+        raise _no_task_reason(jobid, events or [])
+    if not isinstance(task, str) or not task:
+        raise NoTaskError(
+            f"job {name} was released without a quantum task (flux quantum release without "
+            "--task?)",
+            "no-task",
+        )
+    info = system.get("qpu_info")
+    info = info if isinstance(info, Mapping) else {}
+    listed = info.get("tasks")
+    tasks = tuple(t for t in listed if isinstance(t, str) and t) if isinstance(listed, list) else ()
+    if task not in tasks:
+        tasks = (task, *tasks)
+
+    def text(key: str) -> str | None:
+        value = info.get(key)
+        return value if isinstance(value, str) and value else None
+
+    device = system.get("qpu_device")
+    return JobTask(
+        jobid=jobid,
+        task_id=task,
+        device=device if isinstance(device, str) else "",
+        tasks=tasks,
+        vendor=text("vendor"),
+        device_id=text("device_id"),
+        region=text("region"),
+        catalog=text("catalog"),
+        info=dict(info),
+    )
+
+
+def _lookup(handle: Any, jobid: int, keys: list[str]) -> dict[str, Any]:
+    from flux.job import job_kvs_lookup
+
+    try:
+        data = job_kvs_lookup(handle, jobid, keys=keys, decode=True)
+    except PermissionError:
+        raise CommandError(f"job {encode_jobid(jobid)} belongs to another user") from None
+    except OSError as exc:
+        raise CommandError(
+            f"cannot read job {encode_jobid(jobid)}: {exc.strerror or exc}"
+        ) from None
+    if data is None:
+        raise CommandError(f"job {encode_jobid(jobid)} does not exist in this instance")
+    return data
+
+
+def current_task(jobid: str | int | None = None, *, handle: Any = None) -> JobTask:
+    """The quantum task of JOBID (default: the job this process runs in, ``FLUX_JOB_ID``).
+
+    One job-info lookup of the job's current jobspec (with the release's updates) and
+    eventlog. Raises NoTaskError when the job has no task (not a qpu job, still held,
+    ended before release) and CommandError when the job cannot be read.
+    """
+    job = resolve_jobid(jobid)
+    if handle is None:
+        import flux
+
+        handle = flux.Flux()
+    data = _lookup(handle, job, ["jobspec", "eventlog"])
+    return job_task_from_jobspec(
+        job, data.get("jobspec") or {}, parse_eventlog(data.get("eventlog"))
+    )
+
+
+def _ends_hold(name: str, context: Mapping[str, Any]) -> bool:
+    """An eventlog event after which a held job will never get a task by waiting longer."""
+    if name in ("qpu-release", "depend", "clean"):
+        return True
+    return name == "exception" and context.get("severity") == 0
+
+
+def wait_release(
+    jobid: str | int | None = None,
+    *,
+    handle: Any = None,
+    timeout: float | None = None,
+    on_held: Callable[[int], None] | None = None,
+) -> JobTask:
+    """Like ``current_task``, but a job still held is waited for until it is released
+    (or ends without a release: NoTaskError). ``on_held`` is called once if it waits."""
+    job = resolve_jobid(jobid)
+    if handle is None:
+        import flux
+
+        handle = flux.Flux()
+    try:
+        return current_task(job, handle=handle)
+    except NoTaskError as exc:
+        if exc.reason != "held":
+            raise
+    if on_held is not None:
+        on_held(job)
+    from flux.job import event_watch_async
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    watcher = event_watch_async(handle, job)
+    try:
+        while True:
+            try:
+                if deadline is not None:
+                    watcher.wait_for(max(0.0, deadline - time.monotonic()))
+                event = watcher.get_event()
+            except OSError as exc:
+                if exc.errno == errno.ETIMEDOUT:
+                    raise WaitTimeout(
+                        f"job {encode_jobid(job)} is still held after {timeout:g}s"
+                    ) from None
+                raise CommandError(
+                    f"cannot watch job {encode_jobid(job)}: {exc.strerror or exc}"
+                ) from None
+            if event is None or _ends_hold(event.name, event.context):
+                break
+    finally:
+        if watcher.needs_cancel:
+            watcher.cancel()
+    return current_task(job, handle=handle)
+
+
+# --- the vendor side ----------------------------------------------------------------------
+
+
+def open_vendor(
+    task: JobTask,
+    *,
+    environ: Mapping[str, str] | None = None,
+    timeout: float | None = DEFAULT_VENDOR_TIMEOUT,
+) -> Vendor:
+    """The vendor object that can poll TASK, configured from the catalog its release used
+    (``qpu_info.catalog``), else the usual catalog lookup."""
+    from flux_quantum.catalog import CatalogError, load_catalog
+    from flux_quantum.vendors import make_vendor
+
+    try:
+        catalog = load_catalog(task.catalog, environ=environ)
+    except CatalogError as exc:
+        if not task.catalog:
+            raise CommandError(str(exc)) from None
+        try:  # the handlers' catalog is not readable here: fall back to ours
+            catalog = load_catalog(None, environ=environ)
+        except CatalogError:
+            raise CommandError(str(exc)) from None
+    vendor = task.vendor
+    if vendor is None:
+        device = catalog.get(task.device)
+        if device is None:
+            raise CommandError(
+                f"cannot tell which vendor runs task {task.task_id}: its release recorded no "
+                f"qpu_info.vendor and device '{task.device}' is not in {catalog.path}"
+            )
+        vendor = device.vendor
+    try:
+        return make_vendor(vendor, catalog, timeout=timeout, environ=environ)
+    except ValueError as exc:
+        raise CommandError(f"task {task.task_id}: {exc}") from None
+
+
+def _short(task_id: str) -> str:
+    """The last part of a task ARN, for one-line progress."""
+    return task_id.rsplit("/", 1)[-1]
+
+
+def describe_snapshot(snapshot: TaskSnapshot) -> str:
+    """``QUEUED, position 3``, ``RUNNING``, ``FAILED: reason``."""
+    text = snapshot.state.value
+    if snapshot.position is not None:
+        text += f", position {'>' if snapshot.position_capped else ''}{snapshot.position}"
+    if snapshot.message and snapshot.state in (TaskState.FAILED, TaskState.CANCELLED):
+        text += f": {snapshot.message}"
+    return text
+
+
+def watch_task(
+    vendor: Vendor,
+    ref: TaskRef,
+    *,
+    timeout: float | None = None,
+    poll_interval: float = DEFAULT_POLL_INTERVAL,
+    max_interval: float = DEFAULT_MAX_INTERVAL,
+    on_update: Callable[[TaskSnapshot], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> TaskSnapshot:
+    """Poll REF until it is COMPLETED, FAILED or CANCELLED and return that snapshot.
+
+    The interval starts at ``poll_interval`` and grows by half while nothing changes, up
+    to ``max_interval``; any change of state or position brings it back. A retryable
+    vendor error (throttling, an outage) is waited out the same way; any other raises.
+    ``on_update`` sees every snapshot.
+    """
+    start = clock()
+    interval = poll_interval
+    last: tuple[TaskState, int | None] | None = None
+    while True:
+        try:
+            snapshot = vendor.poll(ref)
+        except VendorError as exc:
+            if not exc.retryable:
+                raise CommandError(f"task {ref.task_id}: {exc}") from None
+            snapshot = None
+        if snapshot is not None:
+            if on_update is not None:
+                on_update(snapshot)
+            if snapshot.terminal:
+                return snapshot
+            key = (snapshot.state, snapshot.position)
+            interval = poll_interval if key != last else min(max_interval, interval * 1.5)
+            last = key
+        else:
+            interval = min(max_interval, interval * 1.5)
+        if timeout is not None:
+            left = timeout - (clock() - start)
+            if left <= 0:
+                state = describe_snapshot(snapshot) if snapshot else "not answering"
+                raise WaitTimeout(f"quantum task {ref.task_id} is still {state} after {timeout:g}s")
+            sleep(min(interval, left))
+        else:
+            sleep(interval)
+
+
+def result_of(vendor: Vendor, ref: TaskRef, snapshot: TaskSnapshot) -> TaskResult:
+    """The result of a terminal task, or TaskFailedError for FAILED/CANCELLED."""
+    if snapshot.state is not TaskState.COMPLETED:
+        where = f" on {ref.device}" if ref.device else ""
+        raise TaskFailedError(
+            f"quantum task {ref.task_id}{where} ended {describe_snapshot(snapshot)}", snapshot
+        )
+    try:
+        return vendor.result(ref)
+    except VendorError as exc:
+        raise CommandError(f"task {ref.task_id}: {exc}") from None
+
+
+def wait_result(
+    task: JobTask | None = None,
+    *,
+    task_id: str | None = None,
+    vendor: Vendor | None = None,
+    timeout: float | None = None,
+    poll_interval: float = DEFAULT_POLL_INTERVAL,
+    max_interval: float = DEFAULT_MAX_INTERVAL,
+    on_update: Callable[[TaskSnapshot], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> TaskResult:
+    """Wait until the job's task (or ``task_id``, one of a batch) completes; its result.
+
+    TASK defaults to ``current_task()``. Raises TaskFailedError if the task ends FAILED
+    or CANCELLED, WaitTimeout after ``timeout`` seconds.
+    """
+    job_task = task if task is not None else current_task()
+    ref = job_task.ref(task_id)
+    vendor = vendor if vendor is not None else open_vendor(job_task)
+    snapshot = watch_task(
+        vendor,
+        ref,
+        timeout=timeout,
+        poll_interval=poll_interval,
+        max_interval=max_interval,
+        on_update=on_update,
+        clock=clock,
+        sleep=sleep,
+    )
+    return result_of(vendor, ref, snapshot)
