@@ -149,6 +149,37 @@ def shell_plugin_path() -> Path:
     )
 
 
+def shell_initrc_line(path: Path | None = None) -> str:
+    """The Lua line that loads the job-shell plugin from a shell initrc or lua.d drop-in."""
+    return f'plugin.load {{ file = "{path or shell_plugin_path()}" }}'
+
+
+def shell_site_config() -> str:
+    """TOML comment lines telling a site how to load the job-shell plugin.
+
+    flux-shell takes plugins from its initrc (and the ``conf.shell_pluginpath`` broker
+    attribute), never from the instance TOML, so this is advice with the exact commands.
+    """
+    try:
+        path = shell_plugin_path()
+    except CommandError as exc:
+        return (
+            f"# {exc}.\n"
+            "# Without it jobs still find their task: flux quantum task, or the jobspec.\n"
+        )
+    dropin = '"$(dirname "$(flux config builtin shell_initrc)")/lua.d/flux-quantum.lua"'
+    return (
+        "# Job-shell plugin: FLUX_QPU_TASK, FLUX_QPU_TASKS, FLUX_QPU_DEVICE and\n"
+        "# FLUX_QPU_VENDOR in every task of a released qpu job. flux-shell loads plugins\n"
+        "# from its initrc, not from this TOML. For every instance on this system, once:\n"
+        f"#   echo '{shell_initrc_line(path)}' > {dropin}\n"
+        "# or, for one instance only, on its broker command line (flux start, or\n"
+        "# flux alloc/batch --broker-opts=...):\n"
+        "#   -S conf.shell_pluginpath=$(flux config builtin shell_pluginpath):"
+        f"{path.parent}\n"
+    )
+
+
 # --- job ids ----------------------------------------------------------------------------
 
 
