@@ -1,0 +1,246 @@
+"""Unit tier: the handler service's pure parts (eventlog replay, tokens, the classical
+wait estimate, options, program files, worker threads). No Flux needed."""
+
+from __future__ import annotations
+
+import math
+import select
+import threading
+import time
+
+import pytest
+
+from flux_quantum.catalog import load_catalog
+from flux_quantum.policy import select_device
+from flux_quantum.request import parse_request
+from flux_quantum.service import (
+    DEFAULT_PROGRAM,
+    ClusterView,
+    JobSize,
+    ProgramError,
+    ServiceError,
+    ServiceOptions,
+    VendorWorkers,
+    compact_explanation,
+    jobspec_size,
+    merge_histories,
+    read_program,
+    replay,
+    task_token,
+)
+from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
+
+
+def ev(name, t=100.0, **context):
+    return {"timestamp": t, "name": name, "context": context}
+
+
+TOKEN0 = "fq-7-1-0-0"
+TOKEN1 = "fq-7-1-0-1"
+
+
+def test_replay_submit_then_task_is_a_task_to_reattach():
+    history = replay(
+        [
+            ev("submit", userid=0),
+            ev("dependency-add", description="qpu"),
+            ev("qpu-select", index=0, attempt=0, device="sv1"),
+            ev("qpu-submit", t=101.5, unit=7, index=0, attempt=0, token=TOKEN0, device="sv1"),
+            ev("qpu-task", unit=7, index=0, attempt=0, token=TOKEN0, task="arn:t1", device="sv1"),
+            ev("qpu-queue", index=0, attempt=0, position=8, milestone=10),
+        ]
+    )
+    assert history.unit == 7
+    slot = history.slots[0]
+    assert (slot.token, slot.task, slot.device) == (TOKEN0, "arn:t1", "sv1")
+    assert slot.submitted_at == 101.5
+    assert slot.milestones == (10,)
+    assert ("qpu-submit", 0, 0) in history.facts and ("qpu-task", 0, 0) in history.facts
+    assert not history.released
+
+
+def test_replay_submit_without_task_keeps_the_token():
+    history = replay([ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="garnet")])
+    assert history.slots[0].token == TOKEN0
+    assert history.slots[0].task is None
+
+
+def test_replay_failover_starts_a_new_attempt_with_exclusions():
+    history = replay(
+        [
+            ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="forte"),
+            ev("qpu-task", unit=7, index=0, attempt=0, token=TOKEN0, task="arn:t1"),
+            ev("qpu-failover", index=0, attempt=1, exclude=["forte"], **{"class": "simulator"}),
+        ]
+    )
+    slot = history.slots[0]
+    assert (slot.attempt, slot.token, slot.task) == (1, None, None)
+    assert slot.exclude == ("forte",)
+    assert slot.device_class == "simulator"
+    history = replay(
+        [
+            *[
+                ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="forte"),
+                ev("qpu-failover", index=0, attempt=1, exclude=["forte"]),
+            ],
+            ev(
+                "qpu-submit",
+                unit=7,
+                index=0,
+                attempt=1,
+                token=TOKEN1,
+                device="sv1",
+                exclude=["forte"],
+            ),
+        ]
+    )
+    assert (history.slots[0].attempt, history.slots[0].token) == (1, TOKEN1)
+    assert history.slots[0].exclude == ("forte",)
+
+
+def test_replay_ignores_a_task_of_an_older_attempt_and_sees_release():
+    history = replay(
+        [
+            ev("qpu-submit", unit=7, index=0, attempt=1, token=TOKEN1, device="sv1"),
+            ev("qpu-task", unit=7, index=0, attempt=0, token=TOKEN0, task="arn:old"),
+            ev("qpu-release", task="arn:x"),
+        ]
+    )
+    assert history.slots[0].task is None
+    assert history.released
+
+
+def test_replay_batch_and_join():
+    history = replay(
+        [
+            ev("qpu-join", unit=9, via="group"),
+            ev("qpu-submit", unit=9, index=0, attempt=0, token="a", device="sv1"),
+            ev("qpu-submit", unit=9, index=1, attempt=0, token="b", device="sv1"),
+            ev("qpu-task", unit=9, index=1, attempt=0, token="b", task="arn:b"),
+        ]
+    )
+    assert history.unit == 9
+    assert history.slots[0].task is None and history.slots[1].task == "arn:b"
+
+
+def test_merge_histories_takes_the_most_advanced_member():
+    behind = replay([ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="sv1")])
+    ahead = replay(
+        [
+            ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="sv1"),
+            ev("qpu-task", unit=7, index=0, attempt=0, token=TOKEN0, task="arn:t"),
+        ]
+    )
+    assert merge_histories([behind, ahead])[0].task == "arn:t"
+    assert merge_histories([ahead, behind])[0].task == "arn:t"
+    assert merge_histories([]) == {}
+
+
+def test_task_token_is_stable_short_and_distinct():
+    token = task_token(123456789012345678, 1795941366.476426, 3, 2)
+    assert token == task_token(123456789012345678, 1795941366.476426, 3, 2)
+    assert len(token) <= 64
+    assert token != task_token(123456789012345678, 1795941366.476426, 3, 1)
+    assert token != task_token(123456789012345678, 1795941999.0, 3, 2)
+
+
+def test_jobspec_size():
+    nodes = [
+        {
+            "type": "node",
+            "count": 2,
+            "exclusive": True,
+            "with": [{"type": "slot", "count": 1, "with": [{"type": "core", "count": 1}]}],
+        }
+    ]
+    assert jobspec_size(nodes) == JobSize(nodes=2, cores=2, exclusive_nodes=True)
+    slots = [{"type": "slot", "count": 3, "with": [{"type": "core", "count": 2}]}]
+    assert jobspec_size(slots) == JobSize(nodes=0, cores=6)
+    assert jobspec_size(None) == JobSize()
+
+
+def test_cluster_view_wait_for_cores():
+    view = ClusterView(t=0.0, cores_per_node=2, free_cores=1, releases=((30.0, 2), (50.0, 1)))
+    assert view.wait_for(1, now=10.0) == 0.0
+    assert view.wait_for(3, now=10.0) == 20.0
+    assert view.wait_for(4, now=10.0) == 40.0
+    assert view.wait_for(5, now=10.0) is None  # more than the instance will ever free
+    unlimited = ClusterView(t=0.0, cores_per_node=2, free_cores=0, releases=((math.inf, 4),))
+    assert unlimited.wait_for(2, now=0.0) is None
+    assert view.cores_for(JobSize(nodes=2, cores=2, exclusive_nodes=True)) == 4
+    assert view.cores_for(JobSize(cores=3)) == 3
+
+
+def test_cluster_view_from_flux_payloads():
+    status = {
+        "all": {"execution": {"R_lite": [{"rank": "0-1", "children": {"core": "0-3"}}]}},
+        "allocated": {"execution": {"R_lite": [{"rank": "1", "children": {"core": "0-2"}}]}},
+        "down": None,
+    }
+    running = [{"expiration": 200.0, "ncores": 3}, {"expiration": 0.0, "ncores": 1}]
+    view = ClusterView.from_flux(status, running, t=100.0)
+    assert (view.cores_per_node, view.free_cores) == (4, 5)
+    assert view.releases == ((200.0, 3), (math.inf, 1))
+    assert view.wait_for(8, now=100.0) == 100.0
+
+
+def test_options_round_trip_and_errors():
+    options = ServiceOptions(catalog="/x/b.yaml", poll_min=0.2, workers=2, scan_interval=0.5)
+    words = options.to_args()
+    assert "poll-min=0.2" in words and "workers=2" in words
+    assert ServiceOptions.from_args(words) == options
+    with pytest.raises(ServiceError, match="unknown service option 'colour=blue'"):
+        ServiceOptions.from_args(["colour=blue"])
+    with pytest.raises(ServiceError, match="poll-min must be a number"):
+        ServiceOptions.from_args(["poll-min=fast"])
+    with pytest.raises(ServiceError, match="workers must be an integer >= 1"):
+        ServiceOptions(workers=0)
+    with pytest.raises(ServiceError, match="poll-min <= poll-cold-max <= poll-max"):
+        ServiceOptions(poll_min=10, poll_max=5, poll_cold_max=5)
+    with pytest.raises(ServiceError, match="white space"):
+        ServiceOptions(catalog="/my dir/b.yaml").to_args()
+
+
+def test_read_program(tmp_path):
+    (tmp_path / "a.qasm").write_text("OPENQASM 3.0;\n")
+    assert read_program(str(tmp_path), "a.qasm") == "OPENQASM 3.0;\n"
+    assert read_program(None, str(tmp_path / "a.qasm")) == "OPENQASM 3.0;\n"
+    assert read_program(str(tmp_path), None) == DEFAULT_PROGRAM
+    with pytest.raises(ProgramError, match="qpu.program 'missing.qasm': cannot read"):
+        read_program(str(tmp_path), "missing.qasm")
+
+
+def test_compact_explanation_is_small_and_names_the_choice():
+    catalog = load_catalog()
+    snapshots = {
+        d.name: DeviceSnapshot(d.name, DeviceStatus.ONLINE, queue_depth=3, price=d.price)
+        for d in catalog
+    }
+    selection = select_device(catalog.devices, snapshots, parse_request("local:any"))
+    compact = compact_explanation(selection.explanation, limit=3)
+    assert compact["chosen"] == selection.device.name
+    assert len(compact["candidates"]) == 3
+    assert compact["more"] == len(selection.explanation.candidates) - 3
+    assert compact["candidates"][0]["verdict"].startswith("chosen")
+
+
+def test_workers_hand_results_back_through_the_pipe():
+    workers = VendorWorkers(2)
+    results = []
+    try:
+        caller = threading.get_ident()
+        workers.submit(lambda: threading.get_ident(), lambda r, e: results.append((r, e)))
+        workers.submit(lambda: 1 / 0, lambda r, e: results.append((r, e)))
+        deadline = time.monotonic() + 5
+        done = []
+        while len(done) < 2 and time.monotonic() < deadline:
+            select.select([workers.fileno()], [], [], 0.5)
+            done += workers.drain()
+        for callback, result, error in done:
+            callback(result, error)
+        assert len(results) == 2
+        idents = [r for r, e in results if e is None]
+        assert idents and idents[0] != caller
+        assert any(isinstance(e, ZeroDivisionError) for r, e in results)
+    finally:
+        workers.stop()
