@@ -398,7 +398,7 @@ def wait_release(
             except OSError as exc:
                 if exc.errno == errno.ETIMEDOUT:
                     raise WaitTimeout(
-                        f"job {encode_jobid(job)} is still held after {timeout:g}s"
+                        f"job {encode_jobid(job)} is still held after {round(timeout, 1):g}s"
                     ) from None
                 raise CommandError(
                     f"cannot watch job {encode_jobid(job)}: {exc.strerror or exc}"
@@ -506,7 +506,9 @@ def watch_task(
             left = timeout - (clock() - start)
             if left <= 0:
                 state = describe_snapshot(snapshot) if snapshot else "not answering"
-                raise WaitTimeout(f"quantum task {ref.task_id} is still {state} after {timeout:g}s")
+                raise WaitTimeout(
+                    f"quantum task {ref.task_id} is still {state} after {round(timeout, 1):g}s"
+                )
             sleep(min(interval, left))
         else:
             sleep(interval)
