@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import pytest
@@ -175,7 +176,9 @@ def test_status_of_a_device_not_in_the_graph_is_an_error(inst):
 
 def test_static_jgf_loads_and_is_allocated(tmp_path, catalog_file):
     catalog = parse_catalog(catalog_file.read_text(), str(catalog_file))
-    R = graph.nodes_R("node[0-1]", "0-1")
+    # Every broker of a test instance runs on this host, as `flux R encode` would list it.
+    host = socket.gethostname()
+    R = graph.nodes_R(f"{host},{host}", "0")
     (tmp_path / "R.json").write_text(json.dumps(R))
     static = FluxInstance(tmp_path / "gen", size=1)
     (tmp_path / "gen").mkdir()
@@ -197,10 +200,9 @@ def test_static_jgf_loads_and_is_allocated(tmp_path, catalog_file):
         "\n[resource]\n"
         f'path = "{tmp_path / "R.json"}"\n'
         f'scheduling = "{tmp_path / "gen" / "graph.json"}"\n'
-        "noverify = true\n"
     )
     (tmp_path / "run").mkdir()
-    inst = FluxInstance(tmp_path / "run", size=2, config=config, cores=2).start()
+    inst = FluxInstance(tmp_path / "run", size=2, config=config).start()
     try:
         import flux
 
@@ -211,5 +213,21 @@ def test_static_jgf_loads_and_is_allocated(tmp_path, catalog_file):
         release_for(inst, handle, jobid, "one")
         inst.wait_event(jobid, "clean")
         assert qpu_paths_in_R(inst, jobid) == ["/cluster0/qpu-one/qpu0"]
+        # a catalog that grew a slot and changed an attribute: load adds and refreshes
+        grown = catalog_file.read_text().replace("qubits: 36", "qubits: 40")
+        grown = grown.replace("slots: 2", "slots: 3")
+        result = graph.load(handle, parse_catalog(grown))
+        assert result.added == ("/cluster0/qpu-two/qpu2",)
+        assert "/cluster0/qpu-two/qpu0" in result.updated
+        two = [v for v in graph.find_qpus(handle) if v.device == "two"]
+        assert [(v.slot, v.properties["qubits"]) for v in two] == [(0, "40"), (1, "40"), (2, "40")]
     finally:
         assert inst.stop() == 0, inst.broker_log()
+
+
+def test_guest_cannot_change_the_graph(inst):
+    guest = inst.guest_env(12345)
+    proc = inst.quantum("graph", "status", "one", "down", check=False, env=guest)
+    assert proc.returncode == 1
+    assert "flux-quantum: ERROR:" in proc.stderr and "instance owner" in proc.stderr
+    assert find_qpu_paths(inst, "property=qpu and status=down") == []

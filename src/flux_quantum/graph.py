@@ -480,7 +480,9 @@ def _rpc(handle: Any, method: str, payload: Mapping[str, Any]) -> Any:
                 "(sched-fluxion-resource) loaded in this instance"
             ) from None
         if exc.errno == errno.EPERM:
-            raise GraphError(f"{topic}: only the instance owner may change the graph") from None
+            raise GraphError(
+                f"{topic}: only the instance owner may read or change the Fluxion graph"
+            ) from None
         raise GraphError(f"{topic}: {reason}") from None
 
 

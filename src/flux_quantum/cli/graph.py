@@ -19,7 +19,8 @@ from flux_quantum.catalog import Catalog, CatalogError, load_catalog
 from flux_quantum.errors import CommandError
 
 LIST_FIELDS = ("device", "slot", "status", "alloc", "vendor", "class", "qubits", "path")
-LIST_FORMAT = "{device:<16} {slot:>4} {status:<6} {alloc:<9} {vendor:<7} {qubits:>6}  {path}"
+LIST_DEFAULT = ("device", "slot", "status", "alloc", "vendor", "qubits")
+RIGHT_ALIGNED = ("slot", "qubits")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -195,6 +196,15 @@ def list_row(vertex: graph.QpuVertex) -> dict[str, str]:
     }
 
 
+def default_format(rows: list[dict[str, str]]) -> str:
+    """Columns sized to their content, the path last and unpadded."""
+    parts = []
+    for name in LIST_DEFAULT:
+        width = max([len(name)] + [len(row[name]) for row in rows])
+        parts.append(f"{{{name}:{'>' if name in RIGHT_ALIGNED else '<'}{width}}}")
+    return " ".join(parts) + "  {path}"
+
+
 def render(rows: list[dict[str, str]], fmt: str, header: bool) -> list[str]:
     try:
         names = [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
@@ -221,7 +231,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps([v.to_dict() for v in vertices], indent=2))
         return 0
     rows = [list_row(v) for v in vertices]
-    for line in render(rows, args.format or LIST_FORMAT, header=not args.no_header):
+    for line in render(rows, args.format or default_format(rows), header=not args.no_header):
         print(line)
     return 0
 
