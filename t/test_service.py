@@ -45,15 +45,24 @@ def test_replay_submit_then_task_is_a_task_to_reattach():
             ev("submit", userid=0),
             ev("dependency-add", description="qpu"),
             ev("qpu-select", index=0, attempt=0, device="sv1"),
-            ev("qpu-submit", t=101.5, unit=7, index=0, attempt=0, token=TOKEN0, device="sv1"),
-            ev("qpu-task", unit=7, index=0, attempt=0, token=TOKEN0, task="arn:t1", device="sv1"),
+            ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="sv1"),
+            ev(
+                "qpu-task",
+                t=101.5,
+                unit=7,
+                index=0,
+                attempt=0,
+                token=TOKEN0,
+                task="arn:t1",
+                device="sv1",
+            ),
             ev("qpu-queue", index=0, attempt=0, position=8, milestone=10),
         ]
     )
     assert history.unit == 7
     slot = history.slots[0]
     assert (slot.token, slot.task, slot.device) == (TOKEN0, "arn:t1", "sv1")
-    assert slot.submitted_at == 101.5
+    assert slot.queued_at == 101.5
     assert slot.milestones == (10,)
     assert ("qpu-submit", 0, 0) in history.facts and ("qpu-task", 0, 0) in history.facts
     assert not history.released

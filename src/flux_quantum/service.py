@@ -342,7 +342,7 @@ class SlotHistory:
     device: str | None = None
     vendor: str | None = None
     task: str | None = None
-    submitted_at: float | None = None
+    queued_at: float | None = None
     exclude: tuple[str, ...] = ()
     device_class: str | None = None
     milestones: tuple[int, ...] = ()
@@ -398,7 +398,6 @@ def replay(events: Iterable[Mapping[str, Any]]) -> History:
                 token=ctx.get("token"),
                 device=ctx.get("device"),
                 vendor=ctx.get("vendor"),
-                submitted_at=float(event.get("timestamp", 0.0)) or None,
                 exclude=tuple(ctx.get("exclude") or slot.exclude),
                 device_class=ctx.get("class", slot.device_class),
                 milestones=slot.milestones if attempt == slot.attempt else (),
@@ -408,7 +407,12 @@ def replay(events: Iterable[Mapping[str, Any]]) -> History:
                 unit = ctx["unit"]
             if attempt != slot.attempt or ctx.get("token") != slot.token:
                 continue
-            slot = replace(slot, task=ctx.get("task"), device=ctx.get("device", slot.device))
+            slot = replace(
+                slot,
+                task=ctx.get("task"),
+                device=ctx.get("device", slot.device),
+                queued_at=float(event.get("timestamp", 0.0)) or None,
+            )
         elif name == "qpu-failover":
             if attempt <= slot.attempt and slot.token is not None and attempt != slot.attempt + 1:
                 continue
@@ -683,7 +687,8 @@ class Slot:
     task: TaskRef | None = None
     attached: bool = True
     snapshot: TaskSnapshot | None = None
-    submitted_at: float | None = None
+    queued_at: float | None = None  # when the task was created: max_wait counts from here
+    cancelled: bool = False
     submit_posted: bool = False
     exclude: set[str] = field(default_factory=set)
     device_class: str | None = None
@@ -700,8 +705,10 @@ class Slot:
     last_poll: float = 0.0
 
     def live_task(self) -> TaskRef | None:
-        """The task if the vendor may still run it."""
-        if self.task is None or (self.snapshot is not None and self.snapshot.terminal):
+        """The task if the vendor may still run it (and we did not cancel it)."""
+        if self.task is None or self.cancelled:
+            return None
+        if self.snapshot is not None and self.snapshot.terminal:
             return None
         return self.task
 
@@ -1086,7 +1093,7 @@ class QuantumService:
             slot.device = device
             slot.token = h.token
             slot.submit_posted = True
-            slot.submitted_at = h.submitted_at
+            slot.queued_at = h.queued_at
             if h.task:
                 slot.task = TaskRef(device.vendor, device.name, h.task, h.token)
                 slot.attached = False
@@ -1370,7 +1377,6 @@ class QuantumService:
                 slot.due = self.clock() + self.options.scan_interval
                 return
             slot.submit_posted = True
-            slot.submitted_at = self.clock()
         device, text, shots, token = slot.device, slot.text, unit.request.shots, slot.token
         try:
             vendor = self.vendor(device.vendor)
@@ -1404,6 +1410,7 @@ class QuantumService:
             return
         self.counters.tasks_created += 1
         slot.task = task
+        slot.queued_at = self.clock()
         slot.errors = 0
         slot.retry_posted = False
         slot.phase = Phase.TRACK
@@ -1560,9 +1567,9 @@ class QuantumService:
 
     def _check_max_wait(self, unit: Unit, slot: Slot, now: float) -> None:
         limit = unit.request.max_wait
-        if limit is None or slot.submitted_at is None or slot.busy:
+        if limit is None or slot.queued_at is None or slot.busy:
             return
-        waited = now - slot.submitted_at
+        waited = now - slot.queued_at
         if waited <= limit:
             return
         assert slot.device is not None
@@ -1644,6 +1651,7 @@ class QuantumService:
         self._post_all(unit, event, context)
         if task is not None and event != "qpu-task-failed":
             self._cancel(task, what)
+            slot.cancelled = True
         self._failover(unit, slot, slot.device.name, what)
 
     def _failover(self, unit: Unit, slot: Slot, failed: str | None, what: str) -> None:
@@ -1682,7 +1690,8 @@ class QuantumService:
         slot.snapshot = None
         slot.poller = None
         slot.submit_posted = False
-        slot.submitted_at = None
+        slot.queued_at = None
+        slot.cancelled = False
         slot.milestones = set()
         slot.expected_wait = None
         slot.errors = 0
