@@ -47,6 +47,7 @@ DEPENDENCY_SCHEME = "qpu"
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_MAX_INTERVAL = 15.0
 DEFAULT_VENDOR_TIMEOUT = 30.0
+DEFAULT_MAX_ERROR_TIME = 120.0  # vendor errors in a row a wait rides out
 
 
 class NoTaskError(CommandError):
@@ -471,6 +472,7 @@ def watch_task(
     timeout: float | None = None,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     max_interval: float = DEFAULT_MAX_INTERVAL,
+    max_error_time: float = DEFAULT_MAX_ERROR_TIME,
     on_update: Callable[[TaskSnapshot], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -478,21 +480,26 @@ def watch_task(
     """Poll REF until it is COMPLETED, FAILED or CANCELLED and return that snapshot.
 
     The interval starts at ``poll_interval`` and grows by half while nothing changes, up
-    to ``max_interval``; any change of state or position brings it back. A retryable
-    vendor error (throttling, an outage) is waited out the same way; any other raises.
-    ``on_update`` sees every snapshot.
+    to ``max_interval``; any change of state or position brings it back. Retryable vendor
+    errors (throttling, an outage) are waited out the same way for ``max_error_time``
+    seconds in a row, then raised like any other error. ``on_update`` sees every snapshot.
     """
     start = clock()
     interval = poll_interval
     last: tuple[TaskState, int | None] | None = None
+    snapshot: TaskSnapshot | None = None
+    failing_since: float | None = None
     while True:
         try:
             snapshot = vendor.poll(ref)
+            failing_since = None
         except VendorError as exc:
-            if not exc.retryable:
+            now = clock()
+            failing_since = now if failing_since is None else failing_since
+            if not exc.retryable or now - failing_since >= max_error_time:
                 raise CommandError(f"task {ref.task_id}: {exc}") from None
-            snapshot = None
-        if snapshot is not None:
+            interval = min(max_interval, interval * 1.5)
+        else:
             if on_update is not None:
                 on_update(snapshot)
             if snapshot.terminal:
@@ -500,8 +507,6 @@ def watch_task(
             key = (snapshot.state, snapshot.position)
             interval = poll_interval if key != last else min(max_interval, interval * 1.5)
             last = key
-        else:
-            interval = min(max_interval, interval * 1.5)
         if timeout is not None:
             left = timeout - (clock() - start)
             if left <= 0:
