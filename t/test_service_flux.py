@@ -87,6 +87,7 @@ SCENARIO: dict[str, Any] = {
         ),
         _qpu("Slow", queue={"depth": 100}),
         _qpu("Zeta", queue={"depth": 2}),
+        _qpu("Solo", queue={"depth": 2}),
         {
             "arn": "arn:aws:braket:::device/quantum-simulator/emulator/gamma",
             "name": "gamma",
@@ -114,7 +115,7 @@ def _catalog_text() -> str:
             "    qubits: 20",
             "    region: us-east-1",
             "    price: {per_task: 0.3, per_shot: 0.001}",
-            "    slots: 4",
+            f"    slots: {1 if name == 'solo' else 4}",
             f"    properties: {{drain_seconds_per_task: {_DRAIN.get(name, 1)}}}",
         ]
     return "\n".join(lines) + "\n"
@@ -595,3 +596,24 @@ def test_instance_restart_mid_wait_reattaches(tmp_path, catalog):
     finally:
         inst.stop()
         emu.stop()
+
+
+def test_one_slot_device_never_has_two_tasks_in_flight(inst, qpu):
+    """q-solo has one slot: the second and third jobs wait (qpu-wait) until the task
+    before theirs is released, so the site never has two tasks queued there."""
+    qpu.start_service()
+    jobs = [qpu.submit("--setattr=qpu.device=local:q-solo", "true") for _ in range(3)]
+    qpu.wait_event(jobs[0], "qpu-task")
+    for jobid in jobs[1:]:
+        qpu.wait_event(jobid, "qpu-wait")
+        assert "all 1 slot(s) of q-solo in use" in qpu.context(jobid, "qpu-wait")["reason"]
+    assert qpu.emu.call_count("CreateQuantumTask") == 1
+    for jobid in jobs:
+        # drive the emulated queue until this job is released
+        qpu.until(lambda jobid=jobid: qpu.advance(5) or "qpu-release" in qpu.names(jobid))
+    # [created, released] of the three tasks never overlap (waiters are not ordered)
+    spans = sorted(
+        (_event_time(qpu, j, "qpu-task"), _event_time(qpu, j, "qpu-release")) for j in jobs
+    )
+    assert spans[1][0] > spans[0][1] and spans[2][0] > spans[1][1]
+    assert qpu.emu.call_count("CreateQuantumTask") == 3

@@ -781,8 +781,12 @@ class QuantumService:
         vendors: Mapping[str, Vendor] | None = None,
         clock: Clock = time.time,
         log: Log | None = None,
+        userid: int | None = None,
     ) -> None:
         self.jobs = jobs
+        # Credentials stay with their owner: the service acts on its own user's jobs
+        # only; in a multi-user instance each user runs `flux quantum service run`.
+        self.userid = os.getuid() if userid is None else userid
         self.catalog = catalog
         self.options = options
         self.workers = workers
@@ -923,6 +927,7 @@ class QuantumService:
                 self.log(syslog.LOG_WARNING, f"cannot list held jobs: {exc}")
             return
         self._scan_error = None
+        held = [job for job in held if job.userid == self.userid]
         by_id = {job.id: job for job in held}
         for jobid in [j for j in self.member_unit if j not in by_id]:
             self._job_left(jobid)
