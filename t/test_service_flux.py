@@ -617,3 +617,20 @@ def test_one_slot_device_never_has_two_tasks_in_flight(inst, qpu):
     )
     assert spans[1][0] > spans[0][1] and spans[2][0] > spans[1][1]
     assert qpu.emu.call_count("CreateQuantumTask") == 3
+
+
+def test_demo_runs_end_to_end():
+    """flux quantum demo: its own emulator, instance and service; a 4-node job held
+    while its task waits, released, every node prints the result."""
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "FLUX_URI"}
+    cmd = [sys.executable, "-m", "flux_quantum.cli.main", "demo", "--depth=12", "--speed=40"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "DEPEND  device demo-qpu" in out and "nodes allocated: 0" in out
+    assert "released at position" in out
+    assert out.count("counts {") == 4
+    assert "node-seconds idle waiting for the quantum result: gated" in out

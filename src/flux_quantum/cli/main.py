@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = (
     "flux_quantum.cli.graph",
     "flux_quantum.cli.task",
     "flux_quantum.cli.service",
+    "flux_quantum.cli.demo",
 )
 
 
