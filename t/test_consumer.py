@@ -282,6 +282,15 @@ def test_progress_one_line_on_a_terminal():
     assert text.endswith("\r\033[K")
 
 
+def test_progress_keeps_the_state_on_a_narrow_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "30")
+    stream = io.StringIO()
+    progress = Progress(stream, tty=True)
+    progress.update("ƒ2jTNKdQ task 8e70f427 on local-garnet", snapshot(TaskState.QUEUED, 12))
+    line = stream.getvalue().removeprefix("\r\033[K")
+    assert len(line) == 29 and line.startswith("…") and "QUEUED, position 12 (" in line
+
+
 def test_text_and_json_output():
     task = JobTask(JOBID, TASK, "local-sv1", (TASK,), vendor="local")
     reports = [TaskReport(task.ref(), snapshot(TaskState.COMPLETED), {"11": 4, "00": 6})]

@@ -57,7 +57,8 @@ class TaskReport:
 class Progress:
     """Live state of the task being waited for, on a stream (stderr).
 
-    On a terminal: one line rewritten in place, cut to the terminal width. Elsewhere
+    On a terminal: one line rewritten in place, cut to the terminal width from the left
+    so the state and elapsed time stay visible. Elsewhere
     (a job's output file, a pipe): one line each time the state or position changes.
     """
 
@@ -72,7 +73,9 @@ class Progress:
         if self.tty:
             width = max(20, shutil.get_terminal_size().columns - 1)
             elapsed = f" ({time.monotonic() - self.start:.0f}s)"
-            line = (text + elapsed)[:width]
+            line = text + elapsed
+            if len(line) > width:  # keep the state, lose the head of the label
+                line = "…" + line[len(line) - width + 1 :]
             self.stream.write("\r\033[K" + line)
             self.drawn = True
         elif text != self.last:
@@ -94,7 +97,8 @@ class Progress:
 
 
 def _label(job_task: JobTask, ref: TaskRef) -> str:
-    short = ref.task_id.rsplit("/", 1)[-1]
+    # The task's own id (a Braket ARN ends in a UUID), shortened like a git hash.
+    short = ref.task_id.rsplit("/", 1)[-1][:8]
     where = f" on {job_task.device}" if job_task.device else ""
     if len(job_task.tasks) > 1:
         index = job_task.tasks.index(ref.task_id) + 1
