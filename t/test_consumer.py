@@ -84,6 +84,17 @@ def test_released_job_task_with_info():
     assert task.ref().device == "local-sv1" and task.ref().vendor == "local"
     with pytest.raises(CommandError, match="is not one of job"):
         task.ref("arn:other")
+    # A batch across devices lists one device per task.
+    spanning = job_task_from_jobspec(
+        JOBID,
+        jobspec(
+            qpu="local-sv1",
+            qpu_task=TASK,
+            qpu_device="local-sv1",
+            qpu_info={**info, "devices": ["local-sv1", "local-garnet"]},
+        ),
+    )
+    assert [r.device for r in spanning.refs()] == ["local-sv1", "local-garnet"]
 
 
 def test_release_without_info_still_names_the_task():

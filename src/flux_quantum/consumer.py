@@ -97,7 +97,17 @@ class JobTask:
                 f"task {task_id} is not one of job {encode_jobid(self.jobid)}'s tasks "
                 f"({', '.join(self.tasks)})"
             )
-        return TaskRef(vendor=self.vendor or "", device=self.device, task_id=task_id)
+        return TaskRef(vendor=self.vendor or "", device=self.device_of(task_id), task_id=task_id)
+
+    def device_of(self, task_id: str) -> str:
+        """The device TASK_ID runs on: ``qpu_info.devices`` (one per task, when a batch
+        spans devices) if the release listed them, else the job's device."""
+        devices = self.info.get("devices")
+        if isinstance(devices, list) and len(devices) == len(self.tasks):
+            device = devices[self.tasks.index(task_id)]
+            if isinstance(device, str) and device:
+                return device
+        return self.device
 
     def refs(self) -> list[TaskRef]:
         """References of every task of the job, in release order."""

@@ -46,6 +46,7 @@ class TaskReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "task": self.ref.task_id,
+            "device": self.ref.device,
             "state": self.snapshot.state.value,
             "position": self.snapshot.position,
             "position_capped": self.snapshot.position_capped,
@@ -99,7 +100,8 @@ class Progress:
 def _label(job_task: JobTask, ref: TaskRef) -> str:
     # The task's own id (a Braket ARN ends in a UUID), shortened like a git hash.
     short = ref.task_id.rsplit("/", 1)[-1][:8]
-    where = f" on {job_task.device}" if job_task.device else ""
+    device = job_task.device_of(ref.task_id)
+    where = f" on {device}" if device else ""
     if len(job_task.tasks) > 1:
         index = job_task.tasks.index(ref.task_id) + 1
         return f"{encode_jobid(job_task.jobid)} task {index}/{len(job_task.tasks)} {short}{where}"
@@ -131,6 +133,8 @@ def format_text(job_task: JobTask, reports: list[TaskReport]) -> str:
     lines = [f"job:     {encode_jobid(job_task.jobid)}", f"device:  {device}"]
     for report in reports:
         lines.append(f"task:    {report.ref.task_id}")
+        if report.ref.device and report.ref.device != job_task.device:
+            lines.append(f"device:  {report.ref.device}")
         lines.append(f"state:   {describe_snapshot(report.snapshot)}")
         if report.counts is not None:
             lines.append(f"counts:  {format_counts(report.counts)}")
