@@ -219,6 +219,7 @@ class JobRecord:
     system: Mapping[str, Any] = field(default_factory=dict)
     cwd: str | None = None
     size: JobSize = JobSize()
+    jobspec: Mapping[str, Any] = field(default_factory=dict)
 
     def has_event(self, name: str) -> bool:
         return any(event.get("name") == name for event in self.events)
@@ -587,9 +588,12 @@ class VendorWorkers:
 class FluxJobs:
     """Everything the service asks of Flux, on one handle (reactor thread only)."""
 
+    GRAPH_CACHE_SECONDS = 10.0
+
     def __init__(self, handle: Any) -> None:
         self.handle = handle
         self.plugin = PluginClient(handle)
+        self._graph: tuple[float, frozenset[str]] = (-math.inf, frozenset())
 
     def held(self) -> list[HeldJob]:
         return self.plugin.list()
@@ -626,6 +630,7 @@ class FluxJobs:
             system=system,
             cwd=system.get("cwd"),
             size=jobspec_size(jobspec.get("resources")),
+            jobspec=jobspec,
         )
 
     def post_event(self, jobid: int, name: str, context: Mapping[str, Any]) -> None:
@@ -635,8 +640,44 @@ class FluxJobs:
         payload = {"id": jobid, "volatile": True, "memo": dict(memo)}
         self.handle.rpc("job-manager.memo", payload).get()
 
-    def release(self, ids: list[int], task: str, device: str, info: Mapping[str, Any]):
-        return self.plugin.release(ids, task=task, device=device, info=info)
+    def release(
+        self,
+        ids: list[int],
+        task: str,
+        device: str,
+        info: Mapping[str, Any],
+        resources: list[Any] | None = None,
+    ) -> list[int]:
+        return self.plugin.release(ids, task=task, device=device, info=info, resources=resources)
+
+    def graph_devices(self) -> frozenset[str]:
+        """Devices that have qpu vertices in Fluxion's graph (``flux quantum graph
+        load``); empty when there are none or no Fluxion. Cached for a few seconds."""
+        t, devices = self._graph
+        if time.monotonic() - t < self.GRAPH_CACHE_SECONDS:
+            return devices
+        from flux_quantum import graph
+
+        try:
+            devices = frozenset(v.device for v in graph.find_qpus(self.handle))
+        except (FluxQuantumError, OSError, KeyError, ValueError):
+            devices = frozenset()
+        self._graph = (time.monotonic(), devices)
+        return devices
+
+    def qpu_resources(self, jobspec: Mapping[str, Any], devices: list[str]) -> list[Any]:
+        """The job's resources plus one slot vertex per task's device, checked with
+        Fluxion (a request it can never satisfy would kill the job after its task ran)."""
+        from flux_quantum import graph
+
+        resources = graph.qpu_resources(jobspec.get("resources") or [], devices)
+        graph.check_satisfiable(self.handle, {**jobspec, "resources": resources})
+        return resources
+
+    def set_device_up(self, device: str, up: bool) -> None:
+        from flux_quantum import graph
+
+        graph.set_device_status(self.handle, device, up)
 
     def fail(self, ids: list[int], note: str) -> list[int]:
         return self.plugin.fail(ids, note)
@@ -720,6 +761,7 @@ class Member:
     id: int
     userid: int
     size: JobSize = JobSize()
+    jobspec: Mapping[str, Any] = field(default_factory=dict)
     facts: set[tuple[str, int, int]] = field(default_factory=set)
     memo: dict[str, Any] = field(default_factory=dict)
 
@@ -799,6 +841,7 @@ class QuantumService:
         self.member_unit: dict[int, int] = {}
         self.released_groups: dict[tuple[int, str], Unit] = {}
         self.devices: dict[str, DeviceWatch] = {}
+        self._device_up: dict[str, bool] = {}
         self.counters = Counters()
         self.cluster: ClusterView | None = None
         self._cluster_due = 0.0
@@ -953,28 +996,11 @@ class QuantumService:
             if history.unit is not None and history.unit not in self.units:
                 recovered.setdefault(history.unit, []).append(jobid)
         for unit_id, ids in recovered.items():
-            members = [records[i] for i in ids]
-            leader = next((m for m in members if m[0].id == unit_id), None)
-            owner = leader or next((m for m in members if m[0].follow is None), None)
-            request_attr = owner[0].request if owner else None
-            t_submit = owner[0].t_submit if owner else members[0][0].t_submit
-            if owner is None or owner[0].id != unit_id:
-                # The job that started the unit is gone: its jobspec still has the request.
-                gone = self._safe_record(unit_id)
-                if gone is not None:
-                    request_attr = gone.system.get("qpu", request_attr)
-                    t_submit = _submit_time(gone) or t_submit
-            request = self._parse(request_attr, [m[0] for m in members])
-            if request is None:
-                continue
-            cwd = (owner[1] if owner else members[0][1]).cwd
-            unit = self._new_unit(unit_id, members[0][0].userid, t_submit, request, cwd)
-            self._restore(unit, merge_histories(m[2] for m in members))
-            for job, record, history in members:
-                self._add_member(unit, job, record, history, via=None)
-            self.log(syslog.LOG_INFO, f"unit {unit_id}: recovered {len(members)} job(s)")
-            self._sync_history(unit)
-            self._update_memos(unit)
+            try:
+                self._recover_unit(unit_id, [records[i] for i in ids])
+            except Exception as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.log(syslog.LOG_ERR, f"unit {unit_id}: cannot recover: {self.last_error}")
         for jobid, (job, record, history) in records.items():
             if jobid in self.member_unit:
                 continue
@@ -983,6 +1009,32 @@ class QuantumService:
             except Exception as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 self.log(syslog.LOG_ERR, f"{job.id}: cannot adopt: {self.last_error}")
+
+    def _recover_unit(
+        self, unit_id: int, members: list[tuple[HeldJob, JobRecord, History]]
+    ) -> None:
+        """Rebuild a unit whose jobs' eventlogs name it, from all of them at once."""
+        leader = next((m for m in members if m[0].id == unit_id), None)
+        owner = leader or next((m for m in members if m[0].follow is None), None)
+        request_attr = owner[0].request if owner else None
+        t_submit = owner[0].t_submit if owner else members[0][0].t_submit
+        if owner is None or owner[0].id != unit_id:
+            # The job that started the unit is gone: its jobspec still has the request.
+            gone = self._safe_record(unit_id)
+            if gone is not None:
+                request_attr = gone.system.get("qpu", request_attr)
+                t_submit = _submit_time(gone) or t_submit
+        request = self._parse(request_attr, [m[0] for m in members])
+        if request is None:
+            return
+        cwd = (owner[1] if owner else members[0][1]).cwd
+        unit = self._new_unit(unit_id, members[0][0].userid, t_submit, request, cwd)
+        self._restore(unit, merge_histories(m[2] for m in members))
+        for job, record, history in members:
+            self._add_member(unit, job, record, history, via=None)
+        self.log(syslog.LOG_INFO, f"unit {unit_id}: recovered {len(members)} job(s)")
+        self._sync_history(unit)
+        self._update_memos(unit)
 
     def _adopt_one(self, job: HeldJob, record: JobRecord, history: History) -> None:
         self.counters.adopted += 1
@@ -1116,7 +1168,9 @@ class QuantumService:
     def _add_member(
         self, unit: Unit, job: HeldJob, record: JobRecord, history: History, via: str | None
     ) -> Member:
-        member = Member(job.id, job.userid, size=record.size, facts=set(history.facts))
+        member = Member(
+            job.id, job.userid, size=record.size, jobspec=record.jobspec, facts=set(history.facts)
+        )
         unit.jobs[job.id] = member
         self.member_unit[job.id] = unit.id
         if via is not None and unit.id != job.id:
@@ -1155,8 +1209,9 @@ class QuantumService:
         self.log(syslog.LOG_INFO, f"{jobid}: left unit {unit_id} ({how})")
         if unit.jobs or unit.state is not UnitState.ACTIVE:
             return
-        if how == "released elsewhere":
-            # Someone released it by hand: its task may be read, so keep it running.
+        if how == "released elsewhere" or unit.release is not None:
+            # Released by hand, or part of the unit already released: its task may be
+            # read, so keep it running.
             self._finish(unit, UnitState.RELEASED)
             return
         for slot in unit.slots:
@@ -1276,6 +1331,14 @@ class QuantumService:
         except NoDeviceError as exc:
             self._no_device(unit, slot, exc, snapshots, in_flight, request)
             return
+        chosen = selection.device
+        older = self._older_waiters(unit, chosen)
+        if older >= chosen.slots - in_flight.get(chosen.name, 0):
+            # First come, first served: older jobs waiting for this device's slots
+            # take them first.
+            reason = f"all {chosen.slots} slot(s) of {chosen.name} in use or promised"
+            self._wait(unit, slot, reason)
+            return
         slot.device = selection.device
         slot.wait_posted = None
         slot.errors = 0
@@ -1320,18 +1383,7 @@ class QuantumService:
             ):
                 transient.append(f"all {device.slots} slot(s) of {device.name} in use")
         if transient:
-            reason = "; ".join(transient)
-            slot.errors += 1
-            delay = self._backoff(slot.errors)
-            if slot.wait_posted != reason:
-                slot.wait_posted = reason
-                self._post_all(
-                    unit,
-                    "qpu-wait",
-                    {"index": slot.index, "reason": reason, "retry_in": round(delay, 1)},
-                )
-            slot.due = self.clock() + delay
-            self._update_memos(unit, state=f"waiting: {reason}")
+            self._wait(unit, slot, "; ".join(transient))
             return
         forced = request.device is not None or (
             unit.request.failover == "simulator" and request.device_class != "simulator"
@@ -1341,6 +1393,30 @@ class QuantumService:
             self._failover(unit, slot, device, str(exc))
             return
         self._fail_unit(unit, f"qpu: {exc}")
+
+    def _wait(self, unit: Unit, slot: Slot, reason: str) -> None:
+        """No device for this task now, for a reason that passes: try again later."""
+        slot.errors += 1
+        delay = self._backoff(slot.errors)
+        if slot.wait_posted != reason:
+            slot.wait_posted = reason
+            context = {"index": slot.index, "reason": reason, "retry_in": round(delay, 1)}
+            self._post_all(unit, "qpu-wait", context)
+        slot.due = self.clock() + delay
+        self._update_memos(unit, state=f"waiting: {reason}")
+
+    def _older_waiters(self, unit: Unit, device: Device) -> int:
+        """Older units still choosing a device that can only be this one."""
+        count = 0
+        for other in self.units.values():
+            if other is unit or other.state is not UnitState.ACTIVE:
+                continue
+            if (other.t_submit, other.id) >= (unit.t_submit, unit.id):
+                continue
+            if other.request.device not in (device.name, device.id):
+                continue
+            count += sum(1 for s in other.slots if s.phase is Phase.SELECT)
+        return count
 
     def _submit_context(self, unit: Unit, slot: Slot) -> dict[str, Any]:
         assert slot.device is not None
@@ -1619,7 +1695,10 @@ class QuantumService:
             self.workers.submit(lambda v=vendor, d=device: v.probe(d), done)
 
     def _device_seen(self, device: Device, snapshot: DeviceSnapshot) -> None:
-        if snapshot.available or snapshot.status is DeviceStatus.UNREACHABLE:
+        if snapshot.status is DeviceStatus.UNREACHABLE:
+            return
+        self._graph_status(device, snapshot.available)
+        if snapshot.available:
             return
         status = snapshot.describe_status()
         for unit in list(self.units.values()):
@@ -1639,6 +1718,19 @@ class QuantumService:
                         {"status": status},
                         f"device {device.name} became {status} while the task waited",
                     )
+
+    def _graph_status(self, device: Device, up: bool) -> None:
+        """Keep the device's Fluxion vertices up or down as the vendor says (only for
+        devices in the graph, only on a change)."""
+        if self._device_up.get(device.name) == up:
+            return
+        self._device_up[device.name] = up
+        try:
+            if device.name in self.jobs.graph_devices():
+                self.jobs.set_device_up(device.name, up)
+                self.log(syslog.LOG_INFO, f"graph: {device.name} {'up' if up else 'down'}")
+        except Exception as exc:
+            self.log(syslog.LOG_WARNING, f"graph: cannot mark {device.name}: {exc}")
 
     def _task_problem(
         self, unit: Unit, slot: Slot, event: str, details: Mapping[str, Any], what: str
@@ -1765,33 +1857,61 @@ class QuantumService:
             "devices": [s.device.name for s in unit.slots if s.device is not None],
             "catalog": self.catalog.path,
         }
-        ids = sorted(unit.jobs)
         reasons = [
             {"index": s.index, "task": s.task.task_id if s.task else None, "why": s.ready_reason}
             for s in unit.slots
         ]
         for member in list(unit.jobs.values()):
             if ("qpu-ready", 0, first.attempt) not in member.facts:
-                self._post(
-                    member, "qpu-ready", {"index": 0, "attempt": first.attempt, "tasks": reasons}
-                )
-        try:
-            self.jobs.release(ids, task=first.task.task_id, device=first.device.name, info=info)
-        except (CommandError, OSError) as exc:
-            # All-or-nothing: a job left between the scan and now; rescan, retry.
-            self.log(syslog.LOG_INFO, f"unit {unit.id}: release deferred: {exc}")
-            self._scan_due = 0.0
-            return
-        self.counters.released += len(ids)
+                context = {"index": 0, "attempt": first.attempt, "tasks": reasons}
+                self._post(member, "qpu-ready", context)
+        task, device = first.task.task_id, first.device.name
+        for ids, resources in self._release_calls(unit):
+            try:
+                self.jobs.release(ids, task=task, device=device, info=info, resources=resources)
+            except (CommandError, OSError) as exc:
+                # All-or-nothing per call: a job left since the scan; rescan, retry.
+                self.log(syslog.LOG_INFO, f"unit {unit.id}: release deferred: {exc}")
+                self._scan_due = 0.0
+                return
+            unit.release = {"task": task, "device": device, "info": info}
+            self._update_memos(unit, state="released", only=ids)
+            for jobid in ids:
+                unit.jobs.pop(jobid, None)
+                self.member_unit.pop(jobid, None)
+            self.counters.released += len(ids)
         unit.released_at = self.clock()
-        unit.release = {"task": first.task.task_id, "device": first.device.name, "info": info}
-        self._update_memos(unit, state="released")
-        self.log(syslog.LOG_INFO, f"unit {unit.id}: released {len(ids)} job(s)")
+        self.log(syslog.LOG_INFO, f"unit {unit.id}: released")
         self._finish(unit, UnitState.RELEASED)
+
+    def _release_calls(self, unit: Unit) -> list[tuple[list[int], list[Any] | None]]:
+        """Who is released in which plugin call. When the tasks' devices are vertices in
+        Fluxion's graph, one job of the unit (its first) also asks for their qpu slots,
+        so its allocation records the QPUs (R.scheduling) and Fluxion arbitrates them;
+        the jobs that only read the same task do not."""
+        ids = sorted(unit.jobs)
+        devices = [s.device.name for s in unit.slots if s.device is not None]
+        try:
+            in_graph = bool(devices) and set(devices) <= self.jobs.graph_devices()
+        except Exception as exc:
+            self.log(syslog.LOG_DEBUG, f"graph lookup failed: {exc}")
+            in_graph = False
+        if not in_graph:
+            return [(ids, None)]
+        holder = unit.id if unit.id in unit.jobs else ids[0]
+        try:
+            resources = self.jobs.qpu_resources(unit.jobs[holder].jobspec, devices)
+        except Exception as exc:
+            self.log(syslog.LOG_WARNING, f"unit {unit.id}: released without QPU vertex: {exc}")
+            return [(ids, None)]
+        others = [i for i in ids if i != holder]
+        return ([(others, None)] if others else []) + [([holder], resources)]
 
     # -- visibility
 
-    def _update_memos(self, unit: Unit, state: str | None = None) -> None:
+    def _update_memos(
+        self, unit: Unit, state: str | None = None, only: Iterable[int] | None = None
+    ) -> None:
         if unit.state is not UnitState.ACTIVE and state is None:
             return
         slots = unit.slots
@@ -1821,7 +1941,10 @@ class QuantumService:
             "qpu_wait": round(max(waits)) if waits else (0 if not waiting else None),
             "qpu_state": state,
         }
+        wanted = None if only is None else set(only)
         for member in list(unit.jobs.values()):
+            if wanted is not None and member.id not in wanted:
+                continue
             changed = {k: v for k, v in memo.items() if member.memo.get(k, None) != v}
             if not changed:
                 continue
