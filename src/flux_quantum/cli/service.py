@@ -99,8 +99,23 @@ def _status(name: str) -> dict[str, Any]:
         raise CommandError(f"{name}.status: {exc.strerror or exc}") from None
 
 
+def _require_plugin() -> None:
+    """The service has nothing to do without the quantum jobtap plugin: say so now."""
+    from flux_quantum.plugin import PluginClient
+
+    try:
+        PluginClient().query()
+    except CommandError:
+        raise CommandError(
+            "the quantum jobtap plugin is not loaded in this instance, so no job is held "
+            "for the service to handle (flux jobtap load $(flux quantum plugin-path), or "
+            "load it from the TOML that flux quantum config prints)"
+        ) from None
+
+
 def cmd_start(args: argparse.Namespace) -> int:
     options = _options(args)
+    _require_plugin()
     words = [*options.to_args(), f"pythonpath={_python_path()}"]
     proc = _flux("module", "load", "--name", args.name, str(module_path()), *words)
     if proc.returncode != 0:
@@ -192,6 +207,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flux_quantum.service import ServiceError, ServiceRunner
 
     options = _options(args)
+    _require_plugin()
     handle = flux.Flux()
 
     def log(level: int, msg: str) -> None:
