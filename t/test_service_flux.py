@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -670,3 +671,47 @@ def test_graph_loaded_release_allocates_the_qpu_and_status_follows_the_vendor(tm
     finally:
         inst.stop()
         emu.stop()
+
+
+VARIATIONAL = r"""
+import os
+from flux_quantum.catalog import load_catalog
+from flux_quantum.consumer import current_task, open_vendor, result_of, watch_task
+
+job = current_task()  # released at the first task: the job now holds its nodes
+vendor = open_vendor(job)
+device = load_catalog(job.catalog).get(job.device)
+ref = job.ref()
+for iteration in range(3):
+    snapshot = watch_task(vendor, ref, poll_interval=0.2)
+    counts = result_of(vendor, ref, snapshot).counts
+    print(iteration, ref.task_id, sum(counts.values()), flush=True)
+    if iteration < 2:  # the next iteration, from inside the job, same vendor and device
+        program = open(os.environ["PROGRAM"]).read()
+        token = f"{os.environ['FLUX_JOB_ID']}-iter-{iteration + 1}"
+        ref = vendor.submit(device, program, 50, token)
+"""
+
+
+def test_variational_released_at_the_first_task_then_iterates_from_inside(inst, qpu):
+    qpu.start_service()
+    (inst.workdir / "bell.qasm").write_text(BELL)
+    (inst.workdir / "loop.py").write_text(VARIATIONAL)
+    env = {**qpu.job_env, "PROGRAM": str(inst.workdir / "bell.qasm")}
+    jobid = inst.submit(
+        "--setattr=qpu.device=local:q-delta",
+        "--setattr=qpu.program=bell.qasm",
+        "--setattr=qpu.shots=100",
+        sys.executable,
+        str(inst.workdir / "loop.py"),
+        env=env,
+    )
+    qpu.wait_event(jobid, "qpu-release")
+    # drive the emulated device until the job's three iterations are done
+    qpu.until(lambda: qpu.advance(5) or qpu.job(jobid)["state"] == 64, timeout=60)
+    lines = [line.split() for line in qpu.output(jobid).splitlines()]
+    assert [int(line[0]) for line in lines] == [0, 1, 2]
+    assert lines[0][1] == qpu.context(jobid, "qpu-task")["task"]
+    assert [line[2] for line in lines] == ["100", "50", "50"]
+    # the service created the first task only; the job created the others
+    assert qpu.emu.call_count("CreateQuantumTask") == 3 and len(set(line[1] for line in lines)) == 3
