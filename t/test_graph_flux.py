@@ -231,3 +231,17 @@ def test_guest_cannot_change_the_graph(inst):
     assert proc.returncode == 1
     assert "flux-quantum: ERROR:" in proc.stderr and "instance owner" in proc.stderr
     assert find_qpu_paths(inst, "property=qpu and status=down") == []
+
+
+def test_backends_shows_graph_slots(inst, catalog_file):
+    """`flux quantum backends` inside an instance shows each device's slot vertices."""
+    res = inst.quantum("backends", "--catalog", str(catalog_file), "--timeout", "1", "--json")
+    records = {r["name"]: r for r in json.loads(res.stdout)}
+    for name, record in records.items():
+        vertices = [p for p in find_qpu_paths(inst) if f"/qpu-{name}/" in p]
+        assert vertices and record["graph"] is not None
+        if record["graph"] != "down":
+            free, total = record["graph"].split("/")
+            assert int(total) == len(vertices) and 0 <= int(free) <= len(vertices)
+    text = inst.quantum("backends", "--catalog", str(catalog_file), "--timeout", "1").stdout
+    assert "GRAPH" in text.splitlines()[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import string
 import sys
 from collections.abc import Iterable, Mapping
@@ -37,9 +38,10 @@ FIELDS = (
     "reason",
     "id",
     "region",
+    "graph",
 )
 DEFAULT_FIELDS = ("name", "vendor", "class", "qubits", "status", "queue", "price", "slots")
-RIGHT_ALIGNED = ("qubits", "queue", "slots")
+RIGHT_ALIGNED = ("qubits", "queue", "slots", "graph")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -111,6 +113,34 @@ def _probe(catalog: Catalog, devices: list[Device], timeout: float) -> dict[str,
 # --- backends ------------------------------------------------------------------------
 
 
+def graph_slots(devices: Iterable[Device]) -> dict[str, str] | None:
+    """Per device, its QPU slot vertices in this instance's Fluxion graph as
+    "FREE/TOTAL" (or "down"), or None outside an instance or without vertices."""
+    if not os.environ.get("FLUX_URI"):
+        return None
+    try:
+        import flux
+
+        from flux_quantum.graph import find_qpus
+
+        vertices = find_qpus(flux.Flux())
+    except Exception:  # no Fluxion, a guest (owner-only RPC), no instance: no column
+        return None
+    if not vertices:
+        return None
+    shown: dict[str, str] = {}
+    for device in devices:
+        mine = [v for v in vertices if v.device == device.name]
+        if not mine:
+            shown[device.name] = "-"
+        elif not any(v.up for v in mine):
+            shown[device.name] = "down"
+        else:
+            free = sum(1 for v in mine if v.up and not v.allocated)
+            shown[device.name] = f"{free}/{len(mine)}"
+    return shown
+
+
 def backend_row(device: Device, snapshot: DeviceSnapshot) -> dict[str, str]:
     """All ``-o`` fields of one device, as display strings."""
     status = snapshot.status.value
@@ -129,22 +159,25 @@ def backend_row(device: Device, snapshot: DeviceSnapshot) -> dict[str, str]:
         "reason": reason,
         "id": device.id,
         "region": device.region,
+        "graph": "-",
     }
 
 
-def default_format(rows: Iterable[Mapping[str, str]]) -> str:
+def default_format(rows: Iterable[Mapping[str, str]], with_graph: bool = False) -> str:
     """Columns sized to their content, the reason last and unpadded."""
     rows = list(rows)
     parts = []
-    for field in DEFAULT_FIELDS:
+    for field in (*DEFAULT_FIELDS, "graph") if with_graph else DEFAULT_FIELDS:
         width = max([len(field)] + [len(row[field]) for row in rows])
         align = ">" if field in RIGHT_ALIGNED else "<"
         parts.append(f"{{{field}:{align}{width}}}")
     return " ".join(parts) + "  {reason}"
 
 
-def render_rows(rows: list[dict[str, str]], fmt: str | None, header: bool) -> list[str]:
-    fmt = fmt or default_format(rows)
+def render_rows(
+    rows: list[dict[str, str]], fmt: str | None, header: bool, with_graph: bool = False
+) -> list[str]:
+    fmt = fmt or default_format(rows, with_graph)
     try:
         names = [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
     except ValueError as exc:
@@ -171,15 +204,20 @@ def cmd_backends(args: argparse.Namespace) -> int:
         raise CommandError(f"{catalog.path}: no {args.vendor} devices in the catalog")
     snapshots = _probe(catalog, devices, args.timeout)
     shown = [d for d in devices if args.all or snapshots[d.name].status is not DeviceStatus.RETIRED]
+    slots = graph_slots(shown)
     if args.json:
         records = [{**d.to_dict(), **snapshots[d.name].to_dict()} for d in shown]
-        for record in records:
+        for device, record in zip(shown, records, strict=True):
             record.pop("device", None)
+            record["graph"] = slots.get(device.name) if slots else None
         json.dump(records, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     rows = [backend_row(d, snapshots[d.name]) for d in shown]
-    for line in render_rows(rows, args.format, header=not args.no_header):
+    if slots:
+        for row in rows:
+            row["graph"] = slots.get(row["name"], "-")
+    for line in render_rows(rows, args.format, header=not args.no_header, with_graph=bool(slots)):
         print(line)
     return 0
 
