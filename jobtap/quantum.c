@@ -640,6 +640,25 @@ error:
     json_decref (jobs);
 }
 
+/* Answer a release or fail request: {KEY: [ids]} on success (targets
+ * non-NULL), else errno with the message in errbuf if there is one.
+ */
+static void respond_jobs (flux_t *h,
+                          const flux_msg_t *msg,
+                          const char *key,
+                          json_t *targets,
+                          const char *errbuf)
+{
+    int rc;
+
+    if (targets)
+        rc = flux_respond_pack (h, msg, "{s:O}", key, targets);
+    else
+        rc = flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL);
+    if (rc < 0)
+        flux_log_error (h, "quantum: error responding to %s request", key);
+}
+
 static int release_one (struct quantum_ctx *ctx,
                         struct held_job *job,
                         const char *task,
@@ -764,13 +783,11 @@ static void release_cb (flux_t *h,
             goto error;
         }
     }
-    if (flux_respond_pack (h, msg, "{s:O}", "released", targets) < 0)
-        flux_log_error (h, "quantum: error responding to release");
+    respond_jobs (h, msg, "released", targets, errbuf);
     json_decref (targets);
     return;
 error:
-    if (flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL) < 0)
-        flux_log_error (h, "quantum: error responding to release");
+    respond_jobs (h, msg, "released", NULL, errbuf);
     json_decref (targets);
 }
 
@@ -819,13 +836,11 @@ static void fail_cb (flux_t *h,
             goto error;
         }
     }
-    if (flux_respond_pack (h, msg, "{s:O}", "failed", targets) < 0)
-        flux_log_error (h, "quantum: error responding to fail");
+    respond_jobs (h, msg, "failed", targets, errbuf);
     json_decref (targets);
     return;
 error:
-    if (flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL) < 0)
-        flux_log_error (h, "quantum: error responding to fail");
+    respond_jobs (h, msg, "failed", NULL, errbuf);
     json_decref (targets);
 }
 
