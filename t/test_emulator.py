@@ -29,7 +29,7 @@ from braket.circuits import Circuit
 from braket.ir.openqasm import Program
 
 from flux_quantum.emulator import Emulator, ManualClock, Scenario, ScenarioError
-from flux_quantum.emulator.queue import DeviceQueue
+from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
 
 # Fixtures: emulator, make_emulator, manual_clock (see t/emulator_fixtures.py).
 pytest_plugins = ["emulator_fixtures"]
@@ -364,6 +364,21 @@ def test_queues_are_deterministic_for_a_seed() -> None:
     assert sizes(7) == sizes(7)
     assert sizes(7) != sizes(8)
     assert sizes(7)[0] == 40 and min(sizes(7)) < 40  # it drains
+
+
+def test_task_timeline_marks_front_start_and_end() -> None:
+    """The truth benchmarks measure release lags against: two fixed 10 s tasks ahead
+    (one running, one waiting), ours becomes next to run when the running one ends."""
+    spec = Scenario.from_dict(
+        {"devices": [{"arn": "arn:aws:braket:::device/qpu/emulator/T", "name": "T",
+                      "queue": {"depth": 1, "service_time": 10.0, "distribution": "fixed"}}]}
+    ).devices[0]  # fmt: skip
+    queue = DeviceQueue(spec, 0)
+    queue.submit("ours", 2.0, shots=0)
+    assert queue.timeline("ours", 5.0) == TaskTimeline(2.0, None, None, None)
+    assert queue.timeline("ours", 10.0).front == 10.0
+    line = queue.timeline("ours", 40.0)
+    assert (line.front, line.started, line.ended) == (10.0, 20.0, 30.0)
 
 
 # -- faults ----------------------------------------------------------------------------------------

@@ -112,7 +112,7 @@ devices:
 """
 
 
-class _Instance:
+class Instance:
     """``flux start --test-size=N`` in the background, driven through its FLUX_URI."""
 
     def __init__(self, workdir: Path, size: int, broker_opts: list[str]) -> None:
@@ -172,7 +172,7 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _events(inst: _Instance, jobid: str) -> list[dict[str, Any]]:
+def _events(inst: Instance, jobid: str) -> list[dict[str, Any]]:
     out = inst.run("flux", "job", "eventlog", "-f", "json", jobid).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
@@ -239,7 +239,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 f"{SERVICE:g}s each (time x{args.speed:g}), at {emulator.url}"
             )
             _say(f"starting flux start --test-size={NODES} with Fluxion and the quantum plugin")
-            inst = _Instance(work, NODES, broker_opts)
+            inst = Instance(work, NODES, broker_opts)
             inst.run(
                 "flux",
                 "quantum",
@@ -284,7 +284,7 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _watch(inst: _Instance, jobid: str, timeout: float) -> None:
+def _watch(inst: Instance, jobid: str, timeout: float) -> None:
     import flux
     from flux.job import JobID
 
@@ -315,7 +315,7 @@ def _watch(inst: _Instance, jobid: str, timeout: float) -> None:
     raise CommandError(f"job {jobid} was not released within {timeout:g}s")
 
 
-def _report(inst: _Instance, jobid: str, t0: float, clock: DemoClock) -> None:
+def _report(inst: Instance, jobid: str, t0: float, clock: DemoClock) -> None:
     out = inst.run("flux", "job", "attach", jobid, check=False)
     results = []
     for line in out.stdout.splitlines():

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from flux_quantum.emulator.clock import Clock, WallClock
+from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.s3 import PREFIX as S3_PREFIX
 from flux_quantum.emulator.scenario import Scenario
 from flux_quantum.emulator.server import HttpServer, check_loopback
@@ -141,6 +142,11 @@ class Emulator:
     def task_arns(self) -> list[str]:
         """Every quantum task created so far, oldest first."""
         return self._service.task_arns()
+
+    def task_timeline(self, task_arn: str) -> TaskTimeline:
+        """When a task was created, became next to run, started and ended (emulated
+        seconds on this emulator's clock; see ``clock``)."""
+        return self._service.task_timeline(task_arn)
 
     def __repr__(self) -> str:
         where = self.url if self._server is not None else "stopped"

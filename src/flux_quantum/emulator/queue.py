@@ -33,6 +33,17 @@ class DeviceStatus:
 
 
 @dataclass(frozen=True)
+class TaskTimeline:
+    """When one of our tasks was created, became next to run, started and ended (emulated
+    seconds; None: not yet). The truth a benchmark measures release lags against."""
+
+    created: float
+    front: float | None
+    started: float | None
+    ended: float | None
+
+
+@dataclass(frozen=True)
 class TaskProgress:
     """Where one of our tasks stands at one instant."""
 
@@ -45,11 +56,15 @@ class TaskProgress:
 class _Timing:
     """Mutable schedule of one of our tasks inside a DeviceQueue."""
 
-    __slots__ = ("cancel_requested", "cancelled_at", "end", "extra", "fails", "start")
+    __slots__ = (
+        "cancel_requested", "cancelled_at", "created", "end", "extra", "fails", "front", "start"
+    )  # fmt: skip
 
-    def __init__(self, extra: float, fails: bool) -> None:
+    def __init__(self, extra: float, fails: bool, created: float) -> None:
         self.extra = extra
         self.fails = fails
+        self.created = created
+        self.front: float | None = None  # when it first was next to run (position 1)
         self.start: float | None = None
         self.end: float | None = None
         self.cancelled_at: float | None = None
@@ -172,7 +187,7 @@ class DeviceQueue:
     def submit(self, task_id: str, t: float, shots: int, fails: bool = False) -> None:
         """Queue our task at time ``t`` (advances to ``t`` first)."""
         self.advance(t)
-        self._tasks[task_id] = _Timing(extra=shots * self.spec.queue.shot_time, fails=fails)
+        self._tasks[task_id] = _Timing(shots * self.spec.queue.shot_time, fails, created=t)
         self._push(task_id)
         self.advance(t)  # an idle device starts it at once
 
@@ -210,6 +225,14 @@ class DeviceQueue:
             return TaskProgress(status, None, timing.start, None)
         return TaskProgress("QUEUED", self._position(task_id), None, None)
 
+    def timeline(self, task_id: str, t: float) -> TaskTimeline:
+        """The milestones of our task up to ``t`` (advances to ``t`` first)."""
+        self.advance(t)
+        timing = self._tasks[task_id]
+        ended = timing.end if timing.end is not None and timing.end <= t else None
+        front = timing.front if timing.front is not None else timing.start
+        return TaskTimeline(timing.created, front, timing.start, ended)
+
     # -- the device -------------------------------------------------------------------------
 
     def queue_size(self, t: float) -> int:
@@ -241,6 +264,7 @@ class DeviceQueue:
         else:
             self._waiting.append(entry)
         self._waiting_count += entry if isinstance(entry, int) else 1
+        self._mark_front()
 
     def _start_head(self) -> None:
         head = self._waiting[0]
@@ -260,6 +284,7 @@ class DeviceQueue:
             self._running = head
         self._waiting_count -= 1
         self._running_end = self.t + service
+        self._mark_front()
 
     def _finish_running(self) -> None:
         self._running = None
@@ -275,6 +300,12 @@ class DeviceQueue:
             if isinstance(before, int) and isinstance(after, int):
                 self._waiting[index - 1] = before + after
                 del self._waiting[index]
+        self._mark_front()
+
+    def _mark_front(self) -> None:
+        head = self._waiting[0] if self._waiting else None
+        if isinstance(head, str) and self._tasks[head].front is None:
+            self._tasks[head].front = self.t
 
     def _position(self, task_id: str) -> int:
         ahead = 0

@@ -25,7 +25,7 @@ from typing import Any
 from flux_quantum.emulator import s3
 from flux_quantum.emulator.capabilities import capabilities_json
 from flux_quantum.emulator.clock import Clock, timestamp
-from flux_quantum.emulator.queue import DeviceQueue
+from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
 from flux_quantum.emulator.scenario import BRAKET_ERRORS, S3_ERRORS, DeviceSpec, Fault, Scenario
 from flux_quantum.emulator.simulate import ProgramError, SimulationRequest, action_type, simulate
 from flux_quantum.emulator.wire import Request, Response, braket_error, iso8601, json_response
@@ -161,6 +161,11 @@ class BraketService:
     def task_arns(self) -> list[str]:
         with self._lock:
             return list(self._tasks)
+
+    def task_timeline(self, arn: str) -> TaskTimeline:
+        with self._lock:
+            task = self._tasks[arn]
+            return self._queues[task.device_arn].timeline(arn, self.clock.now())
 
     # -- dispatch -----------------------------------------------------------------------------
 
