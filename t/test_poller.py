@@ -46,6 +46,19 @@ def test_release_point():
     assert tasks_to_release(at(2000, capped=True), 1) == 1999
 
 
+def test_predict_counts_the_tasks_own_run():
+    """release_at=predict: the release point proper is the task's end (the service
+    releases earlier by time); its own run counts as one more task to wait for."""
+    running = at(None, state=TaskState.RUNNING)
+    assert not release_reached(running, "predict") and not release_reached(at(1), "predict")
+    assert release_reached(at(None, state=TaskState.COMPLETED), "predict")
+    assert tasks_to_release(at(3), "predict") == 4
+    assert tasks_to_release(running, "predict") == 1
+    assert tasks_to_release(at(None), "predict") is None
+    # While it runs the next poll is at the minimum, never "release now".
+    assert next_poll_interval(running, "predict", 10.0) == PollSchedule().min_interval
+
+
 def test_interval_shape():
     schedule = PollSchedule(min_interval=1, max_interval=300, cold_max_interval=30)
     # 100 to go at 10 s each: at least 99 whole services remain; poll after half of that.

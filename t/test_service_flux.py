@@ -578,6 +578,28 @@ def test_busy_instance_releases_early_and_the_released_job_overtakes(inst, qpu):
     assert qpu.context(held, "priority")["priority"] == 4294967295
 
 
+def test_predict_releases_by_time_while_the_task_runs(inst, qpu):
+    """release_at=predict on an idle device (its task runs at once, 10 s of service by
+    the catalog's prior): held while the expected wait for the result exceeds the job
+    start-up lead (8 s here), released ~2 s of real time after the task was seen
+    RUNNING, task still running; the service then measures the job's start-up."""
+    qpu.start_service("--startup-default=8")
+    jobid = qpu.submit(
+        "--setattr=qpu.device=local:q-delta", "--setattr=qpu.release_at=predict", "true"
+    )
+    qpu.until(lambda: qpu.memo(jobid).get("qpu_state") == "RUNNING")
+    seen = time.monotonic()
+    assert "qpu-release" not in qpu.names(jobid)  # 10 s expected > 8 s lead
+    qpu.wait_event(jobid, "qpu-release", timeout=10)
+    assert time.monotonic() - seen >= 1.0
+    why = qpu.context(jobid, "qpu-ready")["tasks"][0]["why"]
+    assert why.startswith("predicted: expected wait for the result"), why
+    assert qpu.emu.task_timeline(qpu.emu.task_arns()[0]).ended is None  # still running
+    qpu.wait_event(jobid, "clean")
+    status = lambda: json.loads(inst.quantum("service", "status", "--json").stdout)  # noqa: E731
+    assert qpu.until(lambda: status()["startup"]["samples"] >= 1, timeout=10)
+
+
 def _event_time(qpu: Qpu, jobid: str, name: str) -> float:
     return next(e["timestamp"] for e in qpu.events(jobid) if e["name"] == name)
 

@@ -26,6 +26,7 @@ DEVICE_CLASSES: tuple[str, ...] = ("qpu", "simulator")
 FAILOVERS: tuple[str, ...] = ("fail", "next", "simulator")
 ANY = "any"
 RELEASE_RUNNING = "running"
+RELEASE_PREDICT = "predict"
 
 DEFAULT_SHOTS = 1000
 MAX_SHOTS = 100_000
@@ -177,9 +178,12 @@ def _check_program(value: object) -> tuple[str, ...]:
 
 
 def _check_release_at(value: object) -> int | str:
-    if value == RELEASE_RUNNING or (_is_int(value) and value >= 0):  # type: ignore[operator]
+    if value in (RELEASE_RUNNING, RELEASE_PREDICT):
         return value  # type: ignore[return-value]
-    raise _error("qpu.release_at", f"a queue position >= 0 or '{RELEASE_RUNNING}'", value)
+    if _is_int(value) and value >= 0:  # type: ignore[operator]
+        return value  # type: ignore[return-value]
+    accepted = f"a queue position >= 0, '{RELEASE_RUNNING}' or '{RELEASE_PREDICT}'"
+    raise _error("qpu.release_at", accepted, value)
 
 
 def _check_max_wait(value: object) -> float:

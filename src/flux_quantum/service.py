@@ -45,7 +45,13 @@ from flux_quantum.catalog import Catalog, Device, load_catalog
 from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.plugin import HeldJob, PluginClient
 from flux_quantum.policy import DrainEstimator, Explanation, NoDeviceError, select_device
-from flux_quantum.poller import AdaptivePoller, PollSchedule, release_reached, tasks_to_release
+from flux_quantum.poller import (
+    RELEASE_PREDICT,
+    AdaptivePoller,
+    PollSchedule,
+    release_reached,
+    tasks_to_release,
+)
 from flux_quantum.request import QpuRequest, RequestError, parse_request
 from flux_quantum.vendors import make_vendor, probe_devices
 from flux_quantum.vendors.base import (
@@ -110,6 +116,7 @@ class ServiceOptions:
     max_tasks: int = 3
     group_linger: float = 60.0
     tick: float = 0.2
+    startup_default: float = 1.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -124,6 +131,7 @@ class ServiceOptions:
             "retry_base",
             "retry_max",
             "tick",
+            "startup_default",
         ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
@@ -582,6 +590,40 @@ class VendorWorkers:
                 os.close(fd)
 
 
+class StartupMeter:
+    """How long released jobs take to start: the lead ``release_at=predict`` releases by.
+
+    The service notes when it released a job and later reads the job's ``t_run`` from
+    job-list; the estimate is the 90th percentile of the last ``keep`` samples, or
+    ``default`` until ``min_samples`` are in. Only the start, not the program's own
+    start-up: the idle time the lead hides is from the job's start to its result.
+    """
+
+    def __init__(self, default: float, keep: int = 20, min_samples: int = 3) -> None:
+        self.default = default
+        self.keep = keep
+        self.min_samples = min_samples
+        self.samples: list[float] = []
+        self.pending: dict[int, float] = {}
+
+    def released(self, jobid: int, t: float) -> None:
+        self.pending[jobid] = t
+
+    def started(self, jobid: int, t_run: float) -> None:
+        t_release = self.pending.pop(jobid, None)
+        if t_release is not None and t_run > 0:
+            self.samples = [*self.samples, max(0.0, t_run - t_release)][-self.keep :]
+
+    def forget_older_than(self, t: float) -> None:
+        self.pending = {j: r for j, r in self.pending.items() if r >= t}
+
+    def estimate(self) -> float:
+        if len(self.samples) < self.min_samples:
+            return self.default
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+
+
 # --- the Flux side ----------------------------------------------------------------------
 
 
@@ -674,6 +716,17 @@ class FluxJobs:
         graph.check_satisfiable(self.handle, {**jobspec, "resources": resources})
         return resources
 
+    def start_times(self, ids: Iterable[int]) -> dict[int, float]:
+        """``t_run`` of jobs that started (0.0: not yet); jobs Flux lost are left out."""
+        times = {}
+        for jobid in ids:
+            try:
+                job = self.handle.rpc("job-list.list-id", {"id": jobid, "attrs": ["t_run"]}).get()
+            except OSError:
+                continue
+            times[jobid] = float(job.get("job", {}).get("t_run") or 0.0)
+        return times
+
     def set_device_up(self, device: str, up: bool) -> None:
         from flux_quantum import graph
 
@@ -743,6 +796,7 @@ class Slot:
     milestones: set[int] = field(default_factory=set)
     ready_reason: str | None = None
     expected_wait: float | None = None
+    running_seen: float | None = None  # first poll that saw the task RUNNING
     last_poll: float = 0.0
 
     def live_task(self) -> TaskRef | None:
@@ -847,6 +901,8 @@ class QuantumService:
         self._cluster_due = 0.0
         self._scan_due = 0.0
         self._pending_cancels: list[tuple[TaskRef, int, float]] = []
+        self.startup = StartupMeter(options.startup_default)
+        self._startup_due = 0.0
         self.started = clock()
         self.last_error: str | None = None
         self._scan_error: str | None = None
@@ -948,6 +1004,25 @@ class QuantumService:
         self._check_devices(now)
         self._retry_cancels(now)
         self._expire_groups(now)
+        self._measure_startup(now)
+
+    def _measure_startup(self, now: float) -> None:
+        """Read the start of a few recently released jobs (one RPC each, once a second)."""
+        if not self.startup.pending or now < self._startup_due:
+            return
+        self._startup_due = now + 1.0
+        self.startup.forget_older_than(now - 600.0)
+        ids = list(self.startup.pending)[:8]
+        try:
+            times = self.jobs.start_times(ids)
+        except Exception as exc:
+            self.log(syslog.LOG_DEBUG, f"start times unavailable: {exc}")
+            return
+        for jobid in ids:
+            if jobid not in times:
+                self.startup.pending.pop(jobid, None)
+            elif times[jobid] > 0:
+                self.startup.started(jobid, times[jobid])
 
     def completions(self) -> None:
         """Run finished worker calls' handlers (reactor thread)."""
@@ -1580,6 +1655,11 @@ class QuantumService:
         drain = self.estimator.estimate(slot.device).seconds_per_task
         remaining = tasks_to_release(snap, unit.request.release_at)
         slot.expected_wait = None if remaining is None else remaining * drain
+        if snap.state is TaskState.RUNNING:
+            slot.running_seen = slot.running_seen or snap.t
+            if unit.request.release_at == RELEASE_PREDICT:
+                # Its own run is under way: what is left of one service time.
+                slot.expected_wait = max(0.0, drain - (snap.t - slot.running_seen))
         self._milestones(unit, slot, snap)
         if release_reached(snap, unit.request.release_at):
             where = (
@@ -1622,22 +1702,30 @@ class QuantumService:
 
     def _lead_reached(self, unit: Unit, slot: Slot, now: float) -> bool:
         """Release early when the classical resources will take at least as long to
-        free up as the quantum task takes to reach its release point."""
+        free up as the quantum task takes to reach its release point; with
+        ``release_at=predict``, also when the expected wait for the result is below the
+        time released jobs take to start."""
         cluster, snap = self.cluster, slot.snapshot
-        if cluster is None or snap is None or slot.expected_wait is None:
+        if snap is None or slot.expected_wait is None:
             return False
-        classical = cluster.wait_for(self._unit_cores(unit, cluster), now)
-        if not classical:
+        classical = cluster.wait_for(self._unit_cores(unit, cluster), now) if cluster else None
+        startup = self.startup.estimate() if unit.request.release_at == RELEASE_PREDICT else 0.0
+        if not classical and not startup:
             return False
         vendor = max(0.0, slot.expected_wait - (now - snap.t))
-        if vendor > classical:
+        if classical and vendor <= classical:
+            why = (
+                f"classical lead: expected queue wait {vendor:.0f}s <= expected wait "
+                f"{classical:.0f}s for the job's cores"
+            )
+        elif startup and vendor <= startup:
+            why = (
+                f"predicted: expected wait for the result {vendor:.2f}s <= job start-up "
+                f"{startup:.2f}s"
+            )
+        else:
             return False
-        self._ready(
-            unit,
-            slot,
-            f"classical lead: expected queue wait {vendor:.0f}s <= expected wait "
-            f"{classical:.0f}s for the job's cores",
-        )
+        self._ready(unit, slot, why)
         return True
 
     def _check_lead(self, unit: Unit, slot: Slot, now: float) -> None:
@@ -1875,6 +1963,7 @@ class QuantumService:
                 self._scan_due = 0.0
                 return
             unit.release = {"task": task, "device": device, "info": info}
+            self.startup.released(ids[0], self.clock())
             self._update_memos(unit, state="released", only=ids)
             for jobid in ids:
                 unit.jobs.pop(jobid, None)
@@ -1991,6 +2080,10 @@ class QuantumService:
             "jobs": len(self.member_unit),
             "counters": self.counters.__dict__.copy(),
             "workers": {"busy": self.workers.busy, "queued": self.workers.queued},
+            "startup": {
+                "estimate": round(self.startup.estimate(), 3),
+                "samples": len(self.startup.samples),
+            },
             "options": self.options.to_dict(),
             "last_error": self.last_error,
         }
