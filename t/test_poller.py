@@ -57,6 +57,9 @@ def test_predict_counts_the_tasks_own_run():
     assert tasks_to_release(at(None), "predict") is None
     # While it runs the next poll is at the minimum, never "release now".
     assert next_poll_interval(running, "predict", 10.0) == PollSchedule().min_interval
+    # done: the same release point, and no early release by time (the service's part).
+    assert not release_reached(running, "done") and tasks_to_release(at(3), "done") == 4
+    assert release_reached(at(None, state=TaskState.COMPLETED), "done")
 
 
 def test_interval_shape():

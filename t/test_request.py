@@ -46,7 +46,7 @@ SHOTS = "qpu.shots must be an integer from 1 to 100000, got "
 PROGRAM = (
     'qpu.program must be a file path or a JSON list of file paths like ["a.qasm","b.qasm"], got '
 )
-RELEASE = "qpu.release_at must be a queue position >= 0, 'running' or 'predict', got "
+RELEASE = "qpu.release_at must be a queue position >= 0, 'running', 'predict' or 'done', got "
 WAIT = "qpu.max_wait must be a duration > 0 such as 90, 90s, 30m, 2h or 1.5d, got "
 COST = "qpu.max_cost must be a number of US dollars >= 0, got "
 QUBITS = "qpu.min_qubits must be an integer >= 1, got "

@@ -1,9 +1,9 @@
 """When to ask a vendor again about a queued task: adaptive poll intervals.
 
 A held job is released when its task reaches the release point (queue position <=
-``release_at``, or RUNNING; with ``predict`` the service releases by time, when the
-expected wait for the result falls below the jobs' start-up time, and the release point
-proper is the task's end). Polling every second costs one vendor call per second per
+``release_at``, or RUNNING; ``done``: when the task has ended, so its result is there
+when the job starts; ``predict``: the same, but the service releases earlier by time,
+when the expected wait for the result falls below the jobs' start-up time). Polling every second costs one vendor call per second per
 task; polling rarely releases late. This module owns the trade-off: the next interval
 is a fraction of the earliest plausible time to the release point (tasks still to be
 served before it, times the learned drain time per task), clamped, and it shrinks to
@@ -29,6 +29,8 @@ from flux_quantum.vendors.base import TaskSnapshot, TaskState
 
 RELEASE_RUNNING = "running"
 RELEASE_PREDICT = "predict"
+RELEASE_DONE = "done"
+_AT_END = (RELEASE_PREDICT, RELEASE_DONE)
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class PollSchedule:
 
 def release_reached(snapshot: TaskSnapshot, release_at: int | str) -> bool:
     """Whether the task is at its release point (or past it: running or finished)."""
-    if release_at == RELEASE_PREDICT:
+    if release_at in _AT_END:
         return snapshot.state not in (TaskState.CREATED, TaskState.QUEUED, TaskState.RUNNING)
     if snapshot.state not in (TaskState.CREATED, TaskState.QUEUED):
         return True
@@ -71,11 +73,12 @@ def tasks_to_release(snapshot: TaskSnapshot, release_at: int | str) -> int | Non
     With Braket's positions (1 = next to run) a task at position ``p`` is released at
     ``release_at`` after ``p - release_at`` starts, or when RUNNING after ``p``.
     A capped position (``>2000``) counts as its lower bound. With ``predict`` the task's
-    own run counts too (its end is what the jobs wait for): 1 while it runs.
+    own run counts too (its end is what the jobs wait for): 1 while it runs. So with
+    ``done``.
     """
     if release_reached(snapshot, release_at):
         return 0
-    if release_at == RELEASE_PREDICT:
+    if release_at in _AT_END:
         if snapshot.state is TaskState.RUNNING:
             return 1
         return None if snapshot.position is None else snapshot.position + 1

@@ -27,6 +27,7 @@ FAILOVERS: tuple[str, ...] = ("fail", "next", "simulator")
 ANY = "any"
 RELEASE_RUNNING = "running"
 RELEASE_PREDICT = "predict"
+RELEASE_DONE = "done"
 
 DEFAULT_SHOTS = 1000
 MAX_SHOTS = 100_000
@@ -178,11 +179,13 @@ def _check_program(value: object) -> tuple[str, ...]:
 
 
 def _check_release_at(value: object) -> int | str:
-    if value in (RELEASE_RUNNING, RELEASE_PREDICT):
+    if value in (RELEASE_RUNNING, RELEASE_PREDICT, RELEASE_DONE):
         return value  # type: ignore[return-value]
     if _is_int(value) and value >= 0:  # type: ignore[operator]
         return value  # type: ignore[return-value]
-    accepted = f"a queue position >= 0, '{RELEASE_RUNNING}' or '{RELEASE_PREDICT}'"
+    accepted = (
+        f"a queue position >= 0, '{RELEASE_RUNNING}', '{RELEASE_PREDICT}' or '{RELEASE_DONE}'"
+    )
     raise _error("qpu.release_at", accepted, value)
 
 

@@ -46,6 +46,7 @@ from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.plugin import HeldJob, PluginClient
 from flux_quantum.policy import DrainEstimator, Explanation, NoDeviceError, select_device
 from flux_quantum.poller import (
+    RELEASE_DONE,
     RELEASE_PREDICT,
     AdaptivePoller,
     PollSchedule,
@@ -1657,7 +1658,7 @@ class QuantumService:
         slot.expected_wait = None if remaining is None else remaining * drain
         if snap.state is TaskState.RUNNING:
             slot.running_seen = slot.running_seen or snap.t
-            if unit.request.release_at == RELEASE_PREDICT:
+            if unit.request.release_at in (RELEASE_PREDICT, RELEASE_DONE):
                 # Its own run is under way: what is left of one service time.
                 slot.expected_wait = max(0.0, drain - (snap.t - slot.running_seen))
         self._milestones(unit, slot, snap)
@@ -2151,6 +2152,9 @@ class ServiceRunner:
 
     def _on_wake(self, *args: Any) -> None:
         self._fenced(self.service.completions)
+        # A finished vendor call usually makes a next step due (create after select,
+        # release after a poll): take it now rather than at the next tick.
+        self._fenced(self.service.tick)
 
     def _fenced(self, call: Callable[[], None]) -> None:
         try:

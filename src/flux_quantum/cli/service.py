@@ -39,6 +39,7 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("max_tasks", int, "tasks per program, fail-overs included, before failing (3)"),
     ("retry_max", float, "longest back-off after a vendor error, seconds (60)"),
     ("group_linger", float, "seconds a released qpu.group stays joinable (60)"),
+    ("tick", float, "seconds between the service's checks for due work (0.2)"),
     ("startup_default", float, "job start-up assumed by release_at=predict until measured (1)"),
 )
 
