@@ -62,7 +62,7 @@ Targets (printed as met / MISSED): min-cost mean cost per run at least 50x below
 (the Fluence paper reports about 70-72x, min-cost pinned on dm1); min-queue mean time to
 result below random. Writes policy.csv (every run), policy.txt (the table, machine and
 command) and policy.png (cost and time to result by policy) to ``--out-dir``
-(bench/results). No network but 127.0.0.1, no Flux.
+(bench/results; ``policy_quick.*`` with ``--quick``). No network but 127.0.0.1, no Flux.
 """
 
 from __future__ import annotations
@@ -527,10 +527,11 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     print(text)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out_dir / "policy.csv", runs)
-    (args.out_dir / "policy.txt").write_text(text + "\n")
-    print(plot(args.out_dir / "policy.png", runs, table))
-    print(f"runs: {args.out_dir / 'policy.csv'}, table: {args.out_dir / 'policy.txt'}")
+    stem = "policy_quick" if args.quick else "policy"  # a smoke test never overwrites
+    write_csv(args.out_dir / f"{stem}.csv", runs)
+    (args.out_dir / f"{stem}.txt").write_text(text + "\n")
+    print(plot(args.out_dir / f"{stem}.png", runs, table))
+    print(f"runs: {args.out_dir / (stem + '.csv')}, table: {args.out_dir / (stem + '.txt')}")
     return 0
 
 
