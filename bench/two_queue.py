@@ -307,15 +307,13 @@ class VendorSide:
         self.speed = speed
         self.emulator = emulator
         self.port = int(emulator.url.rsplit(":", 1)[1])
-        self.seed = 11
 
-    def fresh(self) -> tuple[Any, BenchClock]:
+    def fresh(self, seed: int) -> tuple[Any, BenchClock]:
         from flux_quantum.emulator import Emulator
 
         self.emulator.stop()
-        self.seed += 1
         clock = BenchClock(self.speed)
-        self.emulator = Emulator(self.scenario, clock=clock, port=self.port, seed=self.seed)
+        self.emulator = Emulator(self.scenario, clock=clock, port=self.port, seed=seed)
         self.emulator.start()
         return self.emulator, clock
 
@@ -488,7 +486,9 @@ class Bench:
     def _one(self, run: Run, shape: Shape, catalog: Path) -> None:
         # Every run meets the device as the scenario describes it (the paper's queue),
         # not as the previous runs left it: a fresh emulator on the same endpoint.
-        emulator, clock = self.vendor.fresh()
+        # Gated and ungated runs of one repeat meet the same seeded queue.
+        seed = 1000 * run.repeat + 10 * run.n + (run.state == "busy")
+        emulator, clock = self.vendor.fresh(seed)
         out = (
             self.work
             / "out"

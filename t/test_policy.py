@@ -140,6 +140,12 @@ def test_min_wait_learns_from_observed_drain():
     )
     assert selection.device.name == "forte1"  # 3 x 10 s beats ankaa3's 150 s
     assert "learned from 2" in selection.explanation.candidates[0].drain.describe()
+    # A depth's fall is a lower bound of the rate: never what a poller plans with.
+    assert estimator.estimate(FLEET.get("forte1"), polling=True).source == "catalog"
+    estimator.observe_position("forte1", "task-1", 9, 300.0)
+    estimator.observe_position("forte1", "task-1", 7, 340.0)
+    for polling in (True, False):  # positions win over depths, both ways
+        assert estimator.estimate(FLEET.get("forte1"), polling).seconds_per_task == 20.0
 
 
 def test_drain_estimator_ignores_rises_capped_and_out_of_order_and_uses_positions():

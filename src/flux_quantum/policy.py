@@ -91,6 +91,11 @@ class DrainEstimator:
     value extends it, capped values (``>2000``) are ignored. The rate is tasks served
     over time elapsed, both summed over samples with older ones decayed by
     ``1 - alpha`` per sample.
+
+    The two are kept apart: a depth's lower bound of the rate is a cautious *wait*
+    (what a policy wants), but a poller that trusted it would poll late, and a late poll
+    stretches the next sample, so the bound would feed on itself. ``estimate(device,
+    polling=True)`` therefore uses position moves only (else the catalog or the prior).
     """
 
     def __init__(
@@ -104,8 +109,10 @@ class DrainEstimator:
         self._alpha = alpha
         self._priors = dict(priors)
         self._lock = threading.Lock()
-        # device -> (decayed tasks served, decayed seconds, samples)
+        # device -> (decayed tasks served, decayed seconds, samples), from positions
+        # (exact) and from depths (a lower bound of the rate)
         self._rates: dict[str, tuple[float, float, int]] = {}
+        self._depth_rates: dict[str, tuple[float, float, int]] = {}
         self._depths: dict[str, _Observation] = {}
         self._positions: dict[tuple[str, str], _Observation] = {}
 
@@ -114,7 +121,7 @@ class DrainEstimator:
         if snapshot.queue_depth is None or snapshot.queue_capped:
             return
         with self._lock:
-            self._learn(self._depths, snapshot.device, snapshot.device, snapshot)
+            self._learn(self._depths, snapshot.device, snapshot.device, snapshot, self._depth_rates)
 
     def observe_position(
         self, device: str, task_id: str, position: int | None, t: float, capped: bool = False
@@ -123,7 +130,8 @@ class DrainEstimator:
         if position is None or capped:
             return
         with self._lock:
-            self._learn(self._positions, (device, task_id), device, _Observation(position, t))
+            observation = _Observation(position, t)
+            self._learn(self._positions, (device, task_id), device, observation, self._rates)
 
     def forget_task(self, device: str, task_id: str) -> None:
         with self._lock:
@@ -135,6 +143,7 @@ class DrainEstimator:
         key: Any,
         device: str,
         now: DeviceSnapshot | _Observation,
+        rates: dict[str, tuple[float, float, int]],
     ) -> None:
         depth = now.queue_depth if isinstance(now, DeviceSnapshot) else now.depth
         assert depth is not None
@@ -153,18 +162,21 @@ class DrainEstimator:
         if elapsed <= 0:
             return
         # A decayed ratio of sums: long intervals weigh as much as the tasks they saw.
-        old_served, old_elapsed, samples = self._rates.get(device, (0.0, 0.0, 0))
+        old_served, old_elapsed, samples = rates.get(device, (0.0, 0.0, 0))
         keep = 1.0 - self._alpha
-        self._rates[device] = (
+        rates[device] = (
             keep * old_served + served,
             keep * old_elapsed + elapsed,
             samples + 1,
         )
 
-    def estimate(self, device: Device) -> DrainEstimate:
-        """Seconds per task for ``device``: learned, else catalog property, else prior."""
+    def estimate(self, device: Device, polling: bool = False) -> DrainEstimate:
+        """Seconds per task for ``device``: learned, else catalog property, else prior.
+        Learned from position moves, else (unless ``polling``) from depth changes."""
         with self._lock:
             learned = self._rates.get(device.name)
+            if (learned is None or learned[0] <= 0) and not polling:
+                learned = self._depth_rates.get(device.name)
         if learned is not None and learned[0] > 0:
             served, elapsed, samples = learned
             return DrainEstimate(elapsed / served, "learned", samples)

@@ -138,7 +138,7 @@ class AdaptivePoller:
         if release_reached(snapshot, self.release_at):
             self.estimator.forget_task(self.device.name, snapshot.task.task_id)
             return 0.0
-        drain = self.estimator.estimate(self.device)
+        drain = self.estimator.estimate(self.device, polling=True)
         return next_poll_interval(
             snapshot,
             self.release_at,

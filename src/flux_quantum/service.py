@@ -1653,7 +1653,7 @@ class QuantumService:
             )
             return
         delay = slot.poller.observe(snap)
-        drain = self.estimator.estimate(slot.device).seconds_per_task
+        drain = self.estimator.estimate(slot.device, polling=True).seconds_per_task
         remaining = tasks_to_release(snap, unit.request.release_at)
         slot.expected_wait = None if remaining is None else remaining * drain
         if snap.state is TaskState.RUNNING:
