@@ -99,6 +99,26 @@ def test_adaptive_poller_learns_and_spends_few_calls():
     assert poller.estimator.estimate(DEVICE).seconds_per_task == pytest.approx(10, rel=0.2)
 
 
+def test_a_stalled_queue_does_not_make_the_poller_late():
+    """A device that stood still for 1000 s (a maintenance window) then moves teaches
+    a slow rate; the poller still plans with the catalog's 10 s per task, the faster."""
+    device = parse_catalog(
+        """
+devices:
+  - {name: qpu, vendor: local, id: "arn:aws:braket:us-east-1::device/qpu/acme/q",
+     class: qpu, qubits: 5, price: {per_task: 0.3},
+     properties: {drain_seconds_per_task: 10}}
+""",
+        "t.yaml",
+    ).get("qpu")
+    poller = AdaptivePoller(device, 1, schedule=PollSchedule(max_interval=3000))
+    poller.observe(at(30, 0.0))
+    poller.observe(at(30, 1000.0))  # stalled
+    delay = poller.observe(at(29, 1001.0))
+    assert poller.estimator.estimate(device).seconds_per_task > 500  # what it learned
+    assert delay == pytest.approx(0.5 * 27 * 10)  # planned at the catalog's pace
+
+
 def test_fixed_poller():
     poller = FixedPoller(2.0, release_at=1)
     assert poller.observe(at(5)) == 2.0

@@ -170,15 +170,18 @@ class DrainEstimator:
             samples + 1,
         )
 
-    def estimate(self, device: Device, polling: bool = False) -> DrainEstimate:
+    def estimate(
+        self, device: Device, polling: bool = False, learned: bool = True
+    ) -> DrainEstimate:
         """Seconds per task for ``device``: learned, else catalog property, else prior.
-        Learned from position moves, else (unless ``polling``) from depth changes."""
+        Learned from position moves, else (unless ``polling``) from depth changes;
+        ``learned=False``: what the catalog or the prior says."""
         with self._lock:
-            learned = self._rates.get(device.name)
-            if (learned is None or learned[0] <= 0) and not polling:
-                learned = self._depth_rates.get(device.name)
-        if learned is not None and learned[0] > 0:
-            served, elapsed, samples = learned
+            rate = self._rates.get(device.name) if learned else None
+            if (rate is None or rate[0] <= 0) and learned and not polling:
+                rate = self._depth_rates.get(device.name)
+        if rate is not None and rate[0] > 0:
+            served, elapsed, samples = rate
             return DrainEstimate(elapsed / served, "learned", samples)
         configured = _positive_float(device.properties.get(DRAIN_PROPERTY))
         if configured is not None:

@@ -139,10 +139,18 @@ class AdaptivePoller:
             self.estimator.forget_task(self.device.name, snapshot.task.task_id)
             return 0.0
         drain = self.estimator.estimate(self.device, polling=True)
+        seconds = drain.seconds_per_task
+        configured = self.estimator.estimate(self.device, polling=True, learned=False)
+        if configured.source == "catalog":
+            # Polling early costs a call, polling late costs idle nodes: plan with the
+            # faster of what was learned and what the site says. A device that stood
+            # still for a while (a window, maintenance) teaches a slow rate that
+            # would otherwise overshoot the release point once it moves again.
+            seconds = min(seconds, configured.seconds_per_task)
         return next_poll_interval(
             snapshot,
             self.release_at,
-            drain.seconds_per_task,
+            seconds,
             self.schedule,
             learned=drain.source == "learned",
         )

@@ -106,7 +106,7 @@ class ServiceOptions:
     scan_interval: float = 1.0
     device_check_interval: float = 15.0
     cluster_interval: float = 5.0
-    poll_min: float = 1.0
+    poll_min: float = 0.5
     poll_max: float = 300.0
     poll_cold_max: float = 30.0
     workers: int = 4
@@ -1653,7 +1653,7 @@ class QuantumService:
             )
             return
         delay = slot.poller.observe(snap)
-        drain = self.estimator.estimate(slot.device, polling=True).seconds_per_task
+        drain = self.estimator.estimate(slot.device).seconds_per_task
         remaining = tasks_to_release(snap, unit.request.release_at)
         slot.expected_wait = None if remaining is None else remaining * drain
         if snap.state is TaskState.RUNNING:

@@ -32,7 +32,7 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("scan_interval", float, "seconds between scans for held jobs (1)"),
     ("device_check_interval", float, "seconds between device status checks (15)"),
     ("cluster_interval", float, "seconds between looks at free cores (5)"),
-    ("poll_min", float, "shortest queue poll interval, seconds (1)"),
+    ("poll_min", float, "shortest queue poll interval, seconds (0.5)"),
     ("poll_max", float, "longest queue poll interval, seconds (300)"),
     ("poll_cold_max", float, "longest poll interval before the drain is learned (30)"),
     ("workers", int, "worker threads for vendor calls (4)"),
