@@ -711,17 +711,21 @@ def timing_report(rows: list[Run], args: argparse.Namespace, wall: float) -> str
         lags = [r.lag for r in case if r.lag is not None]
         early = [r.early for r in case if r.early is not None]
         lines.append(
-            f"{device:<18} {n:>2} {release:<8} {len(case):>4} {_median(case, 'idle'):>8.2f} "
-            f"{percentile([r.idle for r in case], 0.9):>8.2f} {_median(case, 'ttr'):>8.2f} "
+            f"{device:<18} {n:>2} {release:<8} {len(case):>4} {_median(case, 'idle_vendor_s'):>8.1f} "
+            f"{percentile([r.idle_vendor_s for r in case], 0.9):>8.1f} "
+            f"{_median(case, 'ttr_vendor'):>8.1f} "
             f"{percentile(lags, 0.5):>8.3f} {percentile(lags, 0.99):>8.3f} "
             f"{-statistics.median(early) if early else float('nan'):>+16.3f}"
         )
     lines.append("")
     lines.append(
-        "idle: node-seconds from job start to result readable; ttr: submit -> result in hand"
+        "idle: node-seconds from job start to result readable (vendor time); ttr: submit ->"
     )
     lines.append(
-        "lag: release point (1: task next to run; running: started; predict: ended) -> start"
+        "  result in hand (s, the task's own time uncompressed); lag, start-result: wall s"
+    )
+    lines.append(
+        "lag: release point (1: task next to run; running: started; predict, done: ended) -> start"
     )
     lines.append(
         "start-result: job start minus result readable (< 0: the job idled; > 0: it was late)"
