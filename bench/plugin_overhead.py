@@ -34,16 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import percentile
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def flux(*args: str, check: bool = True) -> str:

@@ -68,6 +68,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchlib import percentile, verdict
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 DEVICES = 5
@@ -83,21 +85,8 @@ SUBMIT_BATCHES = 5
 # --- small helpers --------------------------------------------------------------------
 
 
-def percentile(values: Iterable[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
 def say(text: str = "") -> None:
     print(text, flush=True)
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "MISSED"
 
 
 class BenchClock:

@@ -72,6 +72,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchlib import percentile, verdict
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 SIZE = 8
@@ -296,15 +298,6 @@ class Run:
     why: str = ""
     error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 class VendorSide:
@@ -623,10 +616,6 @@ def summarize(rows: list[Run]) -> list[dict[str, Any]]:
             }
         )
     return table
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "MISSED"
 
 
 def report(rows: list[Run], args: argparse.Namespace, wall: float) -> str:
