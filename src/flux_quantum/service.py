@@ -1330,7 +1330,10 @@ class QuantumService:
         elif slot.phase is Phase.SELECT:
             self._start_select(unit, slot)
         elif slot.phase is Phase.SUBMIT:
-            self._start_submit(unit, slot)
+            # A batch's tasks are submitted in program order (its eventlog reads in
+            # that order), whichever device choice came back first.
+            if not any(s.phase is Phase.SELECT for s in unit.slots[: slot.index]):
+                self._start_submit(unit, slot)
         elif slot.phase is Phase.TRACK:
             self._start_poll(unit, slot)
 
