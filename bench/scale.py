@@ -359,7 +359,9 @@ def submit_scenario(h: Any, plan: Plan, cwd: Path) -> tuple[list[Unit], float]:
     first: list[tuple[Unit, Any]] = []
     for unit in units:
         js = base_jobspec(cwd)
-        qpu: dict[str, Any] = {"device": f"local:{unit.device}"}
+        # Released at position 1 (the task next to run), the release point the lag below
+        # is measured from; the default, ``done``, would release at the task's end.
+        qpu: dict[str, Any] = {"device": f"local:{unit.device}", "release_at": 1}
         if unit.kind == "group":
             qpu["group"] = f"u{unit.index:03d}"
             count = plan.jobs_per_unit

@@ -250,7 +250,7 @@ def test_explanation_text_and_json():
     text = explanation.render_text()
     lines = text.splitlines()
     assert lines[0] == (
-        "policy min-wait for 'any policy=min-wait shots=1000 release_at=1 class=qpu': "
+        "policy min-wait for 'any policy=min-wait shots=1000 release_at=done class=qpu': "
         "expected wait, then estimated cost, then name"
     )
     assert lines[1].split() == [

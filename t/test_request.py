@@ -295,7 +295,7 @@ def test_defaults() -> None:
         policy="explicit",
         shots=1000,
         program=(),
-        release_at=1,
+        release_at="done",
         max_wait=None,
         max_cost=None,
         min_qubits=None,
@@ -405,7 +405,7 @@ def test_to_attr_is_canonical() -> None:
         "device": "sv1",
         "policy": "explicit",
         "shots": 1000,
-        "release_at": 1,
+        "release_at": "done",
         "failover": "fail",
     }
     request = parse_request(
@@ -424,7 +424,7 @@ def test_to_attr_is_canonical() -> None:
         "policy": "min-wait",
         "shots": 1000,
         "program": ["q.qasm"],
-        "release_at": 1,
+        "release_at": "done",
         "max_wait": 129600.0,
         "max_cost": 2.0,
         "min_qubits": 5,
@@ -440,7 +440,7 @@ def test_flux_setattr_json_values_parse() -> None:
     values = {"device": "sv1", "shots": json.loads("500"), "program": "qaoa.qasm"}
     request = parse_request(values)
     assert (request.device, request.shots, request.program) == ("sv1", 500, ("qaoa.qasm",))
-    assert request.describe() == "sv1 shots=500 release_at=1 program=qaoa.qasm"
+    assert request.describe() == "sv1 shots=500 release_at=done program=qaoa.qasm"
 
 
 DURATIONS = [
@@ -479,17 +479,17 @@ def test_format_duration(seconds: float, text: str) -> None:
 @pytest.mark.parametrize(
     ("value", "line"),
     [
-        ("braket:sv1", "braket:sv1 shots=1000 release_at=1"),
-        ("sv1", "sv1 shots=1000 release_at=1"),
-        ("any", "any policy=min-wait shots=1000 release_at=1"),
-        ("ibm:any", "ibm:any policy=min-wait shots=1000 release_at=1"),
+        ("braket:sv1", "braket:sv1 shots=1000 release_at=done"),
+        ("sv1", "sv1 shots=1000 release_at=done"),
+        ("any", "any policy=min-wait shots=1000 release_at=done"),
+        ("ibm:any", "ibm:any policy=min-wait shots=1000 release_at=done"),
         (
             {"device": "ibm:any", "policy": "min-cost", "release_at": "running"},
             "ibm:any policy=min-cost shots=1000 release_at=running",
         ),
         (
             {"device": "sv1", "shots": 500, "program": ["a.qasm", "b.qasm"], "group": "g1"},
-            "sv1 shots=500 release_at=1 group=g1 programs=2",
+            "sv1 shots=500 release_at=done group=g1 programs=2",
         ),
         (
             {
@@ -602,7 +602,7 @@ def test_request_module_uses_only_the_standard_library() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "braket:sv1 shots=1000 release_at=1"
+    assert result.stdout.strip() == "braket:sv1 shots=1000 release_at=done"
 
 
 FLUX = shutil.which("flux")

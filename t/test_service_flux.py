@@ -122,6 +122,9 @@ def _catalog_text() -> str:
     return "\n".join(lines) + "\n"
 
 
+# Released when the task is next to run: the tests step the vendor clock by hand.
+AT_FRONT = "--setattr=qpu.release_at=1"
+
 # Fast timings for tests (seconds of real time).
 FAST = (
     "--poll-min=0.2",
@@ -167,7 +170,14 @@ class Qpu:
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
 
-    def submit(self, *args: str) -> str:
+    def submit(self, *args: str, release_at: str | None = "1") -> str:
+        """Submit with the job environment. These tests step the vendor clock by hand
+        to the front of the queue, so a job asking for a QPU is released at position 1
+        (``release_at``) unless the test names its own release point; ``release_at=None``
+        leaves the built-in default (``done``)."""
+        asks = any(a.startswith("--setattr=qpu") for a in args)
+        if asks and release_at is not None and not any("qpu.release_at" in a for a in args):
+            args = (f"--setattr=qpu.release_at={release_at}", *args)
         return self.inst.submit(*args, env=self.job_env)
 
     def job(self, jobid: str) -> dict[str, Any]:
@@ -302,6 +312,40 @@ def test_single_job_held_counts_down_released_consumer_reads_task(inst, qpu):
     submit = qpu.context(jobid, "qpu-submit")
     assert submit["program"] == "bell.qasm" and submit["token"].startswith("fq-")
     assert qpu.emu.call_count("CreateQuantumTask") == 1
+
+
+def test_default_release_waits_for_the_result(inst, qpu):
+    """The default release point is ``done``: the job stays held at position 1 and
+    while its task runs, and is released only once the task has ended, so its nodes
+    are allocated with the result already there."""
+    qpu.start_service()
+    jobid = qpu.submit(
+        "--setattr=qpu.device=local:q-alpha",
+        "sh",
+        "-c",
+        CONSUMER + " && flux quantum task --json",
+        release_at=None,
+    )
+    qpu.wait_event(jobid, "qpu-task")
+    qpu.position(jobid, 5)
+    # 4 tasks ahead and the running one, then its own run: 6 x 10 s to the result
+    assert qpu.memo(jobid)["qpu_wait"] == 60
+    for expected in (4, 3, 2, 1):
+        qpu.advance(10)
+        qpu.position(jobid, expected)
+    qpu.advance(10)
+    qpu.until(lambda: qpu.memo(jobid).get("qpu_state") == "RUNNING")
+    time.sleep(2.5)  # more than the longest poll interval (--poll-max=2)
+    assert qpu.job(jobid)["state"] == 2 and "qpu-release" not in qpu.names(jobid)
+    task = qpu.memo(jobid)["qpu_task"]
+    assert qpu.emu.task_timeline(task).ended is None
+    qpu.advance(10)
+    qpu.wait_event(jobid, "qpu-release")
+    assert qpu.emu.task_timeline(task).ended is not None
+    assert qpu.context(jobid, "qpu-ready")["tasks"][0]["why"] == "COMPLETED"
+    assert qpu.context(jobid, "qpu-submit")["token"].startswith("fq-")
+    out = qpu.output(jobid)  # no clock advance needed: the result is there at start
+    assert out.startswith(task) and "counts" in out
 
 
 def test_fanout_group_follower_and_multinode_share_one_task(inst, qpu):
@@ -612,7 +656,9 @@ def test_instance_restart_mid_wait_reattaches(tmp_path, catalog):
     env = {"FLUX_QUANTUM_EMULATOR_URL": emu.url}
     try:
         inst.quantum(*args)
-        jobid = inst.submit("--setattr=qpu.device=local:q-alpha", "sh", "-c", CONSUMER, env=env)
+        jobid = inst.submit(
+            AT_FRONT, "--setattr=qpu.device=local:q-alpha", "sh", "-c", CONSUMER, env=env
+        )
         inst.wait_event(jobid, "qpu-task")
         assert inst.stop() == 0, inst.broker_log()  # the module stops cleanly on SIGTERM
         inst.start()
@@ -660,7 +706,7 @@ def test_demo_runs_end_to_end():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "DEPEND  device demo-qpu" in out and "nodes allocated: 0" in out
-    assert "released at position" in out
+    assert "RUN     released (task COMPLETED)" in out
     assert out.count("counts {") == 4
     assert "node-seconds idle waiting for the quantum result: gated" in out
 
@@ -675,9 +721,12 @@ def test_graph_loaded_release_allocates_the_qpu_and_status_follows_the_vendor(tm
     try:
         inst.quantum("graph", "load", str(catalog))
         inst.quantum("service", "start", f"--catalog={catalog}", f"--emulator-url={emu.url}", *FAST)
-        quick = inst.submit("--setattr=qpu.device=local:q-delta", "-n1", "true")
+        quick = inst.submit(AT_FRONT, "--setattr=qpu.device=local:q-delta", "-n1", "true")
         doomed = inst.submit(
-            "--setattr=qpu.device=local:q-doomed", "--setattr=qpu.failover=simulator", "true"
+            AT_FRONT,
+            "--setattr=qpu.device=local:q-doomed",
+            "--setattr=qpu.failover=simulator",
+            "true",
         )
         inst.wait_event(quick, "clean")
         R = json.loads(inst.run(["flux", "job", "info", quick, "R"]).stdout)
@@ -721,6 +770,7 @@ def test_variational_released_at_the_first_task_then_iterates_from_inside(inst, 
     (inst.workdir / "loop.py").write_text(VARIATIONAL)
     env = {**qpu.job_env, "PROGRAM": str(inst.workdir / "bell.qasm")}
     jobid = inst.submit(
+        AT_FRONT,
         "--setattr=qpu.device=local:q-delta",
         "--setattr=qpu.program=bell.qasm",
         "--setattr=qpu.shots=100",

@@ -31,7 +31,7 @@ RELEASE_DONE = "done"
 
 DEFAULT_SHOTS = 1000
 MAX_SHOTS = 100_000
-DEFAULT_RELEASE_AT = 1
+DEFAULT_RELEASE_AT = RELEASE_DONE
 DEFAULT_FAILOVER = "fail"
 
 # Table keys in the order they are documented and reported; "class" is the user's

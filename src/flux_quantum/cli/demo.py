@@ -4,8 +4,8 @@ This module owns the demo: it starts the vendor emulator (a busy QPU, time sped 
 throwaway ``flux start --test-size=4`` instance with Fluxion, the quantum jobtap plugin
 and the ingest validator (``flux quantum config``), and the handler service; submits a
 fan-out hybrid job (four nodes, one quantum task); shows the task's queue position
-counting down while no node is allocated; lets the job run and print its result on
-every node; and ends with the node-seconds the nodes idled waiting for the quantum
+counting down while no node is allocated (the job is released when the task has
+ended, the default release point); lets the job run and print its result on every node; and ends with the node-seconds the nodes idled waiting for the quantum
 result, gated versus what an ungated job (allocated at submit) would have idled. It
 never reaches anything but loopback, never needs a credential and cleans up after
 itself whatever happens.
@@ -181,6 +181,15 @@ def _event_time(events: list[dict[str, Any]], name: str) -> float | None:
     return next((e["timestamp"] for e in events if e["name"] == name), None)
 
 
+def _why(inst: Instance, jobid: str) -> str:
+    """Why the job was released, from its ``qpu-ready`` event: the task's state
+    (``COMPLETED``: the result is there) or the queue position it reached."""
+    ready = [e for e in _events(inst, jobid) if e["name"] == "qpu-ready"]
+    tasks = ready[-1]["context"].get("tasks", []) if ready else []
+    why = tasks[0].get("why") if tasks else None
+    return f"task {why}" if why else "task ready"
+
+
 def _progress(handle: Any, jobid: int) -> tuple[str, dict[str, Any]]:
     payload = {"id": jobid, "attrs": ["state", "annotations", "nnodes", "ranks"]}
     job = handle.rpc("job-list.list-id", payload).get()["job"]
@@ -297,8 +306,8 @@ def _watch(inst: Instance, jobid: str, timeout: float) -> None:
         state, memo = _progress(handle, number)
         if state not in ("DEPEND", "NEW", "PRIORITY"):
             _say(
-                f"  {time.monotonic() - start:5.1f}s  {state:<7} released at position "
-                f"{memo.get('qpu_position')}: Fluxion allocates {NODES} nodes now"
+                f"  {time.monotonic() - start:5.1f}s  {state:<7} released ({_why(inst, jobid)}): "
+                f"Fluxion allocates {NODES} nodes now"
             )
             return
         line = (state, memo.get("qpu_position"), memo.get("qpu_state"))
