@@ -706,7 +706,7 @@ def test_demo_runs_end_to_end():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "DEPEND  device demo-qpu" in out and "nodes allocated: 0" in out
-    assert "RUN     released (task COMPLETED)" in out
+    assert "released (task COMPLETED): Fluxion allocates 4 nodes now" in out
     assert out.count("counts {") == 4
     assert "node-seconds idle waiting for the quantum result: gated" in out
 
