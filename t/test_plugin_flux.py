@@ -202,6 +202,8 @@ def test_event_service_posts_qpu_events_only(inst):
 
     out = inst.run([_sys.executable, "-c", script, str(jobid_int(inst, jobid))]).stdout
     assert "refused: event: event name must be 'qpu-'" in out
+    # The post is acknowledged before the job-manager commits it to the KVS eventlog.
+    inst.wait_event(jobid, "qpu-submit")
     ev = [e for e in inst.eventlog(jobid) if e["name"] == "qpu-submit"]
     assert ev and ev[0]["context"] == {"token": "tok-1", "device": "sv1"}
     inst.quantum("fail", jobid, "--note", "done")
