@@ -11,17 +11,23 @@
  *   FLUX_QPU_VENDOR  the vendor ("braket", "local")
  *
  * The quantum jobtap plugin records the task at release as jobspec
- * updates (attributes.system.qpu_task, qpu_device, qpu_info).  The
- * shell never sees them: it reads the signed original jobspec (J).  So
- * for a qpu job this plugin asks job-info for the current jobspec once,
- * when it is loaded from the initrc, and sets the environment in
- * shell.init, by which time the answer is normally there.
+ * updates (attributes.system.qpu_task, qpu_device, qpu_info), posted
+ * to the job's eventlog before the job can be allocated.  The shell
+ * never sees them: it reads the signed original jobspec (J).  So for a
+ * qpu job this plugin watches the job's eventlog from the moment it is
+ * loaded from the initrc, collects the updates, and sets the
+ * environment in shell.init once it has read up to the "alloc" event.
+ * A one-shot lookup of the current jobspec is not enough: the job
+ * manager acknowledges events before it commits them to the KVS, and
+ * the KVS on a shell's broker rank may lag rank 0, so a lookup from a
+ * shell can miss the release (seen on an 8-broker instance); the watch
+ * waits until the eventlog on this rank holds everything up to "alloc".
  *
  * It must never break or slow an ordinary job: a job that did not ask
  * for a QPU (no attributes.system.qpu, no --dependency=qpu:JOBID) costs
  * one look at the jobspec the shell already holds, no RPC, no callback,
  * and its environment is left alone.  For a qpu job the shell waits for
- * the lookup at most LOOKUP_TIMEOUT seconds; a failed lookup is logged
+ * the eventlog at most LOOKUP_TIMEOUT seconds; a failed watch is logged
  * and the job runs without the variables.
  *
  * Load it from the shell initrc, e.g. with a site drop-in
@@ -43,7 +49,8 @@
 #include <jansson.h>
 
 #define DEPENDENCY_SCHEME "qpu"
-#define AUX_LOOKUP        "flux-quantum::jobspec-lookup"
+#define AUX_WATCH         "flux-quantum::eventlog-watch"
+#define SYSTEM_PREFIX     "attributes.system."
 #define LOOKUP_TIMEOUT    10.0
 
 /* Return attributes.system of a jobspec, or NULL.
@@ -163,8 +170,79 @@ static void set_task_environment (flux_shell_t *shell, json_t *system)
     free (task_list);
 }
 
-/* shell.init: collect the jobspec lookup sent at load time and set the
- * environment.  flux_shell_setenvf() updates tasks already created.
+/* Apply the attributes.system.* keys of a jobspec-update event context
+ * to 'system' (key without the prefix -> value).
+ */
+static int apply_update (json_t *system, json_t *context)
+{
+    const char *key;
+    json_t *value;
+    size_t n = strlen (SYSTEM_PREFIX);
+
+    json_object_foreach (context, key, value) {
+        if (strncmp (key, SYSTEM_PREFIX, n) == 0
+            && json_object_set (system, key + n, value) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Read the watched eventlog until "alloc", collecting jobspec updates
+ * into 'system'.  Returns 0 when "alloc" was seen, -1 (reason in
+ * 'why') otherwise.
+ */
+static int read_until_alloc (flux_future_t *f,
+                             json_t *system,
+                             const char **why)
+{
+    double deadline = flux_reactor_now (flux_future_get_reactor (f))
+                      + LOOKUP_TIMEOUT;
+
+    for (;;) {
+        double remaining = deadline
+                           - flux_reactor_now (flux_future_get_reactor (f));
+        const char *text;
+        json_t *entry;
+        const char *name;
+        json_t *context = NULL;
+        int done;
+
+        if (remaining < 0.)
+            remaining = 0.;
+        if (flux_future_wait_for (f, remaining) < 0) {
+            *why = "no alloc event within the timeout";
+            return -1;
+        }
+        if (flux_job_event_watch_get (f, &text) < 0) {
+            *why = future_strerror (f, errno);
+            return -1;
+        }
+        if (!(entry = json_loads (text, 0, NULL))
+            || json_unpack (entry,
+                            "{s:s s?o}",
+                            "name", &name,
+                            "context", &context) < 0) {
+            json_decref (entry);
+            *why = "malformed eventlog entry";
+            return -1;
+        }
+        if (strcmp (name, "jobspec-update") == 0
+            && apply_update (system, context) < 0) {
+            json_decref (entry);
+            *why = "out of memory";
+            return -1;
+        }
+        done = strcmp (name, "alloc") == 0;
+        json_decref (entry);
+        if (done)
+            return 0;
+        flux_future_reset (f);
+    }
+}
+
+/* shell.init: read the eventlog watched since load up to "alloc" and
+ * set the environment.  flux_shell_setenvf() updates tasks already
+ * created.
  */
 static int qpu_env_init (flux_plugin_t *p,
                          const char *topic,
@@ -173,20 +251,28 @@ static int qpu_env_init (flux_plugin_t *p,
 {
     flux_shell_t *shell = flux_plugin_get_shell (p);
     flux_future_t *f = arg;
-    json_t *jobspec;
+    json_t *system;
+    const char *why = NULL;
 
-    if (flux_future_wait_for (f, LOOKUP_TIMEOUT) < 0) {
-        shell_warn ("no answer from job-info within %.0fs: "
-                    "FLUX_QPU_* not set (try `flux quantum task`)",
-                    LOOKUP_TIMEOUT);
+    if (!(system = json_object ())) {
+        shell_warn ("out of memory: FLUX_QPU_* not set");
         return 0;
     }
-    if (flux_rpc_get_unpack (f, "{s:o}", "jobspec", &jobspec) < 0) {
-        shell_warn ("jobspec lookup failed: %s: FLUX_QPU_* not set",
-                    future_strerror (f, errno));
-        return 0;
+    if (read_until_alloc (f, system, &why) < 0)
+        shell_warn ("job eventlog: %s: FLUX_QPU_* not set "
+                    "(try `flux quantum task`)",
+                    why);
+    else
+        set_task_environment (shell, system);
+    json_decref (system);
+    /* Stop the watch; the future is destroyed with the plugin.
+     */
+    if (flux_job_event_watch_cancel (f) == 0) {
+        flux_future_reset (f);
+        while (flux_future_wait_for (f, 1.) == 0
+               && flux_job_event_watch_get (f, NULL) == 0)
+            flux_future_reset (f);
     }
-    set_task_environment (shell, jobspec_system (jobspec));
     return 0;
 }
 
@@ -208,23 +294,15 @@ int flux_plugin_init (flux_plugin_t *p)
         goto error;
     if (!is_qpu_job (jobspec_system (jobspec)))
         return 0;
-    /* The updates live in the eventlog: ask for the current jobspec.
-     * Sent now, collected in shell.init, so the shell does not wait
-     * for it while it sets up everything else.
+    /* The updates live in the eventlog: start watching it now, read it
+     * in shell.init, so the shell does not wait while it sets up
+     * everything else.
      */
     if (!(h = flux_shell_get_flux (shell))
-        || !(f = flux_rpc_pack (h,
-                                "job-info.lookup",
-                                FLUX_NODEID_ANY,
-                                0,
-                                "{s:I s:[s] s:i}",
-                                "id", (json_int_t)id,
-                                "keys", "jobspec",
-                                "flags", FLUX_JOB_LOOKUP_JSON_DECODE
-                                         | FLUX_JOB_LOOKUP_CURRENT)))
+        || !(f = flux_job_event_watch (h, id, "eventlog", 0)))
         goto error;
     if (flux_plugin_aux_set (p,
-                             AUX_LOOKUP,
+                             AUX_WATCH,
                              f,
                              (flux_free_f)flux_future_destroy) < 0) {
         flux_future_destroy (f);

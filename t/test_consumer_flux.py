@@ -265,6 +265,35 @@ def test_wait_outside_job_waits_for_release(inst, plugin, vendor, catalog, clock
     finish(inst, jobid)
 
 
+def test_inside_the_job_a_lagging_view_is_waited_for(inst, plugin, vendor, catalog, job_env):
+    """A process that runs in a job (its FLUX_JOB_ID) knows the job was allocated, so a
+    lookup that still shows it held is a view that lags the release (a broker rank's KVS
+    follows rank 0's): `flux quantum task` waits for it instead of failing. Played here
+    with FLUX_JOB_ID naming a job that is really still held, released a second later."""
+    jobid = inst.submit("--setattr=qpu=local-sv1", "true", env=job_env)
+    inst.wait_event(jobid, "dependency-add")
+    asker = subprocess.Popen(
+        ["flux", "quantum", "task", "--json"],
+        env={**inst.env, **job_env, "FLUX_JOB_ID": jobid},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)
+        assert asker.poll() is None, asker.communicate()
+        ref = create_task(vendor, catalog, "local-sv1", "inside-lagging-view")
+        release(inst, plugin, catalog, jobid, [ref])
+        out, err = asker.communicate(timeout=30)
+    finally:
+        if asker.poll() is None:
+            asker.kill()
+            asker.wait()
+    assert asker.returncode == 0, err
+    assert json.loads(out)["task"] == ref.task_id
+    finish(inst, jobid)
+
+
 def test_ordinary_jobs_are_untouched(inst, job_env):
     proc = inst.run(["flux", "run", "-N2", "-n2", "sh", "-c", SHOW_ENV])
     rows = env_rows(proc.stdout)

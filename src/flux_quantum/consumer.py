@@ -19,6 +19,7 @@ From a job's Python::
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -356,16 +357,45 @@ def current_task(jobid: str | int | None = None, *, handle: Any = None) -> JobTa
     One job-info lookup of the job's current jobspec (with the release's updates) and
     eventlog. Raises NoTaskError when the job has no task (not a qpu job, still held,
     ended before release) and CommandError when the job cannot be read.
+
+    Called from inside the job, it never answers "still held": the job runs, so it was
+    allocated, and a lookup that shows no release is a view that lags (the job manager
+    commits events to the KVS after they take effect, and a broker rank's KVS follows
+    rank 0's). It then waits, up to ``CATCH_UP_TIMEOUT`` seconds, for this rank's
+    eventlog to show the release and looks again.
     """
     job = resolve_jobid(jobid)
     if handle is None:
         import flux
 
         handle = flux.Flux()
+    try:
+        return _lookup_task(handle, job)
+    except NoTaskError as exc:
+        if exc.reason != "held" or not _runs_in(job):
+            raise
+    with contextlib.suppress(WaitTimeout):  # the lookup below says what this rank sees
+        _watch_until_hold_ends(handle, job, CATCH_UP_TIMEOUT)
+    return _lookup_task(handle, job)
+
+
+# How long a process inside a job waits for its rank's view of the job to show the release.
+CATCH_UP_TIMEOUT = 10.0
+
+
+def _lookup_task(handle: Any, job: int) -> JobTask:
     data = _lookup(handle, job, ["jobspec", "eventlog"])
     return job_task_from_jobspec(
         job, data.get("jobspec") or {}, parse_eventlog(data.get("eventlog"))
     )
+
+
+def _runs_in(job: int) -> bool:
+    """This process runs in JOB (its FLUX_JOB_ID), which therefore has been allocated."""
+    try:
+        return resolve_jobid(None) == job
+    except CommandError:
+        return False
 
 
 def _ends_hold(name: str, context: Mapping[str, Any]) -> bool:
@@ -373,6 +403,34 @@ def _ends_hold(name: str, context: Mapping[str, Any]) -> bool:
     if name in ("qpu-release", "depend", "clean"):
         return True
     return name == "exception" and context.get("severity") == 0
+
+
+def _watch_until_hold_ends(handle: Any, job: int, timeout: float | None) -> None:
+    """Watch JOB's eventlog (on this broker rank) until an event that ends the hold."""
+    from flux.job import event_watch_async
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    watcher = event_watch_async(handle, job)
+    try:
+        while True:
+            try:
+                if deadline is not None:
+                    watcher.wait_for(max(0.0, deadline - time.monotonic()))
+                event = watcher.get_event()
+            except OSError as exc:
+                if exc.errno == errno.ETIMEDOUT:
+                    assert timeout is not None
+                    raise WaitTimeout(
+                        f"job {encode_jobid(job)} is still held after {round(timeout, 1):g}s"
+                    ) from None
+                raise CommandError(
+                    f"cannot watch job {encode_jobid(job)}: {exc.strerror or exc}"
+                ) from None
+            if event is None or _ends_hold(event.name, event.context):
+                break
+    finally:
+        if watcher.needs_cancel:
+            watcher.cancel()
 
 
 def wait_release(
@@ -396,30 +454,8 @@ def wait_release(
             raise
     if on_held is not None:
         on_held(job)
-    from flux.job import event_watch_async
-
-    deadline = None if timeout is None else time.monotonic() + timeout
-    watcher = event_watch_async(handle, job)
-    try:
-        while True:
-            try:
-                if deadline is not None:
-                    watcher.wait_for(max(0.0, deadline - time.monotonic()))
-                event = watcher.get_event()
-            except OSError as exc:
-                if exc.errno == errno.ETIMEDOUT:
-                    raise WaitTimeout(
-                        f"job {encode_jobid(job)} is still held after {round(timeout, 1):g}s"
-                    ) from None
-                raise CommandError(
-                    f"cannot watch job {encode_jobid(job)}: {exc.strerror or exc}"
-                ) from None
-            if event is None or _ends_hold(event.name, event.context):
-                break
-    finally:
-        if watcher.needs_cancel:
-            watcher.cancel()
-    return current_task(job, handle=handle)
+    _watch_until_hold_ends(handle, job, timeout)
+    return _lookup_task(handle, job)
 
 
 # --- the vendor side ----------------------------------------------------------------------
