@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -142,6 +144,18 @@ def finish(inst: FluxInstance, jobid: str) -> subprocess.CompletedProcess[str]:
     return inst.run(["flux", "job", "attach", jobid], check=False, timeout=120)
 
 
+@contextmanager
+def running(cmd: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """A command in the background for the duration of the block (killed if still up)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def env_rows(out: str) -> dict[str, list[str]]:
     rows = [line.split("|") for line in out.splitlines() if "|" in line]
     return {row[0]: row[1:] for row in rows}
@@ -239,24 +253,14 @@ def test_wait_inside_job_follows_queue_until_completed(
 def test_wait_outside_job_waits_for_release(inst, plugin, vendor, catalog, clock, job_env):
     jobid = inst.submit("--setattr=qpu=local-sv1", "true", env=job_env)
     inst.wait_event(jobid, "dependency-add")
-    waiter = subprocess.Popen(
-        ["flux", "quantum", "task", "--wait", "--interval", "0.1", "--timeout", "60", jobid],
-        env={**inst.env, **job_env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    cmd = ["flux", "quantum", "task", "--wait", "--interval", "0.1", "--timeout", "60", jobid]
+    with running(cmd, {**inst.env, **job_env}) as waiter:
         time.sleep(1.0)
         assert waiter.poll() is None, waiter.communicate()
         ref = create_task(vendor, catalog, "local-sv1", "outside-wait")
         release(inst, plugin, catalog, jobid, [ref])
         clock.advance(10)
         out, err = waiter.communicate(timeout=60)
-    finally:
-        if waiter.poll() is None:
-            waiter.kill()
-            waiter.wait()
     assert waiter.returncode == 0, err
     assert "held (DEPEND), waiting for its quantum task" in err
     assert f"task:    {ref.task_id}" in out
@@ -272,23 +276,13 @@ def test_inside_the_job_a_lagging_view_is_waited_for(inst, plugin, vendor, catal
     with FLUX_JOB_ID naming a job that is really still held, released a second later."""
     jobid = inst.submit("--setattr=qpu=local-sv1", "true", env=job_env)
     inst.wait_event(jobid, "dependency-add")
-    asker = subprocess.Popen(
-        ["flux", "quantum", "task", "--json"],
-        env={**inst.env, **job_env, "FLUX_JOB_ID": jobid},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    cmd = ["flux", "quantum", "task", "--json"]
+    with running(cmd, {**inst.env, **job_env, "FLUX_JOB_ID": jobid}) as asker:
         time.sleep(1.0)
         assert asker.poll() is None, asker.communicate()
         ref = create_task(vendor, catalog, "local-sv1", "inside-lagging-view")
         release(inst, plugin, catalog, jobid, [ref])
         out, err = asker.communicate(timeout=30)
-    finally:
-        if asker.poll() is None:
-            asker.kill()
-            asker.wait()
     assert asker.returncode == 0, err
     assert json.loads(out)["task"] == ref.task_id
     finish(inst, jobid)
