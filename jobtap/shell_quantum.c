@@ -27,7 +27,7 @@
  * for a QPU (no attributes.system.qpu, no --dependency=qpu:JOBID) costs
  * one look at the jobspec the shell already holds, no RPC, no callback,
  * and its environment is left alone.  For a qpu job the shell waits for
- * the eventlog at most LOOKUP_TIMEOUT seconds; a failed watch is logged
+ * the eventlog at most WATCH_TIMEOUT seconds; a failed watch is logged
  * and the job runs without the variables.
  *
  * Load it from the shell initrc, e.g. with a site drop-in
@@ -43,6 +43,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <flux/core.h>
 #include <flux/shell.h>
@@ -51,7 +52,7 @@
 #define DEPENDENCY_SCHEME "qpu"
 #define AUX_WATCH         "flux-quantum::eventlog-watch"
 #define SYSTEM_PREFIX     "attributes.system."
-#define LOOKUP_TIMEOUT    10.0
+#define WATCH_TIMEOUT     10.0
 
 /* Return attributes.system of a jobspec, or NULL.
  */
@@ -191,16 +192,22 @@ static int apply_update (json_t *system, json_t *context)
  * into 'system'.  Returns 0 when "alloc" was seen, -1 (reason in
  * 'why') otherwise.
  */
+static double monotime (void)
+{
+    struct timespec ts;
+
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static int read_until_alloc (flux_future_t *f,
                              json_t *system,
                              const char **why)
 {
-    double deadline = flux_reactor_now (flux_future_get_reactor (f))
-                      + LOOKUP_TIMEOUT;
+    double deadline = monotime () + WATCH_TIMEOUT;
 
     for (;;) {
-        double remaining = deadline
-                           - flux_reactor_now (flux_future_get_reactor (f));
+        double remaining = deadline - monotime ();
         const char *text;
         json_t *entry;
         const char *name;

@@ -40,6 +40,8 @@ ENV_TASKS = "FLUX_QPU_TASKS"
 ENV_DEVICE = "FLUX_QPU_DEVICE"
 ENV_VENDOR = "FLUX_QPU_VENDOR"
 ENV_VARS = (ENV_TASK, ENV_TASKS, ENV_DEVICE, ENV_VENDOR)
+# How long a process inside a job waits for its rank's view of the job to show the release.
+CATCH_UP_TIMEOUT = 10.0
 
 SHELL_PLUGIN_DIR = "shell"
 SHELL_PLUGIN_FILE = "shell_quantum.so"
@@ -377,10 +379,6 @@ def current_task(jobid: str | int | None = None, *, handle: Any = None) -> JobTa
     with contextlib.suppress(WaitTimeout):  # the lookup below says what this rank sees
         _watch_until_hold_ends(handle, job, CATCH_UP_TIMEOUT)
     return _lookup_task(handle, job)
-
-
-# How long a process inside a job waits for its rank's view of the job to show the release.
-CATCH_UP_TIMEOUT = 10.0
 
 
 def _lookup_task(handle: Any, job: int) -> JobTask:
