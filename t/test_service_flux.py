@@ -175,7 +175,7 @@ class Qpu:
         to the front of the queue, so a job asking for a QPU is released at position 1
         (``release_at``) unless the test names its own release point; ``release_at=None``
         leaves the built-in default (``done``)."""
-        asks = any(a.startswith("--setattr=qpu") for a in args)
+        asks = any(a.startswith("--setattr=qpu.") for a in args)
         if asks and release_at is not None and not any("qpu.release_at" in a for a in args):
             args = (f"--setattr=qpu.release_at={release_at}", *args)
         return self.inst.submit(*args, env=self.job_env)
