@@ -5,7 +5,8 @@ throwaway ``flux start --test-size=4`` instance with Fluxion, the quantum jobtap
 and the ingest validator (``flux quantum config``), and the handler service; submits a
 fan-out hybrid job (four nodes, one quantum task); shows the task's queue position
 counting down while no node is allocated (the job is released when the task has
-ended, the default release point); lets the job run and print its result on every node; and ends with the node-seconds the nodes idled waiting for the quantum
+ended, the default release point); lets the job run and print its result on every
+node; and ends with the node-seconds the nodes idled waiting for the quantum
 result, gated versus what an ungated job (allocated at submit) would have idled. It
 never reaches anything but loopback, never needs a credential and cleans up after
 itself whatever happens.
