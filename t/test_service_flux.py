@@ -170,14 +170,14 @@ class Qpu:
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
 
-    def submit(self, *args: str, release_at: str | None = "1") -> str:
+    def submit(self, *args: str, at_front: bool = True) -> str:
         """Submit with the job environment. These tests step the vendor clock by hand
-        to the front of the queue, so a job asking for a QPU is released at position 1
-        (``release_at``) unless the test names its own release point; ``release_at=None``
-        leaves the built-in default (``done``)."""
+        to the front of the queue, so a job asking for a QPU gets ``AT_FRONT`` unless
+        the test names its own release point; ``at_front=False`` leaves the built-in
+        default (``done``)."""
         asks = any(a.startswith("--setattr=qpu.") for a in args)
-        if asks and release_at is not None and not any("qpu.release_at" in a for a in args):
-            args = (f"--setattr=qpu.release_at={release_at}", *args)
+        if asks and at_front and not any("qpu.release_at" in a for a in args):
+            args = (AT_FRONT, *args)
         return self.inst.submit(*args, env=self.job_env)
 
     def job(self, jobid: str) -> dict[str, Any]:
@@ -324,7 +324,7 @@ def test_default_release_waits_for_the_result(inst, qpu):
         "sh",
         "-c",
         CONSUMER + " && flux quantum task --json",
-        release_at=None,
+        at_front=False,
     )
     qpu.wait_event(jobid, "qpu-task")
     qpu.position(jobid, 5)
