@@ -41,7 +41,7 @@ NAME = f"qpu must be 'any' or a device named with {RULE}, got "
 DEV_NAME = f"qpu.device must be 'any' or a device named with {RULE}, got "
 VENDOR_PART = "must be VENDOR:DEVICE with a VENDOR from braket, ibm, local, got "
 VENDOR = "qpu.vendor must be one of braket, ibm, local, got "
-POLICY = "qpu.policy must be one of explicit, min-cost, min-queue, min-wait, got "
+POLICY = "qpu.policy must be one of explicit, min-cost, min-queue, min-wait, max-fidelity, got "
 SHOTS = "qpu.shots must be an integer from 1 to 100000, got "
 PROGRAM = (
     'qpu.program must be a file path or a JSON list of file paths like ["a.qasm","b.qasm"], got '
@@ -50,12 +50,13 @@ RELEASE = "qpu.release_at must be a queue position >= 0, 'running', 'predict' or
 WAIT = "qpu.max_wait must be a duration > 0 such as 90, 90s, 30m, 2h or 1.5d, got "
 COST = "qpu.max_cost must be a number of US dollars >= 0, got "
 QUBITS = "qpu.min_qubits must be an integer >= 1, got "
+FIDELITY = "qpu.min_fidelity must be a probability > 0 and <= 1, got "
 CLASS = "qpu.class must be one of qpu, simulator, got "
 FAILOVER = "qpu.failover must be one of fail, next, simulator, got "
 GROUP = f"qpu.group must be a name with {RULE}, got "
 KEYS = (
     " is not a known key; the keys are device, vendor, policy, shots, program, release_at,"
-    " max_wait, max_cost, min_qubits, class, failover, group"
+    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group"
 )
 
 # (value of attributes.system.qpu, field named, exact message)
@@ -125,13 +126,13 @@ MALFORMED: list[tuple[object, str, str]] = [
     (
         {"policy": "explicit"},
         "qpu.policy",
-        "qpu.policy must be min-cost, min-queue or min-wait when no device is named,"
+        "qpu.policy must be min-cost, min-queue, min-wait or max-fidelity when no device is named,"
         " got 'explicit'",
     ),
     (
         {"device": "braket:any", "policy": "explicit"},
         "qpu.policy",
-        "qpu.policy must be min-cost, min-queue or min-wait when no device is named,"
+        "qpu.policy must be min-cost, min-queue, min-wait or max-fidelity when no device is named,"
         " got 'explicit'",
     ),
     (
@@ -199,6 +200,14 @@ MALFORMED: list[tuple[object, str, str]] = [
     ({"min_qubits": "20"}, "qpu.min_qubits", QUBITS + "'20'"),
     ({"min_qubits": True}, "qpu.min_qubits", QUBITS + "true"),
     ({"min_qubits": None}, "qpu.min_qubits", QUBITS + "null"),
+    # min_fidelity key
+    ({"min_fidelity": 0}, "qpu.min_fidelity", FIDELITY + "0"),
+    ({"min_fidelity": 1.01}, "qpu.min_fidelity", FIDELITY + "1.01"),
+    ({"min_fidelity": -0.5}, "qpu.min_fidelity", FIDELITY + "-0.5"),
+    ({"min_fidelity": "0.9"}, "qpu.min_fidelity", FIDELITY + "'0.9'"),
+    ({"min_fidelity": True}, "qpu.min_fidelity", FIDELITY + "true"),
+    ({"min_fidelity": math.nan}, "qpu.min_fidelity", FIDELITY + "NaN"),
+    ({"min_fidelity": None}, "qpu.min_fidelity", FIDELITY + "null"),
     # class key
     ({"class": "sim"}, "qpu.class", CLASS + "'sim'"),
     ({"class": "QPU"}, "qpu.class", CLASS + "'QPU'"),
@@ -299,6 +308,7 @@ def test_defaults() -> None:
         max_wait=None,
         max_cost=None,
         min_qubits=None,
+        min_fidelity=None,
         device_class=None,
         failover="fail",
         group=None,
@@ -316,6 +326,7 @@ def test_defaults() -> None:
         "max_wait",
         "max_cost",
         "min_qubits",
+        "min_fidelity",
         "device_class",
         "failover",
         "group",
@@ -350,6 +361,9 @@ TABLE_FORMS: list[tuple[dict, dict]] = [
     ({"max_cost": 12.5}, {"max_cost": 12.5}),
     ({"min_qubits": 1}, {"min_qubits": 1}),
     ({"min_qubits": 127}, {"min_qubits": 127}),
+    ({"min_fidelity": 1}, {"min_fidelity": 1.0}),
+    ({"min_fidelity": 0.25}, {"min_fidelity": 0.25}),
+    ({"policy": "max-fidelity"}, {"policy": "max-fidelity"}),
     ({"class": "qpu"}, {"device_class": "qpu"}),
     ({"class": "simulator"}, {"device_class": "simulator"}),
     ({"failover": "fail"}, {"failover": "fail"}),
@@ -503,6 +517,11 @@ def test_format_duration(seconds: float, text: str) -> None:
             "any policy=min-wait shots=1000 release_at=0 class=qpu min_qubits=20 max_cost=2.5"
             " max_wait=90m failover=simulator",
         ),
+        (
+            {"policy": "max-fidelity", "class": "qpu", "min_fidelity": 0.8, "max_cost": 5},
+            "any policy=max-fidelity shots=1000 release_at=done class=qpu min_fidelity=0.8"
+            " max_cost=5",
+        ),
     ],
 )
 def test_describe(value: object, line: str) -> None:
@@ -524,7 +543,7 @@ def test_request_is_frozen_and_hashable() -> None:
         ({"vendor": "aws"}, VENDOR + "'aws'"),
         (
             {"policy": "explicit"},
-            "qpu.policy must be min-cost, min-queue or min-wait when no device is named,"
+            "qpu.policy must be min-cost, min-queue, min-wait or max-fidelity when no device is named,"
             " got 'explicit'",
         ),
         ({"program": []}, PROGRAM + "[]"),

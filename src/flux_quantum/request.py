@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from flux_quantum.errors import FluxQuantumError
 
 VENDORS: tuple[str, ...] = ("braket", "ibm", "local")
-POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait")
+POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait", "max-fidelity")
 DEVICE_CLASSES: tuple[str, ...] = ("qpu", "simulator")
 FAILOVERS: tuple[str, ...] = ("fail", "next", "simulator")
 ANY = "any"
@@ -46,6 +46,7 @@ TABLE_KEYS: tuple[str, ...] = (
     "max_wait",
     "max_cost",
     "min_qubits",
+    "min_fidelity",
     "class",
     "failover",
     "group",
@@ -206,6 +207,13 @@ def _check_min_qubits(value: object) -> int:
     raise _error("qpu.min_qubits", "an integer >= 1", value)
 
 
+def _check_min_fidelity(value: object) -> float:
+    number = _as_float(value)
+    if number is not None and 0 < number <= 1:
+        return number
+    raise _error("qpu.min_fidelity", "a probability > 0 and <= 1", value)
+
+
 def _check_class(value: object) -> str:
     return _check_choice("qpu.class", value, DEVICE_CLASSES)
 
@@ -228,6 +236,7 @@ _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "max_wait": ("max_wait", _check_max_wait),
     "max_cost": ("max_cost", _check_max_cost),
     "min_qubits": ("min_qubits", _check_min_qubits),
+    "min_fidelity": ("min_fidelity", _check_min_fidelity),
     "class": ("device_class", _check_class),
     "failover": ("failover", _check_failover),
     "group": ("group", _check_group),
@@ -270,6 +279,7 @@ class QpuRequest:
     max_wait: float | None = None
     max_cost: float | None = None
     min_qubits: int | None = None
+    min_fidelity: float | None = None
     device_class: str | None = None
     failover: str = DEFAULT_FAILOVER
     group: str | None = None
@@ -289,7 +299,9 @@ class QpuRequest:
             raise _error("qpu.policy", "'explicit' when qpu.device names a device", self.policy)
         if self.device is None and self.policy == "explicit":
             raise _error(
-                "qpu.policy", "min-cost, min-queue or min-wait when no device is named", "explicit"
+                "qpu.policy",
+                "min-cost, min-queue, min-wait or max-fidelity when no device is named",
+                "explicit",
             )
         put("shots", _check_shots(self.shots))
         put("program", _check_program(self.program) if self.program != () else ())
@@ -300,6 +312,8 @@ class QpuRequest:
             put("max_cost", _check_max_cost(self.max_cost))
         if self.min_qubits is not None:
             _check_min_qubits(self.min_qubits)
+        if self.min_fidelity is not None:
+            put("min_fidelity", _check_min_fidelity(self.min_fidelity))
         if self.device_class is not None:
             _check_class(self.device_class)
         _check_failover(self.failover)
@@ -328,6 +342,7 @@ class QpuRequest:
             "max_wait": self.max_wait,
             "max_cost": self.max_cost,
             "min_qubits": self.min_qubits,
+            "min_fidelity": self.min_fidelity,
             "class": self.device_class,
         }
         attr.update({key: value for key, value in optional.items() if value is not None})
@@ -346,6 +361,8 @@ class QpuRequest:
             parts.append(f"class={self.device_class}")
         if self.min_qubits is not None:
             parts.append(f"min_qubits={self.min_qubits}")
+        if self.min_fidelity is not None:
+            parts.append(f"min_fidelity={self.min_fidelity:g}")
         if self.max_cost is not None:
             parts.append(f"max_cost={self.max_cost:g}")
         if self.max_wait is not None:
