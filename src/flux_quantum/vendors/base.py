@@ -4,7 +4,7 @@ Shaped like the Braket SDK's own objects (a device and a task with plain verbs),
 that every vendor module (``braket``, ``local``, ``ibm``) looks the same to the policy,
 the handlers and the CLI. This module owns the records those verbs return
 (``DeviceSnapshot``, ``TaskRef``, ``TaskSnapshot``, ``TaskResult``), the abstract
-``Vendor`` and the one bounded retry loop (``RetryBudget``) that vendor modules wrap
+``Vendor``, the vendor-neutral ``Calibration`` record and the one bounded retry loop (``RetryBudget``) that vendor modules wrap
 their calls in. It never talks to a vendor itself, never holds a credential and never
 sleeps except through the ``sleep`` it is given.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import math
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -48,12 +49,90 @@ class TaskState(StrEnum):
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """A device's measured quality as its vendor publishes it, the same for every vendor.
+
+    Fidelities are probabilities in [0, 1]; a vendor that publishes errors (IBM's gate
+    and readout errors) is given as ``1 - error`` (``from_errors``). ``one_qubit`` and
+    ``readout`` map a qubit ("0", "17") to its figure, ``two_qubit`` a coupled pair
+    ("0-1") to the best two-qubit gate fidelity on it; a vendor that only publishes
+    device-wide figures (IonQ) gives one entry keyed ``"*"``. The ``*_median``
+    properties are what selection uses: which qubits a task gets is the vendor's
+    compiler's choice, so the typical qubit stands for them. ``updated_at`` is when the
+    vendor measured them (epoch seconds) if it says; ``source`` names the document read.
+    """
+
+    one_qubit: tuple[tuple[str, float], ...] = ()
+    two_qubit: tuple[tuple[str, float], ...] = ()
+    readout: tuple[tuple[str, float], ...] = ()
+    updated_at: float | None = None
+    source: str = ""
+
+    @classmethod
+    def from_errors(
+        cls,
+        one_qubit: Mapping[str, float] | None = None,
+        two_qubit: Mapping[str, float] | None = None,
+        readout: Mapping[str, float] | None = None,
+        *,
+        updated_at: float | None = None,
+        source: str = "",
+    ) -> Calibration:
+        """From error rates (IBM backend properties: ``gate_error``, ``readout_error``)."""
+
+        def fidelities(errors: Mapping[str, float] | None) -> tuple[tuple[str, float], ...]:
+            return tuple((key, 1.0 - error) for key, error in (errors or {}).items())
+
+        return cls(
+            fidelities(one_qubit),
+            fidelities(two_qubit),
+            fidelities(readout),
+            updated_at=updated_at,
+            source=source,
+        )
+
+    @property
+    def one_qubit_median(self) -> float | None:
+        return _median(self.one_qubit)
+
+    @property
+    def two_qubit_median(self) -> float | None:
+        return _median(self.two_qubit)
+
+    @property
+    def readout_median(self) -> float | None:
+        return _median(self.readout)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.one_qubit or self.two_qubit or self.readout)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "one_qubit_median": self.one_qubit_median,
+            "two_qubit_median": self.two_qubit_median,
+            "readout_median": self.readout_median,
+            "one_qubit": dict(self.one_qubit),
+            "two_qubit": dict(self.two_qubit),
+            "readout": dict(self.readout),
+            "updated_at": self.updated_at,
+            "source": self.source,
+        }
+
+
+def _median(figures: tuple[tuple[str, float], ...]) -> float | None:
+    return statistics.median(value for _, value in figures) if figures else None
+
+
+@dataclass(frozen=True)
 class DeviceSnapshot:
     """What a device looked like at time ``t`` (seconds since the epoch).
 
     ``queue_depth`` is None when the vendor did not say; ``queue_capped`` means the
     vendor only gave a lower bound (Braket's ``">4000"``), so the true depth is larger.
     ``price`` is the price model in force (the catalog's: it is the site's contract).
+    ``calibration`` is the vendor's latest quality figures, None when it publishes none
+    (simulators are noise-free and publish none).
     """
 
     device: str
@@ -64,6 +143,7 @@ class DeviceSnapshot:
     price: PriceModel | None = None
     in_window: bool = True
     t: float = 0.0
+    calibration: Calibration | None = None
 
     @property
     def available(self) -> bool:
@@ -92,6 +172,7 @@ class DeviceSnapshot:
             "price": self.price.to_dict() if self.price else None,
             "in_window": self.in_window,
             "t": self.t,
+            "calibration": self.calibration.to_dict() if self.calibration else None,
         }
 
 
