@@ -1,0 +1,146 @@
+#!/bin/bash
+# Runs once at image build time, as root, on top of a fluxrm/flux-sched image
+# (or containers/build-base's stand-in).  Adds what a multi-user system
+# instance needs and the public images lack, then installs and configures
+# flux-quantum for it.  Offline: Python packages come from /tmp/wheels.
+set -euxo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+CTX=$(dirname "$HERE")
+VENV=/opt/flux-quantum
+CONF=/etc/flux/system/conf.d
+CATALOG=/etc/flux-quantum/backends.yaml
+HOSTS="node[0-2]"
+CORES="0-1"
+EMULATOR_URL=http://emulator:8080
+
+# --- users: the instance owner and two ordinary users -------------------------
+useradd --system --user-group --home-dir /var/lib/flux --create-home --shell /bin/bash flux
+useradd --create-home --uid 1001 --shell /bin/bash alice
+useradd --create-home --uid 1002 --shell /bin/bash bob
+install -d -o flux -g flux -m 0755 /run/flux /var/lib/flux
+
+# --- flux-quantum in a venv of the image's python3 ------------------------------
+python3 -m venv "$VENV"
+mkdir -p /tmp/flux-quantum-src
+tar -C /tmp/flux-quantum-src -xf "$CTX/flux-quantum-src.tar"
+# The project is built here, not on the host: its jobtap and job-shell plugins
+# compile against this image's flux-core and python.
+"$VENV/bin/pip" install --no-index --find-links "$CTX/wheels" /tmp/flux-quantum-src pytest
+rm -rf /tmp/flux-quantum-src
+ln -s "$VENV/bin/flux-quantum" /usr/local/bin/flux-quantum
+FQ="$VENV/bin/flux-quantum"
+PLUGIN=$("$FQ" plugin-path)
+
+# --- flux-security: setuid IMP, munge signing -----------------------------------
+IMP=$(find /usr/libexec /usr/local/libexec -name flux-imp -type f 2>/dev/null | head -1)
+SHELL_PATH=$(flux config builtin shell_path)
+test -x "$IMP"
+chmod 4755 "$IMP"
+mkdir -p /etc/flux/imp/conf.d /etc/flux/security/conf.d
+cat >/etc/flux/imp/conf.d/imp.toml <<TOML
+[exec]
+allowed-users = ["flux"]
+allowed-shells = ["$SHELL_PATH"]
+TOML
+cat >/etc/flux/security/conf.d/sign.toml <<'TOML'
+[sign]
+max-ttl = 1209600
+default-type = "munge"
+allowed-types = ["munge"]
+TOML
+
+# --- the catalog: the packaged example, its local devices on the emulator ------
+mkdir -p /etc/flux-quantum
+"$VENV/bin/python" - "$CATALOG" "$EMULATOR_URL" <<'PY'
+import sys
+from importlib import resources
+import yaml
+path, url = sys.argv[1:]
+text = (resources.files("flux_quantum") / "data" / "backends.yaml").read_text()
+doc = yaml.safe_load(text)
+doc.setdefault("vendors", {}).setdefault("local", {})
+doc["vendors"]["local"] = dict(doc["vendors"]["local"] or {}, url=url)
+with open(path, "w") as out:
+    out.write("# flux-quantum catalog of this cluster: the packaged example, with the\n"
+              "# local vendor pointed at the emulator container.\n")
+    yaml.safe_dump(doc, out, sort_keys=False)
+PY
+
+# --- the system instance's configuration ---------------------------------------
+mkdir -p "$CONF"
+flux keygen /etc/flux/system/curve.cert
+chown flux:flux /etc/flux/system/curve.cert
+chmod 0400 /etc/flux/system/curve.cert
+cat >"$CONF/bootstrap.toml" <<TOML
+# One broker per container; each container's hostname is its entry here.
+[bootstrap]
+curve_cert = "/etc/flux/system/curve.cert"
+default_port = 8050
+default_bind = "tcp://eth0:%p"
+default_connect = "tcp://%h:%p"
+hosts = [ { host = "$HOSTS" } ]
+TOML
+cat >"$CONF/access.toml" <<'TOML'
+[access]
+allow-guest-user = true
+allow-root-owner = true
+TOML
+cat >"$CONF/exec.toml" <<TOML
+[exec]
+imp = "$IMP"
+TOML
+# Fluxion's graph: the nodes plus the catalog's QPU vertices, static so they
+# survive a Fluxion reload (README "QPUs in the Fluxion graph").
+flux R encode --hosts="$HOSTS" --cores="$CORES" >/etc/flux/system/R.json
+"$FQ" graph jgf "$CATALOG" --R /etc/flux/system/R.json -O /etc/flux/system/graph.json
+cat >"$CONF/resource.toml" <<'TOML'
+[resource]
+noverify = true
+# Rank 0 (node0) is the management node: jobs run on node1 and node2.
+exclude = "0"
+path = "/etc/flux/system/R.json"
+scheduling = "/etc/flux/system/graph.json"
+
+[sched-fluxion-qmanager]
+queue-policy = "easy"
+TOML
+# The jobtap plugin, the ingest validator and Fluxion's rv1 match format.
+"$FQ" config >"$CONF/quantum.toml"
+cat >>"$CONF/quantum.toml" <<TOML
+
+[quantum]
+backends = "$CATALOG"
+TOML
+
+# --- the job-shell plugin, for every job of every instance on the node ---------
+INITRC=$(flux config builtin shell_initrc)
+mkdir -p "$(dirname "$INITRC")/lua.d"
+"$VENV/bin/python" -c 'from flux_quantum.consumer import shell_initrc_line, shell_plugin_path
+print(shell_initrc_line(shell_plugin_path()))' >"$(dirname "$INITRC")/lua.d/flux-quantum.lua"
+
+# --- the handler service, loaded at boot on rank 0 -----------------------------
+MODULE=$("$FQ" service module-path)
+mkdir -p /etc/flux/modprobe/modprobe.d /etc/flux/modprobe/rc1.d
+cat >/etc/flux/modprobe/modprobe.d/flux-quantum.toml <<TOML
+# The qpu handler service of the system instance (flux quantum service).
+[[modules]]
+name = "qpu_handlers"
+module = "$MODULE"
+ranks = "0"
+after = ["job-manager"]
+requires = ["job-manager"]
+args = ["python=$VENV/bin/python", "catalog=$CATALOG", "emulator_url=$EMULATOR_URL"]
+TOML
+install -m 0644 "$HERE/flux-quantum-rc1.py" /etc/flux/modprobe/rc1.d/flux-quantum.py
+
+# --- entry point and the files it uses ---------------------------------------------
+install -d /usr/local/share/flux-quantum-image
+install -m 0755 "$HERE/node-start" /usr/local/share/flux-quantum-image/node-start
+install -m 0644 "$HERE/relay.py" /usr/local/share/flux-quantum-image/relay.py
+# Every login shell (runuser -l, docker exec bash -l) finds the system instance.
+echo 'export FLUX_URI=local:///run/flux/local' >/etc/profile.d/flux-uri.sh
+
+# What was configured, for the build log.
+cat "$CONF"/*.toml /etc/flux/modprobe/modprobe.d/flux-quantum.toml
+echo "plugin: $PLUGIN"

@@ -1,0 +1,62 @@
+"""A compute node's broker stopped and restarted while alice's and bob's jobs
+are held: nothing is lost.  The broker on node2 is stopped (SIGTERM, an
+orderly stop; its container exits) and docker's restart policy starts it again,
+as systemd's Restart=always does at a site; the held jobs stay held, and once
+released they run, node2 included.
+
+(A restart of rank 0 ends the container this suite runs in, so it is not done
+from here.)"""
+
+from __future__ import annotations
+
+from cluster import (
+    USERS,
+    held_ids,
+    jobid_int,
+    nodes_up,
+    output,
+    owner,
+    release,
+    state,
+    submit_qpu,
+    wait_event,
+    wait_for,
+)
+
+REPORT = 'echo "$(id -un) $(hostname)"; sleep 1'
+
+
+def container_started(rank: str) -> str:
+    """Start time of PID 1 (docker-init) of the node: it changes when the container restarts."""
+    res = owner(
+        "flux", "exec", "-r", rank, "cut", "-d", " ", "-f", "22", "/proc/1/stat", check=False
+    )
+    return res.stdout.strip()
+
+
+def test_held_jobs_survive_a_compute_node_restart():
+    jobs = {user: submit_qpu(user, "sh", "-c", REPORT, extra=["-c2"]) for user in USERS}
+    for jobid in jobs.values():
+        wait_event(jobid, "dependency-add")
+    before = container_started("2")
+    assert before
+
+    owner(
+        "flux", "exec", "-r", "2", "sh", "-c", "kill -TERM $(flux getattr broker.pid)", check=False
+    )
+    wait_for(lambda: container_started("2") not in ("", before), 180, "node2 to restart")
+    wait_for(lambda: nodes_up() == 3, 180, "node2's broker to rejoin")
+
+    for jobid in jobs.values():
+        assert state(jobid) == "DEPEND"
+    assert {jobid_int(j) for j in jobs.values()} <= held_ids()
+
+    for jobid in jobs.values():
+        release(jobid)
+    hosts = set()
+    for user, jobid in jobs.items():
+        wait_event(jobid, "clean", timeout=120)
+        name, host = output(jobid, user).split()
+        assert name == user
+        hosts.add(host)
+    assert hosts == {"node1", "node2"}
