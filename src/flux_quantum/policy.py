@@ -1,11 +1,13 @@
 """Backend selection: which catalog device a ``qpu`` request goes to, and why.
 
-This module owns the selection policies (explicit, min-cost, min-queue, min-wait), the
-request's constraints (vendor, class, min_qubits, max_cost, max_wait), the drain-rate
-estimate behind min-wait (``DrainEstimator``) and the ``Explanation`` of a choice that
-the CLI prints and the handlers write to the job eventlog. It decides from data it is
-given (catalog devices and ``DeviceSnapshot``s); it never calls a vendor, never sleeps
-and never reads the clock itself.
+This module owns the selection policies (explicit, min-cost, min-queue, min-wait,
+max-fidelity), the request's constraints (vendor, class, min_qubits, max_cost, max_wait,
+min_fidelity), the drain-rate estimate behind min-wait (``DrainEstimator``), a program's
+expected success on a device (``expected_success``) and the ``Explanation`` of a choice
+that the CLI prints and the handlers write to the job eventlog. It decides from data it
+is given (catalog devices, ``DeviceSnapshot``s, a program's gate counts and the devices
+the caller rules out, e.g. by site access rules or quota); it never calls a vendor,
+never sleeps and never reads the clock itself.
 
 Ranking, lowest first, ties broken left to right (the device name last makes every
 choice deterministic):
@@ -15,12 +17,21 @@ choice deterministic):
 - ``min-queue``: queue depth (unknown last, a capped ``>N`` after an exact ``N``), then
   cost, then name
 - ``min-wait``:  expected wait (unknown last), then cost, then name
+- ``max-fidelity``: expected success, highest first (to 0.001; unknown last), then
+  cost, then expected wait, then name
 
 Estimated cost is the device's price model at the request's shots (time-billed
 simulators at their minimum billed duration). Expected wait is the queue depth times
 the drain time per task: learned from successive probes or task positions when there
 are any, else the device's ``drain_seconds_per_task`` catalog property, else a
 per-class prior (``DEFAULT_DRAIN_SECONDS``).
+
+Expected success is the probability that no gate or readout goes wrong: the device's
+median one-qubit fidelity to the power of the program's one-qubit gates, times the
+two-qubit median to the two-qubit gates, times the readout median to the qubits
+measured (``flux_quantum.qasm`` counts them; without a program, the handlers' default
+Bell pair). A simulator is noise-free (1). A QPU whose vendor publishes no calibration
+has no figure: it ranks last under max-fidelity and never meets ``min_fidelity``.
 """
 
 from __future__ import annotations
@@ -33,8 +44,9 @@ from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.qasm import BELL_COUNTS, ProgramCounts
 from flux_quantum.request import QpuRequest
-from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
+from flux_quantum.vendors.base import Calibration, DeviceSnapshot, DeviceStatus
 
 DRAIN_PROPERTY = "drain_seconds_per_task"
 # Priors when nothing was learned and the catalog says nothing: managed simulators turn
@@ -47,7 +59,11 @@ ORDERS: Mapping[str, str] = {
     "min-cost": "estimated cost, then expected wait, then name",
     "min-queue": "queue depth, then estimated cost, then name",
     "min-wait": "expected wait, then estimated cost, then name",
+    "max-fidelity": "expected success (highest first), then estimated cost, then wait, then name",
 }
+# Expected success is compared to this many decimals, so that devices of practically
+# equal quality are told apart by cost and wait.
+FIDELITY_DECIMALS = 3
 
 
 class NoDeviceError(FluxQuantumError):
@@ -209,6 +225,8 @@ class Candidate:
     eligible: bool
     rank: int | None  # 1 = chosen, among eligible devices
     reason: str  # why it won, ranked where it did, or was dropped
+    success: float | None = None  # expected success of the program, None if unknown
+    calibration: Calibration | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -223,6 +241,10 @@ class Candidate:
             "drain_seconds_per_task": self.drain.seconds_per_task if self.drain else None,
             "drain_source": self.drain.source if self.drain else None,
             "expected_wait": self.expected_wait,
+            "expected_success": None if self.success is None else round(self.success, 6),
+            "fidelity_1q": _figure(self.calibration, "one_qubit_median"),
+            "fidelity_2q": _figure(self.calibration, "two_qubit_median"),
+            "fidelity_readout": _figure(self.calibration, "readout_median"),
             "eligible": self.eligible,
             "rank": self.rank,
             "reason": self.reason,
@@ -241,9 +263,10 @@ class Explanation:
     shots: int
     chosen: str | None
     candidates: tuple[Candidate, ...]
+    program: ProgramCounts | None = None  # set when fidelity took part in the choice
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        record = {
             "request": self.request,
             "policy": self.policy,
             "order": self.order,
@@ -251,9 +274,14 @@ class Explanation:
             "chosen": self.chosen,
             "candidates": [candidate.to_dict() for candidate in self.candidates],
         }
+        if self.program is not None:
+            record["program"] = self.program.to_dict()
+        return record
 
     def render_text(self) -> str:
         header = ("DEVICE", "VENDOR", "CLASS", "QUBITS", "STATUS", "QUEUE", "COST", "DRAIN", "WAIT")
+        if self.program is not None:
+            header += ("F1Q", "F2Q", "FRO", "SUCCESS")
         rows = [header]
         for c in self.candidates:
             queue = "-" if c.queue_depth is None else f"{'>' if c.queue_capped else ''}"
@@ -274,10 +302,19 @@ class Explanation:
                     wait,
                 )
             )
+            if self.program is not None:
+                rows[-1] += (
+                    _percent(_figure(c.calibration, "one_qubit_median")),
+                    _percent(_figure(c.calibration, "two_qubit_median")),
+                    _percent(_figure(c.calibration, "readout_median")),
+                    _percent(c.success),
+                )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         lines = [
             f"policy {self.policy} for '{self.request}': {self.order}",
         ]
+        if self.program is not None:
+            lines.append(f"program: {self.program.describe()}")
         for index, row in enumerate(rows):
             cells = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
             verdict = "RESULT" if index == 0 else self.candidates[index - 1].reason
@@ -328,6 +365,7 @@ def _runtime_reason(
     request: QpuRequest,
     expected_wait: float | None,
     in_flight: int,
+    success: float | None,
 ) -> str | None:
     if snapshot is None:
         return "not probed"
@@ -342,7 +380,36 @@ def _runtime_reason(
     if too_long and expected_wait > request.max_wait:  # type: ignore[operator]
         wait, limit = _seconds(expected_wait), _seconds(request.max_wait)  # type: ignore[arg-type]
         return f"expected wait {wait} > max_wait {limit}"
+    if request.min_fidelity is not None:
+        if success is None:
+            return f"no calibration data to meet min_fidelity {request.min_fidelity:g}"
+        if success < request.min_fidelity:
+            return f"expected success {success:.3f} < min_fidelity {request.min_fidelity:g}"
     return None
+
+
+def expected_success(
+    device: Device, calibration: Calibration | None, program: ProgramCounts
+) -> float | None:
+    """Probability that ``program`` runs on ``device`` without a gate or readout error,
+    from the device's median fidelities; 1 on a simulator, None when a figure the
+    program needs is missing."""
+    if device.device_class == "simulator":
+        return 1.0
+    if calibration is None:
+        return None
+    success = 1.0
+    for count, figure in (
+        (program.one_qubit_gates, calibration.one_qubit_median),
+        (program.two_qubit_gates, calibration.two_qubit_median),
+        (program.measured, calibration.readout_median),
+    ):
+        if count == 0:
+            continue
+        if figure is None:
+            return None
+        success *= figure**count
+    return success
 
 
 def _rank_key(policy: str, c: Candidate) -> tuple[Any, ...]:
@@ -353,6 +420,9 @@ def _rank_key(policy: str, c: Candidate) -> tuple[Any, ...]:
     if policy == "min-queue":
         depth = (c.queue_depth is None, c.queue_depth or 0, c.queue_capped)
         return (depth, cost, c.device)
+    if policy == "max-fidelity":
+        success = math.inf if c.success is None else -round(c.success, FIDELITY_DECIMALS)
+        return (success, cost, wait, c.device)
     return (wait, cost, c.device)  # min-wait and explicit (a single candidate)
 
 
@@ -361,6 +431,7 @@ _WIN_REASON = {
     "min-cost": "chosen: lowest estimated cost",
     "min-queue": "chosen: shortest queue",
     "min-wait": "chosen: shortest expected wait",
+    "max-fidelity": "chosen: highest expected success",
 }
 
 
@@ -371,15 +442,24 @@ def select_device(
     *,
     estimator: DrainEstimator | None = None,
     in_flight: Mapping[str, int] | None = None,
+    program: ProgramCounts | None = None,
+    excluded: Mapping[str, str] | None = None,
 ) -> Selection:
     """Pick the device for ``request`` among ``devices`` given their ``snapshots``.
 
     ``snapshots`` maps device names to their latest probe; ``in_flight`` maps device
     names to the tasks this site has running there (a device whose slots are all taken
-    is dropped). Raises NoDeviceError, with the explanation, when nothing qualifies.
+    is dropped). ``program`` is the gate count of the task's program (default: a Bell
+    pair), used by max-fidelity and min_fidelity. ``excluded`` maps device names the
+    caller rules out to the reason, shown as the verdict (``flux_quantum.access``:
+    "not allowed: ...", ``flux_quantum.quota``: "over quota: ..."). Raises
+    NoDeviceError, with the explanation, when nothing qualifies.
     """
     estimator = estimator or DrainEstimator()
     busy = in_flight or {}
+    ruled_out = excluded or {}
+    uses_fidelity = request.policy == "max-fidelity" or request.min_fidelity is not None
+    counts = (program or BELL_COUNTS) if uses_fidelity else None
     eligible: list[Candidate] = []
     dropped: list[Candidate] = []
     catalog = list(devices)
@@ -392,9 +472,13 @@ def select_device(
         wait = None
         if snapshot is not None and snapshot.queue_depth is not None:
             wait = snapshot.queue_depth * drain.seconds_per_task
-        reason = static_reason(device, request)
+        calibration = snapshot.calibration if snapshot is not None else None
+        success = expected_success(device, calibration, counts) if counts else None
+        reason = static_reason(device, request) or ruled_out.get(device.name)
         if reason is None:
-            reason = _runtime_reason(device, snapshot, request, wait, busy.get(device.name, 0))
+            reason = _runtime_reason(
+                device, snapshot, request, wait, busy.get(device.name, 0), success
+            )
         candidate = Candidate(
             device=device.name,
             vendor=device.vendor,
@@ -409,6 +493,8 @@ def select_device(
             eligible=reason is None,
             rank=None,
             reason=f"dropped: {reason}" if reason else "",
+            success=success,
+            calibration=calibration,
         )
         (dropped if reason else eligible).append(candidate)
 
@@ -426,6 +512,7 @@ def select_device(
         shots=request.shots,
         chosen=chosen,
         candidates=tuple(ranked + dropped),
+        program=counts,
     )
     if chosen is None:
         raise NoDeviceError(_nothing_qualifies(request, dropped, catalog), explanation)
@@ -440,6 +527,15 @@ def _nothing_qualifies(request: QpuRequest, dropped: list[Candidate], catalog: l
         return f"{head}: no catalog device is named '{request.device}' (known: {known})"
     details = ", ".join(f"{c.device} {c.reason.removeprefix('dropped: ')}" for c in dropped)
     return f"{head}: {details or 'the catalog is empty'}"
+
+
+def _figure(calibration: Calibration | None, name: str) -> float | None:
+    return getattr(calibration, name) if calibration is not None else None
+
+
+def _percent(value: float | None) -> str:
+    """A probability for tables: 99.5%, 62.1%; - when unknown."""
+    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _positive_float(text: str | None) -> float | None:
