@@ -3,8 +3,11 @@
 This module owns the translation of a ``DeviceSpec`` into the provider-specific Braket
 capabilities schema (IonQ, IQM, Rigetti, gate-model simulator) that the SDK parses with
 ``BraketSchemaBase.parse_raw_schema``: deviceCost, executionWindows, shotsRange, qubit count,
-native gates, connectivity. It must never import the Braket SDK (the emulator's import stays
-light) nor invent fields the schemas do not have.
+native gates, connectivity, and a QPU's calibration the way Braket publishes it
+(``standardized``: per-qubit and per-pair fidelities in the version-1 schema for IQM and
+Rigetti, device-wide ones in version 3 plus the ``provider`` fidelity for IonQ). It must
+never import the Braket SDK (the emulator's import stays light) nor invent fields the
+schemas do not have.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from flux_quantum.emulator.scenario import DeviceSpec
+from flux_quantum.emulator.scenario import CalibrationSpec, DeviceSpec
 
 OPENQASM_ACTION = "braket.ir.openqasm.program"
 
@@ -82,6 +85,13 @@ _PARAMETERS = {
 }
 
 
+_STANDARDIZED = "braket.device_schema.standardized_gate_model_qpu_device_properties"
+_IONQ_PROVIDER = "braket.device_schema.ionq.ionq_provider_properties"
+# The per-qubit pattern around a typical figure (see CalibrationSpec): symmetric, so the
+# median of any multiple of five qubits is the figure itself.
+_SPREAD_PATTERN = (0.0, 1.0, -1.0, 0.5, -0.5)
+
+
 def _header(name: str, version: str = "1") -> dict[str, str]:
     return {"name": name, "version": version}
 
@@ -143,7 +153,8 @@ def capabilities(spec: DeviceSpec, updated_at: datetime) -> dict[str, Any]:
             },
         }
     fully_connected = spec.provider == "IonQ"
-    return {
+    connectivity = {} if fully_connected else grid_connectivity(spec.qubits)
+    document = {
         "braketSchemaHeader": _header(_HEADERS[spec.provider]),
         "service": service,
         "action": action,
@@ -155,12 +166,104 @@ def capabilities(spec: DeviceSpec, updated_at: datetime) -> dict[str, Any]:
             "nativeGateSet": list(spec.native_gates),
             "connectivity": {
                 "fullyConnected": fully_connected,
-                "connectivityGraph": {} if fully_connected else grid_connectivity(spec.qubits),
+                "connectivityGraph": connectivity,
             },
         },
         "deviceParameters": {
             "title": f"{spec.provider}DeviceParameters",
             "braketSchemaHeader": _header(_PARAMETERS[spec.provider]),
+        },
+    }
+    if spec.calibration is not None:
+        if spec.provider == "IonQ":
+            document["provider"] = ionq_provider(spec.calibration)
+            document["standardized"] = standardized_v3(spec.calibration, updated_at)
+        else:
+            document["standardized"] = standardized_v1(spec.calibration, spec.qubits, connectivity)
+    return document
+
+
+def _spread(figure: float, spread: float, index: int) -> float:
+    value = figure + spread * _SPREAD_PATTERN[index % len(_SPREAD_PATTERN)]
+    return round(min(1.0, max(0.0, value)), 6)
+
+
+def standardized_v1(
+    calibration: CalibrationSpec, qubits: int, connectivity: dict[str, list[str]]
+) -> dict[str, Any]:
+    """Per-qubit and per-pair fidelities (IQM and Rigetti): qubits numbered as in the
+    connectivity graph, a pair for each of its edges, a CZ fidelity per pair."""
+    one = {}
+    for index in range(qubits):
+        one[str(index + 1)] = {
+            "T1": {"value": 40.0, "standardError": None, "unit": "us"},
+            "T2": {"value": 25.0, "standardError": None, "unit": "us"},
+            "oneQubitFidelity": [
+                {
+                    "fidelityType": {"name": "RANDOMIZED_BENCHMARKING", "description": None},
+                    "fidelity": _spread(calibration.one_qubit, calibration.spread, index),
+                    "standardError": None,
+                },
+                {
+                    "fidelityType": {"name": "READOUT", "description": None},
+                    "fidelity": _spread(calibration.readout, calibration.spread, index),
+                    "standardError": None,
+                },
+            ],
+        }
+    pairs = [(a, b) for a, neighbours in connectivity.items() for b in neighbours]
+    two = {
+        f"{a}-{b}": {
+            "twoQubitGateFidelity": [
+                {
+                    "direction": None,
+                    "gateName": "CZ",
+                    "fidelity": _spread(calibration.two_qubit, calibration.spread, index),
+                    "standardError": None,
+                    "fidelityType": {"name": "INTERLEAVED_RANDOMIZED_BENCHMARKING"},
+                }
+            ]
+        }
+        for index, (a, b) in enumerate(pairs)
+    }
+    return {
+        "braketSchemaHeader": _header(_STANDARDIZED, "1"),
+        "oneQubitProperties": one,
+        "twoQubitProperties": two,
+    }
+
+
+def standardized_v3(calibration: CalibrationSpec, updated_at: datetime) -> dict[str, Any]:
+    """Device-wide fidelities (IonQ): the version-3 standardized properties."""
+
+    def fidelity(value: float) -> list[dict[str, Any]]:
+        return [{"fidelity": value, "standardError": None, "unit": "fraction"}]
+
+    return {
+        "braketSchemaHeader": _header(_STANDARDIZED, "3"),
+        "singleQubitFidelity": fidelity(calibration.one_qubit),
+        "twoQubitGateFidelity": fidelity(calibration.two_qubit),
+        "readoutFidelity": fidelity(calibration.readout),
+        "updatedAt": updated_at.replace(tzinfo=None).isoformat() + "Z",
+    }
+
+
+def ionq_provider(calibration: CalibrationSpec) -> dict[str, Any]:
+    """IonQ's own provider properties: mean fidelities and operation timings."""
+    return {
+        "braketSchemaHeader": _header(_IONQ_PROVIDER),
+        "fidelity": {
+            "1Q": {"mean": calibration.one_qubit},
+            "2Q": {"mean": calibration.two_qubit},
+            "spam": {"mean": calibration.readout},
+        },
+        "timing": {
+            "T1": 100.0,
+            "T2": 1.0,
+            "1Q": 1.35e-4,
+            "2Q": 6.5e-4,
+            "readout": 3e-4,
+            "reset": 2e-5,
         },
     }
 

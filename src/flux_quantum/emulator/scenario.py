@@ -187,6 +187,18 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class CalibrationSpec:
+    """A QPU's published quality: typical one-qubit gate, two-qubit gate and readout
+    fidelities. Each qubit (and coupled pair) gets the typical figure moved by a fixed
+    pattern of 0, +spread, -spread, +spread/2, -spread/2, so the median stays the figure."""
+
+    one_qubit: float
+    two_qubit: float
+    readout: float
+    spread: float = 0.0
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """One emulated Braket device."""
 
@@ -209,6 +221,7 @@ class DeviceSpec:
     native_gates: tuple[str, ...] = ()
     location: str = ""
     summary: str = ""
+    calibration: CalibrationSpec | None = None
 
     @property
     def region(self) -> str:
@@ -383,6 +396,7 @@ _DEVICE_KEYS = (
     "native_gates",
     "location",
     "summary",
+    "calibration",
 )
 
 
@@ -558,6 +572,19 @@ def _parse_device(raw: Any, source: str, index: int) -> DeviceSpec:
             )
         )
 
+    calibration = None
+    if f.get("calibration") is not None:
+        c = f.child("calibration")
+        c.reject_unknown(("one_qubit", "two_qubit", "readout", "spread"))
+        figures = {}
+        for key in ("one_qubit", "two_qubit", "readout"):
+            value = c.number(key, None, high=1.0)
+            if value is None:
+                c.fail(key, "is required (a fidelity between 0 and 1)")
+            figures[key] = float(value)  # type: ignore[arg-type]
+        spread = c.number("spread", 0.0, high=0.5) or 0.0
+        calibration = CalibrationSpec(spread=spread, **figures)
+
     native = f.items("native_gates")
     if not all(isinstance(g, str) for g in native):
         f.fail("native_gates", f"expected a list of gate names, got {_show(native)}")
@@ -587,6 +614,7 @@ def _parse_device(raw: Any, source: str, index: int) -> DeviceSpec:
         native_gates=tuple(native),
         location=f.string("location", "") or "",
         summary=f.string("summary", "") or "",
+        calibration=calibration,
     )
 
 
@@ -713,6 +741,7 @@ DEFAULT_SCENARIO: dict[str, Any] = {
                 "distribution": "exponential",
             },
             "native_gates": ["GPI", "GPI2", "ZZ"],
+            "calibration": {"one_qubit": 0.9998, "two_qubit": 0.995, "readout": 0.994},
             "location": "Maryland, USA",
             "summary": "IonQ Forte trapped-ion QPU",
         },
@@ -729,6 +758,12 @@ DEFAULT_SCENARIO: dict[str, Any] = {
                 "distribution": "exponential",
             },
             "native_gates": ["cz", "prx"],
+            "calibration": {
+                "one_qubit": 0.999,
+                "two_qubit": 0.9925,
+                "readout": 0.975,
+                "spread": 0.002,
+            },
             "location": "Espoo, Finland",
             "summary": "IQM Garnet superconducting QPU",
         },
@@ -747,6 +782,12 @@ DEFAULT_SCENARIO: dict[str, Any] = {
             # Available 45 minutes of every hour, to exercise OUTSIDE_AVAILABILITY_WINDOW.
             "availability": {"period": 3600, "windows": [[0, 2700]]},
             "native_gates": ["rx", "rz", "iswap"],
+            "calibration": {
+                "one_qubit": 0.9985,
+                "two_qubit": 0.99,
+                "readout": 0.955,
+                "spread": 0.004,
+            },
             "location": "California, USA",
             "summary": "Rigetti Ankaa-3 superconducting QPU",
         },
