@@ -7,14 +7,20 @@ Load it by path next to the stock plugin::
 
 It runs in Flux's own Python (the one flux-core was built with), usually without
 flux-quantum installed, so it finds the package next to this file. It owns nothing but
-that glue: all checks live in :func:`flux_quantum.request.check_jobspec_attributes`. It
-never talks to a vendor, never reads the catalog and never changes the jobspec; jobs
-without ``attributes.system.qpu`` pass untouched.
+that glue: the request checks live in :func:`flux_quantum.request.check_jobspec_attributes`
+and the site's ``[quantum.access]`` rules in :mod:`flux_quantum.access` (both
+standard-library only). It never talks to a vendor and never changes the jobspec; jobs
+without ``attributes.system.qpu`` pass untouched. Only when access rules are configured
+does it read the catalog once, at start, for the vendor and class of named devices (the
+YAML catalog needs PyYAML, which flux-core's Python has; without it, rules on vendors or
+classes are left to the handlers). A refusal it cannot be sure of (the bank is filled in
+after submit) is left to the handlers too.
 """
 
 from __future__ import annotations
 
 import errno
+import pwd
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,10 +37,40 @@ except ImportError:
     # ``flux`` package that must not shadow the broker's own bindings.
     sys.path.append(str(Path(__file__).resolve().parents[1]))
     import flux_quantum.request as qpu_request
+from flux_quantum import access
+
+
+def _catalog_facts(path: str | None) -> dict[str, access.DeviceFacts]:
+    try:
+        from flux_quantum.catalog import load_catalog
+
+        return access.device_facts(load_catalog(path, flux_config=lambda: None))
+    except Exception:  # no PyYAML here, or a bad catalog: the handlers will say so
+        return {}
+
+
+def _user_name(userid: int) -> str | None:
+    try:
+        return pwd.getpwuid(userid).pw_name
+    except KeyError:
+        return None
 
 
 class Validator(ValidatorPlugin):
-    """Reject jobs whose ``attributes.system.qpu`` does not parse."""
+    """Reject jobs whose ``attributes.system.qpu`` does not parse, or that name a device
+    the site's access rules deny them whatever their bank."""
+
+    def __init__(self, parser: object) -> None:
+        super().__init__(parser)
+        self.rules = access.AccessRules()
+        self.facts: dict[str, access.DeviceFacts] = {}
+
+    def configure(self, args: object) -> None:
+        # A bad table fails the validator's start: flux-core logs it and refuses jobs,
+        # which is what an admin wants from a broken access policy.
+        self.rules = access.AccessRules.from_config(self.flux.conf_get(access.TABLE))
+        if self.rules.rules:
+            self.facts = _catalog_facts(self.flux.conf_get("quantum.backends"))
 
     def validate(self, args: ValidatorJobInfo) -> tuple[int, str] | None:
         attributes = args.jobspec.get("attributes")
@@ -42,9 +78,20 @@ class Validator(ValidatorPlugin):
         if not isinstance(system, dict):
             return None
         try:
-            qpu_request.check_jobspec_attributes(system)
+            request = qpu_request.check_jobspec_attributes(system)
         except qpu_request.RequestError as exc:
             # EINVAL rather than a raised ValueError (EPERM): the request is invalid,
             # the user is not forbidden anything. flux submit prints the message as is.
             return (errno.EINVAL, str(exc))
+        if request is None or request.device is None or not self.rules.rules:
+            return None
+        device = self.facts.get(request.device) or access.DeviceFacts(
+            request.device, request.vendor
+        )
+        bank = system.get("bank")
+        bank = str(bank) if bank not in (None, "") else None
+        who = access.Requester(args.userid, _user_name(args.userid), bank)
+        decision = self.rules.decide(who, device)
+        if decision.allowed is False:
+            return (errno.EPERM, f"qpu: {decision.reason}")
         return None
