@@ -12,6 +12,7 @@ sleeps except through the ``sleep`` it is given.
 from __future__ import annotations
 
 import abc
+import hashlib
 import math
 import statistics
 from collections.abc import Callable, Mapping
@@ -20,7 +21,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from flux_quantum.catalog import Device, PriceModel
-from flux_quantum.vendors.errors import VendorError
+from flux_quantum.vendors.errors import NotSupported, VendorError
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -239,6 +240,55 @@ class TaskResult:
     raw: Any = field(default=None, compare=False, repr=False)
 
 
+@dataclass(frozen=True)
+class VendorSession:
+    """A vendor session (IBM: a dedicated or batch session) that tasks can ride.
+
+    ``session_id`` is a secret: whoever holds it can add work billed to the account, so it
+    is left out of ``repr`` and ``to_dict`` (what may go to an eventlog, the KVS or a log:
+    the mode and a fingerprint). Keep it in memory; after a restart a vendor finds it
+    again from a task that rode it (``Vendor.session_of``).
+    """
+
+    vendor: str
+    device: str
+    mode: str
+    session_id: str = field(repr=False)
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the id: tells two sessions apart without revealing either."""
+        return hashlib.sha256(self.session_id.encode()).hexdigest()[:12]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "vendor": self.vendor,
+            "device": self.device,
+            "mode": self.mode,
+            "fingerprint": self.fingerprint,
+        }
+
+
+@dataclass(frozen=True)
+class SessionOpening:
+    """What ``Vendor.open_session`` got: the ``requested`` mode, the ``mode`` in force
+    (``job`` when no session could be opened) and, when they differ, ``reason``: one line
+    for the eventlog saying why."""
+
+    requested: str
+    mode: str
+    session: VendorSession | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requested": self.requested,
+            "mode": self.mode,
+            "session": self.session.to_dict() if self.session else None,
+            "reason": self.reason,
+        }
+
+
 class Vendor(abc.ABC):
     """One vendor behind the interface the rest of flux-quantum uses.
 
@@ -272,6 +322,39 @@ class Vendor(abc.ABC):
     @abc.abstractmethod
     def attach(self, task_id: str) -> TaskRef:
         """Find an existing task by its vendor id (after a restart)."""
+
+    # Optional verbs: the defaults suit a vendor whose create is idempotent by token and
+    # that has no sessions (Braket).
+
+    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        """The task a create with ``token`` made on ``device`` at or after ``since``
+        (epoch seconds, recorded before that create), or None. Call it after a restart
+        for a recorded token with no recorded task, then ``submit`` only if it gives None.
+        A vendor whose ``submit`` is idempotent by token looks nowhere: None."""
+        return None
+
+    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+        """Open a session for a job's tasks on ``device``; a vendor without sessions
+        answers job mode."""
+        return SessionOpening(mode or "dedicated", "job", None, f"{self.name} has no sessions")
+
+    def submit_in(
+        self, session: VendorSession, device: Device, program_text: str, shots: int, token: str
+    ) -> TaskRef:
+        """``submit`` riding ``session``."""
+        raise NotSupported(
+            f"{self.name} has no sessions", vendor=self.name, vendor_code="NotSupported"
+        )
+
+    def close_session(self, session: VendorSession) -> None:
+        """Release ``session`` (idempotent)."""
+        raise NotSupported(
+            f"{self.name} has no sessions", vendor=self.name, vendor_code="NotSupported"
+        )
+
+    def session_of(self, task: TaskRef) -> VendorSession | None:
+        """The session ``task`` rode, as the vendor knows it, or None."""
+        return None
 
 
 @dataclass(frozen=True)
