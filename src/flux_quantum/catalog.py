@@ -45,7 +45,7 @@ VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "braket": ("s3_bucket", "s3_prefix", "endpoint_url", "s3_endpoint_url", "profile"),
         "local": ("url", "s3_bucket", "s3_prefix"),
-        "ibm": ("channel", "instance"),
+        "ibm": ("channel", "instance", "endpoint", "iam_endpoint", "session_mode"),
     }
 )
 
@@ -56,6 +56,8 @@ _PRICE_FIELDS = ("per_task", "per_shot", "per_minute", "min_seconds")
 # catalog device can be asked for by name.
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$", re.ASCII)
 _ARN_RE = re.compile(r"^arn:aws:braket:([a-z0-9-]*):[0-9]*:device/.+$")
+# A `local` device may also be an IBM backend the emulator serves (IBM's REST surface).
+_IBM_BACKEND_RE = re.compile(r"^ibm_[a-z0-9_]+$")
 
 
 class CatalogError(FluxQuantumError):
@@ -315,7 +317,8 @@ def _parse_device(entry: Any, index: int, path: str) -> Device:
     if not isinstance(device_id, str) or not device_id.strip():
         raise fail(f"id must be a non-empty string, got {_describe(device_id)}")
     arn_region = None
-    if vendor in ("braket", "local"):
+    # A local id may also name an IBM backend the emulator serves: no ARN, no region.
+    if vendor == "braket" or (vendor == "local" and not _IBM_BACKEND_RE.match(device_id)):
         match = _ARN_RE.match(device_id)
         if not match:
             raise fail(
