@@ -1,0 +1,398 @@
+"""What the emulator's IBM Quantum side serves: backends, their queues, the plan, faults.
+
+This module owns the IBM part of an emulator scenario (a YAML file or a dict, given to
+``flux quantum emulator --ibm-scenario`` or ``Emulator(ibm=...)``), its validation and the
+default IBM scenario. Queues reuse the Braket side's model (``QueueSpec`` drained by
+``DeviceQueue``), so both vendors' queues behave alike. It must never touch the network,
+a clock or emulator state: an ``IbmScenario`` is an immutable description, and every
+mistake is one ``ScenarioError`` naming the source, the backend and the field.
+
+Format::
+
+    plan: open | paid          # open: a dedicated session is refused with code 1352
+    apikey: KEY                # the IAM API key the emulator accepts (default: any)
+    crn: CRN                   # the service instance CRN it expects (default: any)
+    backends:
+      - name: ibm_fez
+        qubits: 156
+        processor: {family: Heron, revision: "2"}
+        basis_gates: [cz, id, rz, sx, x]
+        queue: {depth: 30, service_time: 8, ...}   # as the Braket side's queue
+        status: online | paused | offline
+        paused: [[start, end], ...]     # emulated seconds; jobs queue but do not start
+        calibration: {gate_error_1q: 2.5e-4, gate_error_2q: 3e-3, readout_error: 1.5e-2,
+                      t1_us: 150, t2_us: 120}
+    faults:
+      - operation: CreateJob            # or a list; omitted: every operation
+        backend: ibm_fez                # optional
+        status: 503                     # an HTTP error with IBM's error body ...
+        code: 1000                      #   ... and this IBM error code
+        after_commit: true              # CreateJob only: create the job, then fail/delay
+        delay: 5                        # or: answer after this many real seconds
+        fail_job: "reason"              # or: CreateJob succeeds, the job ends Failed
+        calls: [1], first: N, after: N, every: N, start: T, end: T   # which calls
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flux_quantum.emulator.scenario import DISTRIBUTIONS, QueueSpec, ScenarioError
+
+PLANS = ("open", "paid")
+STATUSES = ("online", "paused", "offline")
+OPERATIONS = (
+    "IamToken",
+    "ListBackends",
+    "GetBackendStatus",
+    "GetBackendConfiguration",
+    "GetBackendProperties",
+    "CreateJob",
+    "GetJob",
+    "ListJobs",
+    "CancelJob",
+    "DeleteJob",
+    "GetJobResults",
+    "GetJobLogs",
+    "CreateSession",
+    "GetSession",
+    "UpdateSession",
+    "CloseSession",
+)
+# IBM error codes the emulator answers with, and the HTTP status it sends with each.
+# 1000-1202 and 1352 are IBM's (its error code registry); 1217 and 1291 are the
+# emulator's own, for refusals the registry gives no code the emulator could check.
+ERROR_CODES: Mapping[int, tuple[int, str]] = {
+    1000: (500, "API internal error."),
+    1004: (400, "The backend is not available."),
+    1007: (404, "Backend not found."),
+    1201: (401, "Invalid credentials."),
+    1202: (429, "Too many requests received: the limit is 5 per minute."),
+    1217: (409, "The session is closed and accepts no more jobs."),
+    1291: (404, "Job not found."),
+    1352: (403, "You are not authorized to run a session when using the open plan."),
+}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Means of a backend's calibration data; each qubit and gate draws around them."""
+
+    gate_error_1q: float = 2.5e-4
+    gate_error_2q: float = 3.0e-3
+    readout_error: float = 1.5e-2
+    t1_us: float = 150.0
+    t2_us: float = 120.0
+
+
+@dataclass(frozen=True)
+class IbmBackendSpec:
+    """One emulated IBM backend."""
+
+    name: str
+    qubits: int
+    processor_family: str = "Heron"
+    processor_revision: str = "2"
+    basis_gates: tuple[str, ...] = ("cz", "id", "rz", "sx", "x")
+    queue: QueueSpec = field(default_factory=QueueSpec)
+    status: str = "online"
+    paused: tuple[tuple[float, float], ...] = ()
+    calibration: Calibration = field(default_factory=Calibration)
+    max_shots: int = 100_000
+    clops: int = 250_000
+
+    @property
+    def queue_key(self) -> str:
+        """A Braket-shaped identifier, so the shared ``DeviceQueue`` can seed from it."""
+        return f"arn:aws:braket:::device/qpu/ibm/{self.name}"
+
+
+@dataclass(frozen=True)
+class IbmFault:
+    """One injected fault on the IBM side; see the module docstring for the fields."""
+
+    operations: tuple[str, ...] = ()
+    backend: str | None = None
+    status: int | None = None
+    code: int | None = None
+    message: str | None = None
+    after_commit: bool = False
+    delay: float = 0.0
+    fail_job: str | None = None
+    calls: tuple[int, ...] = ()
+    first: int | None = None
+    after: int | None = None
+    every: int | None = None
+    start: float | None = None
+    end: float | None = None
+
+    def selects(self, n: int, now: float) -> bool:
+        """Whether the ``n``-th matching call (1-based), at emulated time ``now``, is hit."""
+        if self.start is not None and now < self.start:
+            return False
+        if self.end is not None and now >= self.end:
+            return False
+        rules = (
+            not self.calls or n in self.calls,
+            self.first is None or n <= self.first,
+            self.after is None or n > self.after,
+            self.every is None or n % self.every == 0,
+        )
+        return all(rules)
+
+    def http_status(self) -> int:
+        if self.status is not None:
+            return self.status
+        return ERROR_CODES.get(self.code or 1000, (500, ""))[0]
+
+
+@dataclass(frozen=True)
+class IbmScenario:
+    """Everything the IBM side serves, immutable."""
+
+    backends: tuple[IbmBackendSpec, ...]
+    plan: str = "paid"
+    apikey: str | None = None
+    crn: str | None = None
+    faults: tuple[IbmFault, ...] = ()
+    source: str = "<dict>"
+
+    def backend(self, name: str) -> IbmBackendSpec | None:
+        for spec in self.backends:
+            if spec.name == name:
+                return spec
+        return None
+
+    @classmethod
+    def default(cls) -> IbmScenario:
+        """ibm_fez, ibm_torino and ibm_kingston on a paid plan."""
+        return cls.from_dict(DEFAULT_IBM_SCENARIO, source="<default IBM scenario>")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> IbmScenario:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ScenarioError(f"IBM scenario {path}: cannot read it ({exc.strerror})") from exc
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"IBM scenario {path}: not valid YAML") from exc
+        return cls.from_dict(data if data is not None else {}, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> IbmScenario:
+        return _Reader(source).scenario(data)
+
+
+class _Reader:
+    """Typed reads from a scenario dict; every error says where it is."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, problem: str) -> ScenarioError:
+        return ScenarioError(f"IBM scenario {self.source}: {where} {problem}")
+
+    def mapping(self, value: Any, where: str, accepted: Sequence[str]) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(where, f"must be a mapping, got {value!r:.40}")
+        for key in value:
+            if key not in accepted:
+                raise self.fail(f"{where}.{key}", f"is unknown (accepted: {', '.join(accepted)})")
+        return value
+
+    def number(self, value: Any, where: str, low: float = 0.0) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            raise self.fail(where, f"must be a number, got {value!r:.40}")
+        if value < low:
+            raise self.fail(where, f"must be >= {low:g}, got {value!r}")
+        return float(value)
+
+    def integer(self, value: Any, where: str, low: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise self.fail(where, f"must be an integer >= {low}, got {value!r:.40}")
+        return value
+
+    def choice(self, value: Any, where: str, accepted: Sequence[Any]) -> Any:
+        if value not in accepted:
+            raise self.fail(where, f"must be one of {', '.join(map(str, accepted))}, got {value!r}")
+        return value
+
+    def text(self, value: Any, where: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(where, f"must be a non-empty string, got {value!r:.40}")
+        return value
+
+    def periods(self, value: Any, where: str) -> tuple[tuple[float, float], ...]:
+        if not isinstance(value, list):
+            raise self.fail(where, "must be a list of [start, end] pairs")
+        periods = []
+        for i, pair in enumerate(value):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise self.fail(f"{where}[{i}]", f"must be [start, end], got {pair!r:.40}")
+            start = self.number(pair[0], f"{where}[{i}]")
+            end = self.number(pair[1], f"{where}[{i}]")
+            if end <= start:
+                raise self.fail(f"{where}[{i}]", f"must end after it starts, got {pair!r}")
+            periods.append((start, end))
+        return tuple(sorted(periods))
+
+    def scenario(self, data: Mapping[str, Any]) -> IbmScenario:
+        top = self.mapping(data, "(top level)", ("plan", "apikey", "crn", "backends", "faults"))
+        raw_backends = top.get("backends")
+        if not isinstance(raw_backends, list) or not raw_backends:
+            raise self.fail("backends", "must list at least one backend")
+        backends = [self.backend(raw, i) for i, raw in enumerate(raw_backends)]
+        names = [b.name for b in backends]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise self.fail(f"backends[{i}].name", f"repeats backend {name!r}")
+        faults = tuple(self.fault(raw, i, names) for i, raw in enumerate(top.get("faults") or []))
+        return IbmScenario(
+            backends=tuple(backends),
+            plan=self.choice(top.get("plan", "paid"), "plan", PLANS),
+            apikey=self.text(top["apikey"], "apikey") if "apikey" in top else None,
+            crn=self.text(top["crn"], "crn") if "crn" in top else None,
+            faults=faults,
+            source=self.source,
+        )
+
+    def backend(self, raw: Any, index: int) -> IbmBackendSpec:
+        where = f"backends[{index}]"
+        accepted = (
+            "name", "qubits", "processor", "basis_gates", "queue", "status", "paused",
+            "calibration", "max_shots", "clops",
+        )  # fmt: skip
+        b = self.mapping(raw, where, accepted)
+        name = self.text(b.get("name"), f"{where}.name")
+        where = f"backend {name!r}:"
+        processor = self.mapping(
+            b.get("processor", {}), f"{where} processor", ("family", "revision")
+        )
+        queue = self.mapping(
+            b.get("queue", {}),
+            f"{where} queue",
+            ("depth", "arrival_rate", "service_time", "distribution", "shot_time"),
+        )
+        service_time = self.number(queue.get("service_time", 1.0), f"{where} queue.service_time")
+        depth = self.integer(queue.get("depth", 0), f"{where} queue.depth")
+        arrivals = self.number(queue.get("arrival_rate", 0.0), f"{where} queue.arrival_rate")
+        if service_time == 0 and (depth or arrivals):
+            raise self.fail(f"{where} queue.service_time", "must be > 0 with depth or arrivals")
+        calibration = self.mapping(
+            b.get("calibration", {}),
+            f"{where} calibration",
+            ("gate_error_1q", "gate_error_2q", "readout_error", "t1_us", "t2_us"),
+        )
+        gates = b.get("basis_gates", list(IbmBackendSpec.basis_gates))
+        if not isinstance(gates, list) or not all(isinstance(g, str) and g for g in gates):
+            raise self.fail(f"{where} basis_gates", "must be a list of gate names")
+        return IbmBackendSpec(
+            name=name,
+            qubits=self.integer(b.get("qubits", 27), f"{where} qubits", low=1),
+            processor_family=str(processor.get("family", "Heron")),
+            processor_revision=str(processor.get("revision", "2")),
+            basis_gates=tuple(gates),
+            queue=QueueSpec(
+                depth=depth,
+                arrival_rate=arrivals,
+                service_time=service_time,
+                distribution=self.choice(
+                    queue.get("distribution", "fixed"), f"{where} queue.distribution", DISTRIBUTIONS
+                ),
+                shot_time=self.number(queue.get("shot_time", 0.0), f"{where} queue.shot_time"),
+            ),
+            status=self.choice(b.get("status", "online"), f"{where} status", STATUSES),
+            paused=self.periods(b.get("paused", []), f"{where} paused"),
+            calibration=Calibration(
+                **{k: self.number(v, f"{where} calibration.{k}") for k, v in calibration.items()}
+            ),
+            max_shots=self.integer(b.get("max_shots", 100_000), f"{where} max_shots", low=1),
+            clops=self.integer(b.get("clops", 250_000), f"{where} clops", low=1),
+        )
+
+    def fault(self, raw: Any, index: int, backends: Sequence[str]) -> IbmFault:
+        where = f"faults[{index}]"
+        accepted = (
+            "operation", "backend", "status", "code", "message", "after_commit", "delay",
+            "fail_job", "calls", "first", "after", "every", "start", "end",
+        )  # fmt: skip
+        f = self.mapping(raw, where, accepted)
+        ops = f.get("operation", [])
+        ops = [ops] if isinstance(ops, str) else ops
+        if not isinstance(ops, list):
+            raise self.fail(f"{where}.operation", "must be an operation or a list of them")
+        for op in ops:
+            self.choice(op, f"{where}.operation", OPERATIONS)
+        backend = f.get("backend")
+        if backend is not None:
+            self.choice(backend, f"{where}.backend", backends)
+        status = self.integer(f["status"], f"{where}.status", 400) if "status" in f else None
+        code = self.integer(f["code"], f"{where}.code", 1) if "code" in f else None
+        delay = self.number(f.get("delay", 0.0), f"{where}.delay")
+        fail_job = self.text(f["fail_job"], f"{where}.fail_job") if "fail_job" in f else None
+        effects = [status is not None or code is not None, delay > 0, fail_job is not None]
+        after_commit = bool(f.get("after_commit", False))
+        if sum(effects) != 1 and not (after_commit and delay > 0 and sum(effects) == 2):
+            raise self.fail(where, "needs exactly one effect: status/code, delay or fail_job")
+        if (after_commit or fail_job) and ops != ["CreateJob"]:
+            raise self.fail(f"{where}.operation", "must be CreateJob with after_commit/fail_job")
+        calls = f.get("calls", [])
+        if not isinstance(calls, list):
+            raise self.fail(f"{where}.calls", "must be a list of call numbers")
+        return IbmFault(
+            operations=tuple(ops),
+            backend=backend,
+            status=status,
+            code=code,
+            message=self.text(f["message"], f"{where}.message") if "message" in f else None,
+            after_commit=after_commit,
+            delay=delay,
+            fail_job=fail_job,
+            calls=tuple(self.integer(c, f"{where}.calls", 1) for c in calls),
+            first=self.integer(f["first"], f"{where}.first", 1) if "first" in f else None,
+            after=self.integer(f["after"], f"{where}.after") if "after" in f else None,
+            every=self.integer(f["every"], f"{where}.every", 1) if "every" in f else None,
+            start=self.number(f["start"], f"{where}.start") if "start" in f else None,
+            end=self.number(f["end"], f"{where}.end") if "end" in f else None,
+        )
+
+
+# The default: three Heron backends (names as IBM Quantum Platform lists them), loaded
+# like a busy, a normal and a quiet day.
+DEFAULT_IBM_SCENARIO: dict[str, Any] = {
+    "plan": "paid",
+    "backends": [
+        {
+            "name": "ibm_fez",
+            "qubits": 156,
+            "processor": {"family": "Heron", "revision": "2"},
+            "queue": {
+                "depth": 30,
+                "arrival_rate": 0.05,
+                "service_time": 8.0,
+                "distribution": "exponential",
+            },
+        },
+        {
+            "name": "ibm_torino",
+            "qubits": 133,
+            "processor": {"family": "Heron", "revision": "1"},
+            "queue": {"depth": 10, "arrival_rate": 0.05, "service_time": 5.0},
+            "calibration": {"gate_error_2q": 5.0e-3, "readout_error": 2.5e-2},
+        },
+        {
+            "name": "ibm_kingston",
+            "qubits": 156,
+            "processor": {"family": "Heron", "revision": "2"},
+            "queue": {"depth": 2, "service_time": 4.0},
+            "calibration": {"gate_error_2q": 2.0e-3, "readout_error": 1.0e-2},
+        },
+    ],
+}
