@@ -1,4 +1,4 @@
-"""The ``Emulator`` facade: one loopback server speaking Braket and S3, with its call log.
+"""The ``Emulator`` facade: one loopback server speaking Braket, S3 and IBM Quantum, one call log.
 
 This module owns the lifecycle of an emulator (start, stop, context manager), the environment
 a client needs to reach it, and read access to its call log. It must never bind anything but
@@ -13,14 +13,21 @@ from collections.abc import Callable
 from types import TracebackType
 
 from flux_quantum.emulator.clock import Clock, WallClock
+from flux_quantum.emulator.ibm import API as IBM_API
+from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
+from flux_quantum.emulator.ibm import IbmService
+from flux_quantum.emulator.ibm_scenario import IbmScenario
 from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.s3 import PREFIX as S3_PREFIX
 from flux_quantum.emulator.scenario import Scenario
 from flux_quantum.emulator.server import HttpServer, check_loopback
 from flux_quantum.emulator.service import BraketService, Call
+from flux_quantum.emulator.wire import Request, Response
 
 ACCESS_KEY = "flux-quantum-emulator"
 SECRET_KEY = "flux-quantum-emulator-secret"
+IBM_APIKEY = "flux-quantum-emulator"
+IBM_CRN = "crn:v1:flux-quantum:emulator:::"
 
 
 class Emulator:
@@ -39,6 +46,7 @@ class Emulator:
         port: int = 0,
         seed: int = 0,
         on_call: Callable[[Call], None] | None = None,
+        ibm: IbmScenario | None = None,
     ) -> None:
         self.host = check_loopback(host)
         self.port = port
@@ -47,6 +55,9 @@ class Emulator:
         self.seed = seed
         self._stop = threading.Event()
         self._service = BraketService(self.scenario, self.clock, seed, self._stop, on_call)
+        # IBM Quantum beside Braket, on the same port under /ibm (see emulator.ibm).
+        self.ibm_scenario = ibm or IbmScenario.default()
+        self.ibm = IbmService(self.ibm_scenario, self.clock, seed, self._stop, on_call)
         self._server: HttpServer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -56,9 +67,14 @@ class Emulator:
         if self._server is not None:
             raise RuntimeError("the emulator is already started")
         self._stop.clear()
-        self._server = HttpServer(self.host, self.port, self._service.handle)
+        self._server = HttpServer(self.host, self.port, self._handle)
         self._server.start()
         return self
+
+    def _handle(self, request: Request) -> Response:
+        if request.path == IBM_PREFIX or request.path.startswith(IBM_PREFIX + "/"):
+            return self.ibm.handle(request)
+        return self._service.handle(request)
 
     def stop(self) -> None:
         """Close every connection and join every thread (bounded); safe to call twice."""
@@ -116,25 +132,42 @@ class Emulator:
             "AWS_EC2_METADATA_DISABLED": "true",
             # Where flux-quantum's own `local` vendor finds this emulator.
             "FLUX_QUANTUM_EMULATOR_URL": self.url,
+            **self.ibm_env(),
         }
+
+    def ibm_env(self) -> dict[str, str]:
+        """QRMI's settings for each emulated IBM backend (``<backend>_QRMI_IBM_QCS_*``, as
+        qrmi reads them), plus the same without a prefix (flux-quantum's default for any
+        backend)."""
+        settings = {
+            "QRMI_IBM_QCS_ENDPOINT": self.url + IBM_API,
+            "QRMI_IBM_QCS_IAM_ENDPOINT": self.url + IBM_PREFIX,
+            "QRMI_IBM_QCS_IAM_APIKEY": self.ibm_scenario.apikey or IBM_APIKEY,
+            "QRMI_IBM_QCS_SERVICE_CRN": self.ibm_scenario.crn or IBM_CRN,
+        }
+        env = dict(settings)
+        for backend in self.ibm_scenario.backends:
+            env.update({f"{backend.name}_{key}": value for key, value in settings.items()})
+        return env
 
     # -- what happened ------------------------------------------------------------------------
 
     @property
     def calls(self) -> list[Call]:
-        """Every request answered so far, oldest first (a copy)."""
-        return self._service.calls
+        """Every request answered so far, Braket's and IBM's, by emulated time (a copy)."""
+        return sorted(self._service.calls + self.ibm.calls, key=lambda call: call.t)
 
     def call_count(self, operation: str | None = None, target: str | None = None) -> int:
         return sum(
             1
-            for call in self._service.calls
+            for call in self.calls
             if (operation is None or call.operation == operation)
             and (target is None or call.target == target)
         )
 
     def clear_calls(self) -> None:
         self._service.clear_calls()
+        self.ibm.clear_calls()
 
     def device_arns(self) -> list[str]:
         return [spec.arn for spec in self.scenario.devices]
