@@ -1,0 +1,578 @@
+"""The ledger: every task's reserved and settled cost, in SQLite, in the instance owner's
+state directory.
+
+This module owns the ledger database (its location, schema and file permissions), the
+atomic reserve-then-record of a charge against the quota (:meth:`Ledger.reserve`), the
+settlement of a task's actual cost (:meth:`Ledger.settle`) or its release when no task
+was created (:meth:`Ledger.release`), and the usage queries behind ``flux quantum
+usage`` (:meth:`Ledger.usage`, with :func:`restrict_to_caller` for guests). Decisions
+come from :mod:`flux_quantum.quota`; the ledger only measures and records.
+
+Exactly once: a charge is keyed by its task's idempotency token. Reserving a token
+that is already recorded returns the recorded reservation (``replayed``) without
+counting it again; settling or releasing a token twice changes nothing the second time.
+A service that restarts replays its jobs' eventlogs and calls the same verbs with the
+same tokens, so a restart never charges a task twice nor forgets one.
+
+No overspend: :meth:`Ledger.reserve` measures usage and inserts the charge inside one
+``BEGIN IMMEDIATE`` transaction, which SQLite serializes across threads and processes
+(each with its own ``Ledger``), so two concurrent reservations cannot both fit into the
+same headroom.
+
+Blocking: the handler service is the only writer and calls these verbs from its reactor
+thread. A write is one small transaction in WAL mode with ``synchronous=NORMAL``
+(no fsync per commit; a power loss may lose the last commits, which the restart replay
+above writes again); it takes about a millisecond on a local disk. Readers
+(``flux quantum usage``) never block the writer in WAL mode. ``busy_timeout`` bounds a
+wait for another writer (a second service by mistake) to ``BUSY_TIMEOUT`` seconds.
+
+Guests never write it: the file is created 0600 (its WAL files follow) in a 0700
+directory owned by the instance owner; guests read their own usage through the
+service's RPC, never the file.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flux_quantum.errors import FluxQuantumError
+from flux_quantum.quota import (
+    Charge,
+    QuotaConfig,
+    QuotaDecision,
+    Usage,
+    applicable,
+    decide,
+    period_window,
+)
+
+SCHEMA_VERSION = 1
+FILENAME = "ledger.db"
+SUBDIR = "flux-quantum"
+CONFIG_KEY = "quantum.ledger.path"
+BUSY_TIMEOUT = 5.0
+GROUPS = ("period", "user", "bank", "device")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS charges (
+    token          TEXT PRIMARY KEY,   -- the task's idempotency token
+    jobid          INTEGER NOT NULL,   -- the job (unit) the task belongs to
+    userid         INTEGER NOT NULL,
+    username       TEXT,
+    bank           TEXT,               -- NULL without flux-accounting
+    device         TEXT NOT NULL,
+    vendor         TEXT NOT NULL,
+    class          TEXT NOT NULL,
+    shots          INTEGER NOT NULL,
+    estimate       REAL NOT NULL,      -- reserved before the task was created
+    cost           REAL,               -- actual, once settled (0 when released)
+    state          TEXT NOT NULL CHECK (state IN ('reserved', 'settled', 'released')),
+    reserved_at    REAL NOT NULL,      -- epoch seconds; the period it counts in
+    settled_at     REAL,
+    day            TEXT NOT NULL,      -- period labels at reserved_at, site timezone
+    month          TEXT NOT NULL,
+    task_id        TEXT,               -- the vendor's id, once known
+    billed_seconds REAL,               -- time-billed devices: the billed run time
+    note           TEXT                -- why it was released, or that it was recorded
+);                                     -- past the quota (a task found after a restart)
+CREATE INDEX IF NOT EXISTS charges_user ON charges (userid, reserved_at);
+CREATE INDEX IF NOT EXISTS charges_bank ON charges (bank, reserved_at);
+CREATE INDEX IF NOT EXISTS charges_job ON charges (jobid);
+CREATE INDEX IF NOT EXISTS charges_device ON charges (device, state, settled_at);
+"""
+
+# What a charge counts: its actual cost once settled, its estimate while reserved.
+_AMOUNT = "CASE state WHEN 'reserved' THEN estimate ELSE cost END"
+_COUNTED = "state != 'released'"
+
+
+class LedgerError(FluxQuantumError):
+    """The ledger cannot be opened or used; the message names the file."""
+
+
+# --- location ---------------------------------------------------------------------------
+
+
+def ledger_path(
+    configured: str | None = None,
+    statedir: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    home: str | None = None,
+) -> Path:
+    """Where the ledger lives: ``[quantum.ledger] path`` if set, else
+    ``STATEDIR/flux-quantum/ledger.db`` (the broker attribute ``statedir``, as a system
+    instance sets it: /var/lib/flux, where flux-accounting keeps its database), else
+    ``$XDG_STATE_HOME/flux-quantum/ledger.db`` (``~/.local/state``) for a user's own
+    instance, whose statedir is unset or removed at exit."""
+    if configured:
+        return Path(configured)
+    if statedir:
+        return Path(statedir) / SUBDIR / FILENAME
+    env = os.environ if environ is None else environ
+    state = env.get("XDG_STATE_HOME") or str(Path(home or Path.home()) / ".local" / "state")
+    return Path(state) / SUBDIR / FILENAME
+
+
+# --- records ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The outcome of :meth:`Ledger.reserve`: recorded (``allowed``) or refused, and
+    whether the token had been recorded before (``replayed``: nothing was counted)."""
+
+    token: str
+    allowed: bool
+    decision: QuotaDecision
+    replayed: bool = False
+    state: str | None = None  # the recorded state, None when refused
+
+
+@dataclass(frozen=True)
+class ChargeRecord:
+    """One row of the ledger."""
+
+    token: str
+    jobid: int
+    userid: int
+    user: str | None
+    bank: str | None
+    device: str
+    vendor: str
+    device_class: str
+    shots: int
+    estimate: float
+    cost: float | None
+    state: str
+    reserved_at: float
+    settled_at: float | None
+    task_id: str | None
+    billed_seconds: float | None
+    note: str | None
+
+    @property
+    def amount(self) -> float:
+        """What it counts against limits now."""
+        return self.estimate if self.state == "reserved" else float(self.cost or 0.0)
+
+
+@dataclass(frozen=True)
+class UsageQuery:
+    """What ``flux quantum usage`` asks: filters, and how rows are grouped.
+
+    ``user`` matches a user name or a uid; ``userid`` only a uid (set for guests by
+    :func:`restrict_to_caller`). ``period`` groups by "day", "month" or "all".
+    """
+
+    user: str | None = None
+    userid: int | None = None
+    bank: str | None = None
+    since: float | None = None
+    until: float | None = None
+    period: str = "month"
+    group_by: tuple[str, ...] = GROUPS
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    period: str
+    user: str
+    bank: str
+    device: str
+    tasks: int  # created (reserved or settled), not released
+    spent: float  # settled
+    reserved: float  # reserved, not yet settled
+    released: int  # reservations whose task was never created
+
+    @property
+    def total(self) -> float:
+        return self.spent + self.reserved
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "period": self.period,
+            "user": self.user,
+            "bank": self.bank,
+            "device": self.device,
+            "tasks": self.tasks,
+            "spent": round(self.spent, 6),
+            "reserved": round(self.reserved, 6),
+            "total": round(self.total, 6),
+            "released": self.released,
+        }
+
+
+class GuestError(FluxQuantumError):
+    """A guest asked for somebody else's usage."""
+
+
+def restrict_to_caller(query: UsageQuery, caller: int, owner: int) -> UsageQuery:
+    """The query a caller may run: the owner anything, a guest only their own rows.
+
+    The service calls this with the RPC's ``msg.userid`` before :meth:`Ledger.usage`.
+    """
+    if caller == owner:
+        return query
+    if query.userid is not None and query.userid != caller:
+        raise GuestError("a guest sees only their own usage (--user is for the instance owner)")
+    if query.user is not None and query.user != str(caller):
+        raise GuestError("a guest sees only their own usage (--user is for the instance owner)")
+    return UsageQuery(
+        user=None,
+        userid=caller,
+        bank=query.bank,
+        since=query.since,
+        until=query.until,
+        period=query.period,
+        group_by=query.group_by,
+    )
+
+
+# --- the ledger -------------------------------------------------------------------------
+
+
+class Ledger:
+    """One connection to the ledger file. Thread-safe (one lock per instance); open one
+    per process. ``readonly`` opens it without write access (``flux quantum usage``)."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], currency: str = "USD", readonly: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.Lock()
+        try:
+            if readonly:
+                uri = f"file:{self.path}?mode=ro"
+                self._db = sqlite3.connect(
+                    uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None,
+                    check_same_thread=False,
+                )  # fmt: skip
+            else:
+                _create_private(self.path)
+                self._db = sqlite3.connect(
+                    self.path, timeout=BUSY_TIMEOUT, isolation_level=None,
+                    check_same_thread=False,
+                )  # fmt: skip
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.executescript(SCHEMA)
+                self._check_meta(currency)
+            self._db.row_factory = sqlite3.Row
+            self.currency = self._meta("currency") or currency
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing
+
+    def _meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _check_meta(self, currency: str) -> None:
+        with self._write():
+            version = self._meta("schema_version")
+            if version is None:
+                self._db.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?), ('currency', ?)",
+                    (str(SCHEMA_VERSION), currency),
+                )
+                return
+            if int(version) > SCHEMA_VERSION:
+                raise LedgerError(
+                    f"{self.path}: ledger schema {version} is newer than this flux-quantum"
+                    f" ({SCHEMA_VERSION}); upgrade flux-quantum"
+                )
+            recorded = self._meta("currency")
+            if recorded != currency:
+                raise LedgerError(
+                    f"{self.path}: the ledger counts in {recorded} but the catalog's currency is"
+                    f" {currency}; keep the catalog's currency or start a new ledger"
+                )
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One serialized write transaction (BEGIN IMMEDIATE takes the write lock first,
+        so what is read inside it cannot change before the commit)."""
+        if self.readonly:
+            raise LedgerError(f"{self.path}: opened read-only")
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _record(self, token: str) -> ChargeRecord | None:
+        row = self._db.execute("SELECT * FROM charges WHERE token = ?", (token,)).fetchone()
+        return None if row is None else _record_of(row)
+
+    def _used(self, charge: Charge, quota: QuotaConfig) -> tuple[list[Any], list[Usage], float]:
+        limits = applicable(quota, charge)
+        used = []
+        for limit, window in limits:
+            where = [_COUNTED, "reserved_at >= ?", "reserved_at < ?"]
+            args: list[Any] = [window.start, window.end]
+            if limit.scope == "user":
+                where.append("userid = ?")
+                args.append(charge.userid)
+            else:
+                where.append("bank = ?")
+                args.append(charge.bank)
+            for column, values in (
+                ("device", limit.devices),
+                ("vendor", limit.vendors),
+                ("class", limit.classes),
+            ):
+                if values is not None:
+                    where.append(f"{column} IN ({', '.join('?' for _ in values)})")
+                    args.extend(sorted(values))
+            row = self._db.execute(
+                f"SELECT COALESCE(SUM({_AMOUNT}), 0), COUNT(*) FROM charges"
+                f" WHERE {' AND '.join(where)}",
+                args,
+            ).fetchone()
+            used.append(Usage(float(row[0]), int(row[1])))
+        job = self._db.execute(
+            f"SELECT COALESCE(SUM({_AMOUNT}), 0) FROM charges WHERE jobid = ? AND {_COUNTED}",
+            (charge.jobid,),
+        ).fetchone()
+        return limits, used, float(job[0])
+
+    # -- the verbs
+
+    def check(self, charge: Charge, quota: QuotaConfig) -> QuotaDecision:
+        """Would ``charge`` fit now? Records nothing (for ranking candidate devices)."""
+        with self._lock:
+            limits, used, job_spent = self._used(charge, quota)
+        return decide(charge, limits, used, job_spent, self.currency)
+
+    def over_quota(self, charges: Iterable[Charge], quota: QuotaConfig) -> dict[str, str]:
+        """Devices whose charge would not fit, mapped to the refusal: the ``excluded``
+        argument of ``policy.select_device`` (with the access rules' refusals)."""
+        refused = {}
+        for charge in charges:
+            decision = self.check(charge, quota)
+            if not decision.allowed:
+                refused[charge.device] = decision.reason
+        return refused
+
+    def reserve(self, charge: Charge, quota: QuotaConfig, *, enforce: bool = True) -> Reservation:
+        """Record ``charge`` if it fits every applicable limit, atomically.
+
+        Call it before the vendor task is created; a refusal leaves nothing recorded.
+        A token already recorded is returned as it is (``replayed``). ``enforce=False``
+        records it whatever the limits say: for a task that already exists (found again
+        after a restart whose reservation was lost), which must be counted.
+        """
+        with self._write():
+            existing = self._record(charge.token)
+            if existing is not None:
+                decision = QuotaDecision(True, f"already recorded ({existing.state})")
+                return Reservation(charge.token, True, decision, True, existing.state)
+            limits, used, job_spent = self._used(charge, quota)
+            decision = decide(charge, limits, used, job_spent, self.currency)
+            if not decision.allowed and enforce:
+                return Reservation(charge.token, False, decision)
+            note = None if decision.allowed else f"recorded past the quota: {decision.reason}"
+            zone = quota.zone
+            self._db.execute(
+                "INSERT INTO charges (token, jobid, userid, username, bank, device, vendor,"
+                " class, shots, estimate, state, reserved_at, day, month, note)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?)",
+                (
+                    charge.token,
+                    charge.jobid,
+                    charge.userid,
+                    charge.user,
+                    charge.bank,
+                    charge.device,
+                    charge.vendor,
+                    charge.device_class,
+                    charge.shots,
+                    charge.estimate,
+                    charge.t,
+                    period_window(charge.t, "day", zone).label,
+                    period_window(charge.t, "month", zone).label,
+                    note,
+                ),
+            )
+            return Reservation(charge.token, True, decision, False, "reserved")
+
+    def settle(
+        self,
+        token: str,
+        cost: float,
+        *,
+        now: float,
+        task_id: str | None = None,
+        billed_seconds: float | None = None,
+    ) -> ChargeRecord:
+        """Record a finished task's actual ``cost``; a second call changes nothing.
+
+        Raises LedgerError for a token never reserved (a bug in the caller) or one
+        released (no task was created, so nothing can have run)."""
+        with self._write():
+            record = self._record(token)
+            if record is None:
+                raise LedgerError(f"{self.path}: no reservation for task token {token!r}")
+            if record.state == "released":
+                raise LedgerError(f"{self.path}: task token {token!r} was released, not run")
+            if record.state == "reserved":
+                self._db.execute(
+                    "UPDATE charges SET state = 'settled', cost = ?, settled_at = ?,"
+                    " task_id = COALESCE(?, task_id), billed_seconds = ? WHERE token = ?",
+                    (cost, now, task_id, billed_seconds, token),
+                )
+            updated = self._record(token)
+        assert updated is not None
+        return updated
+
+    def attach(self, token: str, task_id: str) -> None:
+        """Note the vendor's task id of a reserved charge (for reports and recovery)."""
+        with self._write():
+            self._db.execute(
+                "UPDATE charges SET task_id = ? WHERE token = ? AND task_id IS NULL",
+                (task_id, token),
+            )
+
+    def release(self, token: str, *, now: float, reason: str) -> ChargeRecord | None:
+        """The task was never created (the vendor refused it, the job went away before
+        the create): drop the reservation, keep the row (cost 0, not a task). Settled
+        charges stay settled; an unknown token is None."""
+        with self._write():
+            record = self._record(token)
+            if record is None or record.state != "reserved":
+                return record
+            self._db.execute(
+                "UPDATE charges SET state = 'released', cost = 0, settled_at = ?, note = ?"
+                " WHERE token = ?",
+                (now, reason, token),
+            )
+            return self._record(token)
+
+    def record(self, token: str) -> ChargeRecord | None:
+        with self._lock:
+            return self._record(token)
+
+    def open_reservations(self) -> list[ChargeRecord]:
+        """Charges reserved and not yet settled or released, oldest first (recovery)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM charges WHERE state = 'reserved' ORDER BY reserved_at"
+            ).fetchall()
+        return [_record_of(row) for row in rows]
+
+    def job_cost(self, jobid: int) -> float:
+        """What a job's tasks count now (settled costs and open estimates): ``qpu_cost``."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT COALESCE(SUM({_AMOUNT}), 0) FROM charges WHERE jobid = ?", (jobid,)
+            ).fetchone()
+        return float(row[0])
+
+    def billed_history(self, device: str, limit: int = 20) -> list[float]:
+        """The device's most recent billed run times (for ``quota.expected_seconds``)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT billed_seconds FROM charges WHERE device = ? AND state = 'settled'"
+                " AND billed_seconds IS NOT NULL ORDER BY settled_at DESC LIMIT ?",
+                (device, limit),
+            ).fetchall()
+        return [float(row[0]) for row in rows]
+
+    def usage(self, query: UsageQuery) -> list[UsageRow]:
+        """Tasks and spend grouped by ``query.group_by`` (period, user, bank, device)."""
+        where, args = ["1 = 1"], []
+        if query.userid is not None:
+            where.append("userid = ?")
+            args.append(query.userid)
+        if query.user is not None:
+            where.append("(username = ? OR CAST(userid AS TEXT) = ?)")
+            args += [query.user, query.user]
+        if query.bank is not None:
+            where.append("bank = ?")
+            args.append(query.bank)
+        if query.since is not None:
+            where.append("reserved_at >= ?")
+            args.append(query.since)
+        if query.until is not None:
+            where.append("reserved_at < ?")
+            args.append(query.until)
+        period = {"day": "day", "month": "month"}.get(query.period, "'all'")
+        columns = {
+            "period": period,
+            "user": "COALESCE(username, CAST(userid AS TEXT))",
+            "bank": "COALESCE(bank, '-')",
+            "device": "device",
+        }
+        keys = [columns[name] if name in query.group_by else "'*'" for name in GROUPS]
+        sql = (
+            f"SELECT {', '.join(keys)},"
+            f" SUM(state != 'released'),"
+            f" COALESCE(SUM(CASE state WHEN 'settled' THEN cost ELSE 0 END), 0),"
+            f" COALESCE(SUM(CASE state WHEN 'reserved' THEN estimate ELSE 0 END), 0),"
+            f" SUM(state = 'released')"
+            f" FROM charges WHERE {' AND '.join(where)}"
+            f" GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+        )
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [
+            UsageRow(str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), r[5], r[6], int(r[7]))
+            for r in rows
+        ]
+
+
+def _create_private(path: Path) -> None:
+    """The ledger's directory (0700) and file (0600), created by the instance owner
+    before SQLite opens it: SQLite gives its WAL files the database file's mode."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+
+
+def _record_of(row: sqlite3.Row | Sequence[Any]) -> ChargeRecord:
+    r = dict(row) if isinstance(row, sqlite3.Row) else row  # type: ignore[arg-type]
+    return ChargeRecord(
+        token=r["token"],
+        jobid=int(r["jobid"]),
+        userid=int(r["userid"]),
+        user=r["username"],
+        bank=r["bank"],
+        device=r["device"],
+        vendor=r["vendor"],
+        device_class=r["class"],
+        shots=int(r["shots"]),
+        estimate=float(r["estimate"]),
+        cost=None if r["cost"] is None else float(r["cost"]),
+        state=r["state"],
+        reserved_at=float(r["reserved_at"]),
+        settled_at=None if r["settled_at"] is None else float(r["settled_at"]),
+        task_id=r["task_id"],
+        billed_seconds=None if r["billed_seconds"] is None else float(r["billed_seconds"]),
+        note=r["note"],
+    )

@@ -1,0 +1,481 @@
+"""Spend and task limits: the ``[quantum.quota]`` table and the decision to charge a task.
+
+This module owns the quota configuration (limits per user and per bank, per day or
+month, on spend in the catalog's currency and on task counts, optionally for some
+devices, vendors or classes only), the job cap (``qpu.max_cost``), a task's estimated
+and actual cost, the period windows, and the decision whether a charge fits. Like
+``policy`` and ``poller`` it only decides from data it is given: it never reads the
+ledger, the clock or a vendor (``flux_quantum.ledger`` measures what was used, inside
+the transaction that records the charge, and asks :func:`decide`).
+
+The table::
+
+    [quantum.quota]
+    timezone = "UTC"                 # where days and months begin (an IANA name)
+
+    [[quantum.quota.limits]]
+    name = "user-monthly"            # optional, quoted in refusals
+    user = "*"                       # each user on their own; or one user (name or uid)
+    period = "month"                 # "day" or "month"
+    spend = 100.0                    # in the catalog's currency, and/or
+    tasks = 500                      # tasks created
+
+    [[quantum.quota.limits]]
+    bank = "chem"                    # one bank (its users together); "*": each bank
+    period = "day"
+    spend = 50.0
+    classes = ["qpu"]                # optional: count only these devices, vendors, classes
+
+Every limit that applies to a task is checked; the first one (in file order) the task
+would exceed refuses it. A task counts against a period by when it was reserved. Spend
+is what was settled plus what is reserved and not yet settled; a settled task costs
+what it really cost, which may exceed its estimate (a simulator that ran long), so a
+limit can be overrun by that difference but never by a new task.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from flux_quantum.catalog import Device, PriceModel
+
+TABLE = "quantum.quota"
+PERIODS = ("day", "month")
+LIMIT_KEYS = (
+    "name",
+    "user",
+    "bank",
+    "period",
+    "spend",
+    "tasks",
+    "devices",
+    "vendors",
+    "classes",
+)
+TABLE_KEYS = ("timezone", "limits")
+EACH = "*"
+EXPECTED_SECONDS_PROPERTY = "expected_seconds"
+# Enough settled tasks to trust a device's own run times over its catalog figure.
+HISTORY_SAMPLES = 3
+_EPSILON = 1e-9
+
+
+class QuotaConfigError(ValueError):
+    """The ``[quantum.quota]`` table is invalid; the message names the key."""
+
+
+# --- money -----------------------------------------------------------------------------
+
+
+def format_money(amount: float, currency: str = "USD") -> str:
+    """``$12.34`` for US dollars, ``12.34 EUR`` otherwise; small amounts keep 4 decimals."""
+    digits = 2 if abs(amount) >= 1 or amount == 0 else 4
+    number = f"{amount:,.{digits}f}"
+    return f"${number}" if currency == "USD" else f"{number} {currency}"
+
+
+def expected_seconds(device: Device, history: Sequence[float] = ()) -> float | None:
+    """Expected billed run time of a task on a time-billed device: the median of its
+    recent settled run times (``history``) once there are ``HISTORY_SAMPLES``, else the
+    catalog property ``expected_seconds``, else None (the price's minimum applies)."""
+    if device.price.per_minute == 0:
+        return None
+    if len(history) >= HISTORY_SAMPLES:
+        return float(statistics.median(history))
+    text = device.properties.get(EXPECTED_SECONDS_PROPERTY)
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        value = None
+    return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
+def estimate_cost(price: PriceModel, shots: int, seconds: float | None = None) -> float:
+    """What to reserve for a task: price x shots (QPUs), price x expected run time
+    (simulators, never below their billed minimum)."""
+    return price.cost(shots, seconds)
+
+
+def actual_cost(price: PriceModel, shots: int, billed_seconds: float | None = None) -> float:
+    """What a finished task cost: the same model at its billed run time."""
+    return price.cost(shots, billed_seconds)
+
+
+# --- periods ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """One day or month in the site's timezone: [start, end) in epoch seconds."""
+
+    period: str
+    label: str  # "2025-06-01" or "2025-06"
+    start: float
+    end: float
+
+
+def period_window(t: float, period: str, zone: tzinfo = UTC) -> Window:
+    """The day or month that contains ``t`` (epoch seconds) in ``zone``."""
+    # Aware datetimes add wall-clock time, and .timestamp() applies each instant's own
+    # offset, so a day with a DST change is 23 or 25 hours long, as it should be.
+    local = datetime.fromtimestamp(t, zone)
+    if period == "day":
+        start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+        end = start + timedelta(days=1)
+        label = start.strftime("%Y-%m-%d")
+    elif period == "month":
+        start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        end = (start + timedelta(days=32)).replace(day=1)
+        label = start.strftime("%Y-%m")
+    else:
+        raise ValueError(f"period must be one of {', '.join(PERIODS)}, got {period!r}")
+    return Window(period, label, start.timestamp(), end.timestamp())
+
+
+# --- configuration ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One ``[[quantum.quota.limits]]`` entry. ``scope`` is "user" or "bank"; ``who``
+    a name (or uid) or ``*`` (each user or bank on its own)."""
+
+    index: int
+    scope: str
+    who: str
+    period: str
+    spend: float | None = None
+    tasks: int | None = None
+    name: str | None = None
+    devices: frozenset[str] | None = None
+    vendors: frozenset[str] | None = None
+    classes: frozenset[str] | None = None
+
+    @property
+    def label(self) -> str:
+        named = f" '{self.name}'" if self.name else ""
+        return f"[{TABLE}] limit {self.index}{named}"
+
+    def subject(self, charge: Charge) -> str | None:
+        """Whose usage this limit counts for ``charge`` (None: it does not apply)."""
+        if self.scope == "bank":
+            if charge.bank is None or (self.who != EACH and self.who != charge.bank):
+                return None
+            return charge.bank
+        if self.who not in (EACH, str(charge.userid), charge.user):
+            return None
+        return str(charge.userid)
+
+    def counts_device(self, device: str, vendor: str, device_class: str) -> bool:
+        return (
+            (self.devices is None or device in self.devices)
+            and (self.vendors is None or vendor in self.vendors)
+            and (self.classes is None or device_class in self.classes)
+        )
+
+    def applies(self, charge: Charge) -> bool:
+        return self.subject(charge) is not None and self.counts_device(
+            charge.device, charge.vendor, charge.device_class
+        )
+
+    def describe(self, charge: Charge, currency: str) -> str:
+        whose = charge.user or str(charge.userid) if self.scope == "user" else charge.bank
+        amounts = []
+        if self.spend is not None:
+            amounts.append(format_money(self.spend, currency))
+        if self.tasks is not None:
+            amounts.append(f"{self.tasks} task{'s' if self.tasks != 1 else ''}")
+        only = [
+            f"{label} {', '.join(sorted(values))}"
+            for label, values in (
+                ("devices", self.devices),
+                ("vendor", self.vendors),
+                ("class", self.classes),
+            )
+            if values is not None
+        ]
+        scope = f" on {' '.join(only)}" if only else ""
+        return f"{self.label}: {self.scope} {whose}, {' and '.join(amounts)} a {self.period}{scope}"
+
+
+@dataclass(frozen=True)
+class QuotaConfig:
+    """The site's limits, in file order, and the timezone of their periods."""
+
+    limits: tuple[Limit, ...] = ()
+    timezone: str = "UTC"
+
+    @property
+    def zone(self) -> tzinfo:
+        return UTC if self.timezone == "UTC" else ZoneInfo(self.timezone)
+
+    @classmethod
+    def from_config(cls, table: object) -> QuotaConfig:
+        """Validate ``[quantum.quota]`` as ``flux config get`` returns it (None: no limits)."""
+        if table is None:
+            return cls()
+        if not isinstance(table, Mapping):
+            raise QuotaConfigError(f"[{TABLE}] must be a table, got {_shown(table)}")
+        for key in table:
+            if key not in TABLE_KEYS:
+                raise QuotaConfigError(
+                    f"[{TABLE}] has an unknown key '{key}' (accepted: {', '.join(TABLE_KEYS)})"
+                )
+        zone = table.get("timezone", "UTC")
+        try:
+            if not isinstance(zone, str) or not zone:
+                raise ValueError
+            if zone != "UTC":
+                ZoneInfo(zone)
+        except (ValueError, ZoneInfoNotFoundError):
+            raise QuotaConfigError(
+                f"[{TABLE}] timezone must be an IANA time zone such as UTC or Europe/Paris,"
+                f" got {_shown(zone)}"
+            ) from None
+        entries = table.get("limits", [])
+        if not isinstance(entries, list):
+            raise QuotaConfigError(f"[{TABLE}] limits must be a list of tables")
+        limits = tuple(_parse_limit(entry, i) for i, entry in enumerate(entries, start=1))
+        return cls(limits=limits, timezone=zone)
+
+
+def _parse_limit(entry: object, index: int) -> Limit:
+    where = f"[{TABLE}] limits[{index}]"
+    if not isinstance(entry, Mapping):
+        raise QuotaConfigError(f"{where} must be a table, got {_shown(entry)}")
+    for key in entry:
+        if key not in LIMIT_KEYS:
+            raise QuotaConfigError(
+                f"{where} has an unknown key '{key}' (accepted: {', '.join(LIMIT_KEYS)})"
+            )
+    scopes = [key for key in ("user", "bank") if key in entry]
+    if len(scopes) != 1:
+        raise QuotaConfigError(f'{where} needs exactly one of user or bank (a name, or "*")')
+    scope = scopes[0]
+    who = entry[scope]
+    if isinstance(who, bool) or not isinstance(who, str | int) or who == "":
+        raise QuotaConfigError(f'{where}.{scope} must be a name or "*", got {_shown(who)}')
+    period = entry.get("period")
+    if period not in PERIODS:
+        raise QuotaConfigError(f'{where}.period must be "day" or "month", got {_shown(period)}')
+    spend = entry.get("spend")
+    if spend is not None and (
+        isinstance(spend, bool)
+        or not isinstance(spend, int | float)
+        or not math.isfinite(spend)
+        or spend < 0
+    ):
+        raise QuotaConfigError(f"{where}.spend must be a number >= 0, got {_shown(spend)}")
+    tasks = entry.get("tasks")
+    if tasks is not None and (isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 0):
+        raise QuotaConfigError(f"{where}.tasks must be an integer >= 0, got {_shown(tasks)}")
+    if spend is None and tasks is None:
+        raise QuotaConfigError(f"{where} needs spend, tasks or both")
+    name = entry.get("name")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise QuotaConfigError(f"{where}.name must be a non-empty string, got {_shown(name)}")
+    filters: dict[str, frozenset[str] | None] = {}
+    for key in ("devices", "vendors", "classes"):
+        value = entry.get(key)
+        if value is not None and (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(v, str) and v for v in value)
+        ):
+            raise QuotaConfigError(
+                f"{where}.{key} must be a non-empty list of names, got {_shown(value)}"
+            )
+        filters[key] = frozenset(value) if value is not None else None
+    return Limit(
+        index=index,
+        scope=scope,
+        who=str(who),
+        period=period,
+        spend=float(spend) if spend is not None else None,
+        tasks=tasks,
+        name=name,
+        **filters,
+    )
+
+
+# --- the decision ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One task to be charged: who, where, what it is estimated to cost, when.
+
+    ``token`` is the task's idempotency token (the ledger's key); ``jobid`` the job
+    (unit) it belongs to; ``job_cap`` the request's ``qpu.max_cost`` for the whole job.
+    """
+
+    token: str
+    jobid: int
+    userid: int
+    user: str | None
+    bank: str | None
+    device: str
+    vendor: str
+    device_class: str
+    shots: int
+    estimate: float
+    t: float
+    job_cap: float | None = None
+
+    @classmethod
+    def for_device(
+        cls,
+        device: Device,
+        *,
+        token: str,
+        jobid: int,
+        userid: int,
+        user: str | None,
+        bank: str | None,
+        shots: int,
+        t: float,
+        job_cap: float | None = None,
+        history: Sequence[float] = (),
+    ) -> Charge:
+        """The charge of a task of ``shots`` on ``device``, its estimate from the catalog
+        price (and the device's recent run times for time-billed simulators)."""
+        seconds = expected_seconds(device, history)
+        return cls(
+            token=token,
+            jobid=jobid,
+            userid=userid,
+            user=user,
+            bank=bank,
+            device=device.name,
+            vendor=device.vendor,
+            device_class=device.device_class,
+            shots=shots,
+            estimate=estimate_cost(device.price, shots, seconds),
+            t=t,
+            job_cap=job_cap,
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one limit's subject used in the period: spend (settled + reserved) and tasks."""
+
+    spend: float = 0.0
+    tasks: int = 0
+
+
+@dataclass(frozen=True)
+class LimitCheck:
+    """One applicable limit as the decision saw it."""
+
+    limit: Limit
+    window: Window
+    used: Usage
+    fits: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "limit": self.limit.index,
+            "name": self.limit.name,
+            "scope": self.limit.scope,
+            "period": self.window.label,
+            "spend_limit": self.limit.spend,
+            "task_limit": self.limit.tasks,
+            "spent": round(self.used.spend, 6),
+            "tasks": self.used.tasks,
+            "fits": self.fits,
+        }
+
+
+@dataclass(frozen=True)
+class QuotaDecision:
+    """Whether a charge fits; ``reason`` is one sentence naming the limit, what was
+    spent and what the task would cost (or, when it fits, the closest limit)."""
+
+    allowed: bool
+    reason: str
+    checks: tuple[LimitCheck, ...] = field(default=())
+    limit: Limit | None = None  # the limit that refused it
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "allowed": self.allowed,
+            "reason": self.reason,
+            "limit": self.limit.index if self.limit else None,
+            "checks": [check.to_dict() for check in self.checks],
+        }
+
+
+def applicable(config: QuotaConfig, charge: Charge) -> list[tuple[Limit, Window]]:
+    """The limits that count ``charge``, with the period window each counts it in."""
+    zone = config.zone
+    return [
+        (limit, period_window(charge.t, limit.period, zone))
+        for limit in config.limits
+        if limit.applies(charge)
+    ]
+
+
+def decide(
+    charge: Charge,
+    limits: Sequence[tuple[Limit, Window]],
+    used: Sequence[Usage],
+    job_spent: float = 0.0,
+    currency: str = "USD",
+) -> QuotaDecision:
+    """Does ``charge`` fit? ``used[i]`` is what ``limits[i]``'s subject used in its
+    window (without this charge); ``job_spent`` what the job's other tasks cost."""
+    cost = format_money(charge.estimate, currency)
+    would = f"this task on {charge.device} would cost {cost}"
+    if charge.job_cap is not None and job_spent + charge.estimate > charge.job_cap + _EPSILON:
+        return QuotaDecision(
+            False,
+            f"over the job's cap: qpu.max_cost is {format_money(charge.job_cap, currency)},"
+            f" the job has {format_money(job_spent, currency)} spent or reserved and {would}",
+        )
+    checks = []
+    refusal: tuple[Limit, str] | None = None
+    for (limit, window), usage in zip(limits, used, strict=True):
+        over_spend = limit.spend is not None and usage.spend + charge.estimate > limit.spend + (
+            _EPSILON
+        )
+        over_tasks = limit.tasks is not None and usage.tasks + 1 > limit.tasks
+        fits = not (over_spend or over_tasks)
+        checks.append(LimitCheck(limit, window, usage, fits))
+        if fits or refusal is not None:
+            continue
+        in_period = f"this {window.period} ({window.label})"
+        if over_spend:
+            spent = f"{format_money(usage.spend, currency)} spent or reserved {in_period}"
+            refusal = (limit, f"over quota: {limit.describe(charge, currency)}; {spent}, {would}")
+        else:
+            count = f"{usage.tasks} task{'s' if usage.tasks != 1 else ''} {in_period}"
+            refusal = (limit, f"over quota: {limit.describe(charge, currency)}; {count}")
+    if refusal is not None:
+        return QuotaDecision(False, refusal[1], tuple(checks), refusal[0])
+    if not checks:
+        return QuotaDecision(True, f"no limit applies; {would}", ())
+    tightest = min(
+        (c for c in checks if c.limit.spend is not None),
+        key=lambda c: (c.limit.spend or 0.0) - c.used.spend,
+        default=None,
+    )
+    if tightest is None:
+        return QuotaDecision(True, f"within {len(checks)} task limit(s); {would}", tuple(checks))
+    left = (tightest.limit.spend or 0.0) - tightest.used.spend - charge.estimate
+    return QuotaDecision(
+        True,
+        f"within quota: {format_money(left, currency)} left after it of"
+        f" {tightest.limit.describe(charge, currency)}",
+        tuple(checks),
+    )
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,312 @@
+"""The SQLite ledger: reservation and settlement keyed by the task's token (exactly once,
+across a restart of the process), no overspend under concurrent reservations from threads
+and from separate processes, a bank's limit shared by its users, usage reports for the
+owner and for a guest, the file's location and permissions, and devices over quota
+dropped from a selection."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import stat
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from flux_quantum.catalog import parse_catalog
+from flux_quantum.ledger import (
+    GuestError,
+    Ledger,
+    LedgerError,
+    UsageQuery,
+    ledger_path,
+    restrict_to_caller,
+)
+from flux_quantum.policy import select_device
+from flux_quantum.quota import Charge, QuotaConfig
+from flux_quantum.request import parse_request
+from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
+
+CATALOG = parse_catalog(
+    """
+devices:
+  - {name: sv1, vendor: braket, id: "arn:aws:braket:::device/quantum-simulator/amazon/sv1",
+     class: simulator, qubits: 34, price: {per_minute: 0.075, min_seconds: 3}}
+  - {name: forte1, vendor: braket, id: "arn:aws:braket:us-east-1::device/qpu/ionq/Forte-1",
+     class: qpu, qubits: 36, price: {per_task: 0.30, per_shot: 0.08}}
+  - {name: garnet, vendor: braket, id: "arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet",
+     class: qpu, qubits: 20, price: {per_task: 0.30, per_shot: 0.00145}}
+""",
+    "catalog.yaml",
+)
+SV1, FORTE, GARNET = (CATALOG.get(n) for n in ("sv1", "forte1", "garnet"))
+JUNE_3 = datetime(2025, 6, 3, 15, 30, tzinfo=UTC).timestamp()
+DAY = 86400.0
+
+QUOTA = QuotaConfig.from_config(
+    {
+        "limits": [
+            {"name": "user-daily", "user": "*", "period": "day", "spend": 20.0},
+            {"name": "chem-monthly", "bank": "chem", "period": "month", "spend": 30.0},
+            {"user": "*", "period": "month", "tasks": 50},
+        ]
+    }
+)
+
+
+def charge(token: str, device=GARNET, user="alice", userid=1000, bank="chem", t=JUNE_3, **kw):
+    return Charge.for_device(
+        device,  # type: ignore[arg-type]
+        token=token,
+        jobid=kw.pop("jobid", 7),
+        userid=userid,
+        user=user,
+        bank=bank,
+        shots=kw.pop("shots", 1000),
+        t=t,
+        **kw,
+    )
+
+
+@pytest.fixture
+def ledger(tmp_path: Path):
+    with Ledger(tmp_path / "state" / "flux-quantum" / "ledger.db") as opened:
+        yield opened
+
+
+def test_reserve_settle_release(ledger: Ledger) -> None:
+    first = ledger.reserve(charge("fq-7-1-0-0"), QUOTA)
+    assert first.allowed and not first.replayed and first.state == "reserved"
+    assert ledger.job_cost(7) == pytest.approx(1.75)
+    ledger.attach("fq-7-1-0-0", "arn:task/1")
+    settled = ledger.settle("fq-7-1-0-0", 1.75, now=JUNE_3 + 60)
+    assert (settled.state, settled.cost, settled.task_id) == ("settled", 1.75, "arn:task/1")
+    # a simulator settles with its billed run time
+    ledger.reserve(charge("fq-7-1-1-0", SV1), QUOTA)
+    sim = ledger.settle("fq-7-1-1-0", 0.0125, now=JUNE_3 + 70, billed_seconds=10.0)
+    assert sim.billed_seconds == 10.0
+    assert ledger.billed_history("sv1") == [10.0]
+    # a task the vendor refused is released: nothing spent, not a task
+    ledger.reserve(charge("fq-7-1-2-0"), QUOTA)
+    released = ledger.release("fq-7-1-2-0", now=JUNE_3 + 80, reason="ValidationException")
+    assert released is not None and (released.state, released.cost) == ("released", 0.0)
+    assert ledger.job_cost(7) == pytest.approx(1.75 + 0.0125)
+    with pytest.raises(LedgerError, match="was released, not run"):
+        ledger.settle("fq-7-1-2-0", 1.0, now=JUNE_3 + 90)
+    with pytest.raises(LedgerError, match="no reservation for task token 'nope'"):
+        ledger.settle("nope", 1.0, now=JUNE_3)
+    assert ledger.release("nope", now=JUNE_3, reason="x") is None
+    assert ledger.open_reservations() == []
+
+
+def test_a_refused_reservation_records_nothing(ledger: Ledger) -> None:
+    refused = ledger.reserve(charge("big", FORTE), QUOTA)
+    assert not refused.allowed and refused.state is None
+    assert refused.decision.reason == (
+        "over quota: [quantum.quota] limit 1 'user-daily': user alice, $20.00 a day;"
+        " $0.00 spent or reserved this day (2025-06-03), this task on forte1 would cost $80.30"
+    )
+    assert ledger.record("big") is None
+    # enforce=False records a task that exists already (found after a restart)
+    forced = ledger.reserve(charge("big", FORTE), QUOTA, enforce=False)
+    assert forced.allowed and forced.state == "reserved"
+    record = ledger.record("big")
+    assert record is not None and record.note is not None
+    assert record.note.startswith("recorded past the quota: over quota:")
+
+
+def test_limits_count_reserved_and_settled_tasks_per_period(ledger: Ledger) -> None:
+    # alice: $20 a day. Eleven Garnet tasks ($1.75 each) fit ($19.25), a twelfth does not.
+    for i in range(11):
+        assert ledger.reserve(charge(f"a{i}"), QUOTA).allowed
+        if i % 2:
+            ledger.settle(f"a{i}", 1.75, now=JUNE_3 + i)
+    refused = ledger.reserve(charge("a11"), QUOTA)
+    assert not refused.allowed
+    assert "$19.25 spent or reserved this day (2025-06-03)" in refused.decision.reason
+    # a settlement below the estimate makes room again
+    ledger.settle("a0", 0.30, now=JUNE_3 + 20)
+    assert ledger.reserve(charge("a11"), QUOTA).allowed
+    # the next day is a new day, but chem's month ($30) is nearly spent: 19.25 + ... so far
+    tomorrow = ledger.reserve(charge("b0", t=JUNE_3 + DAY), QUOTA)
+    assert tomorrow.allowed
+    checks = {c.limit.index: c for c in tomorrow.decision.checks}
+    assert checks[1].used.spend == 0.0  # alice's new day
+    assert checks[2].used.spend == pytest.approx(17.8 + 1.75)  # chem's month so far
+
+
+def test_a_banks_limit_is_shared_by_its_users(ledger: Ledger) -> None:
+    quota = QuotaConfig.from_config({"limits": [{"bank": "chem", "period": "month", "spend": 5.0}]})
+    assert ledger.reserve(charge("alice-1", user="alice", userid=1000), quota).allowed
+    assert ledger.reserve(charge("bob-1", user="bob", userid=1001, jobid=8), quota).allowed
+    refused = ledger.reserve(charge("bob-2", user="bob", userid=1001, jobid=8), quota)
+    assert not refused.allowed
+    assert refused.decision.reason.startswith(
+        "over quota: [quantum.quota] limit 1: bank chem, $5.00 a month; $3.50 spent or reserved"
+    )
+    # carol in another bank is not held back by chem's spending
+    assert ledger.reserve(charge("carol-1", user="carol", userid=1002, bank="phys"), quota).allowed
+
+
+def test_exactly_once_across_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with Ledger(path) as before:
+        assert before.reserve(charge("fq-9-1-0-0", jobid=9), QUOTA).allowed
+        assert before.reserve(charge("fq-9-1-1-0", jobid=9), QUOTA).allowed
+        before.settle("fq-9-1-0-0", 1.75, now=JUNE_3 + 5)
+    # the service restarts and replays both jobs' histories with the same tokens
+    with Ledger(path) as after:
+        again = after.reserve(charge("fq-9-1-0-0", jobid=9), QUOTA)
+        assert again.allowed and again.replayed and again.state == "settled"
+        assert after.reserve(charge("fq-9-1-1-0", jobid=9), QUOTA).replayed
+        assert [r.token for r in after.open_reservations()] == ["fq-9-1-1-0"]
+        after.settle("fq-9-1-0-0", 99.0, now=JUNE_3 + 50)  # a second settle changes nothing
+        after.settle("fq-9-1-1-0", 1.5, now=JUNE_3 + 60)
+        after.settle("fq-9-1-1-0", 1.5, now=JUNE_3 + 61)
+        assert after.job_cost(9) == pytest.approx(1.75 + 1.5)
+        rows = after.usage(UsageQuery(period="all", group_by=()))
+        assert [(r.tasks, r.spent, r.reserved) for r in rows] == [(2, pytest.approx(3.25), 0.0)]
+
+
+def test_concurrent_reservations_from_threads_never_overspend(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    Ledger(path).close()
+    quota = QuotaConfig.from_config({"limits": [{"user": "*", "period": "day", "spend": 10.0}]})
+    results: list[bool] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        with Ledger(path) as mine:  # one connection per thread, as separate services would
+            for i in range(10):
+                outcome = mine.reserve(charge(f"t{n}-{i}", jobid=n), quota).allowed
+                with lock:
+                    results.append(outcome)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # $10 holds five $1.75 tasks ($8.75), whatever the interleaving of 60 attempts
+    assert results.count(True) == 5
+    with Ledger(path) as check:
+        total = sum(r.total for r in check.usage(UsageQuery(period="all", group_by=())))
+    assert total == pytest.approx(8.75)
+
+
+def _reserve_many(path: str, worker: int, count: int, queue) -> None:  # type: ignore[no-untyped-def]
+    quota = QuotaConfig.from_config({"limits": [{"bank": "chem", "period": "day", "spend": 10.0}]})
+    with Ledger(path) as mine:
+        allowed = sum(
+            mine.reserve(
+                charge(f"p{worker}-{i}", userid=1000 + worker, jobid=worker), quota
+            ).allowed
+            for i in range(count)
+        )
+    queue.put(allowed)
+
+
+def test_concurrent_reservations_from_processes_never_overspend(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger.db")
+    Ledger(path).close()
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    workers = [context.Process(target=_reserve_many, args=(path, n, 8, queue)) for n in range(4)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(120)
+        assert process.exitcode == 0
+    allowed = sum(queue.get(timeout=10) for _ in workers)
+    assert allowed == 5  # four users of one bank: five tasks in $10, never six
+    with Ledger(path) as check:
+        rows = check.usage(UsageQuery(period="day", group_by=("period", "bank")))
+    assert [(r.period, r.bank, r.tasks) for r in rows] == [("2025-06-03", "chem", 5)]
+    assert rows[0].reserved == pytest.approx(8.75)
+
+
+def test_usage_reports_and_guests(ledger: Ledger) -> None:
+    ledger.reserve(charge("a1"), QUOTA)
+    ledger.settle("a1", 1.5, now=JUNE_3 + 1)
+    ledger.reserve(charge("a2", SV1), QUOTA)
+    ledger.reserve(charge("b1", user="bob", userid=1001, bank="phys", jobid=8), QUOTA)
+    ledger.reserve(charge("a3", t=JUNE_3 + 30 * DAY), QUOTA)  # July
+    rows = ledger.usage(UsageQuery())
+    assert [(r.period, r.user, r.bank, r.device, r.tasks) for r in rows] == [
+        ("2025-06", "alice", "chem", "garnet", 1),
+        ("2025-06", "alice", "chem", "sv1", 1),
+        ("2025-06", "bob", "phys", "garnet", 1),
+        ("2025-07", "alice", "chem", "garnet", 1),
+    ]
+    assert rows[0].to_dict() == {
+        "period": "2025-06",
+        "user": "alice",
+        "bank": "chem",
+        "device": "garnet",
+        "tasks": 1,
+        "spent": 1.5,
+        "reserved": 0.0,
+        "total": 1.5,
+        "released": 0,
+    }
+    by_user = ledger.usage(UsageQuery(user="alice", period="all", group_by=("user",)))
+    assert [(r.user, r.tasks) for r in by_user] == [("alice", 3)]
+    assert ledger.usage(UsageQuery(user="1001", group_by=("user",)))[0].user == "bob"
+    july = ledger.usage(UsageQuery(since=JUNE_3 + 20 * DAY, group_by=("period",)))
+    assert [(r.period, r.tasks) for r in july] == [("2025-07", 1)]
+    assert [r.bank for r in ledger.usage(UsageQuery(bank="phys", group_by=("bank",)))] == ["phys"]
+    # a guest sees their own rows only, whatever they ask for
+    owner, bob = 500, 1001
+    assert restrict_to_caller(UsageQuery(), owner, owner) == UsageQuery()
+    guest = restrict_to_caller(UsageQuery(bank="chem", period="all"), bob, owner)
+    assert guest.userid == bob and ledger.usage(guest) == []
+    mine = ledger.usage(
+        restrict_to_caller(UsageQuery(period="all", group_by=("user",)), bob, owner)
+    )
+    assert [(r.user, r.tasks) for r in mine] == [("bob", 1)]
+    with pytest.raises(GuestError, match="a guest sees only their own usage"):
+        restrict_to_caller(UsageQuery(user="alice"), bob, owner)
+    assert restrict_to_caller(UsageQuery(user=str(bob)), bob, owner).userid == bob
+
+
+def test_the_file_is_private_and_read_only_readers_cannot_write(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "flux-quantum" / "ledger.db"
+    with Ledger(path) as owner:
+        owner.reserve(charge("a1"), QUOTA)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    with Ledger(path, readonly=True) as reader:
+        assert reader.currency == "USD"
+        assert len(reader.usage(UsageQuery())) == 1
+        with pytest.raises(LedgerError, match="opened read-only"):
+            reader.reserve(charge("a2"), QUOTA)
+    with pytest.raises(LedgerError, match="counts in USD but the catalog's currency is EUR"):
+        Ledger(path, currency="EUR")
+    with pytest.raises(LedgerError, match="cannot open the ledger"):
+        Ledger(tmp_path / "missing.db", readonly=True)
+
+
+def test_where_the_ledger_lives() -> None:
+    assert ledger_path("/etc/x.db", "/var/lib/flux") == Path("/etc/x.db")
+    assert ledger_path(None, "/var/lib/flux") == Path("/var/lib/flux/flux-quantum/ledger.db")
+    assert ledger_path(None, None, {"XDG_STATE_HOME": "/s"}) == Path("/s/flux-quantum/ledger.db")
+    assert ledger_path(None, None, {}, home="/home/a") == Path(
+        "/home/a/.local/state/flux-quantum/ledger.db"
+    )
+
+
+def test_devices_over_quota_are_dropped_from_a_selection(ledger: Ledger) -> None:
+    for i in range(10):
+        ledger.reserve(charge(f"a{i}"), QUOTA)  # $17.50 of alice's $20 today
+    request = parse_request({"policy": "max-fidelity", "class": "qpu"})
+    charges = [charge("next", device) for device in (FORTE, GARNET)]  # type: ignore[arg-type]
+    excluded = ledger.over_quota(charges, QUOTA)
+    assert set(excluded) == {"forte1"}  # garnet's $1.75 still fits
+    snaps = {d.name: DeviceSnapshot(d.name, DeviceStatus.ONLINE, queue_depth=0) for d in CATALOG}
+    selection = select_device(CATALOG.devices, snaps, request, excluded=excluded)
+    assert selection.device.name == "garnet"
+    forte = next(c for c in selection.explanation.candidates if c.device == "forte1")
+    assert forte.reason.startswith("dropped: over quota: [quantum.quota] limit 1 'user-daily'")
+    assert os.path.exists(ledger.path)
