@@ -1,8 +1,8 @@
 """Vendor modules behind one interface (``flux_quantum.vendors.base.Vendor``).
 
 One module per vendor: ``braket`` (Amazon Braket through amazon-braket-sdk and boto3),
-``local`` (the flux-quantum emulator, same wire protocol, no credentials) and ``ibm``
-(not supported yet). This package also builds the vendors a catalog needs
+``local`` (the flux-quantum emulator, no credentials: Braket's wire protocol, and IBM's
+for its ``ibm_...`` backends) and ``ibm`` (IBM Quantum through QRMI). This package also builds the vendors a catalog needs
 (``make_vendor``) and probes many devices at once with a deadline (``probe_devices``).
 Nothing outside this package imports a vendor SDK; nothing here keeps global state.
 """
@@ -62,9 +62,11 @@ def make_vendor(
             catalog.settings("local"), environ=environ, timeout=timeout, **common
         )
     if name == "ibm":
-        from flux_quantum.vendors.ibm import IbmVendor
+        from flux_quantum.vendors.ibm import IbmSettings, IbmVendor
 
-        return IbmVendor(clock=clock)
+        overrides = {} if timeout is None else {"timeout": timeout}
+        settings = IbmSettings.from_catalog(catalog.settings("ibm"), **overrides)
+        return IbmVendor(settings, environ=environ, **common)
     raise ValueError(f"unknown vendor {name!r}")
 
 
