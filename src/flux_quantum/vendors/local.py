@@ -3,7 +3,9 @@
 The emulator speaks Braket's wire protocol, so this is the Braket vendor pointed at the
 emulator's endpoints with throw-away credentials: every feature (probe, submit, queue
 positions, cancel, results, faults) works with no AWS account, in the same process as
-real Braket devices. It owns only how the emulator is found: an ``Emulator`` object
+real Braket devices. A device whose id names an IBM backend (``ibm_...``) is the
+emulator's IBM side instead, reached through the IBM vendor (QRMI) with the emulator's
+key: IBM's semantics (no queue position, sessions) with no IBM account. It owns only how the emulator is found: an ``Emulator`` object
 handed to it, the catalog's ``vendors.local.url`` or ``FLUX_QUANTUM_EMULATOR_URL``. It
 must never reach anything but the emulator and never change ``os.environ``.
 """
@@ -21,11 +23,17 @@ from flux_quantum.vendors.base import (
     DeviceSnapshot,
     DeviceStatus,
     RetryBudget,
+    SessionOpening,
     Sleep,
     TaskRef,
+    TaskResult,
+    TaskSnapshot,
+    VendorSession,
 )
 from flux_quantum.vendors.braket import BraketSettings, BraketVendor
 from flux_quantum.vendors.errors import VendorUnavailable
+from flux_quantum.vendors.ibm import IbmVendor
+from flux_quantum.vendors.ibm import emulator_settings as ibm_emulator_settings
 
 ENV_URL = "FLUX_QUANTUM_EMULATOR_URL"
 # The emulator serves its path-style S3 under this prefix of its one port, the bucket
@@ -34,6 +42,13 @@ S3_PREFIX = "/s3"
 DEFAULT_BUCKET = "amazon-braket-flux-quantum-emulator"
 CREDENTIALS = ("flux-quantum-emulator", "flux-quantum-emulator")
 REGION = "us-east-1"
+# The emulator's IBM side takes any API key and instance unless its scenario names one.
+IBM_CREDENTIALS = ("flux-quantum-emulator", "crn:v1:flux-quantum:emulator:::")
+
+
+def is_ibm(identifier: str) -> bool:
+    """Whether a local device id or task id is the emulator's IBM side (not an ARN)."""
+    return not identifier.startswith("arn:")
 
 
 def emulator_settings(url: str, bucket: str | None = None, **overrides: Any) -> BraketSettings:
@@ -63,17 +78,25 @@ class LocalVendor(BraketVendor):
         retry: RetryBudget | None = None,
         clock: Clock = time.time,
         sleep: Sleep = time.sleep,
+        ibm: IbmVendor | None = None,
     ) -> None:
         # No environment: the emulator's bucket and endpoints come from the settings only.
         super().__init__(
             settings, devices=devices, retry=retry, clock=clock, sleep=sleep, environ={}
         )
         self.configured = settings is not None and settings.endpoint_url is not None
+        self.ibm = ibm
 
     @classmethod
     def from_emulator(cls, emulator: Any, **kwargs: Any) -> LocalVendor:
         """Talk to a running ``flux_quantum.emulator.Emulator`` (uses its ``env()``)."""
         env = emulator.env()
+        kwargs["ibm"] = _ibm_twins(
+            env["FLUX_QUANTUM_EMULATOR_URL"],
+            (env["QRMI_IBM_QCS_IAM_APIKEY"], env["QRMI_IBM_QCS_SERVICE_CRN"]),
+            kwargs,
+            kwargs.get("settings_overrides", {}).get("read_timeout"),
+        )
         settings = BraketSettings(
             region=env.get("AWS_DEFAULT_REGION", REGION),
             endpoint_url=env["AWS_ENDPOINT_URL_BRAKET"],
@@ -103,7 +126,10 @@ class LocalVendor(BraketVendor):
             overrides.update(connect_timeout=timeout, read_timeout=timeout)
         if not url:
             return cls(BraketSettings(**overrides), **kwargs)
-        return cls(emulator_settings(url, settings.get("s3_bucket"), **overrides), **kwargs)
+        ibm = _ibm_twins(url, IBM_CREDENTIALS, kwargs, timeout)
+        return cls(
+            emulator_settings(url, settings.get("s3_bucket"), **overrides), ibm=ibm, **kwargs
+        )
 
     def _require_emulator(self) -> None:
         if not self.configured:
@@ -114,7 +140,22 @@ class LocalVendor(BraketVendor):
                 vendor_code="NoEmulator",
             )
 
+    def _ibm_side(self, identifier: str) -> IbmVendor | None:
+        """The IBM vendor for an ``ibm_...`` device or a non-ARN task id, else None."""
+        if not is_ibm(identifier):
+            return None
+        if self.ibm is None:
+            self._require_emulator()
+            raise VendorUnavailable(
+                f"local vendor: {identifier} is an IBM backend and this emulator URL serves none",
+                vendor=self.name,
+                vendor_code="NoEmulator",
+            )
+        return self.ibm
+
     def probe(self, device: Device) -> DeviceSnapshot:
+        if self.configured and self.ibm is not None and is_ibm(device.id):
+            return self.ibm.probe(device)
         if not self.configured:
             return DeviceSnapshot(
                 device=device.name,
@@ -127,8 +168,65 @@ class LocalVendor(BraketVendor):
 
     def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
         self._require_emulator()
+        ibm = self._ibm_side(device.id)
+        if ibm is not None:
+            return ibm.submit(device, program_text, shots, token)
         return super().submit(device, program_text, shots, token)
+
+    def poll(self, task: TaskRef) -> TaskSnapshot:
+        ibm = self._ibm_side(task.task_id)
+        return ibm.poll(task) if ibm is not None else super().poll(task)
+
+    def cancel(self, task: TaskRef) -> None:
+        ibm = self._ibm_side(task.task_id)
+        return ibm.cancel(task) if ibm is not None else super().cancel(task)
+
+    def result(self, task: TaskRef) -> TaskResult:
+        ibm = self._ibm_side(task.task_id)
+        return ibm.result(task) if ibm is not None else super().result(task)
+
+    def attach(self, task_id: str) -> TaskRef:
+        ibm = self._ibm_side(task_id)
+        return ibm.attach(task_id) if ibm is not None else super().attach(task_id)
+
+    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        ibm = self._ibm_side(device.id)
+        return ibm.find_task(device, token, since=since) if ibm is not None else None
+
+    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+        ibm = self._ibm_side(device.id)
+        if ibm is None:
+            return super().open_session(device, mode)
+        return ibm.open_session(device, mode)
+
+    def submit_in(
+        self, session: VendorSession, device: Device, program_text: str, shots: int, token: str
+    ) -> TaskRef:
+        ibm = self._ibm_side(device.id)
+        if ibm is None:
+            return super().submit_in(session, device, program_text, shots, token)
+        return ibm.submit_in(session, device, program_text, shots, token)
+
+    def close_session(self, session: VendorSession) -> None:
+        if self.ibm is None:
+            return super().close_session(session)
+        return self.ibm.close_session(session)
+
+    def session_of(self, task: TaskRef) -> VendorSession | None:
+        ibm = self._ibm_side(task.task_id)
+        return ibm.session_of(task) if ibm is not None else None
 
     def _client(self, service: str, region: str) -> Any:
         self._require_emulator()
         return super()._client(service, region)
+
+
+def _ibm_twins(
+    url: str, credentials: tuple[str, str], kwargs: dict[str, Any], timeout: float | None
+) -> IbmVendor:
+    """The IBM vendor that serves a local vendor's ``ibm_...`` devices (no environment:
+    a user's own QRMI settings must not send an emulated device to the real IBM)."""
+    overrides = {} if timeout is None else {"timeout": timeout}
+    settings = ibm_emulator_settings(url, credentials[0], credentials[1], **overrides)
+    common = {k: kwargs[k] for k in ("devices", "retry", "clock", "sleep") if k in kwargs}
+    return IbmVendor(settings, environ={}, name="local", **common)
