@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from catalogs import catalog_of
 
 from flux_quantum import access
 from flux_quantum.access import AccessConfigError, AccessRules, DeviceFacts, Requester
-from flux_quantum.catalog import parse_catalog
 from flux_quantum.policy import NoDeviceError, select_device
 from flux_quantum.request import parse_request
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
@@ -116,18 +116,7 @@ def test_unknown_bank_decides_only_what_every_bank_would() -> None:
 
 
 def test_selection_only_considers_allowed_devices() -> None:
-    catalog = parse_catalog(
-        """
-devices:
-  - {name: sv1, vendor: braket, id: "arn:aws:braket:::device/quantum-simulator/amazon/sv1",
-     class: simulator, qubits: 34, price: {per_minute: 0.075, min_seconds: 3}}
-  - {name: forte1, vendor: braket, id: "arn:aws:braket:us-east-1::device/qpu/ionq/Forte-1",
-     class: qpu, qubits: 36, price: {per_task: 0.30, per_shot: 0.08}}
-  - {name: garnet, vendor: braket, id: "arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet",
-     class: qpu, qubits: 20, price: {per_task: 0.30, per_shot: 0.00145}}
-""",
-        "catalog.yaml",
-    )
+    catalog = catalog_of("sv1", "forte1", "garnet")
     facts = access.device_facts(catalog.devices)
     assert facts["arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet"] == GARNET
     snaps = {

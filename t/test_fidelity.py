@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from catalogs import catalog_of
 
-from flux_quantum.catalog import parse_catalog
 from flux_quantum.emulator import Scenario
 from flux_quantum.emulator.capabilities import capabilities_json
 from flux_quantum.policy import NoDeviceError, expected_success, select_device
@@ -95,22 +95,7 @@ def test_count_program_of_the_benchmark_qaoa() -> None:
 
 # --- expected success ------------------------------------------------------------------
 
-FLEET = parse_catalog(
-    """
-devices:
-  - {name: sv1, vendor: braket, id: "arn:aws:braket:::device/quantum-simulator/amazon/sv1",
-     class: simulator, qubits: 34, price: {per_minute: 0.075, min_seconds: 3}}
-  - {name: forte1, vendor: braket, id: "arn:aws:braket:us-east-1::device/qpu/ionq/Forte-1",
-     class: qpu, qubits: 36, price: {per_task: 0.30, per_shot: 0.08}}
-  - {name: garnet, vendor: braket, id: "arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet",
-     class: qpu, qubits: 20, price: {per_task: 0.30, per_shot: 0.00145}}
-  - {name: ankaa3, vendor: braket, id: "arn:aws:braket:us-west-1::device/qpu/rigetti/Ankaa-3",
-     class: qpu, qubits: 84, price: {per_task: 0.30, per_shot: 0.0009}}
-  - {name: plain, vendor: braket, id: "arn:aws:braket:us-west-1::device/qpu/rigetti/Plain",
-     class: qpu, qubits: 84, price: {per_task: 0.30, per_shot: 0.0001}}
-""",
-    "fleet.yaml",
-)
+FLEET = catalog_of("sv1", "forte1", "garnet", "ankaa3", "plain")
 
 
 def cal(one: float, two: float, readout: float) -> Calibration:

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from catalogs import catalog_of
 
-from flux_quantum.catalog import parse_catalog
 from flux_quantum.ledger import (
     GuestError,
     Ledger,
@@ -29,18 +29,7 @@ from flux_quantum.quota import Charge, QuotaConfig
 from flux_quantum.request import parse_request
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
 
-CATALOG = parse_catalog(
-    """
-devices:
-  - {name: sv1, vendor: braket, id: "arn:aws:braket:::device/quantum-simulator/amazon/sv1",
-     class: simulator, qubits: 34, price: {per_minute: 0.075, min_seconds: 3}}
-  - {name: forte1, vendor: braket, id: "arn:aws:braket:us-east-1::device/qpu/ionq/Forte-1",
-     class: qpu, qubits: 36, price: {per_task: 0.30, per_shot: 0.08}}
-  - {name: garnet, vendor: braket, id: "arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet",
-     class: qpu, qubits: 20, price: {per_task: 0.30, per_shot: 0.00145}}
-""",
-    "catalog.yaml",
-)
+CATALOG = catalog_of("sv1", "forte1", "garnet")
 SV1, FORTE, GARNET = (CATALOG.get(n) for n in ("sv1", "forte1", "garnet"))
 JUNE_3 = datetime(2025, 6, 3, 15, 30, tzinfo=UTC).timestamp()
 DAY = 86400.0

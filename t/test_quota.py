@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
+from catalogs import catalog_of
 
-from flux_quantum.catalog import parse_catalog
 from flux_quantum.quota import (
     Charge,
     QuotaConfig,
@@ -24,21 +24,7 @@ from flux_quantum.quota import (
     period_window,
 )
 
-CATALOG = parse_catalog(
-    """
-devices:
-  - {name: sv1, vendor: braket, id: "arn:aws:braket:::device/quantum-simulator/amazon/sv1",
-     class: simulator, qubits: 34, price: {per_minute: 0.075, min_seconds: 3}}
-  - {name: tn1, vendor: braket, id: "arn:aws:braket:::device/quantum-simulator/amazon/tn1",
-     class: simulator, qubits: 50, price: {per_minute: 0.275, min_seconds: 3},
-     properties: {expected_seconds: 120}}
-  - {name: forte1, vendor: braket, id: "arn:aws:braket:us-east-1::device/qpu/ionq/Forte-1",
-     class: qpu, qubits: 36, price: {per_task: 0.30, per_shot: 0.08}}
-  - {name: garnet, vendor: braket, id: "arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet",
-     class: qpu, qubits: 20, price: {per_task: 0.30, per_shot: 0.00145}}
-""",
-    "catalog.yaml",
-)
+CATALOG = catalog_of("sv1", "tn1", "forte1", "garnet")
 SV1, TN1, FORTE, GARNET = (CATALOG.get(n) for n in ("sv1", "tn1", "forte1", "garnet"))
 JUNE_3 = datetime(2025, 6, 3, 15, 30, tzinfo=UTC).timestamp()
 

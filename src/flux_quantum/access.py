@@ -35,7 +35,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 TABLE = "quantum.access"
-RULE_KEYS = ("name", "users", "banks", "devices", "vendors", "classes", "allow")
+SELECTOR_KEYS = ("devices", "vendors", "classes")
+RULE_KEYS = ("name", "users", "banks", *SELECTOR_KEYS, "allow")
 TABLE_KEYS = ("default", "rules")
 DEFAULTS = ("allow", "deny")
 
@@ -51,6 +52,49 @@ class DeviceFacts:
     name: str
     vendor: str | None = None
     device_class: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceSelector:
+    """Which devices a rule or a quota limit is about: catalog names, vendors, classes
+    (None: any). Shared with ``flux_quantum.quota``."""
+
+    devices: frozenset[str] | None = None
+    vendors: frozenset[str] | None = None
+    classes: frozenset[str] | None = None
+
+    @classmethod
+    def parse(
+        cls, entry: Mapping[str, object], where: str, error: type[ValueError]
+    ) -> DeviceSelector:
+        return cls(*(name_list(entry.get(key), f"{where}.{key}", error) for key in SELECTOR_KEYS))
+
+    def match(self, device: DeviceFacts) -> bool | None:
+        """True, False, or None when a fact it asks about is not known."""
+        if self.devices is not None and device.name not in self.devices:
+            return False
+        maybe = False
+        for wanted, fact in ((self.vendors, device.vendor), (self.classes, device.device_class)):
+            if wanted is None:
+                continue
+            if fact is None:
+                maybe = True
+            elif fact not in wanted:
+                return False
+        return None if maybe else True
+
+    def describe(self) -> str:
+        """``class qpu``, ``devices forte1, garnet of vendor braket``, ``every device``."""
+        parts = [
+            f"{label} {', '.join(sorted(values))}"
+            for label, values in (
+                ("devices", self.devices),
+                ("vendor", self.vendors),
+                ("class", self.classes),
+            )
+            if values is not None
+        ]
+        return " of ".join(parts) if parts else "every device"
 
 
 @dataclass(frozen=True)
@@ -75,26 +119,12 @@ class Rule:
     name: str | None = None
     users: frozenset[str] | None = None
     banks: frozenset[str] | None = None
-    devices: frozenset[str] | None = None
-    vendors: frozenset[str] | None = None
-    classes: frozenset[str] | None = None
+    what: DeviceSelector = DeviceSelector()
 
     @property
     def label(self) -> str:
         named = f" '{self.name}'" if self.name else ""
         return f"[quantum.access] rule {self.index}{named}"
-
-    def what(self) -> str:
-        parts = [
-            f"{label} {', '.join(sorted(values))}"
-            for label, values in (
-                ("devices", self.devices),
-                ("vendor", self.vendors),
-                ("class", self.classes),
-            )
-            if values is not None
-        ]
-        return " of ".join(parts) if parts else "every device"
 
     def who(self) -> str:
         parts = [
@@ -106,7 +136,7 @@ class Rule:
 
     def describe(self) -> str:
         verb = "allows" if self.allow else "denies"
-        return f"{self.label} {verb} {self.what()} to {self.who()}"
+        return f"{self.label} {verb} {self.what.describe()} to {self.who()}"
 
     def _match_requester(self, requester: Requester) -> bool | None:
         if self.users is not None and not (
@@ -121,25 +151,12 @@ class Rule:
                 return False
         return True
 
-    def _match_device(self, device: DeviceFacts) -> bool | None:
-        if self.devices is not None and device.name not in self.devices:
-            return False
-        maybe = False
-        for wanted, fact in ((self.vendors, device.vendor), (self.classes, device.device_class)):
-            if wanted is None:
-                continue
-            if fact is None:
-                maybe = True
-            elif fact not in wanted:
-                return False
-        return None if maybe else True
-
     def matches(self, requester: Requester, device: DeviceFacts) -> bool | None:
         """True, False, or None when it depends on what the caller does not know."""
         who = self._match_requester(requester)
         if who is False:
             return False
-        what = self._match_device(device)
+        what = self.what.match(device)
         if what is False:
             return False
         return None if who is None or what is None else True
@@ -168,13 +185,7 @@ class AccessRules:
         """Validate ``[quantum.access]`` as ``flux config get`` returns it (None: allow all)."""
         if table is None:
             return cls()
-        if not isinstance(table, Mapping):
-            raise AccessConfigError(f"[{TABLE}] must be a table, got {_shown(table)}")
-        for key in table:
-            if key not in TABLE_KEYS:
-                raise AccessConfigError(
-                    f"[{TABLE}] has an unknown key '{key}' (accepted: {', '.join(TABLE_KEYS)})"
-                )
+        table = checked_table(table, f"[{TABLE}]", TABLE_KEYS, AccessConfigError)
         default = table.get("default", "allow")
         if default not in DEFAULTS:
             raise AccessConfigError(
@@ -253,26 +264,45 @@ def _unknown(requester: Requester, device: DeviceFacts) -> str:
 
 def _parse_rule(entry: object, index: int) -> Rule:
     where = f"[{TABLE}] rules[{index}]"
-    if not isinstance(entry, Mapping):
-        raise AccessConfigError(f"{where} must be a table, got {_shown(entry)}")
-    for key in entry:
-        if key not in RULE_KEYS:
-            raise AccessConfigError(
-                f"{where} has an unknown key '{key}' (accepted: {', '.join(RULE_KEYS)})"
-            )
+    entry = checked_table(entry, where, RULE_KEYS, AccessConfigError)
     allow = entry.get("allow")
     if not isinstance(allow, bool):
         raise AccessConfigError(f"{where}.allow must be true or false, got {_shown(allow)}")
-    name = entry.get("name")
-    if name is not None and (not isinstance(name, str) or not name):
-        raise AccessConfigError(f"{where}.name must be a non-empty string, got {_shown(name)}")
-    selectors: dict[str, frozenset[str] | None] = {}
-    for key in ("users", "banks", "devices", "vendors", "classes"):
-        selectors[key] = _names(entry.get(key), f"{where}.{key}", numbers=key == "users")
-    return Rule(index=index, allow=allow, name=name, **selectors)
+    return Rule(
+        index=index,
+        allow=allow,
+        name=optional_name(entry.get("name"), f"{where}.name", AccessConfigError),
+        users=name_list(entry.get("users"), f"{where}.users", AccessConfigError, numbers=True),
+        banks=name_list(entry.get("banks"), f"{where}.banks", AccessConfigError),
+        what=DeviceSelector.parse(entry, where, AccessConfigError),
+    )
 
 
-def _names(value: object, where: str, numbers: bool = False) -> frozenset[str] | None:
+# --- table checks, shared with flux_quantum.quota -----------------------------------------
+
+
+def checked_table(
+    value: object, where: str, accepted: tuple[str, ...], error: type[ValueError]
+) -> Mapping[str, object]:
+    """``value`` as a table with only ``accepted`` keys, else ``error`` naming ``where``."""
+    if not isinstance(value, Mapping):
+        raise error(f"{where} must be a table, got {_shown(value)}")
+    for key in value:
+        if key not in accepted:
+            raise error(f"{where} has an unknown key '{key}' (accepted: {', '.join(accepted)})")
+    return value
+
+
+def optional_name(value: object, where: str, error: type[ValueError]) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise error(f"{where} must be a non-empty string, got {_shown(value)}")
+    return value
+
+
+def name_list(
+    value: object, where: str, error: type[ValueError], numbers: bool = False
+) -> frozenset[str] | None:
+    """A non-empty list of names (or uids with ``numbers``) as a set; None if absent."""
     if value is None:
         return None
     accepted = (str, int) if numbers else (str,)
@@ -282,7 +312,7 @@ def _names(value: object, where: str, numbers: bool = False) -> frozenset[str] |
         or not all(isinstance(v, accepted) and not isinstance(v, bool) and v != "" for v in value)
     ):
         what = "names or uids" if numbers else "names"
-        raise AccessConfigError(f"{where} must be a non-empty list of {what}, got {_shown(value)}")
+        raise error(f"{where} must be a non-empty list of {what}, got {_shown(value)}")
     return frozenset(str(v) for v in value)
 
 

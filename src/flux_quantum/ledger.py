@@ -343,9 +343,9 @@ class Ledger:
                 where.append("bank = ?")
                 args.append(charge.bank)
             for column, values in (
-                ("device", limit.devices),
-                ("vendor", limit.vendors),
-                ("class", limit.classes),
+                ("device", limit.only.devices),
+                ("vendor", limit.only.vendors),
+                ("class", limit.only.classes),
             ):
                 if values is not None:
                     where.append(f"{column} IN ({', '.join('?' for _ in values)})")

@@ -37,11 +37,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from flux_quantum.access import (
+    SELECTOR_KEYS,
+    DeviceFacts,
+    DeviceSelector,
+    checked_table,
+    optional_name,
+)
 from flux_quantum.catalog import Device, PriceModel
 
 TABLE = "quantum.quota"
@@ -53,9 +60,7 @@ LIMIT_KEYS = (
     "period",
     "spend",
     "tasks",
-    "devices",
-    "vendors",
-    "classes",
+    *SELECTOR_KEYS,
 )
 TABLE_KEYS = ("timezone", "limits")
 EACH = "*"
@@ -152,9 +157,7 @@ class Limit:
     spend: float | None = None
     tasks: int | None = None
     name: str | None = None
-    devices: frozenset[str] | None = None
-    vendors: frozenset[str] | None = None
-    classes: frozenset[str] | None = None
+    only: DeviceSelector = DeviceSelector()  # the devices it counts
 
     @property
     def label(self) -> str:
@@ -171,17 +174,9 @@ class Limit:
             return None
         return str(charge.userid)
 
-    def counts_device(self, device: str, vendor: str, device_class: str) -> bool:
-        return (
-            (self.devices is None or device in self.devices)
-            and (self.vendors is None or vendor in self.vendors)
-            and (self.classes is None or device_class in self.classes)
-        )
-
     def applies(self, charge: Charge) -> bool:
-        return self.subject(charge) is not None and self.counts_device(
-            charge.device, charge.vendor, charge.device_class
-        )
+        device = DeviceFacts(charge.device, charge.vendor, charge.device_class)
+        return self.subject(charge) is not None and self.only.match(device) is True
 
     def describe(self, charge: Charge, currency: str) -> str:
         whose = charge.user or str(charge.userid) if self.scope == "user" else charge.bank
@@ -190,16 +185,8 @@ class Limit:
             amounts.append(format_money(self.spend, currency))
         if self.tasks is not None:
             amounts.append(f"{self.tasks} task{'s' if self.tasks != 1 else ''}")
-        only = [
-            f"{label} {', '.join(sorted(values))}"
-            for label, values in (
-                ("devices", self.devices),
-                ("vendor", self.vendors),
-                ("class", self.classes),
-            )
-            if values is not None
-        ]
-        scope = f" on {' '.join(only)}" if only else ""
+        only = self.only != DeviceSelector()
+        scope = f" on {self.only.describe()}" if only else ""
         return f"{self.label}: {self.scope} {whose}, {' and '.join(amounts)} a {self.period}{scope}"
 
 
@@ -219,13 +206,7 @@ class QuotaConfig:
         """Validate ``[quantum.quota]`` as ``flux config get`` returns it (None: no limits)."""
         if table is None:
             return cls()
-        if not isinstance(table, Mapping):
-            raise QuotaConfigError(f"[{TABLE}] must be a table, got {_shown(table)}")
-        for key in table:
-            if key not in TABLE_KEYS:
-                raise QuotaConfigError(
-                    f"[{TABLE}] has an unknown key '{key}' (accepted: {', '.join(TABLE_KEYS)})"
-                )
+        table = checked_table(table, f"[{TABLE}]", TABLE_KEYS, QuotaConfigError)
         zone = table.get("timezone", "UTC")
         try:
             if not isinstance(zone, str) or not zone:
@@ -246,13 +227,7 @@ class QuotaConfig:
 
 def _parse_limit(entry: object, index: int) -> Limit:
     where = f"[{TABLE}] limits[{index}]"
-    if not isinstance(entry, Mapping):
-        raise QuotaConfigError(f"{where} must be a table, got {_shown(entry)}")
-    for key in entry:
-        if key not in LIMIT_KEYS:
-            raise QuotaConfigError(
-                f"{where} has an unknown key '{key}' (accepted: {', '.join(LIMIT_KEYS)})"
-            )
+    entry = checked_table(entry, where, LIMIT_KEYS, QuotaConfigError)
     scopes = [key for key in ("user", "bank") if key in entry]
     if len(scopes) != 1:
         raise QuotaConfigError(f'{where} needs exactly one of user or bank (a name, or "*")')
@@ -276,21 +251,6 @@ def _parse_limit(entry: object, index: int) -> Limit:
         raise QuotaConfigError(f"{where}.tasks must be an integer >= 0, got {_shown(tasks)}")
     if spend is None and tasks is None:
         raise QuotaConfigError(f"{where} needs spend, tasks or both")
-    name = entry.get("name")
-    if name is not None and (not isinstance(name, str) or not name):
-        raise QuotaConfigError(f"{where}.name must be a non-empty string, got {_shown(name)}")
-    filters: dict[str, frozenset[str] | None] = {}
-    for key in ("devices", "vendors", "classes"):
-        value = entry.get(key)
-        if value is not None and (
-            not isinstance(value, list)
-            or not value
-            or not all(isinstance(v, str) and v for v in value)
-        ):
-            raise QuotaConfigError(
-                f"{where}.{key} must be a non-empty list of names, got {_shown(value)}"
-            )
-        filters[key] = frozenset(value) if value is not None else None
     return Limit(
         index=index,
         scope=scope,
@@ -298,8 +258,8 @@ def _parse_limit(entry: object, index: int) -> Limit:
         period=period,
         spend=float(spend) if spend is not None else None,
         tasks=tasks,
-        name=name,
-        **filters,
+        name=optional_name(entry.get("name"), f"{where}.name", QuotaConfigError),
+        only=DeviceSelector.parse(entry, where, QuotaConfigError),
     )
 
 
