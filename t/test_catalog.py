@@ -175,7 +175,7 @@ def test_qpu_region_must_match_its_arn():
         ("", "the top level must be a mapping with a 'devices' list, got nothing"),
         (
             "devices: [{name: a}]\nextra: 1\n",
-            "unknown top-level key 'extra' (accepted: devices, vendors)",
+            "unknown top-level key 'extra' (accepted: devices, vendors, currency)",
         ),
         ("devices: [5]\n", "device #1: must be a mapping, got 5"),
         ("devices: [{name: sv1\n", "not valid YAML at line 2: expected ',' or '}', but got"),

@@ -39,6 +39,7 @@ DEVICE_CLASSES = ("qpu", "simulator")
 ENV_CATALOG = "FLUX_QUANTUM_BACKENDS"
 FLUX_CONFIG_KEY = "quantum.backends"
 DEFAULT_REGION = "us-east-1"
+DEFAULT_CURRENCY = "USD"
 
 # Settings each vendor accepts under the catalog's top-level ``vendors:`` mapping.
 VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
@@ -66,7 +67,8 @@ class CatalogError(FluxQuantumError):
 
 @dataclass(frozen=True)
 class PriceModel:
-    """What one task on a device costs, in US dollars.
+    """What one task on a device costs, in the catalog's currency (US dollars unless the
+    catalog's top-level ``currency`` says otherwise; quotas and the ledger use it too).
 
     ``per_minute`` bills the device's run time with a minimum of ``min_seconds``
     (Braket's managed simulators: per millisecond, 3 s minimum).
@@ -139,6 +141,7 @@ class Catalog:
     vendor_settings: Mapping[str, Mapping[str, str]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    currency: str = DEFAULT_CURRENCY  # ISO 4217 code of every price, limit and ledger sum
 
     def __iter__(self) -> Iterator[Device]:
         return iter(self.devices)
@@ -265,10 +268,16 @@ def parse_catalog(text: str, path: str = "backends.yaml") -> Catalog:
             f"got {_describe(document)}"
         )
     for key in document:
-        if key not in ("devices", "vendors"):
+        if key not in ("devices", "vendors", "currency"):
             raise CatalogError(
-                f"{path}: unknown top-level key {key!r} (accepted: devices, vendors)"
+                f"{path}: unknown top-level key {key!r} (accepted: devices, vendors, currency)"
             )
+    currency = document.get("currency", DEFAULT_CURRENCY)
+    if not isinstance(currency, str) or not re.fullmatch(r"[A-Z]{3}", currency):
+        raise CatalogError(
+            f"{path}: currency must be an ISO 4217 code such as USD or EUR,"
+            f" got {_describe(currency)}"
+        )
     entries = document["devices"]
     if not isinstance(entries, list) or not entries:
         raise CatalogError(f"{path}: devices must be a non-empty list, got {_describe(entries)}")
@@ -285,7 +294,7 @@ def parse_catalog(text: str, path: str = "backends.yaml") -> Catalog:
         seen[device.name] = index
         devices.append(device)
     settings = _parse_vendor_settings(document.get("vendors"), path)
-    return Catalog(path=path, devices=tuple(devices), vendor_settings=settings)
+    return Catalog(path=path, devices=tuple(devices), vendor_settings=settings, currency=currency)
 
 
 def _parse_device(entry: Any, index: int, path: str) -> Device:
