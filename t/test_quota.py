@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from catalogs import catalog_of
+from catalogs import DEVICES, catalog_of
 
 from flux_quantum.quota import (
     Charge,
@@ -197,3 +197,18 @@ def test_config_defaults() -> None:
     assert QuotaConfig.from_config(None) == QuotaConfig()
     paris = QuotaConfig.from_config({"timezone": "Europe/Paris"})
     assert paris.zone == ZoneInfo("Europe/Paris")
+
+
+def test_the_catalogs_currency() -> None:
+    from flux_quantum.catalog import CatalogError, parse_catalog
+
+    euro = parse_catalog("currency: EUR\n" + "devices:\n  - " + DEVICES["garnet"] + "\n")
+    assert euro.currency == "EUR"
+    assert catalog_of("garnet").currency == "USD"
+    with pytest.raises(CatalogError) as caught:
+        parse_catalog("currency: euro\ndevices:\n  - " + DEVICES["garnet"] + "\n", "c.yaml")
+    assert str(caught.value) == (
+        "c.yaml: currency must be an ISO 4217 code such as USD or EUR, got 'euro'"
+    )
+    refused = decide(charge(GARNET, job_cap=1.0), [], [], currency="EUR")
+    assert refused.reason.startswith("over the job's cap: qpu.max_cost is 1.00 EUR")
