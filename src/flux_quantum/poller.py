@@ -165,3 +165,151 @@ class FixedPoller:
 
     def observe(self, snapshot: TaskSnapshot) -> float:
         return 0.0 if release_reached(snapshot, self.release_at) else self.interval
+
+
+# --- release without a queue position (IBM) ----------------------------------------------
+#
+# IBM reports a backend's pending jobs but never a job's place among them. The service
+# records how many jobs were pending on the backend when it created the task (``ahead``:
+# they were there first) and keeps probing the backend; the decider below turns that, the
+# time since the create and the learned drain (seconds per job) into an estimated place,
+# and applies each ``release_at``:
+#
+# - ``N`` (an integer): released once the task RUNS or ends (exact), or once its estimated
+#   place is <= N (estimated: ``ahead`` minus the jobs the drain rate says were served
+#   since the create, never more than the backend's pending jobs now minus ours).
+# - ``running``: released once the task RUNS or ends; no estimate is used.
+# - ``predict``: released once the estimated wait for the result (jobs ahead plus our own
+#   run, times the drain) is <= the jobs' start-up time, or once the task has ended.
+# - ``done``: released once the task has ended; no estimate is used.
+#
+# The estimate assumes jobs ahead are served first. IBM's scheduler is fair-share across
+# instances, so a busy instance's job may wait longer than its place says; the service's
+# ``predict`` and ``N`` releases are therefore early by at most that error, ``running`` and
+# ``done`` never are.
+
+
+@dataclass(frozen=True)
+class BacklogEstimate:
+    """Where a task with no vendor-given position stands, estimated.
+
+    ``ahead``: jobs still ahead of it (None: nothing to estimate from); ``position``:
+    ``ahead`` rounded down plus one (1 = next to run); ``wait``: seconds until it starts;
+    ``result_wait``: seconds until its result; ``why`` says how, for the eventlog.
+    """
+
+    ahead: float | None
+    position: int | None
+    wait: float | None
+    result_wait: float | None
+    why: str
+
+
+def estimate_backlog(
+    snapshot: TaskSnapshot,
+    *,
+    ahead_at_create: int | None,
+    created_t: float,
+    pending_now: int | None,
+    seconds_per_task: float,
+) -> BacklogEstimate:
+    """Estimate ``snapshot``'s place from its backend's pending jobs (pure).
+
+    ``ahead_at_create`` is the backend's pending count seen just before the create,
+    ``pending_now`` its count now (ours included while it is queued); ``created_t`` and
+    ``snapshot.t`` are on one clock.
+    """
+    if seconds_per_task <= 0:
+        raise ValueError(f"seconds_per_task must be > 0, got {seconds_per_task}")
+    if snapshot.state not in (TaskState.CREATED, TaskState.QUEUED):
+        running = snapshot.state is TaskState.RUNNING
+        left = seconds_per_task if running else 0.0
+        return BacklogEstimate(0.0, None, 0.0, left, f"task is {snapshot.state.value}")
+    served = max(0.0, snapshot.t - created_t) / seconds_per_task
+    ahead = None if ahead_at_create is None else max(0.0, ahead_at_create - served)
+    why = (
+        f"{ahead_at_create} pending at create - {served:.1f} served since "
+        f"({seconds_per_task:g}s per job)"
+        if ahead_at_create is not None
+        else ""
+    )
+    if pending_now is not None:
+        bound = float(max(0, pending_now - 1))  # the pending count includes our job
+        if ahead is None or bound < ahead:
+            ahead = bound
+            why = f"{pending_now} pending now, ours among them"
+    if ahead is None:
+        return BacklogEstimate(None, None, None, None, "no pending count to estimate from")
+    wait = ahead * seconds_per_task
+    return BacklogEstimate(
+        ahead, int(ahead) + 1, wait, wait + seconds_per_task, f"~{ahead:.1f} ahead: {why}"
+    )
+
+
+@dataclass(frozen=True)
+class UnpositionedRelease:
+    """The release decision for a task with no vendor-given position, and why."""
+
+    release: bool
+    reason: str
+    estimated: bool = False  # the decision rests on the estimate, not on the task's state
+
+
+def unpositioned_release(
+    snapshot: TaskSnapshot,
+    release_at: int | str,
+    estimate: BacklogEstimate,
+    startup: float = 0.0,
+) -> UnpositionedRelease:
+    """Apply ``release_at`` to a task whose place is only estimated (see above; pure)."""
+    state = snapshot.state
+    ended = state not in (TaskState.CREATED, TaskState.QUEUED, TaskState.RUNNING)
+    if ended:
+        return UnpositionedRelease(True, f"task is {state.value}")
+    if release_at == RELEASE_DONE:
+        return UnpositionedRelease(False, f"task is {state.value}; release_at=done waits")
+    if release_at == RELEASE_PREDICT:
+        left = estimate.result_wait
+        if left is not None and left <= startup:
+            return UnpositionedRelease(
+                True,
+                f"predicted: expected wait for the result {left:.1f}s <= job start-up "
+                f"{startup:.1f}s ({estimate.why})",
+                estimated=True,
+            )
+        shown = "unknown" if left is None else f"{left:.1f}s"
+        return UnpositionedRelease(False, f"expected wait for the result {shown}")
+    if state is TaskState.RUNNING:
+        return UnpositionedRelease(True, "task is RUNNING")
+    if release_at == RELEASE_RUNNING:
+        return UnpositionedRelease(False, f"task is {state.value}; release_at=running waits")
+    target = int(release_at)
+    if estimate.position is not None and estimate.position <= target:
+        return UnpositionedRelease(
+            True,
+            f"estimated position {estimate.position} <= release_at {target} ({estimate.why})",
+            estimated=True,
+        )
+    shown = "unknown" if estimate.position is None else str(estimate.position)
+    return UnpositionedRelease(False, f"estimated position {shown} > release_at {target}")
+
+
+def unpositioned_poll_interval(
+    estimate: BacklogEstimate,
+    release_at: int | str,
+    seconds_per_task: float,
+    schedule: PollSchedule = PollSchedule(),
+) -> float:
+    """Seconds before polling again a task whose place is estimated: the same shape as
+    ``next_poll_interval`` (a fraction of the earliest plausible time to the release
+    point), counted from the estimate; the minimum when nothing is known."""
+    if estimate.position is None:
+        return schedule.min_interval
+    if release_at in _AT_END:
+        remaining = estimate.position + 1
+    elif release_at == RELEASE_RUNNING:
+        remaining = estimate.position
+    else:
+        remaining = max(0, estimate.position - int(release_at))
+    earliest = max(0, remaining - 1) * seconds_per_task
+    return min(schedule.max_interval, max(schedule.min_interval, schedule.safety * earliest))
