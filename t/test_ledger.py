@@ -6,6 +6,7 @@ dropped from a selection."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import stat
@@ -23,6 +24,7 @@ from flux_quantum.ledger import (
     UsageQuery,
     ledger_path,
     restrict_to_caller,
+    serve_usage,
 )
 from flux_quantum.policy import select_device
 from flux_quantum.quota import Charge, QuotaConfig
@@ -299,3 +301,79 @@ def test_devices_over_quota_are_dropped_from_a_selection(ledger: Ledger) -> None
     forte = next(c for c in selection.explanation.candidates if c.device == "forte1")
     assert forte.reason.startswith("dropped: over quota: [quantum.quota] limit 1 'user-daily'")
     assert os.path.exists(ledger.path)
+
+
+# --- flux quantum usage and the service's usage RPC ----------------------------------------
+
+
+def filled(path: Path) -> None:
+    with Ledger(path) as ledger:
+        ledger.reserve(charge("a1"), QUOTA)
+        ledger.settle("a1", 1.5, now=JUNE_3 + 1)
+        ledger.reserve(charge("a2", SV1), QUOTA)
+        ledger.reserve(charge("b1", user="bob", userid=1001, bank="phys", jobid=8), QUOTA)
+
+
+def test_usage_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flux_quantum.cli.main import main
+
+    path = tmp_path / "ledger.db"
+    filled(path)
+    assert main(["usage", "--ledger", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "PERIOD  USER  BANK DEVICE TASKS SPENT RESERVED   TOTAL",
+        "2025-06 alice chem garnet     1 $1.50    $0.00   $1.50",
+        "2025-06 alice chem sv1        1 $0.00  $0.0037 $0.0037",
+        "2025-06 bob   phys garnet     1 $0.00    $1.75   $1.75",
+    ]
+    assert main(["usage", "--ledger", str(path), "--by", "user", "--period", "all", "-n",
+                 "-o", "{user}:{tasks}:{total}"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.splitlines() == ["alice:2:$1.50", "bob:1:$1.75"]
+    assert main(["usage", "--ledger", str(path), "--user", "bob", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["currency"] == "USD"
+    assert [(r["user"], r["reserved"]) for r in report["rows"]] == [("bob", 1.75)]
+    assert main(["usage", "--ledger", str(path), "--since", "2025-06-04"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "PERIOD USER BANK DEVICE TASKS SPENT RESERVED TOTAL"
+    ]
+    assert main(["usage", "--ledger", str(path), "-o", "{cost}"]) == 1
+    assert "unknown field '{cost}' (accepted: period, user" in capsys.readouterr().err
+    assert main(["usage", "--ledger", str(path), "--since", "last week"]) == 1
+    assert "--since must be a date such as 2025-06-01" in capsys.readouterr().err
+
+
+def test_usage_command_shows_a_reader_who_is_not_the_owner_only_their_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flux_quantum.cli.main import main
+
+    path = tmp_path / "ledger.db"
+    filled(path)
+    with Ledger(path) as ledger:
+        ledger.reserve(charge("mine", userid=os.getuid(), user="me"), QUOTA)
+    if os.getuid() != 0:
+        pytest.skip("needs root to give the ledger file to another owner")
+    os.chown(path, 4321, -1)  # the instance owner is somebody else
+    assert main(["usage", "--ledger", str(path), "--by", "user", "-n", "-o", "{user}"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["me"]
+    assert main(["usage", "--ledger", str(path), "--user", "alice"]) == 1
+    assert "a guest sees only their own usage" in capsys.readouterr().err
+
+
+def test_the_services_usage_rpc(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    filled(path)
+    owner, bob = 500, 1001
+    with Ledger(path) as ledger:
+        everyone = serve_usage(ledger, UsageQuery(group_by=["user"]).to_dict(), owner, owner)
+        assert [r["user"] for r in everyone["rows"]] == ["alice", "bob"]
+        mine = serve_usage(ledger, {"group_by": ["user"]}, bob, owner)
+        assert mine == {"currency": "USD", "rows": [mine["rows"][0]]}
+        assert mine["rows"][0]["user"] == "bob"
+        with pytest.raises(GuestError):
+            serve_usage(ledger, {"user": "alice"}, bob, owner)
+        with pytest.raises(ValueError, match="usage: period must be one of day, month, all"):
+            serve_usage(ledger, {"period": "week"}, owner, owner)
+        with pytest.raises(ValueError, match="usage: since must be epoch seconds"):
+            serve_usage(ledger, {"since": "yesterday"}, owner, owner)

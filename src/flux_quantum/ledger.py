@@ -59,6 +59,7 @@ SUBDIR = "flux-quantum"
 CONFIG_KEY = "quantum.ledger.path"
 BUSY_TIMEOUT = 5.0
 GROUPS = ("period", "user", "bank", "device")
+PERIOD_GROUPS = ("day", "month", "all")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -183,6 +184,44 @@ class UsageQuery:
     period: str = "month"
     group_by: tuple[str, ...] = GROUPS
 
+    def to_dict(self) -> dict[str, Any]:
+        """The payload of the service's ``usage`` RPC."""
+        return {
+            "user": self.user,
+            "userid": self.userid,
+            "bank": self.bank,
+            "since": self.since,
+            "until": self.until,
+            "period": self.period,
+            "group_by": list(self.group_by),
+        }
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> UsageQuery:
+        """Parse an RPC payload; ValueError names a bad field."""
+        if not isinstance(payload, Mapping):
+            raise ValueError("usage: the request must be a JSON object")
+        fields: dict[str, Any] = {}
+        for key, kind in (("user", str), ("bank", str), ("userid", int)):
+            value = payload.get(key)
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                raise ValueError(f"usage: {key} must be a {kind.__name__}, got {value!r}")
+            fields[key] = value
+        for key in ("since", "until"):
+            value = payload.get(key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                raise ValueError(f"usage: {key} must be epoch seconds, got {value!r}")
+            fields[key] = None if value is None else float(value)
+        period = payload.get("period", "month")
+        if period not in PERIOD_GROUPS:
+            raise ValueError(f"usage: period must be one of {', '.join(PERIOD_GROUPS)}")
+        group_by = payload.get("group_by", list(GROUPS))
+        if not isinstance(group_by, list) or not all(g in GROUPS for g in group_by):
+            raise ValueError(f"usage: group_by must list some of {', '.join(GROUPS)}")
+        return cls(period=period, group_by=tuple(group_by), **fields)
+
 
 @dataclass(frozen=True)
 class UsageRow:
@@ -237,6 +276,16 @@ def restrict_to_caller(query: UsageQuery, caller: int, owner: int) -> UsageQuery
         period=query.period,
         group_by=query.group_by,
     )
+
+
+def serve_usage(ledger: Ledger, payload: Mapping[str, Any], caller: int, owner: int) -> dict:
+    """The service's ``usage`` RPC in one call: parse ``payload`` (``UsageQuery.to_dict``
+    form), restrict it to the caller's own rows unless the caller is the owner, query.
+    Raises ValueError (EINVAL) for a bad payload and GuestError (EPERM) for a guest who
+    asks for somebody else. The answer: ``{"currency": ..., "rows": [UsageRow...]}``."""
+    query = restrict_to_caller(UsageQuery.from_dict(payload), caller, owner)
+    rows = ledger.usage(query)
+    return {"currency": ledger.currency, "rows": [row.to_dict() for row in rows]}
 
 
 # --- the ledger -------------------------------------------------------------------------

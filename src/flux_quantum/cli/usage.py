@@ -1,0 +1,216 @@
+"""``flux quantum usage``: tasks and spend per period, user, bank and device, from the ledger.
+
+This module only parses arguments, finds the ledger and formats rows the Flux way
+(``-o FORMAT``, ``-n``, ``--json``). It never writes the ledger: the instance owner (who
+can read the file) reads it read-only; anyone else asks the handler service's ``usage``
+RPC (``qpu_handlers.usage``), which answers with the caller's own rows only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import string
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from flux_quantum.errors import CommandError
+from flux_quantum.ledger import (
+    CONFIG_KEY,
+    GROUPS,
+    PERIOD_GROUPS,
+    GuestError,
+    Ledger,
+    LedgerError,
+    UsageQuery,
+    ledger_path,
+    restrict_to_caller,
+)
+from flux_quantum.quota import format_money
+from flux_quantum.request import RequestError, parse_duration
+
+RPC_TOPIC = "qpu_handlers.usage"
+FIELDS = ("period", "user", "bank", "device", "tasks", "spent", "reserved", "total", "released")
+DEFAULT_FIELDS = ("period", "user", "bank", "device", "tasks", "spent", "reserved", "total")
+RIGHT_ALIGNED = ("tasks", "spent", "reserved", "total", "released")
+MONEY = ("spent", "reserved", "total")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    usage = sub.add_parser(
+        "usage",
+        help="show QPU tasks and spend per period, user, bank and device",
+        description="Report the ledger: tasks created and what they cost (settled) or are "
+        "estimated to cost (reserved, not yet settled). The instance owner sees everyone; "
+        "other users see their own tasks only.",
+    )
+    usage.add_argument("--user", metavar="U", help="only this user (name or uid; owner only)")
+    usage.add_argument("--bank", metavar="B", help="only this bank")
+    usage.add_argument(
+        "--since",
+        metavar="DATE",
+        help="only tasks reserved since DATE (2025-06-01, 2025-06-01T12:00, or a duration "
+        "back from now such as 30d)",
+    )
+    usage.add_argument("--until", metavar="DATE", help="only tasks reserved before DATE")
+    usage.add_argument(
+        "--period", choices=PERIOD_GROUPS, default="month", help="rows per day, month or all"
+    )
+    usage.add_argument(
+        "--by",
+        metavar="KEYS",
+        default=",".join(GROUPS),
+        help=f"comma-separated columns to group by, of {', '.join(GROUPS)} (default all)",
+    )
+    usage.add_argument("--json", action="store_true", help="print JSON for machines")
+    usage.add_argument(
+        "-o",
+        "--format",
+        metavar="FORMAT",
+        help="Python format string of fields: " + ", ".join(FIELDS),
+    )
+    usage.add_argument("-n", "--no-header", action="store_true", help="omit the header")
+    usage.add_argument("--ledger", metavar="FILE", help="read this ledger file (instance owner)")
+    usage.set_defaults(func=cmd_usage)
+
+
+# --- finding the ledger --------------------------------------------------------------
+
+
+def _flux(*words: str, timeout: float = 5.0) -> str | None:
+    """Output of ``flux WORDS`` inside an instance, or None."""
+    flux = shutil.which("flux")
+    if flux is None or not os.environ.get("FLUX_URI"):
+        return None
+    try:
+        proc = subprocess.run(
+            [flux, *words], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def find_ledger(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit)
+    configured = _flux("config", "get", "--quiet", "--type=string", "--default=", CONFIG_KEY)
+    statedir = _flux("getattr", "statedir")
+    return ledger_path(configured, statedir)
+
+
+def site_zone() -> Any:
+    name = _flux(
+        "config", "get", "--quiet", "--type=string", "--default=", "quantum.quota.timezone"
+    )
+    try:
+        return ZoneInfo(name) if name and name != "UTC" else UTC
+    except (ValueError, KeyError):
+        return UTC
+
+
+def parse_when(text: str | None, option: str, now: float, zone: Any) -> float | None:
+    """Epoch seconds from an ISO date/time (in the site's timezone unless it says) or a
+    duration back from ``now``."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            return now - parse_duration(text, option)
+        except RequestError:
+            raise CommandError(
+                f"{option} must be a date such as 2025-06-01 or a duration such as 30d,"
+                f" got {text!r}"
+            ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=zone)).timestamp()
+
+
+# --- the command ---------------------------------------------------------------------
+
+
+def build_query(args: argparse.Namespace, now: float, zone: Any) -> UsageQuery:
+    group_by = tuple(word.strip() for word in args.by.split(",") if word.strip())
+    unknown = [word for word in group_by if word not in GROUPS]
+    if unknown:
+        raise CommandError(f"--by: unknown column '{unknown[0]}' (accepted: {', '.join(GROUPS)})")
+    return UsageQuery(
+        user=args.user,
+        bank=args.bank,
+        since=parse_when(args.since, "--since", now, zone),
+        until=parse_when(args.until, "--until", now, zone),
+        period=args.period,
+        group_by=group_by,
+    )
+
+
+def read_usage(path: Path, query: UsageQuery) -> tuple[str, list[dict[str, Any]]]:
+    """Rows from the file itself (its owner) or through the service (anyone else)."""
+    if path.exists() and os.access(path, os.R_OK):
+        try:
+            query = restrict_to_caller(query, os.getuid(), path.stat().st_uid)
+            with Ledger(path, readonly=True) as ledger:
+                return ledger.currency, [row.to_dict() for row in ledger.usage(query)]
+        except (LedgerError, GuestError) as exc:
+            raise CommandError(str(exc)) from None
+    if not os.environ.get("FLUX_URI"):
+        raise CommandError(
+            f"{path}: no ledger here (the handler service creates it when it first charges a"
+            " task); run inside the instance or give --ledger FILE"
+        )
+    try:
+        import flux
+
+        answer = flux.Flux().rpc(RPC_TOPIC, query.to_dict()).get()
+    except OSError as exc:
+        raise CommandError(f"the handler service's usage report failed: {exc}") from None
+    return str(answer.get("currency", "USD")), list(answer.get("rows", []))
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    now = time.time()
+    query = build_query(args, now, site_zone() if args.since or args.until else UTC)
+    currency, rows = read_usage(find_ledger(args.ledger), query)
+    if args.json:
+        json.dump({"currency": currency, "rows": rows}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    shown = [
+        {key: format_money(row[key], currency) if key in MONEY else str(row[key]) for key in FIELDS}
+        for row in rows
+    ]
+    for line in render(shown, args.format, header=not args.no_header):
+        print(line)
+    return 0
+
+
+def render(rows: list[dict[str, str]], fmt: str | None, header: bool) -> list[str]:
+    if fmt is None:
+        parts = []
+        for key in DEFAULT_FIELDS:
+            width = max([len(key)] + [len(row[key]) for row in rows])
+            parts.append(f"{{{key}:{'>' if key in RIGHT_ALIGNED else '<'}{width}}}")
+        fmt = " ".join(parts)
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
+    except ValueError as exc:
+        raise CommandError(f"invalid --format {fmt!r}: {exc}") from None
+    for name in names:
+        if name not in FIELDS:
+            raise CommandError(
+                f"--format: unknown field '{{{name}}}' (accepted: {', '.join(FIELDS)})"
+            )
+    try:
+        lines = [fmt.format(**{key: key.upper() for key in FIELDS}).rstrip()] if header else []
+        lines += [fmt.format(**row).rstrip() for row in rows]
+    except (ValueError, IndexError) as exc:
+        raise CommandError(f"invalid --format {fmt!r}: {exc}") from None
+    return lines
