@@ -20,7 +20,6 @@ from flux_quantum.consumer import (
     describe_snapshot,
     job_task_from_jobspec,
     open_vendor,
-    parse_eventlog,
     resolve_jobid,
     shell_site_config,
     wait_result,
@@ -28,6 +27,7 @@ from flux_quantum.consumer import (
 )
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.errors import CommandError
+from flux_quantum.events import parse_eventlog
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
 from flux_quantum.vendors.local import LocalVendor
 
@@ -147,9 +147,9 @@ def test_released_without_task_and_left_depend_by_hand():
     assert info.value.reason == "not-released"
 
 
-def test_parse_eventlog_and_resolve_jobid():
+def test_resolve_jobid_and_the_consumer_reads_eventlogs_with_the_protocols_parser():
     text = "\n".join(json.dumps(e) for e in [event("submit"), event("clean")]) + "\n"
-    assert [e["name"] for e in parse_eventlog(text)] == ["submit", "clean"]
+    assert [e.name for e in parse_eventlog(text)] == ["submit", "clean"]
     assert parse_eventlog(None) == []
     assert resolve_jobid(None, environ={"FLUX_JOB_ID": "42"}) == 42
     assert resolve_jobid("0x10", environ={}) == 16

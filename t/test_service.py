@@ -1,5 +1,6 @@
-"""Unit tier: the handler service's pure parts (eventlog replay, tokens, the classical
-wait estimate, options, program files, worker threads). No Flux needed."""
+"""Unit tier: the handler service's pure parts (the classical wait estimate, options,
+program files, worker threads). No Flux needed. Its decisions are in
+test_service_logic.py, the eventlog protocol in test_events.py."""
 
 from __future__ import annotations
 
@@ -23,134 +24,9 @@ from flux_quantum.service import (
     VendorWorkers,
     compact_explanation,
     jobspec_size,
-    merge_histories,
     read_program,
-    replay,
-    task_token,
 )
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
-
-
-def ev(name, t=100.0, **context):
-    return {"timestamp": t, "name": name, "context": context}
-
-
-TOKEN0 = "fq-7-1-0-0"
-TOKEN1 = "fq-7-1-0-1"
-
-
-def test_replay_submit_then_task_is_a_task_to_reattach():
-    history = replay(
-        [
-            ev("submit", userid=0),
-            ev("dependency-add", description="qpu"),
-            ev("qpu-select", index=0, attempt=0, device="sv1"),
-            ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="sv1"),
-            ev(
-                "qpu-task",
-                t=101.5,
-                unit=7,
-                index=0,
-                attempt=0,
-                token=TOKEN0,
-                task="arn:t1",
-                device="sv1",
-            ),
-            ev("qpu-queue", index=0, attempt=0, position=8, milestone=10),
-        ]
-    )
-    assert history.unit == 7
-    slot = history.slots[0]
-    assert (slot.token, slot.task, slot.device) == (TOKEN0, "arn:t1", "sv1")
-    assert slot.queued_at == 101.5
-    assert slot.milestones == (10,)
-    assert ("qpu-submit", 0, 0) in history.facts and ("qpu-task", 0, 0) in history.facts
-    assert not history.released
-
-
-def test_replay_submit_without_task_keeps_the_token():
-    history = replay([ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="garnet")])
-    assert history.slots[0].token == TOKEN0
-    assert history.slots[0].task is None
-
-
-def test_replay_failover_starts_a_new_attempt_with_exclusions():
-    history = replay(
-        [
-            ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="forte"),
-            ev("qpu-task", unit=7, index=0, attempt=0, token=TOKEN0, task="arn:t1"),
-            ev("qpu-failover", index=0, attempt=1, exclude=["forte"], **{"class": "simulator"}),
-        ]
-    )
-    slot = history.slots[0]
-    assert (slot.attempt, slot.token, slot.task) == (1, None, None)
-    assert slot.exclude == ("forte",)
-    assert slot.device_class == "simulator"
-    history = replay(
-        [
-            *[
-                ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="forte"),
-                ev("qpu-failover", index=0, attempt=1, exclude=["forte"]),
-            ],
-            ev(
-                "qpu-submit",
-                unit=7,
-                index=0,
-                attempt=1,
-                token=TOKEN1,
-                device="sv1",
-                exclude=["forte"],
-            ),
-        ]
-    )
-    assert (history.slots[0].attempt, history.slots[0].token) == (1, TOKEN1)
-    assert history.slots[0].exclude == ("forte",)
-
-
-def test_replay_ignores_a_task_of_an_older_attempt_and_sees_release():
-    history = replay(
-        [
-            ev("qpu-submit", unit=7, index=0, attempt=1, token=TOKEN1, device="sv1"),
-            ev("qpu-task", unit=7, index=0, attempt=0, token=TOKEN0, task="arn:old"),
-            ev("qpu-release", task="arn:x"),
-        ]
-    )
-    assert history.slots[0].task is None
-    assert history.released
-
-
-def test_replay_batch_and_join():
-    history = replay(
-        [
-            ev("qpu-join", unit=9, via="group"),
-            ev("qpu-submit", unit=9, index=0, attempt=0, token="a", device="sv1"),
-            ev("qpu-submit", unit=9, index=1, attempt=0, token="b", device="sv1"),
-            ev("qpu-task", unit=9, index=1, attempt=0, token="b", task="arn:b"),
-        ]
-    )
-    assert history.unit == 9
-    assert history.slots[0].task is None and history.slots[1].task == "arn:b"
-
-
-def test_merge_histories_takes_the_most_advanced_member():
-    behind = replay([ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="sv1")])
-    ahead = replay(
-        [
-            ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0, device="sv1"),
-            ev("qpu-task", unit=7, index=0, attempt=0, token=TOKEN0, task="arn:t"),
-        ]
-    )
-    assert merge_histories([behind, ahead])[0].task == "arn:t"
-    assert merge_histories([ahead, behind])[0].task == "arn:t"
-    assert merge_histories([]) == {}
-
-
-def test_task_token_is_stable_short_and_distinct():
-    token = task_token(123456789012345678, 1795941366.476426, 3, 2)
-    assert token == task_token(123456789012345678, 1795941366.476426, 3, 2)
-    assert len(token) <= 64
-    assert token != task_token(123456789012345678, 1795941366.476426, 3, 1)
-    assert token != task_token(123456789012345678, 1795941999.0, 3, 2)
 
 
 def test_jobspec_size():

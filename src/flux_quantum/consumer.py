@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from flux_quantum.errors import CommandError
+from flux_quantum.events import Event, ends_hold, parse_eventlog
 from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot, TaskState, Vendor
 from flux_quantum.vendors.errors import VendorError
 
@@ -252,25 +252,13 @@ def is_qpu_job(jobspec: Mapping[str, Any]) -> bool:
     return any(isinstance(d, Mapping) and d.get("scheme") == DEPENDENCY_SCHEME for d in deps)
 
 
-def parse_eventlog(text: str | Iterable[Any] | None) -> list[dict[str, Any]]:
-    """Eventlog entries from job-info's newline-separated JSON (or already decoded)."""
-    if text is None:
-        return []
-    if isinstance(text, str):
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    return [dict(entry) for entry in text]
-
-
-def _no_task_reason(jobid: int, events: list[dict[str, Any]]) -> NoTaskError:
+def _no_task_reason(jobid: int, entries: Iterable[Any]) -> NoTaskError:
     """Why a qpu job has no task, from its eventlog."""
     name = encode_jobid(jobid)
-    names = [e.get("name") for e in events]
+    log = parse_eventlog(entries)
+    names = [e.name for e in log]
     fatal = next(
-        (
-            e.get("context") or {}
-            for e in events
-            if e.get("name") == "exception" and (e.get("context") or {}).get("severity") == 0
-        ),
+        (e.context for e in log if e.name == "exception" and e.context.get("severity") == 0),
         None,
     )
     if "clean" in names or fatal is not None:
@@ -291,7 +279,7 @@ def _no_task_reason(jobid: int, events: list[dict[str, Any]]) -> NoTaskError:
 
 
 def job_task_from_jobspec(
-    jobid: int, jobspec: Mapping[str, Any], events: list[dict[str, Any]] | None = None
+    jobid: int, jobspec: Mapping[str, Any], events: Iterable[Any] | None = None
 ) -> JobTask:
     """The task recorded in a (current) jobspec, or NoTaskError saying why there is none.
 
@@ -396,13 +384,6 @@ def _runs_in(job: int) -> bool:
         return False
 
 
-def _ends_hold(name: str, context: Mapping[str, Any]) -> bool:
-    """An eventlog event after which a held job will never get a task by waiting longer."""
-    if name in ("qpu-release", "depend", "clean"):
-        return True
-    return name == "exception" and context.get("severity") == 0
-
-
 def _watch_until_hold_ends(handle: Any, job: int, timeout: float | None) -> None:
     """Watch JOB's eventlog (on this broker rank) until an event that ends the hold."""
     from flux.job import event_watch_async
@@ -424,7 +405,7 @@ def _watch_until_hold_ends(handle: Any, job: int, timeout: float | None) -> None
                 raise CommandError(
                     f"cannot watch job {encode_jobid(job)}: {exc.strerror or exc}"
                 ) from None
-            if event is None or _ends_hold(event.name, event.context):
+            if event is None or ends_hold(Event(event.name, 0.0, event.context or {})):
                 break
     finally:
         if watcher.needs_cancel:

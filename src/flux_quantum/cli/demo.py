@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from flux_quantum import events
 from flux_quantum.errors import CommandError
 
 NODES = 4
@@ -173,21 +174,16 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _events(inst: Instance, jobid: str) -> list[dict[str, Any]]:
-    out = inst.run("flux", "job", "eventlog", "-f", "json", jobid).stdout
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
-
-
-def _event_time(events: list[dict[str, Any]], name: str) -> float | None:
-    return next((e["timestamp"] for e in events if e["name"] == name), None)
+def _events(inst: Instance, jobid: str) -> list[events.Event]:
+    return events.parse_eventlog(inst.run("flux", "job", "eventlog", "-f", "json", jobid).stdout)
 
 
 def _why(inst: Instance, jobid: str) -> str:
     """Why the job was released, from its ``qpu-ready`` event: the task's state
     (``COMPLETED``: the result is there) or the queue position it reached."""
-    ready = [e for e in _events(inst, jobid) if e["name"] == "qpu-ready"]
-    tasks = ready[-1]["context"].get("tasks", []) if ready else []
-    why = tasks[0].get("why") if tasks else None
+    found = events.last(_events(inst, jobid), events.READY)
+    ready = events.decode(found) if found else None
+    why = ready.tasks[0].get("why") if isinstance(ready, events.Ready) and ready.tasks else None
     return f"task {why}" if why else "task ready"
 
 
@@ -201,14 +197,13 @@ def _progress(handle: Any, jobid: int) -> tuple[str, dict[str, Any]]:
 
 
 def _allocated_nodes(handle: Any) -> int:
+    from flux_quantum.graph import expand_idset
+
     status = handle.rpc("sched.resource-status", {}).get()
     allocated = status.get("allocated") or {}
-    ranks = set()
+    ranks: set[int] = set()
     for entry in allocated.get("execution", {}).get("R_lite", []):
-        for part in str(entry.get("rank", "")).split(","):
-            low, _, high = part.partition("-")
-            if low:
-                ranks.update(range(int(low), int(high or low) + 1))
+        ranks.update(expand_idset(str(entry.get("rank", ""))))
     return len(ranks)
 
 
@@ -322,7 +317,40 @@ def _watch(inst: Instance, jobid: str, timeout: float) -> None:
                 f"  ({memo.get('qpu_state')})  nodes allocated: {_allocated_nodes(handle)}"
             )
         time.sleep(0.25)
-    raise CommandError(f"job {jobid} was not released within {timeout:g}s")
+    raise CommandError(
+        f"job {jobid} was not released within {timeout:g}s: {_not_released(inst, jobid)}"
+    )
+
+
+def _not_released(inst: Instance, jobid: str) -> str:
+    """Why a job is still held, in the words of whoever knows: the service if it is not
+    running, else the job's last qpu-* event that says what it waits for."""
+    out = inst.run("flux", "quantum", "service", "status", "--json", check=False)
+    try:
+        status = json.loads(out.stdout)
+    except ValueError:
+        return f"the handler service does not answer ({out.stderr.strip() or 'no reply'})"
+    if not status.get("running"):
+        supervisor = status.get("supervisor") or {}
+        why = supervisor.get("error") or supervisor.get("last_exit") or supervisor.get("state")
+        return f"the handler service is not running ({why})"
+    log = _events(inst, jobid)
+    for event in reversed(log):
+        record = events.decode(event)
+        if isinstance(record, events.Wait):
+            return f"no device can take its task yet: {record.reason}"
+        if isinstance(record, events.Retry):
+            return f"a vendor call keeps failing: {record.operation}: {record.message}"
+        if isinstance(record, events.QueueMilestone | events.TaskCreated):
+            return f"its task is still queued (last position seen: {_last_position(log)})"
+    if status.get("last_error"):
+        return f"the service reports: {status['last_error']}"
+    return "the service has not picked the job up yet"
+
+
+def _last_position(log: list[events.Event]) -> str:
+    position = events.replay(log).position
+    return "-" if position is None else str(position)
 
 
 def _report(inst: Instance, jobid: str, t0: float, clock: DemoClock) -> None:
@@ -339,9 +367,9 @@ def _report(inst: Instance, jobid: str, t0: float, clock: DemoClock) -> None:
     for r in sorted(results, key=lambda r: r["rank"]):
         env = " (FLUX_QPU_TASK set)" if r.get("env_task") == r["task"] else ""
         _say(f"  rank {r['rank']}: task ...{r['task'][-12:]}{env} counts {r['counts']}")
-    events = _events(inst, jobid)
-    t_submit = _event_time(events, "submit") or 0.0
-    t_start = _event_time(events, "start") or t_submit
+    stamps = events.first_times(_events(inst, jobid))
+    t_submit = stamps.get("submit", 0.0)
+    t_start = stamps.get("start", t_submit)
     # when the quantum result existed (the task ended at the vendor), on the wall clock
     t_result = max(clock.real_time(r["ended"]) for r in results if r.get("ended"))
     gated = NODES * max(0.0, t_result - t_start)

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from flux_quantum.errors import CommandError
+from flux_quantum.events import parse_eventlog, replay
 from flux_quantum.plugin import HeldJob, PluginClient, plugin_path, validator_path
 
 JOBS_FORMAT = (
@@ -140,23 +141,16 @@ def _qpu_progress(handle: Any, jobs: list[HeldJob]) -> dict[int, dict[str, Any]]
             continue
         try:
             rsp = handle.rpc("job-info.lookup", {"id": jobid, "keys": ["eventlog"], "flags": 0})
-            lines = str(rsp.get().get("eventlog") or "").splitlines()
+            history = replay(parse_eventlog(rsp.get().get("eventlog")))
         except OSError:
             continue
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            ctx = event.get("context") or {}
-            if event.get("name") in ("qpu-select", "qpu-submit"):
-                found.update(device=ctx.get("device"), task=None, position=None)
-            elif event.get("name") == "qpu-task":
-                found.update(device=ctx.get("device"), task=ctx.get("task"))
-            elif event.get("name") == "qpu-queue":
-                found["position"] = ctx.get("position")
-        if found:
-            found["qpu_state"] = "recorded (no live memo)"
+        if history.device is not None:
+            found.update(
+                device=history.device,
+                task=history.task,
+                position=history.position,
+                qpu_state="recorded (no live memo)",
+            )
     return progress
 
 

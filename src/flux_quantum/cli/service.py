@@ -1,12 +1,14 @@
 """``flux quantum service``: start, stop, query or run the qpu handler service.
 
-``start`` loads ``flux_quantum/qpu_handlers.py`` as a Python broker module running as
-the instance owner (the user, in their own ``flux start``/``alloc``/``batch``);
+``start`` loads the supervisor broker module (``flux_quantum/service/qpu_handlers.py``)
+which runs the service as a process in this interpreter, as the instance owner (the
+user, in their own ``flux start``/``alloc``/``batch``), and returns only once the service
+answered a status request, or prints the service's own error and exits non-zero;
 ``stop`` removes it (the vendor tasks keep running and a later start re-attaches them);
-``status`` asks it what it tracks; ``run`` runs the same service in the foreground as
-an ordinary process, for a user in a multi-user instance or for a supervisor that wants
-a pid. This module only parses, calls and formats: the service lives in
-``flux_quantum.service``. It never passes a credential on a command line.
+``status`` asks what it tracks; ``run`` runs the same service in the foreground as an
+ordinary process, for a user in a multi-user instance or under another supervisor. This
+module only parses, calls and formats: the service lives in ``flux_quantum.service``. It
+never passes a credential on a command line.
 """
 
 from __future__ import annotations
@@ -14,10 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
-import syslog
 import time
 from pathlib import Path
 from typing import Any
@@ -38,25 +38,19 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("workers", int, "worker threads for vendor calls (4)"),
     ("max_tasks", int, "tasks per program, fail-overs included, before failing (3)"),
     ("retry_max", float, "longest back-off after a vendor error, seconds (60)"),
+    ("error_limit", int, "failed calls in a row, other than vendor outages, before failing (5)"),
     ("group_linger", float, "seconds a released qpu.group stays joinable (60)"),
     ("tick", float, "seconds between the service's checks for due work (0.2)"),
     ("startup_default", float, "job start-up assumed by release_at=predict until measured (1)"),
 )
 
 
+START_TIMEOUT = 60.0
+
+
 def module_path() -> Path:
-    """The broker module file ``flux module load`` takes."""
-    return Path(__file__).resolve().parent.parent / "qpu_handlers.py"
-
-
-def _python_path() -> str:
-    """This interpreter's import path, for the broker's Python to find the package
-    and its dependencies (the broker runs its own interpreter, not this venv's)."""
-    entries = []
-    for entry in sys.path:
-        if entry and os.path.isdir(entry) and not any(c.isspace() for c in entry):
-            entries.append(os.path.abspath(entry))
-    return os.pathsep.join(dict.fromkeys(entries))
+    """The supervisor broker module file ``flux module load`` takes."""
+    return Path(__file__).resolve().parent.parent / "service" / "qpu_handlers.py"
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -85,20 +79,27 @@ def _flux(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["flux", *argv], capture_output=True, text=True)
 
 
-def _status(name: str) -> dict[str, Any]:
+def _status(name: str, handle: Any = None) -> dict[str, Any]:
+    """The status of the supervised service (``NAME.status``), or of one running in the
+    foreground (``NAME-service.status``)."""
     import errno
 
     import flux
 
-    try:
-        return flux.Flux().rpc(f"{name}.status", {}).get()
-    except OSError as exc:
-        if exc.errno == errno.ENOSYS:
-            raise CommandError(
-                f"the qpu handler service '{name}' is not running "
-                "(start it with flux quantum service start)"
-            ) from None
-        raise CommandError(f"{name}.status: {exc.strerror or exc}") from None
+    from flux_quantum.service.runner import service_name
+
+    handle = handle or flux.Flux()
+    for topic in (f"{name}.status", f"{service_name(name)}.status"):
+        try:
+            return handle.rpc(topic, {}).get()
+        except OSError as exc:
+            if exc.errno == errno.ENOSYS:
+                continue
+            raise CommandError(f"{topic}: {exc.strerror or exc}") from None
+    raise CommandError(
+        f"the qpu handler service '{name}' is not running "
+        "(start it with flux quantum service start)"
+    )
 
 
 def _require_plugin() -> None:
@@ -118,19 +119,49 @@ def _require_plugin() -> None:
 def cmd_start(args: argparse.Namespace) -> int:
     options = _options(args)
     _require_plugin()
-    words = [*options.to_args(), f"pythonpath={_python_path()}"]
+    python = os.path.abspath(args.python) if args.python else sys.executable
+    words = [f"python={python}", *options.to_args()]
     proc = _flux("module", "load", "--name", args.name, str(module_path()), *words)
     if proc.returncode != 0:
         text = proc.stderr.strip()
         if "File exists" in text or "already loaded" in text:
             raise CommandError(f"the qpu handler service '{args.name}' is already running")
         raise CommandError(f"flux module load failed: {text}")
-    status = _status(args.name)
-    if not status.get("running"):
-        _flux("module", "remove", args.name)
-        raise CommandError(f"the qpu handler service did not start: {status.get('error')}")
-    print(f"qpu handler service '{args.name}' started (catalog {options.catalog})")
+    status = _wait_started(args.name, args.timeout)
+    service_pid = status.get("pid")
+    print(
+        f"qpu handler service '{args.name}' started (pid {service_pid}, "
+        f"{python}, catalog {options.catalog})"
+    )
     return 0
+
+
+def _wait_started(name: str, timeout: float) -> dict[str, Any]:
+    """Wait until the service answers a status request; on a failure (it exited, or no
+    answer within ``timeout``) remove the module and say why, in the service's words."""
+    import flux
+
+    handle = flux.Flux()
+    deadline = time.monotonic() + timeout
+    while True:
+        status = _status(name, handle)
+        supervisor = status.get("supervisor") or {}
+        if status.get("running"):
+            return status
+        state = supervisor.get("state")
+        if state in ("restarting", "failed", "stopped") or time.monotonic() > deadline:
+            _flux("module", "remove", name)
+            why = supervisor.get("error") or supervisor.get("last_exit")
+            if state in ("restarting", "failed", "stopped"):
+                raise CommandError(
+                    f"the qpu handler service did not start: {why or state}"
+                    + (f" ({supervisor.get('last_exit')})" if supervisor.get("last_exit") else "")
+                )
+            raise CommandError(
+                f"the qpu handler service did not answer within {timeout:g}s"
+                + (f": {why}" if why else "")
+            )
+        time.sleep(0.2)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -155,16 +186,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status))
         return 0
+    supervisor = status.get("supervisor") or {}
     if not status.get("running"):
-        print(f"qpu handler service '{args.name}': not running ({status.get('error')})")
+        state = supervisor.get("state", "not running")
+        print(f"qpu handler service '{args.name}': {state}")
+        for key in ("last_exit", "error", "restart_in", "restarts"):
+            if supervisor.get(key) is not None:
+                print(f"  {key.replace('_', ' ')}: {supervisor[key]}")
         return 1
-    counters = status.get("counters", {})
     print(
-        f"qpu handler service '{args.name}': up {status['uptime']:.0f}s, "
-        f"catalog {status['catalog']}, {status['jobs']} held job(s) in "
+        f"qpu handler service '{args.name}': up {status['uptime']:.0f}s (pid {status.get('pid')}"
+        + (f", {supervisor['restarts']} restart(s)" if supervisor.get("restarts") else "")
+        + f"), catalog {status['catalog']}, {status['jobs']} held job(s) in "
         f"{len(status['units'])} unit(s)"
     )
-    print("  " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counters.items()))
+    counters = status.get("counters")
+    if counters:
+        print("  " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counters.items()))
     if status.get("last_error"):
         print(f"  last error: {status['last_error']}")
     rows = [("UNIT", "JOBS", "PROG", "PHASE", "DEVICE", "TASK", "POS", "WAIT", "REQUEST")]
@@ -202,67 +240,14 @@ def _jobid(jobid: int) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """The service in the foreground, on its own handle, until SIGINT or SIGTERM."""
-    import flux
-    import flux.constants
-
-    from flux_quantum.service import ServiceError, ServiceRunner
+    """The service in the foreground, in this process, until SIGINT or SIGTERM."""
+    from flux_quantum.service.runner import RepeatFilter, serve, service_name, stream_log
 
     options = _options(args)
     _require_plugin()
-    handle = flux.Flux()
-
-    def log(level: int, msg: str) -> None:
-        if level <= (syslog.LOG_DEBUG if args.verbose else syslog.LOG_INFO):
-            stamp = time.strftime("%H:%M:%S")
-            print(f"flux-quantum-service: {stamp} {msg}", file=sys.stderr, flush=True)
-
-    # The service name is also a lock: one service per instance owner.
-    watchers = []
-    try:
-        handle.service_register(args.name).get()
-        registered = True
-    except OSError as exc:
-        import errno
-
-        if exc.errno == errno.EEXIST:
-            raise CommandError(
-                f"the qpu handler service '{args.name}' is already running"
-            ) from None
-        registered = False  # a guest: no service name, no status endpoint
-    try:
-        runner = ServiceRunner(handle, options, log=log)
-    except ServiceError as exc:
-        raise CommandError(str(exc)) from exc
-
-    def on_status(h: Any, typemask: int, msg: Any, arg: Any) -> None:
-        try:
-            h.respond(msg, {"running": True, **runner.status()})
-        except Exception as exc:  # never stop the reactor for a status request
-            log(syslog.LOG_ERR, f"status: {exc}")
-
-    def on_signal(h: Any, watcher: Any, signum: int, arg: Any) -> None:
-        log(syslog.LOG_INFO, f"signal {signum}: stopping")
-        h.reactor_stop()
-
-    if registered:
-        w = handle.msg_watcher_create(
-            on_status, flux.constants.FLUX_MSGTYPE_REQUEST, f"{args.name}.status"
-        )
-        w.start()
-        watchers.append(w)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        w = handle.signal_watcher_create(sig, on_signal)
-        w.start()
-        watchers.append(w)
-    runner.start()
-    try:
-        handle.reactor_run()
-    finally:
-        runner.stop()
-        for w in watchers:
-            w.stop()
-    return 0
+    log = RepeatFilter(stream_log(sys.stderr, supervised=False, verbose=args.verbose))
+    # serve() said why on standard error if it could not run: its status is the answer.
+    return serve(options.to_args(), name=service_name(args.name), log=log)
 
 
 def cmd_module_path(args: argparse.Namespace) -> int:
@@ -294,8 +279,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
 
-    p = verbs.add_parser("start", help="load the service as a broker module")
+    p = verbs.add_parser("start", help="start the service under its broker module supervisor")
     _add_service_options(p)
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=START_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long to wait for the service to answer ({START_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help=f"the interpreter flux-quantum is installed in (default: this one, {sys.executable})",
+    )
     p.set_defaults(func=cmd_start)
 
     p = verbs.add_parser("stop", help="remove the broker module (tasks keep running)")
@@ -312,5 +309,5 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
     p.set_defaults(func=cmd_run)
 
-    p = verbs.add_parser("module-path", help="print the broker module file")
+    p = verbs.add_parser("module-path", help="print the supervisor broker module file")
     p.set_defaults(func=cmd_module_path)

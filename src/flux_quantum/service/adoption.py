@@ -1,0 +1,323 @@
+"""Which held jobs the service looks after: discovery, adoption, and recovery.
+
+Discovery is level-triggered: every ``scan_interval`` the plugin's ``list`` (the one
+authority on which jobs are held) is compared with what the service tracks. Jobs that
+appear are adopted: their eventlog is replayed (``flux_quantum.events.replay``) and they
+continue where it left off (a restart), join the unit they belong to (a ``qpu.group``, a
+follower, a unit recorded in the eventlog), or start a unit of their own. Jobs that
+vanish were released, failed or cancelled, and their eventlog says which. A journal
+stream would notice a job sooner, but it is owner-only, ends on every job-manager reload
+and can be missed; a list is one cheap RPC, works for guests and cannot drift.
+
+This part never calls a vendor: a recovered task is re-attached by its first poll, a
+recorded token without a task is submitted again with the same token (the vendor returns
+the same task), and a job whose request does not parse fails at once.
+"""
+
+from __future__ import annotations
+
+import syslog
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flux_quantum import events
+from flux_quantum.errors import CommandError
+from flux_quantum.plugin import HeldJob
+from flux_quantum.poller import AdaptivePoller
+from flux_quantum.request import QpuRequest, RequestError, parse_request
+from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.face import Face
+from flux_quantum.service.fluxside import JobRecord
+from flux_quantum.service.outcomes import Outcomes
+from flux_quantum.service.release import Release
+from flux_quantum.service.state import Attempt, Member, Phase, Program, Unit, UnitState
+from flux_quantum.service.tasks import Tasks, programs_of
+from flux_quantum.vendors.base import TaskRef
+
+Adoptee = tuple[HeldJob, JobRecord, events.History]
+
+
+class Adoption:
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        face: Face,
+        outcomes: Outcomes,
+        release: Release,
+        tasks: Tasks,
+    ) -> None:
+        self.ctx = ctx
+        self.face = face
+        self.outcomes = outcomes
+        self.release = release
+        self.tasks = tasks
+        self._scan_error: str | None = None
+        self._scan_error_count = 0
+
+    # -- discovery
+
+    def scan(self) -> None:
+        """Compare the plugin's held jobs with the tracked ones; adopt and forget."""
+        ctx = self.ctx
+        ctx.rescan = False
+        try:
+            held = ctx.flux.held()
+        except (CommandError, OSError) as exc:
+            # Said once, with a count when it changes or clears: never at every scan.
+            if str(exc) != self._scan_error:
+                self._scan_error, self._scan_error_count = str(exc), 1
+                ctx.log(syslog.LOG_WARNING, f"cannot list held jobs: {exc}")
+            else:
+                self._scan_error_count += 1
+            return
+        if self._scan_error is not None:
+            ctx.log(
+                syslog.LOG_INFO,
+                f"held jobs listed again after {self._scan_error_count} failed scan(s)",
+            )
+            self._scan_error = None
+        held = [job for job in held if job.userid == ctx.userid]
+        by_id = {job.id: job for job in held}
+        for jobid in [j for j in ctx.member_unit if j not in by_id]:
+            self.job_left(jobid)
+        new = [job for job in held if job.id not in ctx.member_unit]
+        if new:
+            self.adopt(sorted(new, key=lambda j: (j.follow is not None, j.t_submit, j.id)))
+
+    def adopt(self, new: list[HeldJob]) -> None:
+        ctx = self.ctx
+        try:
+            found = ctx.flux.records([job.id for job in new])
+        except Exception as exc:
+            ctx.log(syslog.LOG_WARNING, f"cannot read eventlogs of {len(new)} job(s): {exc}")
+            return
+        adoptees: dict[int, Adoptee] = {}
+        for job in new:
+            if job.id not in found:
+                ctx.log(syslog.LOG_DEBUG, f"{job.id}: eventlog not read yet")
+                continue
+            record = found[job.id]
+            if record is not None:
+                adoptees[job.id] = (job, record, events.replay(record.events))
+        # Units recorded in eventlogs whose jobs the service does not track yet (a
+        # restart): rebuilt from every member's history at once.
+        recovered: dict[int, list[int]] = {}
+        for jobid, (_job, _rec, history) in adoptees.items():
+            if history.unit is not None and history.unit not in ctx.units:
+                recovered.setdefault(history.unit, []).append(jobid)
+        for unit_id, ids in recovered.items():
+            try:
+                self._recover_unit(unit_id, [adoptees[i] for i in ids])
+            except Exception as exc:
+                ctx.last_error = f"{type(exc).__name__}: {exc}"
+                ctx.log(syslog.LOG_ERR, f"unit {unit_id}: cannot recover: {ctx.last_error}")
+        for jobid, (job, record, history) in adoptees.items():
+            if jobid in ctx.member_unit:
+                continue
+            try:
+                self._adopt_one(job, record, history)
+            except Exception as exc:
+                ctx.last_error = f"{type(exc).__name__}: {exc}"
+                ctx.log(syslog.LOG_ERR, f"{job.id}: cannot adopt: {ctx.last_error}")
+
+    def _recover_unit(self, unit_id: int, members: list[Adoptee]) -> None:
+        """Rebuild a unit whose jobs' eventlogs name it, from all of them at once."""
+        leader = next((m for m in members if m[0].id == unit_id), None)
+        owner = leader or next((m for m in members if m[0].follow is None), None)
+        request_attr = owner[0].request if owner else None
+        t_submit = owner[0].t_submit if owner else members[0][0].t_submit
+        if owner is None or owner[0].id != unit_id:
+            # The job that started the unit is gone: its jobspec still has the request.
+            gone = self._safe_record(unit_id)
+            if gone is not None:
+                request_attr = gone.system.get("qpu", request_attr)
+                t_submit = gone.submit_time() or t_submit
+        request = self._parse(request_attr, [m[0] for m in members])
+        if request is None:
+            return
+        cwd = (owner[1] if owner else members[0][1]).cwd
+        unit = self._new_unit(unit_id, members[0][0].userid, t_submit, request, cwd)
+        self._restore(unit, events.merge_histories(m[2] for m in members))
+        for job, record, history in members:
+            self._add_member(unit, job, record, history, via=None)
+        self.ctx.log(syslog.LOG_INFO, f"unit {unit_id}: recovered {len(members)} job(s)")
+        self.sync_history(unit)
+        self.face.update_memos(unit)
+
+    def _adopt_one(self, job: HeldJob, record: JobRecord, history: events.History) -> None:
+        ctx = self.ctx
+        ctx.counters.adopted += 1
+        recorded = ctx.units.get(history.unit) if history.unit is not None else None
+        if recorded is not None and recorded.active:
+            self._join(recorded, job, record, history, via="eventlog")
+            return
+        if job.follow is not None:
+            unit_id = ctx.member_unit.get(job.follow)
+            if unit_id is not None:
+                self._join(ctx.units[unit_id], job, record, history, via="follow")
+                return
+            self._follow_untracked(job)
+            return
+        request = self._parse(job.request, [job])
+        if request is None:
+            return
+        if request.group is not None:
+            key = (job.userid, request.group)
+            for unit in ctx.active_units():
+                if unit.group_key == key:
+                    self._join(unit, job, record, history, via="group")
+                    return
+            late = ctx.released_groups.get(key)
+            if late is not None and late.release is not None:
+                self.release.release_late(job, late.id, late.release, via="group")
+                return
+        unit = self._new_unit(job.id, job.userid, job.t_submit, request, record.cwd)
+        self._restore(unit, dict(history.programs))
+        self._add_member(unit, job, record, history, via=None)
+        self.sync_history(unit)
+        self.face.update_memos(unit)
+
+    def _follow_untracked(self, job: HeldJob) -> None:
+        """A follower whose leader the service does not track: the leader was released
+        (ride its task now) or ended without a task (fail)."""
+        assert job.follow is not None
+        leader = self._safe_record(job.follow)
+        system = leader.system if leader else {}
+        task = system.get("qpu_task")
+        if task:
+            release = {
+                "task": task,
+                "device": system.get("qpu_device"),
+                "info": dict(system.get("qpu_info") or {}),
+            }
+            self.release.release_late(job, job.follow, release, via="follow")
+            return
+        if leader is not None and not leader.has_event("clean"):
+            return  # still held but not adopted yet (e.g. it failed to parse): next scan
+        note = (
+            f"qpu: the job this one follows ({job.follow}) ended before its quantum task "
+            "was ready, so there is no task to ride"
+        )
+        self.outcomes.fail_ids([job.id], note)
+
+    def _safe_record(self, jobid: int) -> JobRecord | None:
+        try:
+            return self.ctx.flux.record(jobid)
+        except Exception as exc:
+            self.ctx.log(syslog.LOG_DEBUG, f"{jobid}: lookup failed: {exc}")
+            return None
+
+    def _parse(self, attr: Any, jobs: Sequence[HeldJob]) -> QpuRequest | None:
+        try:
+            return parse_request(attr)
+        except RequestError as exc:
+            self.outcomes.fail_ids([j.id for j in jobs], f"qpu: {exc}")
+            return None
+
+    def _new_unit(
+        self, unit_id: int, userid: int, t_submit: float, request: QpuRequest, cwd: str | None
+    ) -> Unit:
+        programs = [Program(index=i, path=p) for i, p in enumerate(programs_of(request))]
+        unit = Unit(unit_id, userid, t_submit, request, cwd, programs)
+        self.ctx.units[unit_id] = unit
+        return unit
+
+    def _restore(self, unit: Unit, histories: Mapping[int, events.AttemptHistory]) -> None:
+        """Continue each program where its eventlog left it."""
+        ctx = self.ctx
+        for program in unit.programs:
+            h = histories.get(program.index)
+            if h is None:
+                continue
+            attempt = Attempt(
+                number=h.attempt, exclude=frozenset(h.exclude), device_class=h.device_class
+            )
+            attempt.milestones = set(h.milestones)
+            program.attempt = attempt
+            device = ctx.catalog.get(h.device) if h.device else None
+            if h.token is not None and device is None:
+                # Its device left the catalog: that attempt cannot be followed; the next
+                # one (a new token) chooses again.
+                ctx.log(syslog.LOG_WARNING, f"unit {unit.id}: device {h.device} unknown")
+                program.attempt = attempt.following(h.device, None)
+                continue
+            if h.token is None or device is None:
+                continue
+            attempt.device = device
+            attempt.token = h.token
+            attempt.submit_posted = True
+            attempt.queued_at = h.queued_at
+            if h.task:
+                attempt.task = TaskRef(device.vendor, device.name, h.task, h.token)
+                attempt.attached = False
+                attempt.phase = Phase.TRACK
+                attempt.poller = AdaptivePoller(
+                    device,
+                    unit.request.release_at,
+                    estimator=ctx.estimator,
+                    schedule=ctx.schedule,
+                )
+            else:
+                # Recorded, maybe created: the same token finds the same task.
+                attempt.phase = Phase.SUBMIT
+
+    def _add_member(
+        self,
+        unit: Unit,
+        job: HeldJob,
+        record: JobRecord,
+        history: events.History,
+        via: str | None,
+    ) -> Member:
+        member = Member(
+            job.id, job.userid, size=record.size, jobspec=record.jobspec, facts=set(history.facts)
+        )
+        unit.jobs[job.id] = member
+        self.ctx.member_unit[job.id] = unit.id
+        if via is not None and unit.id != job.id:
+            self.ctx.post(member, events.Join(unit=unit.id, via=via))
+        return member
+
+    def _join(
+        self, unit: Unit, job: HeldJob, record: JobRecord, history: events.History, via: str
+    ) -> None:
+        self._add_member(unit, job, record, history, via=via)
+        self.sync_history(unit)
+        self.face.update_memos(unit)
+        self.ctx.log(syslog.LOG_INFO, f"{job.id}: rides unit {unit.id} ({via})")
+
+    def sync_history(self, unit: Unit) -> None:
+        """Give every job of the unit the qpu-submit/qpu-task facts it lacks, so each
+        eventlog alone is enough to recover the unit."""
+        for program in unit.programs:
+            attempt = program.attempt
+            records: list[events.QpuEvent] = []
+            if attempt.token is not None and attempt.device is not None and attempt.submit_posted:
+                records.append(self.tasks.submit_record(unit, program))
+            if attempt.task is not None:
+                records.append(self.tasks.task_record(unit, program))
+            for record in records:
+                for member in list(unit.jobs.values()):
+                    if (record.name, program.index, attempt.number) not in member.facts:
+                        self.ctx.post(member, record)
+
+    def job_left(self, jobid: int) -> None:
+        """A tracked job is no longer held: released or failed elsewhere, or cancelled."""
+        ctx = self.ctx
+        unit_id = ctx.member_unit.pop(jobid)
+        unit = ctx.units.get(unit_id)
+        if unit is None:
+            return
+        unit.jobs.pop(jobid, None)
+        record = self._safe_record(jobid)
+        elsewhere = record is not None and record.has_event(events.RELEASE)
+        how = "released elsewhere" if elsewhere else "ended"
+        ctx.log(syslog.LOG_INFO, f"{jobid}: left unit {unit_id} ({how})")
+        if unit.jobs or not unit.active:
+            return
+        if elsewhere or unit.release is not None:
+            # Released by hand, or part of the unit already released: its task may be
+            # read, so keep it running.
+            self.outcomes.finish(unit, UnitState.RELEASED)
+            return
+        self.outcomes.abandon(unit)

@@ -1,0 +1,136 @@
+"""What every part of the handler service shares: the world it acts on and what it tracks.
+
+``ServiceContext`` holds the outside world (the Flux side, the vendors, the workers, the
+clock, the log), the catalog and options, and the tracked units; and the few verbs every
+part uses: post an event to a unit's jobs, hand a blocking call to a worker and get its
+answer back on the reactor only if it still matters, get a vendor. It decides nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import syslog
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flux_quantum import events
+from flux_quantum.catalog import Catalog
+from flux_quantum.errors import CommandError
+from flux_quantum.policy import DrainEstimator
+from flux_quantum.service.fluxside import ClusterView, FluxSide
+from flux_quantum.service.options import ServiceOptions
+from flux_quantum.service.state import Attempt, Counters, Member, Program, Unit
+from flux_quantum.service.workers import Workers
+from flux_quantum.vendors import make_vendor
+from flux_quantum.vendors.base import RetryBudget, TaskRef, Vendor
+
+Log = Callable[[int, str], None]
+Clock = Callable[[], float]
+Handler = Callable[[Unit, Program, Attempt, Any, BaseException | None], None]
+
+
+class ServiceContext:
+    """The state and the outside world shared by the service's parts (reactor thread)."""
+
+    def __init__(
+        self,
+        flux: FluxSide,
+        catalog: Catalog,
+        options: ServiceOptions,
+        workers: Workers,
+        *,
+        vendors: Mapping[str, Vendor] | None = None,
+        clock: Clock,
+        log: Log | None = None,
+        userid: int | None = None,
+    ) -> None:
+        self.flux = flux
+        self.catalog = catalog
+        self.options = options
+        self.workers = workers
+        self.clock = clock
+        self._log = log or (lambda level, msg: None)
+        self._vendors: dict[str, Vendor] = dict(vendors or {})
+        # Credentials stay with their owner: the service acts on its own user's jobs.
+        self.userid = os.getuid() if userid is None else userid
+        self.estimator = DrainEstimator()
+        self.schedule = options.schedule()
+        self.units: dict[int, Unit] = {}
+        self.member_unit: dict[int, int] = {}
+        self.released_groups: dict[tuple[int, str], Unit] = {}
+        self.counters = Counters()
+        self.cluster: ClusterView | None = None
+        self.rescan = False  # something changed under us: list held jobs at once
+        self.last_error: str | None = None
+        self.on_cancel: Callable[[TaskRef, str], None] = lambda task, why: None
+
+    def log(self, level: int, msg: str) -> None:
+        with contextlib.suppress(Exception):
+            self._log(level, msg)
+
+    def vendor(self, name: str) -> Vendor:
+        """The vendor object for ``name`` (made once); ValueError/FluxQuantumError if
+        the vendor is unknown or cannot be set up."""
+        vendor = self._vendors.get(name)
+        if vendor is None:
+            environ = dict(os.environ)
+            if self.options.emulator_url:
+                environ["FLUX_QUANTUM_EMULATOR_URL"] = self.options.emulator_url
+            vendor = make_vendor(
+                name,
+                self.catalog,
+                timeout=self.options.vendor_timeout,
+                retry=RetryBudget(attempts=3, base_delay=0.5, max_delay=4.0, deadline=20.0),
+                environ=environ,
+            )
+            self._vendors[name] = vendor
+        return vendor
+
+    def active_units(self) -> list[Unit]:
+        return [u for u in self.units.values() if u.active]
+
+    # -- events
+
+    def post(self, member: Member, record: events.QpuEvent) -> bool:
+        """Post one event to one job; False if it could not be posted (the job most
+        likely just left: the next scan sorts it out)."""
+        try:
+            self.flux.post_event(member.id, record.name, record.to_context())
+        except (CommandError, OSError) as exc:
+            self.log(syslog.LOG_DEBUG, f"{member.id}: cannot post {record.name}: {exc}")
+            self.rescan = True
+            return False
+        index, attempt = getattr(record, "index", None), getattr(record, "attempt", None)
+        if isinstance(index, int) and isinstance(attempt, int):
+            member.facts.add((record.name, index, attempt))
+        return True
+
+    def post_all(self, unit: Unit, record: events.QpuEvent) -> int:
+        """Post one event on every job of the unit; returns how many took it."""
+        return sum(1 for member in list(unit.jobs.values()) if self.post(member, record))
+
+    # -- blocking calls
+
+    def call(
+        self,
+        unit: Unit,
+        program: Program,
+        call: Callable[[], Any],
+        handler: Handler,
+    ) -> None:
+        """Run ``call`` in a worker; ``handler`` gets its answer on the reactor only if
+        the attempt is still the program's current one and its unit is still active.
+        A task created for an attempt that no longer matters is cancelled."""
+        attempt = program.attempt
+        attempt.busy = True
+
+        def done(result: Any, error: BaseException | None) -> None:
+            attempt.busy = False
+            if not unit.active or program.attempt is not attempt:
+                if isinstance(result, TaskRef):
+                    self.on_cancel(result, "its jobs are gone")
+                return
+            handler(unit, program, attempt, result, error)
+
+        self.workers.submit(call, done)

@@ -1,0 +1,136 @@
+"""``QuantumService``: the handler service's parts put together, driven by ``tick()``.
+
+It owns nothing of its own but the order in which the parts run: ``tick()`` (every
+``options.tick`` seconds, and after each batch of worker completions) scans for held
+jobs when due, lets each tracked attempt take its next step, releases ready units, looks
+at the cluster's free cores, probes devices, retries cancels and measures job start-up;
+``completions()`` hands finished worker calls back to their part. Both run on the
+reactor thread and never block. The parts:
+
+- ``adoption``: discovery of held jobs, adoption and recovery from eventlogs
+- ``tasks``: the vendor task lifecycle (select, submit, track)
+- ``outcomes``: fail-over, fail, finish, cancel
+- ``release``: release decisions and the release call
+- ``devices``: device status and the Fluxion graph following it
+- ``face``: memos and status
+"""
+
+from __future__ import annotations
+
+import syslog
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from flux_quantum.catalog import Catalog
+from flux_quantum.service.adoption import Adoption
+from flux_quantum.service.context import Clock, Log, ServiceContext
+from flux_quantum.service.devices import Devices
+from flux_quantum.service.face import Face
+from flux_quantum.service.fluxside import FluxSide
+from flux_quantum.service.options import ServiceOptions
+from flux_quantum.service.outcomes import Outcomes
+from flux_quantum.service.release import Release
+from flux_quantum.service.state import Phase
+from flux_quantum.service.tasks import Tasks
+from flux_quantum.service.workers import Workers
+from flux_quantum.vendors.base import Vendor
+
+
+class QuantumService:
+    """The handlers' logic on one Flux side, catalog, set of workers and clock."""
+
+    def __init__(
+        self,
+        flux: FluxSide,
+        catalog: Catalog,
+        options: ServiceOptions,
+        workers: Workers,
+        *,
+        vendors: Mapping[str, Vendor] | None = None,
+        clock: Clock = time.time,
+        log: Log | None = None,
+        userid: int | None = None,
+    ) -> None:
+        self.ctx = ServiceContext(
+            flux, catalog, options, workers, vendors=vendors, clock=clock, log=log, userid=userid
+        )
+        self.face = Face(self.ctx)
+        self.outcomes = Outcomes(self.ctx, self.face)
+        self.release = Release(self.ctx, self.face, self.outcomes)
+        self.tasks = Tasks(self.ctx, self.face, self.outcomes, self.release)
+        self.adoption = Adoption(self.ctx, self.face, self.outcomes, self.release, self.tasks)
+        self.devices = Devices(self.ctx, self.outcomes)
+        self.started = clock()
+        self._scan_due = 0.0
+        self._cluster_due = 0.0
+
+    @property
+    def counters(self):  # noqa: ANN201 - a Counters record
+        return self.ctx.counters
+
+    def tick(self) -> None:
+        """Do whatever is due: scan for jobs, start vendor calls, release ready units."""
+        ctx = self.ctx
+        now = ctx.clock()
+        if now >= self._scan_due or ctx.rescan:
+            self._scan_due = now + ctx.options.scan_interval
+            self.adoption.scan()
+        need_cluster = False
+        for unit in list(ctx.units.values()):
+            for program in unit.programs:
+                if not unit.active:
+                    break
+                attempt = program.attempt
+                if attempt.phase is Phase.TRACK:
+                    need_cluster = True
+                self.tasks.watch(unit, program, now)
+                if not unit.active:
+                    break
+                attempt = program.attempt
+                if not attempt.busy and attempt.due <= now:
+                    self.tasks.step(unit, program)
+            self.release.maybe_release(unit)
+        if need_cluster and now >= self._cluster_due:
+            self._cluster_due = now + ctx.options.cluster_interval
+            try:
+                ctx.cluster = ctx.flux.cluster(now)
+            except Exception as exc:
+                ctx.cluster = None
+                ctx.log(syslog.LOG_DEBUG, f"cluster view unavailable: {exc}")
+        self.devices.check(now)
+        self.outcomes.retry_cancels(now)
+        self.outcomes.expire_groups(now)
+        self.release.measure_startup(now)
+
+    def completions(self) -> None:
+        """Run finished worker calls' handlers (reactor thread)."""
+        for done, result, error in self.ctx.workers.drain():
+            try:
+                done(result, error)
+            except Exception as exc:  # one bad completion must not stop the others
+                self.ctx.last_error = f"{type(exc).__name__}: {exc}"
+                self.ctx.log(syslog.LOG_ERR, f"completion failed: {self.ctx.last_error}")
+
+    def status(self, userid: int | None = None) -> dict[str, Any]:
+        """What the service tracks now (a guest's view: ``userid``'s units only)."""
+        ctx = self.ctx
+        units = self.face.units(userid)
+        out: dict[str, Any] = {
+            "uptime": round(ctx.clock() - self.started, 1),
+            "catalog": ctx.catalog.path,
+            "units": units,
+            "jobs": sum(len(u["jobs"]) for u in units),
+        }
+        if userid is None:
+            out.update(
+                counters=ctx.counters.__dict__.copy(),
+                workers={"busy": ctx.workers.busy, "queued": ctx.workers.queued},
+                startup={
+                    "estimate": round(self.release.startup.estimate(), 3),
+                    "samples": len(self.release.startup.samples),
+                },
+                options=ctx.options.to_dict(),
+                last_error=ctx.last_error,
+            )
+        return out

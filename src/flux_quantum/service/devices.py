@@ -1,0 +1,104 @@
+"""Devices with waiting tasks: their vendor status, and the Fluxion graph following it.
+
+Every ``device_check_interval`` each device that has a task waiting is probed (in a
+worker); what the vendor says feeds the drain estimator, marks the device's qpu vertices
+up or down in Fluxion's graph (only for devices in the graph, only on a change), and a
+device that went offline or out of its window fails over the tasks waiting on it. This
+part never creates or releases anything.
+"""
+
+from __future__ import annotations
+
+import syslog
+from typing import Any
+
+from flux_quantum import events
+from flux_quantum.catalog import Device
+from flux_quantum.errors import FluxQuantumError
+from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.outcomes import Outcomes, problem_base
+from flux_quantum.service.state import DeviceWatch, Phase
+from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
+
+
+class Devices:
+    def __init__(self, ctx: ServiceContext, outcomes: Outcomes) -> None:
+        self.ctx = ctx
+        self.outcomes = outcomes
+        self.watches: dict[str, DeviceWatch] = {}
+        self._up: dict[str, bool] = {}
+
+    def check(self, now: float) -> None:
+        """Probe each device that has waiting tasks every device_check_interval."""
+        ctx = self.ctx
+        watched: dict[str, Device] = {}
+        for unit in ctx.units.values():
+            for attempt in unit.attempts():
+                if attempt.phase is Phase.TRACK and attempt.device is not None:
+                    watched[attempt.device.name] = attempt.device
+        for name in [n for n in self.watches if n not in watched]:
+            if not self.watches[name].busy:
+                del self.watches[name]
+        for name, device in watched.items():
+            watch = self.watches.setdefault(
+                name, DeviceWatch(device, due=now + ctx.options.device_check_interval)
+            )
+            if watch.busy or watch.due > now:
+                continue
+            try:
+                vendor = ctx.vendor(device.vendor)
+            except (ValueError, FluxQuantumError):
+                continue
+            watch.busy = True
+
+            def done(snapshot: Any, error: Any, watch: DeviceWatch = watch) -> None:
+                watch.busy = False
+                watch.due = ctx.clock() + ctx.options.device_check_interval
+                if error is None:
+                    watch.snapshot = snapshot
+                    ctx.estimator.observe(snapshot)
+                    self.seen(watch.device, snapshot)
+
+            ctx.workers.submit(lambda v=vendor, d=device: v.probe(d), done)
+
+    def seen(self, device: Device, snapshot: DeviceSnapshot) -> None:
+        """What a probe said: graph status, and fail-over of tasks on a device gone."""
+        if snapshot.status is DeviceStatus.UNREACHABLE:
+            return
+        self.graph_status(device, snapshot.available)
+        if snapshot.available:
+            return
+        status = snapshot.describe_status()
+        for unit in list(self.ctx.units.values()):
+            for program in unit.programs:
+                if not unit.active:
+                    break
+                attempt = program.attempt
+                if (
+                    attempt.phase is Phase.TRACK
+                    and not attempt.busy
+                    and attempt.device is not None
+                    and attempt.device.name == device.name
+                ):
+                    record = events.DeviceUnavailable(
+                        **problem_base(program, attempt), status=status
+                    )
+                    self.outcomes.task_problem(
+                        unit,
+                        program,
+                        record,
+                        f"device {device.name} became {status} while the task waited",
+                    )
+
+    def graph_status(self, device: Device, up: bool) -> None:
+        """Keep the device's Fluxion vertices up or down as the vendor says (only for
+        devices in the graph, only on a change)."""
+        if self._up.get(device.name) == up:
+            return
+        self._up[device.name] = up
+        try:
+            if device.name in self.ctx.flux.graph_devices():
+                self.ctx.flux.set_device_up(device.name, up)
+                self.ctx.log(syslog.LOG_INFO, f"graph: {device.name} {'up' if up else 'down'}")
+        except Exception as exc:
+            self.ctx.log(syslog.LOG_WARNING, f"graph: cannot mark {device.name}: {exc}")

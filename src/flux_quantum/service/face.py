@@ -1,0 +1,107 @@
+"""The service's face: what users see of it while their jobs are held.
+
+Two views, both computed from the tracked units and nothing else: the volatile memos on
+every held job (``flux jobs -o '{user.qpu_position}'``: device, task, queue position,
+expected wait, state), sent only when they change; and the answer to a ``status``
+request (``flux quantum service status``), where a guest sees only their own units. It
+never calls a vendor and never decides anything.
+"""
+
+from __future__ import annotations
+
+import syslog
+from collections.abc import Iterable
+from typing import Any
+
+from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.state import Phase, Unit
+
+MEMO_KEYS = ("qpu_device", "qpu_task", "qpu_position", "qpu_wait", "qpu_state")
+
+
+class Face:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+
+    def memo_of(self, unit: Unit, state: str | None = None) -> dict[str, Any]:
+        """The memo every job of the unit shows now."""
+        attempts = unit.attempts()
+        devices = sorted({a.device.name for a in attempts if a.device is not None})
+        first_task = next((a.task.task_id for a in attempts if a.task is not None), None)
+        waiting = [a for a in attempts if a.phase is not Phase.READY]
+        positions = [
+            a.snapshot.position
+            for a in (waiting or attempts)
+            if a.snapshot is not None and a.snapshot.position is not None
+        ]
+        waits = [a.expected_wait for a in waiting if a.expected_wait is not None]
+        if state is None:
+            if any(a.phase is Phase.SELECT for a in attempts):
+                state = "selecting a device"
+            elif any(a.phase is Phase.SUBMIT for a in attempts):
+                state = "submitting"
+            elif all(a.phase is Phase.READY for a in attempts):
+                state = "ready"
+            else:
+                states = sorted({a.snapshot.state.value for a in waiting if a.snapshot})
+                state = ",".join(states) or "submitted"
+        return {
+            "qpu_device": ",".join(devices) or None,
+            "qpu_task": first_task,
+            "qpu_position": max(positions) if positions else None,
+            "qpu_wait": round(max(waits)) if waits else (0 if not waiting else None),
+            "qpu_state": state,
+        }
+
+    def update_memos(
+        self, unit: Unit, state: str | None = None, only: Iterable[int] | None = None
+    ) -> None:
+        """Send the unit's memo to its jobs (``only`` those), the changed keys only."""
+        if not unit.active and state is None:
+            return
+        memo = self.memo_of(unit, state)
+        wanted = None if only is None else set(only)
+        for member in list(unit.jobs.values()):
+            if wanted is not None and member.id not in wanted:
+                continue
+            changed = {k: v for k, v in memo.items() if member.memo.get(k, None) != v}
+            if not changed:
+                continue
+            try:
+                self.ctx.flux.memo(member.id, changed)
+                member.memo.update(changed)
+            except OSError as exc:
+                self.ctx.log(syslog.LOG_DEBUG, f"{member.id}: memo failed: {exc}")
+
+    def units(self, userid: int | None = None) -> list[dict[str, Any]]:
+        """The tracked units (only ``userid``'s when given), for ``status``."""
+        out = []
+        for unit in self.ctx.units.values():
+            if userid is not None and unit.userid != userid:
+                continue
+            out.append(
+                {
+                    "unit": unit.id,
+                    "userid": unit.userid,
+                    "jobs": sorted(unit.jobs),
+                    "request": unit.request.describe(),
+                    "state": unit.state.value,
+                    "tasks": [
+                        {
+                            "index": p.index,
+                            "phase": p.attempt.phase.value,
+                            "attempt": p.attempt.number,
+                            "device": p.attempt.device.name if p.attempt.device else None,
+                            "task": p.attempt.task.task_id if p.attempt.task else None,
+                            "state": p.attempt.snapshot.state.value if p.attempt.snapshot else None,
+                            "position": p.attempt.snapshot.position if p.attempt.snapshot else None,
+                            "expected_wait": None
+                            if p.attempt.expected_wait is None
+                            else round(p.attempt.expected_wait, 1),
+                            "ready": p.attempt.ready_reason,
+                        }
+                        for p in unit.programs
+                    ],
+                }
+            )
+        return out

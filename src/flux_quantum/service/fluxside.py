@@ -1,0 +1,354 @@
+"""The Flux side of the handler service: everything it asks of Flux, on one handle.
+
+``FluxJobs`` is the one adapter between the service and a Flux instance (the plugin's
+held-job list, release and fail; job-info lookups; events and memos; Fluxion's QPU
+vertices; the cluster's free cores); ``FluxSide`` is the shape the service relies on, so
+the unit tier drives the service with an in-memory fake instead. The records it returns
+(``JobRecord``, ``JobSize``, ``ClusterView``) are plain data. It runs on the reactor
+thread only and never talks to a vendor.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from flux_quantum.errors import FluxQuantumError
+from flux_quantum.events import Event, first, parse_eventlog
+from flux_quantum.plugin import HeldJob, PluginClient
+
+# --- records --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobSize:
+    """Classical resources a job asks for (from its jobspec)."""
+
+    nodes: int = 0
+    cores: int = 0
+    exclusive_nodes: bool = False
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What Flux says about one job when the service adopts it (or looks after it)."""
+
+    id: int
+    events: tuple[Event, ...] = ()
+    system: Mapping[str, Any] = field(default_factory=dict)
+    cwd: str | None = None
+    size: JobSize = JobSize()
+    jobspec: Mapping[str, Any] = field(default_factory=dict)
+
+    def has_event(self, name: str) -> bool:
+        return any(event.name == name for event in self.events)
+
+    def submit_time(self) -> float | None:
+        event = first(self.events, "submit")
+        return event.timestamp or None if event else None
+
+    @classmethod
+    def from_lookup(cls, jobid: int, eventlog: Any, jobspec: Any) -> JobRecord:
+        """A record from job-info's ``eventlog`` and (current) ``jobspec`` values."""
+        if isinstance(jobspec, str):
+            jobspec = json.loads(jobspec)
+        jobspec = jobspec if isinstance(jobspec, Mapping) else {}
+        attributes = jobspec.get("attributes")
+        system = attributes.get("system", {}) if isinstance(attributes, Mapping) else {}
+        system = system if isinstance(system, Mapping) else {}
+        return cls(
+            id=jobid,
+            events=tuple(parse_eventlog(eventlog)),
+            system=system,
+            cwd=system.get("cwd"),
+            size=jobspec_size(jobspec.get("resources")),
+            jobspec=jobspec,
+        )
+
+
+def jobspec_size(resources: Any) -> JobSize:
+    """Nodes and cores a jobspec's resources ask for (counts' minimums)."""
+    nodes = cores = 0
+    exclusive = False
+
+    def count_of(entry: Mapping[str, Any]) -> int:
+        count = entry.get("count", 1)
+        if isinstance(count, Mapping):
+            count = count.get("min", 1)
+        return int(count) if isinstance(count, int) and count > 0 else 1
+
+    def walk(entries: Any, mult: int) -> None:
+        nonlocal nodes, cores, exclusive
+        if not isinstance(entries, list):
+            return
+        for entry in entries:
+            if not isinstance(entry, Mapping):
+                continue
+            n = mult * count_of(entry)
+            if entry.get("type") == "node":
+                nodes += n
+                exclusive = exclusive or bool(entry.get("exclusive"))
+            elif entry.get("type") == "core":
+                cores += n
+            walk(entry.get("with"), n)
+
+    walk(resources, 1)
+    return JobSize(nodes=nodes, cores=cores, exclusive_nodes=exclusive)
+
+
+def _idset_count(text: Any) -> int:
+    from flux_quantum.graph import GraphError, expand_idset
+
+    try:
+        return len(expand_idset(str(text).strip("[]")))
+    except GraphError:
+        return 0
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The instance's classical resources at time ``t``, as the scheduler sees them.
+
+    ``releases`` lists running jobs as (expiration, cores), soonest first; an
+    expiration of ``inf`` means the job has no time limit.
+    """
+
+    t: float
+    cores_per_node: int
+    free_cores: int
+    releases: tuple[tuple[float, int], ...] = ()
+
+    def cores_for(self, size: JobSize) -> int:
+        if size.exclusive_nodes or (size.nodes and not size.cores):
+            return max(size.cores, size.nodes * max(1, self.cores_per_node))
+        return max(1, size.cores)
+
+    def wait_for(self, cores: int, now: float) -> float | None:
+        """Seconds until ``cores`` cores are free, if running jobs end at their limits;
+        0 when they are free now, None when no limit says when."""
+        available = self.free_cores
+        if cores <= available:
+            return 0.0
+        for expiration, freed in self.releases:
+            if not math.isfinite(expiration):
+                return None
+            available += freed
+            if available >= cores:
+                return max(0.0, expiration - now)
+        return None
+
+    @classmethod
+    def from_flux(
+        cls, status: Mapping[str, Any], running: Sequence[Mapping[str, Any]], t: float
+    ) -> ClusterView:
+        """From ``sched.resource-status`` and job-list's running jobs."""
+
+        def cores(rset: Any) -> tuple[int, int]:
+            if not isinstance(rset, Mapping):
+                return 0, 0
+            total = per_node = 0
+            for entry in rset.get("execution", {}).get("R_lite", []):
+                ranks = _idset_count(entry.get("rank", ""))
+                n = _idset_count(entry.get("children", {}).get("core", ""))
+                total += ranks * n
+                per_node = max(per_node, n)
+            return total, per_node
+
+        total, per_node = cores(status.get("all"))
+        busy, _ = cores(status.get("allocated"))
+        down, _ = cores(status.get("down"))
+        releases = []
+        for job in running:
+            expiration = float(job.get("expiration") or 0.0)
+            releases.append((expiration if expiration > 0 else math.inf, int(job.get("ncores", 1))))
+        releases.sort()
+        return cls(
+            t=t,
+            cores_per_node=per_node,
+            free_cores=max(0, total - busy - down),
+            releases=tuple(releases),
+        )
+
+
+# --- the interface ------------------------------------------------------------------------
+
+
+class FluxSide(Protocol):
+    """What the service asks of Flux. Every method runs on the reactor thread; errors
+    are ``OSError`` (an RPC failed) or ``CommandError`` (the plugin said no)."""
+
+    def held(self) -> list[HeldJob]: ...
+
+    def record(self, jobid: int) -> JobRecord | None: ...
+
+    def records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]: ...
+
+    def post_event(self, jobid: int, name: str, context: Mapping[str, Any]) -> None: ...
+
+    def memo(self, jobid: int, memo: Mapping[str, Any]) -> None: ...
+
+    def release(
+        self,
+        ids: list[int],
+        task: str,
+        device: str,
+        info: Mapping[str, Any],
+        resources: list[Any] | None = None,
+    ) -> list[int]: ...
+
+    def fail(self, ids: list[int], note: str) -> list[int]: ...
+
+    def graph_devices(self) -> frozenset[str]: ...
+
+    def qpu_resources(self, jobspec: Mapping[str, Any], devices: list[str]) -> list[Any]: ...
+
+    def set_device_up(self, device: str, up: bool) -> None: ...
+
+    def start_times(self, ids: Iterable[int]) -> dict[int, float]: ...
+
+    def cluster(self, now: float) -> ClusterView: ...
+
+
+class FluxJobs:
+    """``FluxSide`` on a real Flux handle."""
+
+    GRAPH_CACHE_SECONDS = 10.0
+    LOOKUP_BATCH = 256
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.plugin = PluginClient(handle)
+        self._graph: tuple[float, frozenset[str]] = (-math.inf, frozenset())
+
+    def held(self) -> list[HeldJob]:
+        return self.plugin.list()
+
+    def record(self, jobid: int) -> JobRecord | None:
+        """Eventlog and current jobspec of a job; None if Flux does not know it."""
+        import flux.constants
+
+        payload = {
+            "id": jobid,
+            "keys": ["eventlog", "jobspec"],
+            "flags": flux.constants.FLUX_JOB_LOOKUP_CURRENT,
+        }
+        try:
+            rsp = self.handle.rpc("job-info.lookup", payload).get()
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EPERM):
+                return None
+            raise
+        return JobRecord.from_lookup(jobid, rsp.get("eventlog"), rsp.get("jobspec"))
+
+    def records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
+        """``record`` of many jobs, the lookups pipelined (all sent, then all read): a
+        service adopting thousands of held jobs after a restart waits for one round
+        trip per batch, not per job. A job Flux does not know maps to None; one whose
+        lookup failed otherwise is left out (the caller tries again later)."""
+        import flux.constants
+
+        out: dict[int, JobRecord | None] = {}
+        ids = list(ids)
+        for start in range(0, len(ids), self.LOOKUP_BATCH):
+            batch = ids[start : start + self.LOOKUP_BATCH]
+            futures = [
+                (
+                    jobid,
+                    self.handle.rpc(
+                        "job-info.lookup",
+                        {
+                            "id": jobid,
+                            "keys": ["eventlog", "jobspec"],
+                            "flags": flux.constants.FLUX_JOB_LOOKUP_CURRENT,
+                        },
+                    ),
+                )
+                for jobid in batch
+            ]
+            for jobid, future in futures:
+                try:
+                    rsp = future.get()
+                except OSError as exc:
+                    if exc.errno in (errno.ENOENT, errno.EPERM):
+                        out[jobid] = None
+                    continue
+                out[jobid] = JobRecord.from_lookup(jobid, rsp.get("eventlog"), rsp.get("jobspec"))
+        return out
+
+    def post_event(self, jobid: int, name: str, context: Mapping[str, Any]) -> None:
+        self.plugin.post_event(jobid, name, context)
+
+    def memo(self, jobid: int, memo: Mapping[str, Any]) -> None:
+        payload = {"id": jobid, "volatile": True, "memo": dict(memo)}
+        self.handle.rpc("job-manager.memo", payload).get()
+
+    def release(
+        self,
+        ids: list[int],
+        task: str,
+        device: str,
+        info: Mapping[str, Any],
+        resources: list[Any] | None = None,
+    ) -> list[int]:
+        return self.plugin.release(ids, task=task, device=device, info=info, resources=resources)
+
+    def fail(self, ids: list[int], note: str) -> list[int]:
+        return self.plugin.fail(ids, note)
+
+    def graph_devices(self) -> frozenset[str]:
+        """Devices that have qpu vertices in Fluxion's graph (``flux quantum graph
+        load``); empty when there are none or no Fluxion. Cached for a few seconds."""
+        t, devices = self._graph
+        if time.monotonic() - t < self.GRAPH_CACHE_SECONDS:
+            return devices
+        from flux_quantum import graph
+
+        try:
+            devices = frozenset(v.device for v in graph.find_qpus(self.handle))
+        except (FluxQuantumError, OSError, KeyError, ValueError):
+            devices = frozenset()
+        self._graph = (time.monotonic(), devices)
+        return devices
+
+    def qpu_resources(self, jobspec: Mapping[str, Any], devices: list[str]) -> list[Any]:
+        """The job's resources plus one slot vertex per task's device, checked with
+        Fluxion (a request it can never satisfy would kill the job after its task ran)."""
+        from flux_quantum import graph
+
+        resources = graph.qpu_resources(jobspec.get("resources") or [], devices)
+        graph.check_satisfiable(self.handle, {**jobspec, "resources": resources})
+        return resources
+
+    def set_device_up(self, device: str, up: bool) -> None:
+        from flux_quantum import graph
+
+        graph.set_device_status(self.handle, device, up)
+
+    def start_times(self, ids: Iterable[int]) -> dict[int, float]:
+        """``t_run`` of jobs that started (0.0: not yet); jobs Flux lost are left out."""
+        times = {}
+        for jobid in ids:
+            try:
+                job = self.handle.rpc("job-list.list-id", {"id": jobid, "attrs": ["t_run"]}).get()
+            except OSError:
+                continue
+            times[jobid] = float(job.get("job", {}).get("t_run") or 0.0)
+        return times
+
+    def cluster(self, now: float) -> ClusterView:
+        import flux.constants
+
+        status = self.handle.rpc("sched.resource-status", {}).get()
+        payload = {
+            "max_entries": 0,
+            "attrs": ["expiration", "ncores"],
+            "since": 0.0,
+            "constraint": {"states": [flux.constants.FLUX_JOB_STATE_RUNNING]},
+        }
+        running = self.handle.rpc("job-list.list", payload).get().get("jobs", [])
+        return ClusterView.from_flux(status, running, now)

@@ -1,0 +1,183 @@
+"""How a unit's story ends, or a program's attempt does: fail-over, fail, finish, cancel.
+
+A task that failed, waited past ``qpu.max_wait`` or lost its device is recorded in the
+eventlog, cancelled if it may still run (it is billed), and followed by a new attempt
+(``qpu.failover``) or by the failure of every job of the unit with a reason that says
+what happened. A unit that every job left has its tasks cancelled. Cancels that the
+vendor could not take are retried. This part never releases a job and never chooses a
+device: it only ends things and says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import syslog
+from typing import Any
+
+from flux_quantum import events
+from flux_quantum.errors import CommandError, FluxQuantumError
+from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.face import Face
+from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitState
+from flux_quantum.vendors.base import TaskRef
+from flux_quantum.vendors.errors import VendorError
+
+CANCEL_TRIES = 5
+
+
+class Outcomes:
+    def __init__(self, ctx: ServiceContext, face: Face) -> None:
+        self.ctx = ctx
+        self.face = face
+        self._pending_cancels: list[tuple[TaskRef, int, float]] = []
+        ctx.on_cancel = self.cancel
+
+    # -- a program's attempt
+
+    def task_problem(
+        self, unit: Unit, program: Program, record: events.TaskProblem, what: str
+    ) -> None:
+        """Record what happened to a waiting task, cancel it if it may still run, then
+        fail over or fail as the request says."""
+        attempt = program.attempt
+        assert attempt.device is not None
+        task = attempt.live_task()
+        stranded = task is not None and not isinstance(record, events.TaskFailed)
+        if stranded:
+            record = _with(record, action="cancel the stranded task")
+        self.ctx.post_all(unit, record)
+        if stranded and task is not None:
+            self.cancel(task, what)
+            attempt.cancelled = True
+        self.failover(unit, program, attempt.device.name, what)
+
+    def failover(self, unit: Unit, program: Program, failed: str | None, what: str) -> None:
+        """Start the program's next attempt, away from ``failed``; or fail the unit when
+        the request says ``failover=fail`` or the program used up ``max_tasks``."""
+        mode = unit.request.failover
+        attempt = program.attempt
+        if mode == "fail":
+            self.fail_unit(unit, f"qpu: {what}; qpu.failover=fail, so the job fails")
+            return
+        if attempt.number + 1 >= self.ctx.options.max_tasks:
+            self.fail_unit(
+                unit, f"qpu: {what}; gave up after {attempt.number + 1} task(s) for this program"
+            )
+            return
+        following = attempt.following(failed, "simulator" if mode == "simulator" else None)
+        program.attempt = following
+        self.ctx.counters.failovers += 1
+        record = events.Failover(
+            index=program.index,
+            attempt=following.number,
+            reason=what,
+            mode=mode,
+            failed=failed,
+            exclude=tuple(sorted(following.exclude)),
+            device_class=following.device_class,
+        )
+        self.ctx.post_all(unit, record)
+        self.ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: fail-over ({mode}) after: {what}")
+        self.face.update_memos(unit, state=f"fail-over: {what}")
+
+    # -- a unit
+
+    def fail_unit(self, unit: Unit, note: str) -> None:
+        """Cancel the unit's live tasks and fail every job with ``note``."""
+        for attempt in unit.attempts():
+            task = attempt.live_task()
+            if task is not None:
+                self.cancel(task, "its jobs failed")
+        ids = list(unit.jobs)
+        if ids:
+            self.fail_ids(ids, note)
+        self.ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: failed: {note}")
+        self.finish(unit, UnitState.FAILED)
+
+    def fail_ids(self, ids: list[int], note: str) -> None:
+        try:
+            self.ctx.counters.failed += len(self.ctx.flux.fail(ids, note))
+        except (CommandError, OSError):
+            # All-or-nothing over ids: fail the ones still held one by one.
+            for jobid in ids:
+                with contextlib.suppress(CommandError, OSError):
+                    self.ctx.counters.failed += len(self.ctx.flux.fail([jobid], note))
+
+    def abandon(self, unit: Unit) -> None:
+        """Every job of the unit left before its release: cancel its tasks (they are
+        billed and nobody will read them)."""
+        for attempt in unit.attempts():
+            task = attempt.live_task()
+            if task is not None:
+                self.cancel(task, "every job riding it is gone")
+        self.finish(unit, UnitState.ABANDONED)
+
+    def finish(self, unit: Unit, state: UnitState) -> None:
+        """Stop tracking the unit; a released qpu.group stays joinable for a while."""
+        ctx = self.ctx
+        unit.state = state
+        for program in unit.programs:
+            attempt = program.attempt
+            attempt.phase = Phase.DONE
+            if attempt.task is not None and attempt.device is not None:
+                ctx.estimator.forget_task(attempt.device.name, attempt.task.task_id)
+        for jobid in list(unit.jobs):
+            ctx.member_unit.pop(jobid, None)
+        ctx.units.pop(unit.id, None)
+        if state is UnitState.RELEASED and unit.group_key is not None:
+            ctx.released_groups[unit.group_key] = unit
+        # A device slot may have freed up: selections waiting for one try again now.
+        for other in ctx.units.values():
+            for attempt in other.attempts():
+                if attempt.phase is Phase.SELECT and attempt.wait_posted:
+                    attempt.due = 0.0
+
+    def expire_groups(self, now: float) -> None:
+        for key, unit in list(self.ctx.released_groups.items()):
+            if unit.released_at is None or now - unit.released_at > self.ctx.options.group_linger:
+                del self.ctx.released_groups[key]
+
+    # -- cancels
+
+    def cancel(self, task: TaskRef, why: str, tries: int = 0) -> None:
+        """Cancel a vendor task in a worker; a retryable vendor error is retried later."""
+        ctx = self.ctx
+        try:
+            vendor = ctx.vendor(task.vendor)
+        except (ValueError, FluxQuantumError):
+            return
+
+        def done(result: Any, error: BaseException | None) -> None:
+            if error is None:
+                ctx.counters.tasks_cancelled += 1
+                ctx.log(syslog.LOG_INFO, f"cancelled task {task.task_id} ({why})")
+            elif isinstance(error, VendorError) and error.retryable and tries < CANCEL_TRIES:
+                due = ctx.clock() + 5.0 * (tries + 1)
+                self._pending_cancels.append((task, tries + 1, due))
+            else:
+                ctx.log(syslog.LOG_WARNING, f"cannot cancel task {task.task_id}: {error}")
+
+        ctx.workers.submit(lambda: vendor.cancel(task), done)
+
+    def retry_cancels(self, now: float) -> None:
+        due = [c for c in self._pending_cancels if c[2] <= now]
+        self._pending_cancels = [c for c in self._pending_cancels if c[2] > now]
+        for task, tries, _ in due:
+            self.cancel(task, "retry", tries)
+
+
+def _with(record: events.TaskProblem, **changes: Any) -> events.TaskProblem:
+    from dataclasses import replace
+
+    return replace(record, **changes)
+
+
+def problem_base(program: Program, attempt: Attempt) -> dict[str, Any]:
+    """The fields every TaskProblem record of this attempt carries."""
+    assert attempt.device is not None
+    return {
+        "index": program.index,
+        "attempt": attempt.number,
+        "device": attempt.device.name,
+        "task": attempt.task.task_id if attempt.task else None,
+    }

@@ -1,0 +1,226 @@
+"""When and how held jobs are released: the release point, the early release, the call.
+
+A program's attempt becomes READY when its task reaches the request's release point
+(``qpu.release_at``: a queue position, RUNNING, or ended), or earlier when waiting longer
+would waste nothing: the job's cores will take at least as long to free up as the task
+takes to reach its release point (the classical lead), or, with ``release_at=predict``,
+the expected wait for the result is below the time released jobs take to start (measured
+by ``StartupMeter``). When every program of a unit is READY its jobs are released through
+the plugin, one of them with the QPU slot vertices its tasks occupy when the devices are
+in Fluxion's graph. This part never calls a vendor: it decides from the last snapshots.
+"""
+
+from __future__ import annotations
+
+import syslog
+from collections.abc import Mapping
+from typing import Any
+
+from flux_quantum import events
+from flux_quantum.errors import CommandError
+from flux_quantum.plugin import HeldJob
+from flux_quantum.poller import RELEASE_PREDICT
+from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.face import Face
+from flux_quantum.service.fluxside import ClusterView
+from flux_quantum.service.outcomes import Outcomes
+from flux_quantum.service.state import Attempt, Member, Phase, Unit, UnitState
+
+
+class StartupMeter:
+    """How long released jobs take to start: the lead ``release_at=predict`` releases by.
+
+    The service notes when it released a job and later reads the job's ``t_run`` from
+    job-list; the estimate is the 90th percentile of the last ``keep`` samples, or
+    ``default`` until ``min_samples`` are in. Only the start, not the program's own
+    start-up: the idle time the lead hides is from the job's start to its result.
+    """
+
+    def __init__(self, default: float, keep: int = 20, min_samples: int = 3) -> None:
+        self.default = default
+        self.keep = keep
+        self.min_samples = min_samples
+        self.samples: list[float] = []
+        self.pending: dict[int, float] = {}
+
+    def released(self, jobid: int, t: float) -> None:
+        self.pending[jobid] = t
+
+    def started(self, jobid: int, t_run: float) -> None:
+        t_release = self.pending.pop(jobid, None)
+        if t_release is not None and t_run > 0:
+            self.samples = [*self.samples, max(0.0, t_run - t_release)][-self.keep :]
+
+    def forget_older_than(self, t: float) -> None:
+        self.pending = {j: r for j, r in self.pending.items() if r >= t}
+
+    def estimate(self) -> float:
+        if len(self.samples) < self.min_samples:
+            return self.default
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+
+
+class Release:
+    def __init__(self, ctx: ServiceContext, face: Face, outcomes: Outcomes) -> None:
+        self.ctx = ctx
+        self.face = face
+        self.outcomes = outcomes
+        self.startup = StartupMeter(ctx.options.startup_default)
+        self._startup_due = 0.0
+
+    # -- the release point
+
+    def ready(self, unit: Unit, attempt: Attempt, reason: str) -> None:
+        """The attempt reached its release point; release the unit if all did."""
+        attempt.phase = Phase.READY
+        attempt.ready_reason = reason
+        if attempt.device is not None and attempt.task is not None:
+            self.ctx.estimator.forget_task(attempt.device.name, attempt.task.task_id)
+        self.maybe_release(unit)
+
+    def lead_reached(self, unit: Unit, attempt: Attempt, now: float) -> bool:
+        """Release early when the classical resources will take at least as long to
+        free up as the quantum task takes to reach its release point; with
+        ``release_at=predict``, also when the expected wait for the result is below the
+        time released jobs take to start."""
+        cluster, snap = self.ctx.cluster, attempt.snapshot
+        if snap is None or attempt.expected_wait is None:
+            return False
+        classical = cluster.wait_for(self._unit_cores(unit, cluster), now) if cluster else None
+        startup = self.startup.estimate() if unit.request.release_at == RELEASE_PREDICT else 0.0
+        if not classical and not startup:
+            return False
+        vendor = max(0.0, attempt.expected_wait - (now - snap.t))
+        if classical and vendor <= classical:
+            why = (
+                f"classical lead: expected queue wait {vendor:.0f}s <= expected wait "
+                f"{classical:.0f}s for the job's cores"
+            )
+        elif startup and vendor <= startup:
+            why = (
+                f"predicted: expected wait for the result {vendor:.2f}s <= job start-up "
+                f"{startup:.2f}s"
+            )
+        else:
+            return False
+        self.ready(unit, attempt, why)
+        return True
+
+    def check_lead(self, unit: Unit, attempt: Attempt, now: float) -> None:
+        """Between polls: the cluster may have filled up, or time passed."""
+        if not attempt.busy and attempt.snapshot is not None:
+            self.lead_reached(unit, attempt, now)
+
+    @staticmethod
+    def _unit_cores(unit: Unit, cluster: ClusterView) -> int:
+        return sum(cluster.cores_for(m.size) for m in unit.jobs.values())
+
+    # -- the release
+
+    def maybe_release(self, unit: Unit) -> None:
+        """Release the unit's jobs once every program is READY."""
+        ctx = self.ctx
+        if not unit.active or not unit.jobs:
+            return
+        attempts = unit.attempts()
+        if not all(a.phase is Phase.READY for a in attempts):
+            return
+        first = attempts[0]
+        assert first.task is not None and first.device is not None
+        info = {
+            "vendor": first.device.vendor,
+            "device_id": first.device.id,
+            "region": first.device.region,
+            "tasks": [a.task.task_id for a in attempts if a.task is not None],
+            "devices": [a.device.name for a in attempts if a.device is not None],
+            "catalog": ctx.catalog.path,
+        }
+        reasons = tuple(
+            {
+                "index": p.index,
+                "task": p.attempt.task.task_id if p.attempt.task else None,
+                "why": p.attempt.ready_reason,
+            }
+            for p in unit.programs
+        )
+        record = events.Ready(index=0, attempt=first.number, tasks=reasons)
+        for member in list(unit.jobs.values()):
+            if (events.READY, 0, first.number) not in member.facts:
+                ctx.post(member, record)
+        task, device = first.task.task_id, first.device.name
+        for ids, resources in self._release_calls(unit):
+            try:
+                ctx.flux.release(ids, task=task, device=device, info=info, resources=resources)
+            except (CommandError, OSError) as exc:
+                # All-or-nothing per call: a job left since the scan; rescan, retry.
+                ctx.log(syslog.LOG_INFO, f"unit {unit.id}: release deferred: {exc}")
+                ctx.rescan = True
+                return
+            unit.release = {"task": task, "device": device, "info": info}
+            self.startup.released(ids[0], ctx.clock())
+            self.face.update_memos(unit, state="released", only=ids)
+            for jobid in ids:
+                unit.jobs.pop(jobid, None)
+                ctx.member_unit.pop(jobid, None)
+            ctx.counters.released += len(ids)
+        unit.released_at = ctx.clock()
+        ctx.log(syslog.LOG_INFO, f"unit {unit.id}: released")
+        self.outcomes.finish(unit, UnitState.RELEASED)
+
+    def _release_calls(self, unit: Unit) -> list[tuple[list[int], list[Any] | None]]:
+        """Who is released in which plugin call. When the tasks' devices are vertices in
+        Fluxion's graph, one job of the unit (its first) also asks for their qpu slots,
+        so its allocation records the QPUs (R.scheduling) and Fluxion arbitrates them;
+        the jobs that only read the same task do not."""
+        ids = sorted(unit.jobs)
+        devices = [a.device.name for a in unit.attempts() if a.device is not None]
+        try:
+            in_graph = bool(devices) and set(devices) <= self.ctx.flux.graph_devices()
+        except Exception as exc:
+            self.ctx.log(syslog.LOG_DEBUG, f"graph lookup failed: {exc}")
+            in_graph = False
+        if not in_graph:
+            return [(ids, None)]
+        holder = unit.id if unit.id in unit.jobs else ids[0]
+        try:
+            resources = self.ctx.flux.qpu_resources(unit.jobs[holder].jobspec, devices)
+        except Exception as exc:
+            self.ctx.log(syslog.LOG_WARNING, f"unit {unit.id}: released without QPU vertex: {exc}")
+            return [(ids, None)]
+        others = [i for i in ids if i != holder]
+        return ([(others, None)] if others else []) + [([holder], resources)]
+
+    def release_late(
+        self, job: HeldJob, unit_id: int, release: Mapping[str, Any], via: str
+    ) -> None:
+        """Release a job that joined after its unit was released: same task, at once."""
+        member = Member(job.id, job.userid)
+        self.ctx.post(member, events.Join(unit=unit_id, via=via, late=True))
+        try:
+            self.ctx.flux.release(
+                [job.id], task=release["task"], device=release["device"], info=release["info"]
+            )
+            self.ctx.counters.released += 1
+        except (CommandError, OSError) as exc:
+            self.ctx.log(syslog.LOG_WARNING, f"{job.id}: late release failed: {exc}")
+
+    # -- measuring start-up
+
+    def measure_startup(self, now: float) -> None:
+        """Read the start of a few recently released jobs (one RPC each, once a second)."""
+        if not self.startup.pending or now < self._startup_due:
+            return
+        self._startup_due = now + 1.0
+        self.startup.forget_older_than(now - 600.0)
+        ids = list(self.startup.pending)[:8]
+        try:
+            times = self.ctx.flux.start_times(ids)
+        except Exception as exc:
+            self.ctx.log(syslog.LOG_DEBUG, f"start times unavailable: {exc}")
+            return
+        for jobid in ids:
+            if jobid not in times:
+                self.startup.pending.pop(jobid, None)
+            elif times[jobid] > 0:
+                self.startup.started(jobid, times[jobid])

@@ -1,0 +1,308 @@
+"""The service process: ``python -m flux_quantum.service``, in the project's interpreter.
+
+``serve()`` connects to the instance (``FLUX_URI``), registers the service's name (a lock:
+one service per instance owner), answers ``<name>.status`` (a guest sees only their own
+jobs), and runs a ``QuantumService`` on the handle's reactor (``ServiceRunner``: a tick
+timer and the workers' pipe) until SIGTERM/SIGINT, or until its standard input closes
+when a supervisor started it (the broker module ``qpu_handlers``: if the supervisor goes,
+so does the service). Every reactor callback is fenced: an exception is logged, never
+raised into the reactor, and the same message repeated is logged once with a count.
+
+Logs go to standard error: for a supervisor, as ``<level>message`` lines it relays to the
+broker log; for a person (``flux quantum service run``), with a time stamp. A start-up
+failure (an option, the catalog, ``import flux``, a second service) is one line and a
+non-zero exit status: 2 for a setup error, 3 when another service already runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import signal
+import sys
+import syslog
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from flux_quantum.catalog import load_catalog
+from flux_quantum.errors import FluxQuantumError
+from flux_quantum.service.context import Log
+from flux_quantum.service.core import QuantumService
+from flux_quantum.service.fluxside import FluxJobs
+from flux_quantum.service.options import ServiceError, ServiceOptions
+from flux_quantum.service.workers import VendorWorkers
+
+SERVICE_SUFFIX = "-service"
+READY_LINE = "@ready"
+EXIT_SETUP = 2
+EXIT_RUNNING = 3
+ROLE_OWNER = 0x1
+
+
+def service_name(module_name: str) -> str:
+    """The name the service process registers, beside its supervisor module's."""
+    return module_name + SERVICE_SUFFIX
+
+
+class RepeatFilter:
+    """A log that says a repeated message once: the same (level, message) in a row is
+    counted, and the count is said when another message comes or ``every`` seconds
+    pass. A broken service says why once, not five times a second."""
+
+    def __init__(
+        self, log: Log, every: float = 600.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._log = log
+        self.every = every
+        self._monotonic = monotonic
+        self._last: tuple[int, str] | None = None
+        self._count = 0
+        self._since = 0.0
+
+    def __call__(self, level: int, msg: str) -> None:
+        now = self._monotonic()
+        if self._last == (level, msg):
+            self._count += 1
+            if now - self._since < self.every:
+                return
+            self._flush()
+            self._since = now
+            return
+        self._flush()
+        self._last, self._count, self._since = (level, msg), 0, now
+        self._log(level, msg)
+
+    def _flush(self) -> None:
+        if self._last is not None and self._count > 0:
+            level, msg = self._last
+            self._log(level, f"(repeated {self._count} more time(s)): {msg}")
+        self._count = 0
+
+
+def stream_log(stream: Any, supervised: bool, verbose: bool = False) -> Log:
+    """A log writing to ``stream``: ``<level>msg`` lines for a supervisor, time-stamped
+    lines for a person (debug messages only when ``verbose``)."""
+
+    def log(level: int, msg: str) -> None:
+        if supervised:
+            line = f"<{level}>{msg}"
+        elif level <= (syslog.LOG_DEBUG if verbose else syslog.LOG_INFO):
+            line = f"flux-quantum-service: {time.strftime('%H:%M:%S')} {msg}"
+        else:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            print(line, file=stream, flush=True)
+
+    return log
+
+
+class ServiceRunner:
+    """Wires a QuantumService to a Flux handle's reactor: a tick timer and the workers'
+    pipe. Every callback is fenced: an exception is logged, never raised into the
+    reactor."""
+
+    def __init__(self, handle: Any, options: ServiceOptions, log: Log) -> None:
+        import flux.constants
+
+        self.handle = handle
+        self.options = options
+        self._log = log
+        try:
+            catalog = load_catalog(options.catalog)
+        except FluxQuantumError as exc:
+            raise ServiceError(str(exc)) from exc
+        self.workers = VendorWorkers(options.workers)
+        self.service = QuantumService(FluxJobs(handle), catalog, options, self.workers, log=log)
+        self._fd = handle.fd_watcher_create(
+            self.workers.fileno(), self._on_wake, events=flux.constants.FLUX_POLLIN
+        )
+        self._timer = handle.timer_watcher_create(0.0, self._on_tick, repeat=options.tick)
+
+    def start(self) -> None:
+        self._fd.start()
+        self._timer.start()
+        # The Braket SDK takes seconds to import: do it now, off the reactor.
+        self.workers.submit(_warm_up, lambda result, error: None)
+        catalog = self.service.ctx.catalog
+        self._log(
+            syslog.LOG_INFO,
+            f"qpu handlers started: catalog {catalog.path}, {len(catalog)} devices, "
+            f"python {sys.executable}",
+        )
+
+    def stop(self) -> None:
+        """Stop watching; tasks keep running at the vendor and a later service
+        re-attaches them from the eventlogs."""
+        for watcher in (self._timer, self._fd):
+            with contextlib.suppress(Exception):
+                watcher.stop()
+        self.workers.stop()
+
+    def status(self, userid: int | None = None) -> dict[str, Any]:
+        return self.service.status(userid)
+
+    def _on_tick(self, *args: Any) -> None:
+        self._fenced(self.service.tick)
+
+    def _on_wake(self, *args: Any) -> None:
+        self._fenced(self.service.completions)
+        # A finished vendor call usually makes a next step due (create after select,
+        # release after a poll): take it now rather than at the next tick.
+        self._fenced(self.service.tick)
+
+    def _fenced(self, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception as exc:
+            self.service.ctx.last_error = f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):
+                self._log(syslog.LOG_ERR, f"qpu handlers: {self.service.ctx.last_error}")
+
+
+def _warm_up() -> None:
+    try:
+        import braket.aws  # noqa: F401
+        import braket.ir.openqasm  # noqa: F401
+    except ImportError:
+        pass
+
+
+def _caller_view(msg: Any, payload: Any) -> int | None:
+    """Whose jobs a status request may see: None (all) for the instance owner, else the
+    caller's own. The supervisor relays a guest's request with ``userid`` set, which
+    only the owner may do."""
+    rolemask = getattr(msg, "rolemask", ROLE_OWNER)
+    if rolemask & ROLE_OWNER:
+        userid = payload.get("userid") if isinstance(payload, dict) else None
+        return userid if isinstance(userid, int) else None
+    return int(msg.userid)
+
+
+def serve(
+    words: Sequence[str],
+    *,
+    name: str,
+    log: Log,
+    supervised: bool = False,
+    announce: Callable[[str], None] | None = None,
+) -> int:
+    """Run the service on the instance until stopped; the exit status for the process."""
+    try:
+        options = ServiceOptions.from_args(words)
+    except ServiceError as exc:
+        log(syslog.LOG_ERR, f"error: {exc}")
+        return EXIT_SETUP
+    try:
+        import flux
+        import flux.constants
+    except ImportError as exc:
+        log(
+            syslog.LOG_ERR,
+            f"error: cannot import Flux's Python bindings in {sys.executable} ({exc}); "
+            "install flux-python matching the instance's flux-core into this environment",
+        )
+        return EXIT_SETUP
+    try:
+        handle = flux.Flux()
+    except OSError as exc:
+        log(syslog.LOG_ERR, f"error: cannot connect to the Flux instance: {exc}")
+        return EXIT_SETUP
+    registered = True
+    try:
+        handle.service_register(name).get()
+    except OSError as exc:
+        if exc.errno == errno.EEXIST:
+            log(syslog.LOG_ERR, f"error: the qpu handler service '{name}' is already running")
+            return EXIT_RUNNING
+        registered = False  # a guest: no service name, no status endpoint
+    try:
+        runner = ServiceRunner(handle, options, log)
+    except ServiceError as exc:
+        log(syslog.LOG_ERR, f"error: {exc}")
+        return EXIT_SETUP
+
+    watchers = []
+
+    def on_status(h: Any, typemask: int, msg: Any, arg: Any) -> None:
+        try:
+            view = _caller_view(msg, msg.payload)
+            h.respond(msg, {"running": True, "pid": os.getpid(), **runner.status(view)})
+        except Exception as exc:  # never stop the reactor for a status request
+            log(syslog.LOG_ERR, f"status: {exc}")
+
+    def on_signal(h: Any, watcher: Any, signum: int, arg: Any) -> None:
+        log(syslog.LOG_INFO, f"signal {signum}: stopping")
+        h.reactor_stop()
+
+    def on_lifeline(h: Any, watcher: Any, fd: int, revents: int, arg: Any) -> None:
+        try:
+            data = os.read(0, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            log(syslog.LOG_INFO, "the supervisor is gone: stopping")
+            h.reactor_stop()
+
+    if registered:
+        w = handle.msg_watcher_create(
+            on_status,
+            flux.constants.FLUX_MSGTYPE_REQUEST,
+            f"{name}.status",
+            rolemask=flux.constants.FLUX_ROLE_OWNER | flux.constants.FLUX_ROLE_USER,
+        )
+        w.start()
+        watchers.append(w)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        w = handle.signal_watcher_create(sig, on_signal)
+        w.start()
+        watchers.append(w)
+    if supervised:
+        os.set_blocking(0, False)
+        w = handle.fd_watcher_create(0, on_lifeline, events=flux.constants.FLUX_POLLIN)
+        w.start()
+        watchers.append(w)
+    runner.start()
+    if announce is not None:
+        announce(READY_LINE)
+    try:
+        handle.reactor_run()
+    finally:
+        runner.stop()
+        for w in watchers:
+            with contextlib.suppress(Exception):
+                w.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m flux_quantum.service [--name N] [--supervised] KEY=VALUE...``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m flux_quantum.service",
+        description="The flux-quantum handler service (normally started by its supervisor).",
+    )
+    parser.add_argument("--name", default=service_name("qpu_handlers"))
+    parser.add_argument(
+        "--supervised",
+        action="store_true",
+        help="log <level>lines for the supervisor and stop when standard input closes",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("options", nargs="*", metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    log = RepeatFilter(stream_log(sys.stderr, args.supervised, args.verbose))
+
+    def announce(line: str) -> None:
+        print(line, flush=True)
+
+    return serve(
+        args.options,
+        name=args.name,
+        log=log,
+        supervised=args.supervised,
+        announce=announce if args.supervised else None,
+    )

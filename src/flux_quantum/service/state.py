@@ -1,0 +1,164 @@
+"""What the handler service tracks, as plain records: units, programs, attempts, members.
+
+A *unit* is the set of held jobs that share quantum tasks: one job, a ``qpu.group``, or a
+leader and its followers. It has one *program* per OpenQASM file of the request (a batch
+has several), and each program has a current *attempt*: one vendor task, from choosing its
+device to its release point. A fail-over replaces the attempt with the next one (a new
+token, the failed device excluded); nothing is reset by hand. The records hold state only;
+the service's parts (adoption, tasks, outcomes, release, devices, face) act on them, on the
+reactor thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from flux_quantum.catalog import Device
+from flux_quantum.poller import AdaptivePoller
+from flux_quantum.request import QpuRequest
+from flux_quantum.service.fluxside import JobSize
+from flux_quantum.vendors.base import DeviceSnapshot, TaskRef, TaskSnapshot
+
+
+class Phase(StrEnum):
+    SELECT = "select"  # choosing a device
+    SUBMIT = "submit"  # token recorded, creating the task
+    TRACK = "track"  # polling the task
+    READY = "ready"  # at its release point, waiting for the unit's other tasks
+    DONE = "done"  # the unit was released, failed or abandoned
+
+
+class UnitState(StrEnum):
+    ACTIVE = "active"
+    RELEASED = "released"
+    FAILED = "failed"
+    ABANDONED = "abandoned"  # every job left (cancelled): its tasks were cancelled
+
+
+@dataclass
+class Attempt:
+    """One try at running a program: a device, a token, a vendor task and its progress.
+
+    ``number`` counts the program's attempts (0 first); ``exclude`` and ``device_class``
+    constrain the choice of device after fail-overs. ``due``/``busy`` schedule the
+    attempt's next step; ``errors`` counts its failed calls in a row.
+    """
+
+    number: int = 0
+    exclude: frozenset[str] = frozenset()
+    device_class: str | None = None
+    phase: Phase = Phase.SELECT
+    device: Device | None = None
+    token: str | None = None
+    submit_posted: bool = False  # the token is in the eventlog
+    task: TaskRef | None = None
+    attached: bool = True  # False: found in the eventlog, not yet polled by this service
+    snapshot: TaskSnapshot | None = None
+    queued_at: float | None = None  # when the task was created: max_wait counts from here
+    cancelled: bool = False
+    poller: AdaptivePoller | None = None
+    milestones: set[int] = field(default_factory=set)
+    expected_wait: float | None = None
+    running_seen: float | None = None  # first poll that saw the task RUNNING
+    ready_reason: str | None = None
+    due: float = 0.0
+    busy: bool = False
+    errors: int = 0
+    unexpected: int = 0  # errors in a row that were not vendor errors (a bug, a setup)
+    retry_posted: bool = False
+    wait_posted: str | None = None
+    last_poll: float = 0.0
+
+    def following(self, failed: str | None, device_class: str | None) -> Attempt:
+        """The next attempt after a fail-over away from ``failed``."""
+        exclude = self.exclude | {failed} if failed else self.exclude
+        return Attempt(
+            number=self.number + 1,
+            exclude=frozenset(exclude),
+            device_class=device_class or self.device_class,
+        )
+
+    def live_task(self) -> TaskRef | None:
+        """The task if the vendor may still run it (and we did not cancel it)."""
+        if self.task is None or self.cancelled:
+            return None
+        if self.snapshot is not None and self.snapshot.terminal:
+            return None
+        return self.task
+
+
+@dataclass
+class Program:
+    """One OpenQASM program of a unit (``qpu.program``; None: the default circuit)."""
+
+    index: int
+    path: str | None
+    text: str | None = None
+    attempt: Attempt = field(default_factory=Attempt)
+
+
+@dataclass
+class Member:
+    """A held job riding a unit. ``facts`` are the (event, index, attempt) triples its
+    eventlog has, so that no event is posted twice to it; ``memo`` what it shows."""
+
+    id: int
+    userid: int
+    size: JobSize = JobSize()
+    jobspec: Mapping[str, Any] = field(default_factory=dict)
+    facts: set[tuple[str, int, int]] = field(default_factory=set)
+    memo: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Unit:
+    """Jobs that share tasks: one job, a qpu.group, or a leader and its followers."""
+
+    id: int
+    userid: int
+    t_submit: float
+    request: QpuRequest
+    cwd: str | None
+    programs: list[Program]
+    jobs: dict[int, Member] = field(default_factory=dict)
+    state: UnitState = UnitState.ACTIVE
+    released_at: float | None = None
+    release: dict[str, Any] | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state is UnitState.ACTIVE
+
+    @property
+    def group_key(self) -> tuple[int, str] | None:
+        return (self.userid, self.request.group) if self.request.group else None
+
+    def attempts(self) -> list[Attempt]:
+        return [p.attempt for p in self.programs]
+
+
+@dataclass
+class DeviceWatch:
+    """A device whose tasks are waiting: probed every ``device_check_interval``."""
+
+    device: Device
+    due: float = 0.0
+    busy: bool = False
+    snapshot: DeviceSnapshot | None = None
+
+
+@dataclass
+class Counters:
+    adopted: int = 0
+    released: int = 0
+    failed: int = 0
+    tasks_created: int = 0
+    tasks_attached: int = 0
+    tasks_cancelled: int = 0
+    polls: int = 0
+    failovers: int = 0
+    vendor_errors: int = 0
+    unexpected_errors: int = 0

@@ -1,0 +1,461 @@
+"""Fakes of the outside world for the service's unit tier: a Flux instance in memory, a
+scripted vendor, a manual clock and inline workers. They stand in for Flux, the vendor,
+time and threads; the service's own code runs unchanged (``QuantumService`` and every
+part of it).
+
+``FakeFlux`` keeps held jobs and their eventlogs the way the quantum plugin and Flux do:
+the plugin's list shows held jobs only, release and fail are all-or-nothing over the ids
+given, posting an event to a job that is gone fails, and ``qpu-release`` is written by the
+"plugin" on release. ``ScriptedVendor`` runs a queue model on the manual clock (each
+device: tasks ahead at creation and a service time), returns the same task for a token
+it has seen (as Braket's clientToken does), records every call, and fails the calls a
+test scripts. ``Harness`` drives the service like its reactor would: tick, then run the
+completions, as the clock advances.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flux_quantum import events
+from flux_quantum.catalog import Catalog, Device, parse_catalog
+from flux_quantum.errors import CommandError
+from flux_quantum.plugin import HeldJob
+from flux_quantum.service import QuantumService, ServiceOptions
+from flux_quantum.service.fluxside import ClusterView, JobRecord
+from flux_quantum.vendors.base import (
+    DeviceSnapshot,
+    DeviceStatus,
+    TaskRef,
+    TaskResult,
+    TaskSnapshot,
+    TaskState,
+    Vendor,
+)
+from flux_quantum.vendors.errors import NotFound
+
+OWNER = 1000
+
+
+class Clock:
+    """Seconds since the epoch, moved only by ``advance``."""
+
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+# --- Flux ----------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeJob:
+    id: int
+    userid: int
+    request: Any
+    t_submit: float
+    jobspec: dict[str, Any]
+    follow: int | None = None
+    state: str = "held"  # held | released | failed | cancelled
+    events: list[events.Event] = field(default_factory=list)
+    memo: dict[str, Any] = field(default_factory=dict)
+    release: dict[str, Any] | None = None
+    note: str | None = None
+    t_run: float = 0.0
+
+
+class FakeFlux:
+    """``FluxSide`` in memory."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.jobs: dict[int, FakeJob] = {}
+        self._ids = itertools.count(1001)
+        self.graph: frozenset[str] = frozenset()
+        self.cluster_view: ClusterView | None = None
+        self.list_error: Exception | None = None
+        self.before_release: Callable[[list[int]], Any] | None = None
+        self.journal: list[tuple[str, Any]] = []  # shared with the vendor: call order
+
+    # -- the test's verbs
+
+    def submit(
+        self,
+        request: Any = None,
+        *,
+        userid: int = OWNER,
+        nodes: int = 1,
+        follow: int | None = None,
+        cwd: str = "/tmp",
+    ) -> int:
+        jobid = next(self._ids)
+        system: dict[str, Any] = {"cwd": cwd}
+        if request is not None:
+            system["qpu"] = request
+        jobspec = {
+            "resources": [{"type": "node", "count": nodes, "with": [{"type": "core", "count": 1}]}],
+            "attributes": {"system": system},
+        }
+        job = FakeJob(jobid, userid, request, self.clock(), jobspec, follow=follow)
+        job.events.append(events.Event("submit", self.clock(), {"userid": userid}))
+        self.jobs[jobid] = job
+        return jobid
+
+    def cancel(self, jobid: int) -> None:
+        job = self.jobs[jobid]
+        job.state = "cancelled"
+        job.events.append(events.Event("clean", self.clock(), {}))
+
+    def names(self, jobid: int) -> list[str]:
+        return [e.name for e in self.jobs[jobid].events]
+
+    def decoded(self, jobid: int, name: str) -> list[Any]:
+        out = []
+        for event in self.jobs[jobid].events:
+            if event.name == name:
+                record = events.decode(event)
+                assert record is not None, f"malformed {name}: {event.context}"
+                out.append(record)
+        return out
+
+    def last(self, jobid: int, name: str) -> Any:
+        found = self.decoded(jobid, name)
+        assert found, f"{jobid}: no {name} in {self.names(jobid)}"
+        return found[-1]
+
+    # -- FluxSide
+
+    def held(self) -> list[HeldJob]:
+        if self.list_error is not None:
+            raise self.list_error
+        return [
+            HeldJob(j.id, j.userid, j.request, j.t_submit, j.follow)
+            for j in self.jobs.values()
+            if j.state == "held"
+        ]
+
+    def record(self, jobid: int) -> JobRecord | None:
+        job = self.jobs.get(jobid)
+        if job is None:
+            return None
+        return JobRecord.from_lookup(jobid, [e.to_dict() for e in job.events], job.jobspec)
+
+    def records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
+        return {jobid: self.record(jobid) for jobid in ids}
+
+    def post_event(self, jobid: int, name: str, context: Mapping[str, Any]) -> None:
+        job = self.jobs.get(jobid)
+        if job is None or job.state in ("cancelled", "failed"):
+            raise CommandError(f"event: job {jobid} is not active")
+        job.events.append(events.Event(name, self.clock(), dict(context)))
+        self.journal.append(("event", (jobid, name)))
+
+    def memo(self, jobid: int, memo: Mapping[str, Any]) -> None:
+        job = self.jobs.get(jobid)
+        if job is None or job.state == "cancelled":
+            raise OSError(2, "no such job")
+        job.memo.update(memo)
+
+    def _take(self, ids: list[int], verb: str) -> list[FakeJob]:
+        jobs = [self.jobs.get(i) for i in ids]
+        if any(j is None or j.state != "held" for j in jobs):
+            raise CommandError(f"{verb}: a job is not held")
+        return jobs  # type: ignore[return-value]
+
+    def release(
+        self,
+        ids: list[int],
+        task: str,
+        device: str,
+        info: Mapping[str, Any],
+        resources: list[Any] | None = None,
+    ) -> list[int]:
+        if self.before_release is not None:
+            hook, self.before_release = self.before_release, None
+            hook(ids)
+        for job in self._take(ids, "release"):
+            job.state = "released"
+            job.release = {"task": task, "device": device, "info": dict(info)}
+            if resources is not None:
+                job.release["resources"] = resources
+            job.events.append(
+                events.Event(events.RELEASE, self.clock(), {"task": task, "device": device})
+            )
+        self.journal.append(("release", tuple(ids)))
+        return list(ids)
+
+    def fail(self, ids: list[int], note: str) -> list[int]:
+        for job in self._take(ids, "fail"):
+            job.state = "failed"
+            job.note = note
+            job.events.append(
+                events.Event(
+                    "exception", self.clock(), {"type": "qpu", "severity": 0, "note": note}
+                )
+            )
+        return list(ids)
+
+    def graph_devices(self) -> frozenset[str]:
+        return self.graph
+
+    def qpu_resources(self, jobspec: Mapping[str, Any], devices: list[str]) -> list[Any]:
+        return [*jobspec.get("resources", []), *({"type": "qpu", "device": d} for d in devices)]
+
+    def set_device_up(self, device: str, up: bool) -> None:
+        self.journal.append(("graph", (device, up)))
+
+    def start_times(self, ids: Iterable[int]) -> dict[int, float]:
+        return {i: self.jobs[i].t_run for i in ids if i in self.jobs}
+
+    def cluster(self, now: float) -> ClusterView:
+        if self.cluster_view is None:
+            raise OSError(38, "no scheduler")
+        return self.cluster_view
+
+
+# --- the vendor ------------------------------------------------------------------------------
+
+
+@dataclass
+class QueueModel:
+    """A device's queue: ``depth`` tasks ahead of each new task, ``service`` seconds each."""
+
+    depth: int = 0
+    service: float = 10.0
+    status: DeviceStatus = DeviceStatus.ONLINE
+    reason: str | None = None
+
+
+@dataclass
+class FakeTask:
+    ref: TaskRef
+    created: float
+    ahead: int
+    service: float
+    cancelled: bool = False
+    failed: str | None = None
+
+
+class ScriptedVendor(Vendor):
+    """A vendor on the manual clock; ``fail(operation, error, times)`` scripts failures."""
+
+    name = "local"
+
+    def __init__(self, clock: Clock, queues: Mapping[str, QueueModel], journal: list) -> None:
+        self.clock = clock
+        self.queues = dict(queues)
+        self.tasks: dict[str, FakeTask] = {}
+        self.by_token: dict[str, str] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.journal = journal
+        self.failures: dict[str, list[BaseException]] = {}
+        self._ids = itertools.count(1)
+
+    def fail(self, operation: str, error: BaseException, times: int = 1) -> None:
+        self.failures.setdefault(operation, []).extend([error] * times)
+
+    def _call(self, operation: str, what: str) -> None:
+        self.calls.append((operation, what))
+        self.journal.append(("vendor", (operation, what)))
+        pending = self.failures.get(operation)
+        if pending:
+            raise pending.pop(0)
+
+    def count(self, operation: str) -> int:
+        return sum(1 for op, _ in self.calls if op == operation)
+
+    def probe(self, device: Device) -> DeviceSnapshot:
+        self._call("probe", device.name)
+        q = self.queues[device.name]
+        waiting = sum(1 for t in self.tasks.values() if t.ref.device == device.name)
+        return DeviceSnapshot(
+            device=device.name,
+            status=q.status,
+            reason=q.reason,
+            queue_depth=q.depth + waiting,
+            price=device.price,
+            t=self.clock(),
+        )
+
+    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+        self._call("submit", token)
+        if token in self.by_token:
+            return self.tasks[self.by_token[token]].ref
+        q = self.queues[device.name]
+        task_id = f"arn:task/{device.name}/{next(self._ids)}"
+        ref = TaskRef("local", device.name, task_id, token)
+        self.tasks[task_id] = FakeTask(ref, self.clock(), q.depth, q.service)
+        self.by_token[token] = task_id
+        return ref
+
+    def state_of(self, task: FakeTask) -> tuple[TaskState, int | None]:
+        if task.cancelled:
+            return TaskState.CANCELLED, None
+        if task.failed:
+            return TaskState.FAILED, None
+        served = math.floor((self.clock() - task.created) / task.service) if task.service else 10**9
+        position = task.ahead - served
+        if position >= 1:
+            return TaskState.QUEUED, position
+        if position == 0:
+            return TaskState.RUNNING, None
+        return TaskState.COMPLETED, None
+
+    def poll(self, task: TaskRef) -> TaskSnapshot:
+        self._call("poll", task.task_id)
+        fake = self.tasks.get(task.task_id)
+        if fake is None:
+            raise NotFound(
+                f"no task {task.task_id}", vendor="local", vendor_code="ResourceNotFound"
+            )
+        state, position = self.state_of(fake)
+        return TaskSnapshot(task, state, position, message=fake.failed, t=self.clock())
+
+    def cancel(self, task: TaskRef) -> None:
+        self._call("cancel", task.task_id)
+        self.tasks[task.task_id].cancelled = True
+
+    def result(self, task: TaskRef) -> TaskResult:
+        raise NotImplementedError
+
+    def attach(self, task_id: str) -> TaskRef:
+        self._call("attach", task_id)
+        fake = self.tasks.get(task_id)
+        if fake is None:
+            raise NotFound(f"no task {task_id}", vendor="local", vendor_code="ResourceNotFound")
+        return fake.ref
+
+
+# --- threads --------------------------------------------------------------------------------
+
+
+class InlineWorkers:
+    """Runs each call at once in the caller's thread; its completion waits for
+    ``drain()``, as a worker's would wait for the reactor."""
+
+    def __init__(self) -> None:
+        self.busy = 0
+        self.queued = 0
+        self._done: list[tuple[Callable[..., None], Any, BaseException | None]] = []
+
+    def submit(self, call: Callable[[], Any], done: Callable[[Any, BaseException | None], None]):
+        try:
+            result, error = call(), None
+        except BaseException as exc:
+            result, error = None, exc
+        self._done.append((done, result, error))
+
+    def drain(self) -> list[tuple[Callable[..., None], Any, BaseException | None]]:
+        out, self._done = self._done, []
+        return out
+
+    def stop(self) -> None:
+        pass
+
+
+# --- the harness -------------------------------------------------------------------------------
+
+CATALOG = """
+devices:
+  - {name: alpha, vendor: local, id: "arn:aws:braket:us-east-1::device/qpu/fake/alpha", class: qpu, qubits: 20, slots: 4,
+     price: {per_task: 0.3, per_shot: 0.001}, properties: {drain_seconds_per_task: 10}}
+  - {name: beta, vendor: local, id: "arn:aws:braket:us-east-1::device/qpu/fake/beta", class: qpu, qubits: 20, slots: 4,
+     price: {per_task: 0.3, per_shot: 0.002}, properties: {drain_seconds_per_task: 10}}
+  - {name: solo, vendor: local, id: "arn:aws:braket:us-east-1::device/qpu/fake/solo", class: qpu, qubits: 20, slots: 1,
+     price: {per_task: 0.3, per_shot: 0.001}, properties: {drain_seconds_per_task: 10}}
+  - {name: sim, vendor: local, id: "arn:aws:braket:::device/quantum-simulator/fake/sim", class: simulator, qubits: 30, slots: 4,
+     price: {per_minute: 0.075}, properties: {drain_seconds_per_task: 1}}
+"""
+
+FAST = ServiceOptions(
+    scan_interval=1.0,
+    poll_min=0.5,
+    poll_cold_max=2.0,
+    poll_max=5.0,
+    device_check_interval=2.0,
+    cluster_interval=1.0,
+    retry_base=1.0,
+    retry_max=4.0,
+)
+
+
+class Harness:
+    """One service on a FakeFlux, a ScriptedVendor and a Clock."""
+
+    def __init__(
+        self,
+        queues: Mapping[str, QueueModel] | None = None,
+        options: ServiceOptions = FAST,
+        flux: FakeFlux | None = None,
+        vendor: ScriptedVendor | None = None,
+        clock: Clock | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        self.clock = clock or Clock()
+        self.flux = flux or FakeFlux(self.clock)
+        default = {"alpha": QueueModel(3), "beta": QueueModel(5), "solo": QueueModel(1)}
+        default["sim"] = QueueModel(0, service=1.0)
+        self.vendor = vendor or ScriptedVendor(
+            self.clock, {**default, **(queues or {})}, self.flux.journal
+        )
+        self.catalog = catalog or parse_catalog(CATALOG)
+        self.logs: list[tuple[int, str]] = []
+        self.workers = InlineWorkers()
+        self.service = QuantumService(
+            self.flux,
+            self.catalog,
+            options,
+            self.workers,
+            vendors={"local": self.vendor},
+            clock=self.clock,
+            log=lambda level, msg: self.logs.append((level, msg)),
+            userid=OWNER,
+        )
+
+    def restart(self, options: ServiceOptions = FAST) -> Harness:
+        """A new service (its predecessor is gone, state and all) on the same world."""
+        return Harness(
+            options=options,
+            flux=self.flux,
+            vendor=self.vendor,
+            clock=self.clock,
+            catalog=self.catalog,
+        )
+
+    def step(self) -> None:
+        self.service.tick()
+        for _ in range(10):
+            if not self.workers._done:
+                break
+            self.service.completions()
+            self.service.tick()
+
+    def run(self, seconds: float, dt: float = 0.25) -> None:
+        end = self.clock() + seconds
+        self.step()
+        while self.clock() < end:
+            self.clock.advance(dt)
+            self.step()
+
+    def until(self, what: Callable[[], Any], limit: float = 600.0, dt: float = 0.25) -> float:
+        """Run until ``what()`` is true; the (manual) seconds it took."""
+        start = self.clock()
+        self.step()
+        while not what():
+            if self.clock() - start > limit:
+                raise AssertionError(f"not reached within {limit}s of manual time")
+            self.clock.advance(dt)
+            self.step()
+        return self.clock() - start
+
+    def state(self, jobid: int) -> str:
+        return self.flux.jobs[jobid].state

@@ -1,0 +1,318 @@
+"""Unit tier: the handler service's decisions, end to end through ``QuantumService`` on
+fakes of the outside world (Flux in memory, a scripted vendor, a manual clock, inline
+workers). No Flux, no threads, no sleeping: minutes of vendor queue run in milliseconds.
+The flux tier keeps the same stories on real brokers."""
+
+from __future__ import annotations
+
+import syslog
+
+from service_fakes import FAST, Harness, QueueModel
+
+from flux_quantum import events
+from flux_quantum.service import ServiceOptions
+from flux_quantum.service.fluxside import ClusterView
+from flux_quantum.vendors.base import DeviceStatus
+from flux_quantum.vendors.errors import VendorThrottled
+
+
+def at_front(device: str, **more) -> dict:
+    return {"device": f"local:{device}", "release_at": 1, **more}
+
+
+def test_single_job_token_recorded_before_create_released_at_its_release_point():
+    h = Harness()
+    job = h.flux.submit(at_front("alpha"))
+    h.until(lambda: h.state(job) == "released")
+    # The token was in the eventlog before the vendor heard of it.
+    journal = h.flux.journal
+    submit_event = journal.index(("event", (job, events.SUBMIT)))
+    create = next(
+        i for i, (kind, what) in enumerate(journal) if kind == "vendor" and what[0] == "submit"
+    )
+    assert submit_event < create
+    submit = h.flux.last(job, events.SUBMIT)
+    task = h.flux.last(job, events.TASK)
+    assert submit.token == task.token == events.task_token(job, h.flux.jobs[job].t_submit, 0, 0)
+    assert h.vendor.count("submit") == 1
+    released = h.flux.jobs[job].release
+    assert released["task"] == task.task and released["device"] == "alpha"
+    ready = h.flux.last(job, events.READY)
+    assert ready.tasks[0]["why"] == "position 1 <= release_at 1"
+    # Milestones 100, 10 and 1 were each recorded once; memos followed the queue.
+    assert [r.milestone for r in h.flux.decoded(job, events.QUEUE)] == [10, 1]
+    assert h.flux.jobs[job].memo["qpu_state"] == "released"
+
+
+def test_default_release_waits_until_the_task_is_done():
+    h = Harness()
+    job = h.flux.submit({"device": "local:alpha"})
+    h.until(
+        lambda: (
+            h.service.ctx.units
+            and h.service.ctx.units[job].programs[0].attempt.snapshot is not None
+        )
+    )
+    took = h.until(lambda: h.state(job) == "released")
+    assert h.flux.last(job, events.READY).tasks[0]["why"] == "COMPLETED"
+    assert took >= 30  # three tasks ahead and its own, 10 s each
+
+
+def test_failed_task_fails_over_with_a_new_token_and_the_device_excluded():
+    h = Harness()
+    job = h.flux.submit(at_front("alpha", failover="next"))
+    h.until(lambda: h.flux.decoded(job, events.TASK))
+    first = h.flux.last(job, events.TASK)
+    h.vendor.tasks[first.task].failed = "calibration drifted"
+    h.until(lambda: h.state(job) == "released")
+    failed = h.flux.last(job, events.TASK_FAILED)
+    assert failed.state == "FAILED" and failed.reason == "calibration drifted"
+    failover = h.flux.last(job, events.FAILOVER)
+    assert (failover.attempt, failover.failed, failover.exclude) == (1, "alpha", ("alpha",))
+    second = h.flux.last(job, events.TASK)
+    assert second.attempt == 1 and second.token != first.token and second.task != first.task
+    assert h.flux.jobs[job].release["task"] == second.task
+    assert h.flux.jobs[job].release["device"] != "alpha"
+    assert h.vendor.count("submit") == 2
+    assert h.vendor.count("cancel") == 0  # a failed task is not cancelled
+
+
+def test_failover_fail_fails_the_job_with_the_vendors_reason():
+    h = Harness()
+    job = h.flux.submit(at_front("alpha"))
+    h.until(lambda: h.flux.decoded(job, events.TASK))
+    h.vendor.tasks[h.flux.last(job, events.TASK).task].failed = "device error 17"
+    h.until(lambda: h.state(job) == "failed")
+    note = h.flux.jobs[job].note
+    assert "device error 17" in note and "qpu.failover=fail" in note
+    assert not h.service.ctx.units
+
+
+def test_max_wait_cancels_the_stranded_task_then_fails_over_to_a_simulator():
+    # The queue looks short (the catalog's drain: 10 s a task) but serves slowly.
+    h = Harness({"alpha": QueueModel(3, service=100.0)})
+    job = h.flux.submit(at_front("alpha", max_wait="60s", failover="simulator"))
+    h.until(lambda: h.state(job) == "released")
+    waited = h.flux.last(job, events.MAX_WAIT)
+    assert waited.max_wait == 60 and waited.waited > 60
+    assert waited.action == "cancel the stranded task"
+    assert h.vendor.count("cancel") == 1
+    assert h.flux.last(job, events.FAILOVER).device_class == "simulator"
+    assert h.flux.jobs[job].release["device"] == "sim"
+
+
+def test_busy_cluster_releases_early_by_the_classical_lead():
+    h = Harness({"alpha": QueueModel(6)})
+    # Every core is busy for the next 90 s; the task needs ~50 s to reach position 1.
+    h.flux.cluster_view = ClusterView(
+        t=h.clock(), cores_per_node=1, free_cores=0, releases=((h.clock() + 90, 8),)
+    )
+    job = h.flux.submit(at_front("alpha"))
+    h.until(lambda: h.state(job) == "released")
+    why = h.flux.last(job, events.READY).tasks[0]["why"]
+    assert why.startswith("classical lead")
+    task = h.vendor.tasks[h.flux.jobs[job].release["task"]]
+    state, position = h.vendor.state_of(task)
+    assert position is not None and position > 1  # released while its task still waits
+
+
+def test_predict_releases_when_the_wait_for_the_result_is_below_start_up():
+    options = ServiceOptions(**{**FAST.__dict__, "startup_default": 8.0})
+    h = Harness({"alpha": QueueModel(0, service=20.0)}, options=options)
+    job = h.flux.submit({"device": "local:alpha", "release_at": "predict"})
+    h.until(lambda: h.state(job) == "released")
+    why = h.flux.last(job, events.READY).tasks[0]["why"]
+    assert why.startswith("predicted: expected wait for the result")
+    task = h.vendor.tasks[h.flux.jobs[job].release["task"]]
+    state, _ = h.vendor.state_of(task)
+    assert state.value == "RUNNING"  # the result is ~8 s away, not there yet
+
+
+def test_a_new_service_recovers_from_the_eventlogs_and_never_creates_twice():
+    h = Harness({"alpha": QueueModel(20), "beta": QueueModel(20)})
+    a = h.flux.submit(at_front("alpha"))
+    b = h.flux.submit(at_front("beta"))
+    h.until(lambda: h.flux.decoded(a, events.TASK) and h.flux.decoded(b, events.TASK))
+    h.run(5)
+    assert h.vendor.count("submit") == 2
+    h2 = h.restart()  # the first service is gone: kill -9, nothing kept
+    h2.until(lambda: h2.state(a) == "released" and h2.state(b) == "released")
+    assert h2.vendor.count("submit") == 2
+    assert h2.vendor.count("attach") == 2
+    assert h2.service.counters.tasks_attached == 2
+    for job in (a, b):
+        assert h2.flux.jobs[job].release["task"] == h2.flux.last(job, events.TASK).task
+        assert len(h2.flux.decoded(job, events.SUBMIT)) == 1  # the new service posts no duplicate
+        assert [r.milestone for r in h2.flux.decoded(job, events.QUEUE)] == [100, 10, 1]
+
+
+def test_a_recorded_token_without_a_task_gets_the_same_task_back():
+    """The service died between the vendor's create and recording qpu-task: its
+    successor creates again with the recorded token and gets the same task."""
+    h = Harness()
+    job = h.flux.submit(at_front("alpha"))
+    h.until(lambda: h.flux.decoded(job, events.SUBMIT))
+    token = h.flux.last(job, events.SUBMIT).token
+    assert token in h.vendor.by_token  # the create happened...
+    h.flux.jobs[job].events = [e for e in h.flux.jobs[job].events if e.name != events.TASK]
+    h2 = h.restart()  # ...but qpu-task never reached the eventlog
+    h2.until(lambda: h2.state(job) == "released")
+    assert len(h2.vendor.tasks) == 1
+    assert h2.flux.jobs[job].release["task"] == h2.vendor.by_token[token]
+    assert events.SELECT not in [e.name for e in h2.flux.jobs[job].events[-6:]]
+
+
+def test_one_slot_device_takes_one_task_at_a_time_oldest_first():
+    h = Harness({"solo": QueueModel(4)})
+    jobs = [h.flux.submit(at_front("solo")) for _ in range(3)]
+    h.until(lambda: h.flux.decoded(jobs[0], events.TASK))
+    h.run(2)
+    for job in jobs[1:]:
+        assert "slot(s) of solo in use" in h.flux.last(job, events.WAIT).reason
+    assert h.vendor.count("submit") == 1
+    h.until(lambda: all(h.state(j) == "released" for j in jobs))
+    created = [h.flux.last(j, events.TASK).task for j in jobs]
+    assert created == sorted(created, key=lambda t: int(t.rsplit("/", 1)[1]))  # submit order
+    # Never two tasks in flight: each was created after the one before was released.
+    stamps = {}
+    for j in jobs:
+        evs = h.flux.jobs[j].events
+        stamps[j] = (
+            next(e.timestamp for e in evs if e.name == events.TASK),
+            next(e.timestamp for e in evs if e.name == events.RELEASE),
+        )
+    assert stamps[jobs[1]][0] >= stamps[jobs[0]][1] and stamps[jobs[2]][0] >= stamps[jobs[1]][1]
+
+
+def test_batch_is_released_only_when_every_program_is_ready(tmp_path):
+    for name in ("a.qasm", "b.qasm"):
+        (tmp_path / name).write_text("OPENQASM 3.0;\nqubit[1] q;\n")
+    h = Harness({"alpha": QueueModel(1), "beta": QueueModel(8)})
+    job = h.flux.submit(
+        {"vendor": "local", "policy": "min-cost", "program": ["a.qasm", "b.qasm"], "release_at": 1},
+        cwd=str(tmp_path),
+    )
+    h.until(lambda: len(h.flux.decoded(job, events.TASK)) == 2)
+    tasks = h.flux.decoded(job, events.TASK)
+    assert [t.index for t in tasks] == [0, 1]
+    h.until(lambda: h.state(job) == "released")
+    ready = h.flux.last(job, events.READY)
+    assert len(ready.tasks) == 2
+    assert h.flux.jobs[job].release["info"]["tasks"] == [t.task for t in tasks]
+
+
+def test_group_members_ride_one_task_and_a_late_member_is_released_at_once():
+    h = Harness()
+    first = h.flux.submit(at_front("alpha", group="scan"))
+    second = h.flux.submit(at_front("alpha", group="scan"))
+    follower = h.flux.submit(None, follow=first)
+    h.until(lambda: all(h.state(j) == "released" for j in (first, second, follower)))
+    assert h.vendor.count("submit") == 1
+    tasks = {h.flux.jobs[j].release["task"] for j in (first, second, follower)}
+    assert len(tasks) == 1
+    assert h.flux.last(second, events.JOIN).via == "group"
+    assert h.flux.last(follower, events.JOIN).via == "follow"
+    late = h.flux.submit(at_front("alpha", group="scan"))
+    h.until(lambda: h.state(late) == "released")
+    assert h.flux.last(late, events.JOIN).late is True
+    assert h.flux.jobs[late].release["task"] in tasks
+    assert h.vendor.count("submit") == 1
+
+
+def test_partial_release_a_member_gone_defers_and_the_rest_is_released():
+    h = Harness({"alpha": QueueModel(3)})
+    first = h.flux.submit(at_front("alpha", group="pair"))
+    second = h.flux.submit(at_front("alpha", group="pair"))
+    h.until(lambda: h.flux.decoded(second, events.JOIN))
+    # The second job is cancelled between the service's last scan and its release.
+    h.flux.before_release = lambda ids: second in ids and h.flux.cancel(second)
+    h.until(lambda: h.state(first) == "released")
+    assert h.state(second) == "cancelled"
+    assert any("release deferred" in msg for _, msg in h.logs)
+    assert h.vendor.count("cancel") == 0  # the task is still read by the first job
+
+
+def test_every_job_gone_cancels_the_task():
+    h = Harness({"alpha": QueueModel(20)})
+    job = h.flux.submit(at_front("alpha"))
+    h.until(lambda: h.flux.decoded(job, events.TASK))
+    h.flux.cancel(job)
+    h.until(lambda: h.vendor.count("cancel") == 1)
+    assert not h.service.ctx.units
+
+
+def test_device_offline_while_waiting_cancels_and_fails_over():
+    h = Harness({"alpha": QueueModel(50)})
+    job = h.flux.submit(at_front("alpha", failover="next"))
+    h.until(lambda: h.flux.decoded(job, events.TASK))
+    h.vendor.queues["alpha"].status = DeviceStatus.OFFLINE
+    h.vendor.queues["alpha"].reason = "MAINTENANCE"
+    h.until(lambda: h.state(job) == "released")
+    gone = h.flux.last(job, events.DEVICE_UNAVAILABLE)
+    assert gone.status == "OFFLINE (MAINTENANCE)" and gone.action == "cancel the stranded task"
+    assert h.vendor.count("cancel") == 1
+    assert h.flux.jobs[job].release["device"] != "alpha"
+
+
+def test_throttling_is_retried_with_backoff_and_said_once():
+    h = Harness()
+    h.vendor.fail(
+        "submit", VendorThrottled("slow down", vendor="local", vendor_code="Throttling"), 4
+    )
+    job = h.flux.submit(at_front("alpha"))
+    h.until(lambda: h.state(job) == "released")
+    retries = h.flux.decoded(job, events.RETRY)
+    assert len(retries) == 1 and retries[0].code == "Throttling"
+    assert h.vendor.count("submit") == 5
+    warnings = [m for level, m in h.logs if level == syslog.LOG_WARNING and "create" in m]
+    assert len(warnings) == 1
+
+
+def test_an_error_that_is_not_a_vendor_error_backs_off_and_fails_the_job():
+    """The bug the fakes showed: a vendor call raising something else (a mistyped
+    profile, a bug) was retried on every tick without back-off."""
+    h = Harness()
+    h.vendor.fail("submit", KeyError("profile 'prod' not found"), times=100)
+    job = h.flux.submit(at_front("alpha"))
+    h.run(10)
+    assert h.vendor.count("submit") < 6  # back-off, not a create per tick (48 in 10 s)
+    h.until(lambda: h.state(job) == "failed")
+    creates = h.vendor.count("submit")
+    assert creates == FAST.error_limit
+    note = h.flux.jobs[job].note
+    assert "create failed 5 times in a row" in note and "profile 'prod' not found" in note
+    retry = h.flux.last(job, events.RETRY)
+    assert retry.code == "KeyError" and "profile 'prod' not found" in retry.message
+    assert h.service.counters.unexpected_errors == creates
+    errors = [m for level, m in h.logs if level <= syslog.LOG_WARNING and "KeyError" in m]
+    assert len(errors) == 1
+
+
+def test_a_request_that_does_not_parse_fails_at_once():
+    h = Harness()
+    job = h.flux.submit({"device": "local:alpha", "shots": -3})
+    h.until(lambda: h.state(job) == "failed")
+    assert "qpu.shots" in h.flux.jobs[job].note
+    assert h.vendor.count("submit") == 0
+
+
+def test_listing_held_jobs_failing_is_said_once_and_recovers():
+    h = Harness()
+    h.flux.list_error = OSError(5, "job-manager is reloading")
+    h.run(10)
+    said = [m for _, m in h.logs if "cannot list held jobs" in m]
+    assert len(said) == 1
+    h.flux.list_error = None
+    job = h.flux.submit(at_front("alpha"))
+    h.until(lambda: h.state(job) == "released")
+    assert any("listed again after" in m for _, m in h.logs)
+
+
+def test_status_shows_a_guest_only_their_own_units():
+    h = Harness({"alpha": QueueModel(20)})
+    mine = h.flux.submit(at_front("alpha"))
+    h.until(lambda: h.flux.decoded(mine, events.TASK))
+    status = h.service.status()
+    assert [u["unit"] for u in status["units"]] == [mine] and "counters" in status
+    guest = h.service.status(userid=4242)
+    assert guest["units"] == [] and "counters" not in guest and "options" not in guest
