@@ -674,6 +674,17 @@ class BraketService:
             metadata["createdAt"] = iso8601(timestamp(self.clock, task.created_t))
             if progress.ended_at is not None:
                 metadata["endedAt"] = iso8601(timestamp(self.clock, progress.ended_at))
+            spec = self.scenario.device(task.device_arn)
+            started, ended = progress.started_at, progress.ended_at
+            if spec is not None and spec.type == "SIMULATOR" and None not in (started, ended):
+                # What the managed simulators report and Braket bills (3 s minimum).
+                document.setdefault("additionalMetadata", {})["simulatorMetadata"] = {
+                    "braketSchemaHeader": {
+                        "name": "braket.task_result.simulator_metadata",
+                        "version": "1",
+                    },
+                    "executionDuration": round((ended - started) * 1000),  # type: ignore[operator]
+                }
             when = timestamp(self.clock, progress.ended_at or now)
             body = json.dumps(document).encode()
             key = f"{task.directory}/{RESULTS_FILENAME}"
