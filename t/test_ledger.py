@@ -27,11 +27,13 @@ from flux_quantum.ledger import (
     serve_usage,
 )
 from flux_quantum.policy import select_device
-from flux_quantum.quota import Charge, QuotaConfig
+from flux_quantum.quota import Charge, QuotaConfig, actual_cost
 from flux_quantum.request import parse_request
-from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
+from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, TaskState
+from flux_quantum.vendors.braket import BraketVendor, execution_seconds
 
 CATALOG = catalog_of("sv1", "forte1", "garnet")
+pytest_plugins = ["emulator_fixtures"]
 SV1, FORTE, GARNET = (CATALOG.get(n) for n in ("sv1", "forte1", "garnet"))
 JUNE_3 = datetime(2025, 6, 3, 15, 30, tzinfo=UTC).timestamp()
 DAY = 86400.0
@@ -377,3 +379,31 @@ def test_the_services_usage_rpc(tmp_path: Path) -> None:
             serve_usage(ledger, {"period": "week"}, owner, owner)
         with pytest.raises(ValueError, match="usage: since must be epoch seconds"):
             serve_usage(ledger, {"since": "yesterday"}, owner, owner)
+
+
+def test_a_simulator_task_settles_at_its_billed_run_time(tmp_path: Path, make_emulator) -> None:
+    # sv1 runs for 8 emulated seconds: Braket bills 8 s (above the 3 s minimum).
+    emu = make_emulator(
+        {"extends": "default", "devices": [{"name": "SV1", "queue": {"service_time": 8.0}}]}
+    )
+    clock = emu.clock
+    vendor = BraketVendor(devices=[SV1], clock=lambda: clock.epoch.timestamp() + clock.now())
+    program = "OPENQASM 3; qubit[2] q; h q[0]; cnot q[0], q[1];"
+    with Ledger(tmp_path / "ledger.db") as ledger:
+        token = "fq-3-1-0-0"
+        reserved = ledger.reserve(charge(token, SV1, shots=100, jobid=3), QUOTA)
+        assert reserved.allowed
+        task = vendor.submit(SV1, program, 100, token)  # type: ignore[arg-type]
+        ledger.attach(token, task.task_id)
+        clock.advance(20)
+        assert vendor.poll(task).state is TaskState.COMPLETED
+        billed = execution_seconds(vendor.result(task).raw)
+        assert billed == pytest.approx(8.0)
+        cost = actual_cost(SV1.price, 100, billed)  # type: ignore[union-attr]
+        assert cost == pytest.approx(0.075 * 8 / 60)
+        record = ledger.settle(
+            token, cost, now=JUNE_3 + 20, task_id=task.task_id, billed_seconds=billed
+        )
+    assert (record.state, record.billed_seconds, record.task_id) == ("settled", 8.0, task.task_id)
+    assert record.cost == pytest.approx(0.01)
+    assert execution_seconds({"additionalMetadata": {"simulatorMetadata": None}}) is None

@@ -304,6 +304,19 @@ def read_calibration(capabilities: object) -> Calibration | None:
     )
 
 
+def execution_seconds(result: object) -> float | None:
+    """A managed simulator's run time from its results.json
+    (``additionalMetadata.simulatorMetadata.executionDuration``, milliseconds): what
+    Braket bills, with its 3 s minimum applied by the catalog's price model. None for a
+    QPU (billed per task and shot) or when missing."""
+    metadata = result.get("additionalMetadata") if isinstance(result, dict) else None
+    simulator = metadata.get("simulatorMetadata") if isinstance(metadata, dict) else None
+    duration = simulator.get("executionDuration") if isinstance(simulator, dict) else None
+    if isinstance(duration, bool) or not isinstance(duration, int | float) or duration < 0:
+        return None
+    return duration / 1000.0
+
+
 def client_token(token: str) -> str:
     """The caller's idempotency token as a Braket clientToken (1..64 characters).
 
