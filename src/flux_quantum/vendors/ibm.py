@@ -397,6 +397,17 @@ def resource_config(
         SETTING_PREFIX + "SERVICE_CRN": pick("SERVICE_CRN", settings.service_crn),
         SETTING_PREFIX + "SESSION_MODE": pick("SESSION_MODE", settings.session_mode),
     }
+    # A session handed to a job (QRMI's names): its tasks ride it.
+    session = next(
+        (environ[name] for name in (
+            f"{backend}_{SETTING_PREFIX}SESSION_ID",
+            f"{backend}_QRMI_JOB_ACQUISITION_TOKEN",
+            SETTING_PREFIX + "SESSION_ID",
+            "QRMI_JOB_ACQUISITION_TOKEN",
+        ) if environ.get(name)),
+        None,
+    )  # fmt: skip
+    config[SETTING_PREFIX + "SESSION_ID"] = session
     missing = [k for k in ("IAM_APIKEY", "SERVICE_CRN") if not config[SETTING_PREFIX + k]]
     if missing:
         names = " and ".join(
