@@ -26,9 +26,10 @@ from flux_quantum.ledger import (
     restrict_to_caller,
     serve_usage,
 )
-from flux_quantum.policy import select_device
+from flux_quantum.policy import NoDeviceError, select_device
 from flux_quantum.quota import Charge, QuotaConfig, actual_cost
 from flux_quantum.request import parse_request
+from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, TaskState
 from flux_quantum.vendors.braket import BraketVendor, execution_seconds
 
@@ -407,3 +408,82 @@ def test_a_simulator_task_settles_at_its_billed_run_time(tmp_path: Path, make_em
     assert (record.state, record.billed_seconds, record.task_id) == ("settled", 8.0, task.task_id)
     assert record.cost == pytest.approx(0.01)
     assert execution_seconds({"additionalMetadata": {"simulatorMetadata": None}}) is None
+
+
+# --- the service's entry points (flux_quantum.site_policy) ---------------------------------
+
+
+def test_site_policy_as_the_service_uses_it(tmp_path: Path) -> None:
+    quantum = {
+        "access": {"rules": [{"devices": ["forte1"], "banks": ["chem"], "allow": False}]},
+        "quota": {"limits": [{"bank": "*", "period": "day", "spend": 4.0}]},
+    }
+    site = SitePolicy.from_config(quantum, statedir=str(tmp_path))
+    assert site.ledger.path == tmp_path / "flux-quantum" / "ledger.db"
+    uid = os.getuid()
+    jobspec = {"attributes": {"system": {"qpu": "any", "bank": "chem"}}}
+    who = site.requester(uid, jobspec)
+    assert who.bank == "chem" and who.user is not None
+    assert site.requester(uid, {"attributes": {"system": {}}}).bank is None
+    request = parse_request({"policy": "min-cost", "class": "qpu"})
+    snaps = {d.name: DeviceSnapshot(d.name, DeviceStatus.ONLINE, queue_depth=0) for d in CATALOG}
+
+    def run_job(jobid: int) -> str:
+        """One job as the service runs it: exclude, select, reserve, create, settle."""
+        token = f"fq-{jobid}-1-0-0"
+        excluded = site.excluded(
+            who, CATALOG.devices, token=token, jobid=jobid, shots=1000, t=JUNE_3
+        )
+        chosen = select_device(CATALOG.devices, snaps, request, excluded=excluded).device
+        charge = site.charge(chosen, who, token=token, jobid=jobid, shots=1000, t=JUNE_3)
+        assert site.reserve(charge).allowed
+        site.settle(token, chosen, shots=1000, state="COMPLETED", now=JUNE_3 + 60)
+        return chosen.name
+
+    assert run_job(1) == "garnet"
+    assert run_job(2) == "garnet"  # $3.50 of chem's $4.00
+    with pytest.raises(NoDeviceError) as caught:
+        run_job(3)
+    message = str(caught.value)
+    assert "forte1 not allowed: user" in message
+    assert "garnet over quota: [quantum.quota] limit 1: bank chem, $4.00 a day;" in message
+    assert site.job_cost(1) == pytest.approx(1.75)
+    site.close()
+
+
+def test_site_policy_settles_what_the_vendor_bills(tmp_path: Path) -> None:
+    site = SitePolicy.from_config({"ledger": {"path": str(tmp_path / "l.db")}})
+    who = site.requester(1000, {})
+    for token, device in (("q-failed", GARNET), ("q-done", GARNET), ("s-done", SV1),
+                          ("s-failed", SV1), ("s-nometa", SV1)):  # fmt: skip
+        site.reserve(site.charge(device, who, token=token, jobid=1, shots=1000, t=JUNE_3))  # type: ignore[arg-type]
+    costs = {
+        "q-failed": site.settle("q-failed", GARNET, shots=1000, state="FAILED", now=JUNE_3),  # type: ignore[arg-type]
+        "q-done": site.settle("q-done", GARNET, shots=1000, state="COMPLETED", now=JUNE_3),  # type: ignore[arg-type]
+        "s-done": site.settle(
+            "s-done",
+            SV1,
+            shots=1000,
+            state="COMPLETED",
+            now=JUNE_3,  # type: ignore[arg-type]
+            billed_seconds=120.0,
+        ),  # fmt: skip
+        "s-failed": site.settle("s-failed", SV1, shots=1000, state="FAILED", now=JUNE_3),  # type: ignore[arg-type]
+        "s-nometa": site.settle("s-nometa", SV1, shots=1000, state="COMPLETED", now=JUNE_3),  # type: ignore[arg-type]
+    }
+    assert {k: round(v.cost or 0, 5) for k, v in costs.items()} == {
+        "q-failed": 0.0,
+        "q-done": 1.75,
+        "s-done": 0.15,
+        "s-failed": 0.0,
+        "s-nometa": 0.00375,  # the 3 s minimum
+    }
+    # a simulator's next estimate learns from its billed run times once there are three
+    site.reserve(site.charge(SV1, who, token="s-more", jobid=1, shots=1, t=JUNE_3))  # type: ignore[arg-type]
+    site.settle("s-more", SV1, shots=1, state="COMPLETED", now=JUNE_3 + 1, billed_seconds=120.0)  # type: ignore[arg-type]
+    site.reserve(site.charge(SV1, who, token="s-more2", jobid=1, shots=1, t=JUNE_3))  # type: ignore[arg-type]
+    site.settle("s-more2", SV1, shots=1, state="COMPLETED", now=JUNE_3 + 2, billed_seconds=60.0)  # type: ignore[arg-type]
+    estimate = site.charge(SV1, who, token="next", jobid=1, shots=1, t=JUNE_3).estimate  # type: ignore[arg-type]
+    assert estimate == pytest.approx(0.075 * 120 / 60)  # median of 120, 120, 60
+    assert site.release("never", now=JUNE_3, reason="x") is None
+    site.close()

@@ -31,6 +31,7 @@ class) unknown to the caller are handled the same way.
 
 from __future__ import annotations
 
+import pwd
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -240,6 +241,21 @@ class AccessRules:
             if decision.allowed is not True:
                 refused[device.name] = f"not allowed: {decision.reason}"
         return refused
+
+
+def user_name(userid: int) -> str | None:
+    """The login name of ``userid`` (rules may name users), None if it has none."""
+    try:
+        return pwd.getpwuid(userid).pw_name
+    except KeyError:
+        return None
+
+
+def bank_of(system: Mapping[str, object]) -> str | None:
+    """A job's bank from its ``attributes.system`` (None: none yet; flux-accounting
+    fills in a user's default bank after submit)."""
+    bank = system.get("bank")
+    return str(bank) if bank not in (None, "") else None
 
 
 def device_facts(devices: Iterable[object]) -> dict[str, DeviceFacts]:

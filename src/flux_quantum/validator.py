@@ -20,7 +20,6 @@ after submit) is left to the handlers too.
 from __future__ import annotations
 
 import errno
-import pwd
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,13 +46,6 @@ def _catalog_facts(path: str | None) -> dict[str, access.DeviceFacts]:
         return access.device_facts(load_catalog(path, flux_config=lambda: None))
     except Exception:  # no PyYAML here, or a bad catalog: the handlers will say so
         return {}
-
-
-def _user_name(userid: int) -> str | None:
-    try:
-        return pwd.getpwuid(userid).pw_name
-    except KeyError:
-        return None
 
 
 class Validator(ValidatorPlugin):
@@ -88,9 +80,7 @@ class Validator(ValidatorPlugin):
         device = self.facts.get(request.device) or access.DeviceFacts(
             request.device, request.vendor
         )
-        bank = system.get("bank")
-        bank = str(bank) if bank not in (None, "") else None
-        who = access.Requester(args.userid, _user_name(args.userid), bank)
+        who = access.Requester(args.userid, access.user_name(args.userid), access.bank_of(system))
         decision = self.rules.decide(who, device)
         if decision.allowed is False:
             return (errno.EPERM, f"qpu: {decision.reason}")
