@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import os
 import platform
@@ -70,6 +69,9 @@ from typing import Any
 
 from benchlib import percentile, verdict
 
+from flux_quantum import events
+from flux_quantum.emulator.clock import ScaledClock
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 DEVICES = 5
@@ -87,36 +89,6 @@ SUBMIT_BATCHES = 5
 
 def say(text: str = "") -> None:
     print(text, flush=True)
-
-
-class BenchClock:
-    """The emulator's clock: frozen at 0 until ``start()``, then wall time x ``speed``.
-
-    Frozen while the throughput phases run and the jobs are submitted, started with the
-    service (the queues move while it adopts the jobs and creates the tasks, as a real
-    vendor's would: a queue frozen under the service's eyes would look like a stalled
-    device to its drain estimator); ``wall(t)`` maps emulated second ``t`` back to the
-    wall clock (``time.time()``).
-    """
-
-    def __init__(self, speed: float) -> None:
-        self.speed = speed
-        self.epoch = datetime.now(UTC).replace(microsecond=0)
-        self._origin: float | None = None
-        self.wall0 = math.nan
-
-    def start(self) -> float:
-        self._origin = time.monotonic()
-        self.wall0 = time.time()
-        return self.wall0
-
-    def now(self) -> float:
-        if self._origin is None:
-            return 0.0
-        return (time.monotonic() - self._origin) * self.speed
-
-    def wall(self, t: float) -> float:
-        return self.wall0 + t / self.speed
 
 
 # --- /proc sampling -------------------------------------------------------------------
@@ -553,20 +525,16 @@ class JobLag:
         return self.start - self.front
 
 
-def eventlog(h: Any, jobid: int) -> list[dict[str, Any]]:
+def eventlog(h: Any, jobid: int) -> list[events.Event]:
     rsp = h.rpc("job-info.lookup", {"id": jobid, "keys": ["eventlog"], "flags": 0}).get()
-    return [json.loads(line) for line in rsp["eventlog"].splitlines() if line.strip()]
-
-
-def first_event(events: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
-    return next((e for e in events if e["name"] == name), None)
+    return events.parse_eventlog(rsp["eventlog"])
 
 
 def analyse_jobs(
     h: Any,
     units: list[Unit],
     emulator: Any,
-    clock: BenchClock,
+    clock: ScaledClock,
     polls: dict[str, list[float]],
 ) -> tuple[list[JobLag], list[str]]:
     lags: list[JobLag] = []
@@ -574,16 +542,16 @@ def analyse_jobs(
     fronts: dict[str, float] = {}
     for unit in units:
         for jobid in unit.jobs:
-            events = eventlog(h, jobid)
-            release = first_event(events, "qpu-release")
-            start = first_event(events, "start")
-            ready = first_event(events, "qpu-ready")
+            log = eventlog(h, jobid)
+            release = events.first(log, events.RELEASE)
+            start = events.first(log, "start")
+            ready = events.first(log, events.READY)
             if release is None or start is None:
-                exc = first_event(events, "exception")
-                why = exc["context"].get("note") if exc else "not released"
+                exc = events.first(log, "exception")
+                why = exc.context.get("note") if exc else "not released"
                 problems.append(f"job {jobid} (unit {unit.index}): {why}")
                 continue
-            task = release["context"]["task"]
+            task = release.context["task"]
             if task not in fronts:
                 tl = emulator.task_timeline(task)
                 points = [t for t in (tl.front, tl.started) if t is not None]
@@ -600,9 +568,9 @@ def analyse_jobs(
                     task=task,
                     front=front,
                     detect=detect,
-                    ready=ready["timestamp"] if ready else math.nan,
-                    release=release["timestamp"],
-                    start=start["timestamp"],
+                    ready=ready.timestamp if ready else math.nan,
+                    release=release.timestamp,
+                    start=start.timestamp,
                 )
             )
     return lags, problems
@@ -653,7 +621,7 @@ def run(plan: Plan, out: Path | None, plot: bool, command: str) -> Result:
         (work / "conf" / "quantum.toml").write_text(instance_config())
         catalog = work / "backends.yaml"
         catalog.write_text(catalog_text(plan))
-        clock = BenchClock(plan.speed)
+        clock = ScaledClock(plan.speed)
         calls: list[tuple[float, Any]] = []
         emulator = Emulator(
             Scenario.from_dict(scenario(plan), source="bench/scale.py"),

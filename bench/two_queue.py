@@ -74,6 +74,9 @@ from typing import Any
 
 from benchlib import percentile, verdict
 
+from flux_quantum import events
+from flux_quantum.emulator.clock import ScaledClock
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 SIZE = 8
@@ -193,49 +196,6 @@ SHAPES = {
 }
 
 
-class BenchClock:
-    """The emulator's clock: wall time since ``origin`` times ``speed``, both ways; the
-    speed may change (``set_speed``), each change starting a new linear segment."""
-
-    def __init__(self, speed: float, paused: bool = False) -> None:
-        self.speed = speed
-        self.epoch = datetime.now(UTC).replace(microsecond=0)
-        self.origin = time.time()
-        self._lock = threading.Lock()
-        # (wall, emulated, speed) at each start; speed 0: stopped at its emulated time
-        self.segments = [(self.origin, 0.0, 0.0 if paused else speed)]
-
-    def now(self) -> float:
-        with self._lock:
-            wall, emulated, speed = self.segments[-1]
-        return emulated + (time.time() - wall) * speed
-
-    def set_speed(self, speed: float) -> None:
-        with self._lock:
-            wall, emulated, old = self.segments[-1]
-            t = time.time()
-            self.segments.append((t, emulated + (t - wall) * old, speed))
-
-    def at(self, wall_time: float) -> float:
-        """The emulated time at ``wall_time``."""
-        with self._lock:
-            segments = list(self.segments)
-        for wall, start, speed in reversed(segments):
-            if wall_time >= wall:
-                return start + (wall_time - wall) * speed
-        return 0.0
-
-    def wall(self, emulated: float) -> float:
-        with self._lock:
-            segments = list(self.segments)
-        for wall, start, speed in reversed(segments):
-            if emulated >= start and speed > 0:
-                return wall + (emulated - start) / speed
-            if emulated == start:
-                return wall
-        return segments[0][0]
-
-
 class Gear(threading.Thread):
     """The vendor's clock for one run. It stands still until our task is created, so
     every task, gated or not, meets the device as the scenario describes it (a queue
@@ -245,7 +205,7 @@ class Gear(threading.Thread):
     before our task's turn, so the end game (polls, release, start) plays at a pace the
     service's real-time polling can follow; the boring hours pass in seconds."""
 
-    def __init__(self, emulator: Any, clock: BenchClock, shape: Shape) -> None:
+    def __init__(self, emulator: Any, clock: ScaledClock, shape: Shape) -> None:
         super().__init__(daemon=True)
         self.emulator, self.clock, self.shape = emulator, clock, shape
         self.done = threading.Event()
@@ -309,11 +269,11 @@ class VendorSide:
         self.emulator = emulator
         self.port = int(emulator.url.rsplit(":", 1)[1])
 
-    def fresh(self, seed: int) -> tuple[Any, BenchClock]:
+    def fresh(self, seed: int) -> tuple[Any, ScaledClock]:
         from flux_quantum.emulator import Emulator
 
         self.emulator.stop()
-        clock = BenchClock(self.speed, paused=True)
+        clock = ScaledClock(self.speed)
         self.emulator = Emulator(self.scenario, clock=clock, port=self.port, seed=seed)
         self.emulator.start()
         return self.emulator, clock
@@ -410,7 +370,7 @@ class Bench:
         from flux_quantum.emulator import Emulator, Scenario
 
         scenario = Scenario.from_dict({"devices": [shape.scenario()]})
-        emulator = Emulator(scenario, clock=BenchClock(shape.speed), seed=11).start()
+        emulator = Emulator(scenario, clock=ScaledClock(shape.speed, paused=False), seed=11).start()
         self.vendor = VendorSide(scenario, shape.speed, emulator)
         catalog = self.work / f"backends-{shape.name}.yaml"
         catalog.write_text("devices:\n" + shape.catalog())
@@ -530,14 +490,10 @@ class Bench:
         finally:
             gear.done.set()
             gear.join()
-        events = [
-            json.loads(line)
-            for line in self.flux("job", "eventlog", "-f", "json", jobid).splitlines()
-            if line.strip()
-        ]
-        stamp = {e["name"]: e["timestamp"] for e in reversed(events)}
-        finish = next(e for e in events if e["name"] == "finish")
-        if finish["context"].get("status", 0) != 0:
+        log = events.parse_eventlog(self.flux("job", "eventlog", "-f", "json", jobid))
+        stamp = events.first_times(log)
+        finish = events.first(log, "finish")
+        if finish is None or finish.context.get("status", 0) != 0:
             raise RuntimeError(f"job {jobid} failed: {Path(str(out) + '.err').read_text()[-300:]}")
         results = [
             json.loads(line)
@@ -549,9 +505,9 @@ class Bench:
         arn = results[0]["arn"]
         line = emulator.task_timeline(arn)
         run.t_submit, run.t_start = stamp["submit"], stamp["start"]
-        run.t_release = stamp.get("qpu-release")
-        run.t_depend, run.t_select = stamp.get("dependency-add"), stamp.get("qpu-select")
-        run.t_token = stamp.get("qpu-submit")
+        run.t_release = stamp.get(events.RELEASE)
+        run.t_depend, run.t_select = stamp.get("dependency-add"), stamp.get(events.SELECT)
+        run.t_token = stamp.get(events.SUBMIT)
         run.t_created = clock.wall(line.created)
         run.t_readable = clock.wall(line.ended)
         run.t_result = max(r["t_result"] for r in results)
@@ -565,9 +521,10 @@ class Bench:
         run.idle_vendor_s = run.n * max(0.0, line.ended - clock.at(run.t_start))
         run.early = run.t_readable - run.t_start  # > 0: started before the result existed
         if run.mode == "gated":
-            ready = next((e for e in events if e["name"] == "qpu-ready"), None)
-            if ready:
-                run.why = str(ready["context"]["tasks"][0].get("why", ""))[:80]
+            found = events.first(log, events.READY)
+            ready = events.decode(found) if found else None
+            if isinstance(ready, events.Ready) and ready.tasks:
+                run.why = str(ready.tasks[0].get("why", ""))[:80]
             ended = {"predict": line.ended, "done": line.ended}
             point = {"running": line.started, **ended}.get(run.release, line.front)
             if point is not None:

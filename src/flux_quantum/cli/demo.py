@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,31 +57,6 @@ print(json.dumps({
     "ended": (result.raw or {}).get("taskMetadata", {}).get("endedAt"),
 }), flush=True)
 """
-
-
-class DemoClock:
-    """The emulator's clock for the demo: frozen at 0 until ``start()`` (the job's
-    submit), then real time times ``speed``, so the queue starts draining when the
-    story starts; ``real_time()`` maps an emulated date back to the wall clock."""
-
-    def __init__(self, speed: float) -> None:
-        self.speed = speed
-        self.epoch = datetime.now(UTC).replace(microsecond=0)
-        self._origin: float | None = None
-        self._wall: float = 0.0
-
-    def start(self) -> None:
-        self._origin = time.monotonic()
-        self._wall = time.time()
-
-    def now(self) -> float:
-        if self._origin is None:
-            return 0.0
-        return (time.monotonic() - self._origin) * self.speed
-
-    def real_time(self, iso: str) -> float:
-        emulated = datetime.fromisoformat(iso.replace("Z", "+00:00")) - self.epoch
-        return self._wall + emulated.total_seconds() / self.speed
 
 
 def _scenario(depth: int) -> dict[str, Any]:
@@ -211,7 +185,7 @@ def run_demo(args: argparse.Namespace) -> int:
     if shutil.which("flux") is None:
         raise CommandError("the demo needs Flux (flux-core and Fluxion) with `flux` on PATH")
     from flux_quantum.cli.plugin import instance_config
-    from flux_quantum.emulator import Emulator, Scenario
+    from flux_quantum.emulator import Emulator, ScaledClock, Scenario
 
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="flux-quantum-demo-") as tmp:
@@ -234,7 +208,8 @@ def run_demo(args: argparse.Namespace) -> int:
         except (CommandError, ImportError, OSError):
             pass  # no job-shell plugin built: consumers still read the jobspec
 
-        clock = DemoClock(args.speed)
+        # Frozen until the job is submitted: the queue starts draining when the story does.
+        clock = ScaledClock(args.speed)
         emulator = Emulator(Scenario.from_dict(_scenario(args.depth)), clock=clock)
         emulator.start()
         inst = None
@@ -353,7 +328,7 @@ def _last_position(log: list[events.Event]) -> str:
     return "-" if position is None else str(position)
 
 
-def _report(inst: Instance, jobid: str, t0: float, clock: DemoClock) -> None:
+def _report(inst: Instance, jobid: str, t0: float, clock: Any) -> None:
     out = inst.run("flux", "job", "attach", jobid, check=False)
     results = []
     for line in out.stdout.splitlines():

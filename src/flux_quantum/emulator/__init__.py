@@ -19,7 +19,7 @@ It must never listen on anything but IPv4 loopback, never need a credential (any
 accepted and no signature is checked), never touch the real AWS, and never block forever.
 """
 
-from flux_quantum.emulator.clock import Clock, ManualClock, WallClock
+from flux_quantum.emulator.clock import Clock, ManualClock, ScaledClock, WallClock
 from flux_quantum.emulator.emulator import Emulator
 from flux_quantum.emulator.scenario import DeviceSpec, Fault, QueueSpec, Scenario, ScenarioError
 from flux_quantum.emulator.service import Call
@@ -31,6 +31,7 @@ __all__ = [
     "Emulator",
     "Fault",
     "ManualClock",
+    "ScaledClock",
     "QueueSpec",
     "Scenario",
     "ScenarioError",

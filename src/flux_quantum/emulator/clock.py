@@ -79,3 +79,66 @@ class WallClock:
 
     def __repr__(self) -> str:
         return f"WallClock(speed={self.speed}, now={self.now():.3f})"
+
+
+class ScaledClock:
+    """Emulated time for demos and benchmarks: wall time times ``speed``, frozen at 0
+    until ``start()`` (or from construction when not ``paused``); ``set_speed`` starts a
+    new linear segment (0 stops it). ``at(wall)`` and ``wall(t)`` map between the wall
+    clock (``time.time()``) and emulated seconds; ``real_time(iso)`` maps a date the
+    emulator printed back to the wall clock. Thread-safe."""
+
+    def __init__(self, speed: float, paused: bool = True, epoch: datetime | None = None) -> None:
+        if not speed > 0:
+            raise ValueError(f"ScaledClock speed must be > 0, got {speed}")
+        self.speed = float(speed)
+        self.epoch = epoch or datetime.now(UTC).replace(microsecond=0)
+        self._lock = threading.Lock()
+        # (wall time, emulated time, speed) at the start of each segment
+        self._segments = [(time.time(), 0.0, 0.0 if paused else self.speed)]
+
+    def start(self) -> float:
+        """Let time run at ``speed`` from now; the wall time it started."""
+        self.set_speed(self.speed)
+        return self._segments[-1][0]
+
+    def set_speed(self, speed: float) -> None:
+        if speed < 0:
+            raise ValueError(f"ScaledClock speed must be >= 0, got {speed}")
+        with self._lock:
+            wall, emulated, old = self._segments[-1]
+            t = time.time()
+            self._segments.append((t, emulated + (t - wall) * old, float(speed)))
+
+    def now(self) -> float:
+        with self._lock:
+            wall, emulated, speed = self._segments[-1]
+        return emulated + (time.time() - wall) * speed
+
+    def at(self, wall_time: float) -> float:
+        """The emulated time at ``wall_time``."""
+        with self._lock:
+            segments = list(self._segments)
+        for wall, start, speed in reversed(segments):
+            if wall_time >= wall:
+                return start + (wall_time - wall) * speed
+        return 0.0
+
+    def wall(self, emulated: float) -> float:
+        """The wall time at which the clock reads ``emulated``."""
+        with self._lock:
+            segments = list(self._segments)
+        for wall, start, speed in reversed(segments):
+            if emulated >= start and speed > 0:
+                return wall + (emulated - start) / speed
+            if emulated == start:
+                return wall
+        return segments[0][0]
+
+    def real_time(self, iso: str) -> float:
+        """The wall time of a date on this clock's timeline (``...Z`` ISO 8601)."""
+        emulated = datetime.fromisoformat(iso.replace("Z", "+00:00")) - self.epoch
+        return self.wall(emulated.total_seconds())
+
+    def __repr__(self) -> str:
+        return f"ScaledClock(speed={self.speed}, now={self.now():.3f})"
