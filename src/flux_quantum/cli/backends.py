@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import string
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-from flux_quantum.catalog import Catalog, CatalogError, Device, load_catalog
+from flux_quantum.catalog import Catalog, Device
+from flux_quantum.cli import table
 from flux_quantum.errors import CommandError
 from flux_quantum.policy import NoDeviceError, select_device, static_candidates
 from flux_quantum.request import RequestError, parse_request
@@ -94,13 +94,6 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 # --- shared steps --------------------------------------------------------------------
 
 
-def _catalog(args: argparse.Namespace) -> Catalog:
-    try:
-        return load_catalog(args.catalog)
-    except CatalogError as exc:
-        raise CommandError(str(exc)) from None
-
-
 def _probe(catalog: Catalog, devices: list[Device], timeout: float) -> dict[str, DeviceSnapshot]:
     if not timeout > 0:
         raise CommandError(f"--timeout must be a number of seconds > 0, got {timeout:g}")
@@ -163,42 +156,17 @@ def backend_row(device: Device, snapshot: DeviceSnapshot) -> dict[str, str]:
     }
 
 
-def default_format(rows: Iterable[Mapping[str, str]], with_graph: bool = False) -> str:
-    """Columns sized to their content, the reason last and unpadded."""
-    rows = list(rows)
-    parts = []
-    for field in (*DEFAULT_FIELDS, "graph") if with_graph else DEFAULT_FIELDS:
-        width = max([len(field)] + [len(row[field]) for row in rows])
-        align = ">" if field in RIGHT_ALIGNED else "<"
-        parts.append(f"{{{field}:{align}{width}}}")
-    return " ".join(parts) + "  {reason}"
-
-
 def render_rows(
     rows: list[dict[str, str]], fmt: str | None, header: bool, with_graph: bool = False
 ) -> list[str]:
-    fmt = fmt or default_format(rows, with_graph)
-    try:
-        names = [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
-    except ValueError as exc:
-        raise CommandError(f"invalid --format {fmt!r}: {exc}") from None
-    for name in names:
-        if name not in FIELDS:
-            raise CommandError(
-                f"--format: unknown field '{{{name}}}' (accepted: {', '.join(FIELDS)})"
-            )
-    lines = []
-    try:
-        if header:
-            lines.append(fmt.format(**{field: field.upper() for field in FIELDS}).rstrip())
-        lines.extend(fmt.format(**row).rstrip() for row in rows)
-    except (ValueError, IndexError) as exc:
-        raise CommandError(f"invalid --format {fmt!r}: {exc}") from None
-    return lines
+    """The backends listing; by default its columns sized to content, the reason last."""
+    columns = (*DEFAULT_FIELDS, "graph") if with_graph else DEFAULT_FIELDS
+    fmt = fmt or table.auto_format(rows, columns, RIGHT_ALIGNED, last="reason")
+    return table.render(rows, fmt, FIELDS, header=header)
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
-    catalog = _catalog(args)
+    catalog = table.catalog(args.catalog)
     devices = [d for d in catalog if args.vendor is None or d.vendor == args.vendor]
     if not devices:
         raise CommandError(f"{catalog.path}: no {args.vendor} devices in the catalog")
@@ -248,7 +216,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         request = parse_request(request_value(args.request))
     except RequestError as exc:
         raise CommandError(str(exc)) from None
-    catalog = _catalog(args)
+    catalog = table.catalog(args.catalog)
     snapshots = _probe(catalog, static_candidates(catalog, request), args.timeout)
     try:
         selection = select_device(catalog, snapshots, request)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import string
 import sys
 from pathlib import Path
 from typing import Any
 
 from flux_quantum import graph
-from flux_quantum.catalog import Catalog, CatalogError, load_catalog
+from flux_quantum.cli import table
 from flux_quantum.errors import CommandError
 
 LIST_FIELDS = ("device", "slot", "status", "alloc", "vendor", "class", "qubits", "path")
@@ -96,13 +95,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 # --- shared steps ---------------------------------------------------------------------
 
 
-def _catalog(path: str | None) -> Catalog:
-    try:
-        return load_catalog(path)
-    except CatalogError as exc:
-        raise CommandError(str(exc)) from None
-
-
 def _handle() -> Any:
     try:
         import flux
@@ -125,7 +117,7 @@ def _graph_call(func: Any, *args: Any) -> Any:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    catalog = _catalog(args.catalog)
+    catalog = table.catalog(args.catalog)
     result = _graph_call(graph.load, _handle(), catalog)
     if args.json:
         record = {
@@ -159,7 +151,7 @@ def _read_R(path: str) -> dict[str, Any]:
 
 
 def cmd_jgf(args: argparse.Namespace) -> int:
-    catalog = _catalog(args.catalog)
+    catalog = table.catalog(args.catalog)
     if (args.cores or args.gpus) and not args.nodes:
         raise CommandError("--cores and --gpus go with --nodes")
     if args.nodes and not args.cores:
@@ -196,42 +188,14 @@ def list_row(vertex: graph.QpuVertex) -> dict[str, str]:
     }
 
 
-def default_format(rows: list[dict[str, str]]) -> str:
-    """Columns sized to their content, the path last and unpadded."""
-    parts = []
-    for name in LIST_DEFAULT:
-        width = max([len(name)] + [len(row[name]) for row in rows])
-        parts.append(f"{{{name}:{'>' if name in RIGHT_ALIGNED else '<'}{width}}}")
-    return " ".join(parts) + "  {path}"
-
-
-def render(rows: list[dict[str, str]], fmt: str, header: bool) -> list[str]:
-    try:
-        names = [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
-    except ValueError as exc:
-        raise CommandError(f"invalid --format {fmt!r}: {exc}") from None
-    for name in names:
-        if name not in LIST_FIELDS:
-            raise CommandError(
-                f"--format: unknown field '{{{name}}}' (accepted: {', '.join(LIST_FIELDS)})"
-            )
-    lines = []
-    try:
-        if header:
-            lines.append(fmt.format(**{f: f.upper() for f in LIST_FIELDS}).rstrip())
-        lines.extend(fmt.format(**row).rstrip() for row in rows)
-    except (ValueError, IndexError) as exc:
-        raise CommandError(f"invalid --format {fmt!r}: {exc}") from None
-    return lines
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     vertices = _graph_call(graph.find_qpus, _handle())
     if args.json:
         print(json.dumps([v.to_dict() for v in vertices], indent=2))
         return 0
     rows = [list_row(v) for v in vertices]
-    for line in render(rows, args.format or default_format(rows), header=not args.no_header):
+    fmt = args.format or table.auto_format(rows, LIST_DEFAULT, RIGHT_ALIGNED, last="path")
+    for line in table.render(rows, fmt, LIST_FIELDS, header=not args.no_header):
         print(line)
     return 0
 

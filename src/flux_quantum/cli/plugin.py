@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from flux_quantum.errors import CommandError
+from flux_quantum.cli import table
 from flux_quantum.events import parse_eventlog, replay
 from flux_quantum.plugin import HeldJob, PluginClient, plugin_path, validator_path
 
@@ -222,15 +222,16 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         ]
         print(json.dumps(out))
         return 0
-    fmt = args.format or JOBS_FORMAT
-    try:
-        if not args.no_header:
-            print(fmt.format(**JOBS_HEADERS).rstrip())
-        for job in jobs:
-            print(fmt.format(**_job_fields(job, now, progress[job.id])).rstrip())
-    except (KeyError, ValueError, IndexError) as exc:
-        fields = ", ".join(JOBS_HEADERS)
-        raise CommandError(f"--format: unknown or bad field {exc} (fields: {fields})") from exc
+    rows = [_job_fields(job, now, progress[job.id]) for job in jobs]
+    lines = table.render(
+        rows,
+        args.format or JOBS_FORMAT,
+        tuple(JOBS_HEADERS),
+        header=not args.no_header,
+        headers=JOBS_HEADERS,
+    )
+    for line in lines:
+        print(line)
     return 0
 
 
