@@ -1,4 +1,4 @@
-"""``flux quantum emulator``: run the local Braket emulator in the foreground.
+"""``flux quantum emulator``: run the local Braket and IBM Quantum emulator in the foreground.
 
 This module owns the command's options and output: it prints the ``export K=V`` lines a
 client needs (and writes them to ``--env-file``), logs one line per call to stderr with
@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from flux_quantum.emulator import Call, Emulator, Scenario, ScenarioError, WallClock
+from flux_quantum.emulator.ibm_scenario import IbmScenario
 from flux_quantum.emulator.server import check_loopback
 from flux_quantum.errors import CommandError
 
@@ -26,11 +27,12 @@ from flux_quantum.errors import CommandError
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "emulator",
-        help="run a local Amazon Braket emulator (tests, demos, benchmarks)",
+        help="run a local Amazon Braket and IBM Quantum emulator (tests, demos, benchmarks)",
         description=(
-            "Serve Amazon Braket's API (and the S3 it writes results to) on loopback, with "
-            "emulated device queues, offline periods and faults from a scenario. Prints the "
-            "environment a Braket client needs, then runs until SIGTERM or SIGINT."
+            "Serve Amazon Braket's API (and the S3 it writes results to) and IBM Quantum's "
+            "(IAM and the Qiskit Runtime REST API, under /ibm) on loopback, with emulated "
+            "queues, offline or paused periods and faults from scenarios. Prints the "
+            "environment Braket and QRMI clients need, then runs until SIGTERM or SIGINT."
         ),
     )
     _add_arguments(parser)
@@ -41,6 +43,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="loopback address (127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="TCP port (default: any free one)")
     parser.add_argument("--scenario", metavar="FILE", help="scenario YAML (default: built-in)")
+    parser.add_argument(
+        "--ibm-scenario", metavar="FILE", help="IBM Quantum scenario YAML (default: built-in)"
+    )
     parser.add_argument(
         "--speed", type=float, default=1.0, help="emulated seconds per real second (default 1)"
     )
@@ -86,6 +91,7 @@ def run_emulator(args: argparse.Namespace) -> int:
         raise CommandError(f"--port must be between 0 and 65535, got {args.port}")
     try:
         scenario = Scenario.from_yaml(args.scenario) if args.scenario else Scenario.default()
+        ibm = IbmScenario.from_yaml(args.ibm_scenario) if args.ibm_scenario else None
     except ScenarioError as exc:
         raise CommandError(str(exc)) from exc
 
@@ -96,6 +102,7 @@ def run_emulator(args: argparse.Namespace) -> int:
         port=args.port,
         seed=args.seed,
         on_call=_log_call if args.verbose else None,
+        ibm=ibm,
     )
     stop = threading.Event()
 
@@ -113,8 +120,10 @@ def run_emulator(args: argparse.Namespace) -> int:
             _write_env_file(Path(args.env_file), lines)
         print("\n".join(lines), flush=True)
         print(
-            f"flux-quantum-emulator: serving {len(scenario.devices)} devices from "
-            f"{scenario.source} at {emulator.url} (speed {args.speed:g}, seed {args.seed}); "
+            f"flux-quantum-emulator: serving {len(scenario.devices)} Braket devices from "
+            f"{scenario.source} and {len(emulator.ibm_scenario.backends)} IBM backends from "
+            f"{emulator.ibm_scenario.source} at {emulator.url} (speed {args.speed:g}, seed "
+            f"{args.seed}); "
             "stop with SIGTERM or Ctrl-C",
             file=sys.stderr,
             flush=True,
