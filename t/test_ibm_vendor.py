@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -229,6 +230,30 @@ def test_throttling_is_retried_within_one_budget(clock):
         with pytest.raises(errors.VendorThrottled) as raised:
             ibm.poll(task)
         assert raised.value.attempts == 2 and "gave up after 2 attempts" in str(raised.value)
+    finally:
+        emu.stop()
+
+
+def test_concurrent_polls_of_one_backend_all_answer(clock):
+    """The service polls from several worker threads; qrmi's resource takes one at a time."""
+    emu = start(clock, [{"operation": "GetJob", "delay": 0.3}])
+    try:
+        ibm = vendor(emu, clock)
+        task = ibm.submit(LINE, BELL, 10, "fq-cc")
+        answers: list[object] = []
+
+        def poll() -> None:
+            try:
+                answers.append(ibm.poll(task).state)
+            except Exception as exc:  # the test reports whatever a thread met
+                answers.append(exc)
+
+        threads = [threading.Thread(target=poll) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert answers == [TaskState.QUEUED] * 3
     finally:
         emu.stop()
 

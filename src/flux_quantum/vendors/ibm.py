@@ -504,6 +504,24 @@ class _RestReader:
 # --- the vendor ----------------------------------------------------------------------------
 
 
+class _Resource:
+    """A qrmi ``QuantumResource`` used by one thread at a time: its methods take the Rust
+    object mutably, and a second thread calling in meanwhile fails ("Already borrowed")."""
+
+    def __init__(self, resource: Any) -> None:
+        self._resource = resource
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._resource, name)
+
+        def call(*args: Any) -> Any:
+            with self._lock:
+                return method(*args)
+
+        return call
+
+
 class IbmVendor(Vendor):
     """IBM Quantum backends and jobs through QRMI."""
 
@@ -528,7 +546,7 @@ class IbmVendor(Vendor):
         self._environ = dict(os.environ if environ is None else environ)
         self._devices = {d.name: d for d in devices if d.vendor == name}
         self._lock = threading.Lock()
-        self._resources: dict[tuple[str, str | None], Any] = {}
+        self._resources: dict[tuple[str, str | None], _Resource] = {}
         self._readers: dict[str, _RestReader] = {}
         self._tried: dict[str, float] = {}  # token -> when this process first created with it
         self._calibrations: dict[str, tuple[float, Calibration | None]] = {}
@@ -548,7 +566,7 @@ class IbmVendor(Vendor):
             config[SETTING_PREFIX + "SESSION_ID"] = session_id
         return config
 
-    def _resource(self, backend: str, session_id: str | None = None) -> Any:
+    def _resource(self, backend: str, session_id: str | None = None) -> _Resource:
         """QRMI's resource for ``backend`` (one per session it rides), built once."""
         key = (backend, session_id)
         with self._lock:
@@ -559,7 +577,7 @@ class IbmVendor(Vendor):
         import qrmi
 
         try:
-            resource = qrmi.QuantumResource.from_config(
+            created = qrmi.QuantumResource.from_config(
                 backend, qrmi.ResourceType.IBMQuantumComputeService, config
             )
         except Exception as exc:  # qrmi raises ConfigError for settings it refuses
@@ -567,7 +585,7 @@ class IbmVendor(Vendor):
                 exc, vendor=self.name, operation="configure", subject=backend
             ) from None
         with self._lock:
-            return self._resources.setdefault(key, resource)
+            return self._resources.setdefault(key, _Resource(created))
 
     def _reader(self, backend: str) -> _RestReader:
         with self._lock:
