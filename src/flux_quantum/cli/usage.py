@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import shutil
-import string
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from flux_quantum.cli import table
 from flux_quantum.errors import CommandError
 from flux_quantum.ledger import (
     CONFIG_KEY,
@@ -187,30 +187,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
         {key: format_money(row[key], currency) if key in MONEY else str(row[key]) for key in FIELDS}
         for row in rows
     ]
-    for line in render(shown, args.format, header=not args.no_header):
+    fmt = args.format or table.auto_format(shown, DEFAULT_FIELDS, RIGHT_ALIGNED)
+    for line in table.render(shown, fmt, FIELDS, header=not args.no_header):
         print(line)
     return 0
-
-
-def render(rows: list[dict[str, str]], fmt: str | None, header: bool) -> list[str]:
-    if fmt is None:
-        parts = []
-        for key in DEFAULT_FIELDS:
-            width = max([len(key)] + [len(row[key]) for row in rows])
-            parts.append(f"{{{key}:{'>' if key in RIGHT_ALIGNED else '<'}{width}}}")
-        fmt = " ".join(parts)
-    try:
-        names = [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
-    except ValueError as exc:
-        raise CommandError(f"invalid --format {fmt!r}: {exc}") from None
-    for name in names:
-        if name not in FIELDS:
-            raise CommandError(
-                f"--format: unknown field '{{{name}}}' (accepted: {', '.join(FIELDS)})"
-            )
-    try:
-        lines = [fmt.format(**{key: key.upper() for key in FIELDS}).rstrip()] if header else []
-        lines += [fmt.format(**row).rstrip() for row in rows]
-    except (ValueError, IndexError) as exc:
-        raise CommandError(f"invalid --format {fmt!r}: {exc}") from None
-    return lines
