@@ -258,6 +258,24 @@ def test_concurrent_polls_of_one_backend_all_answer(clock):
         emu.stop()
 
 
+def test_an_unreachable_endpoint_is_unavailable_not_a_hang():
+    closed = "http://127.0.0.1:9"
+    env = {
+        "QRMI_IBM_QCS_ENDPOINT": closed + "/api/v1",
+        "QRMI_IBM_QCS_IAM_ENDPOINT": closed,
+        "QRMI_IBM_QCS_IAM_APIKEY": "k",
+        "QRMI_IBM_QCS_SERVICE_CRN": "crn",
+    }
+    ibm = IbmVendor(
+        devices=CATALOG.devices, environ=env, retry=RetryBudget(attempts=1), clock=time.time
+    )
+    snapshot = ibm.probe(LINE)
+    assert snapshot.status is DeviceStatus.UNREACHABLE and snapshot.reason
+    with pytest.raises(errors.VendorUnavailable) as raised:
+        ibm.submit(LINE, BELL, 10, "fq-u")
+    assert raised.value.retryable
+
+
 def test_missing_credentials_say_which_variables_and_never_the_key(emu, clock):
     ibm = IbmVendor(IbmSettings(), devices=CATALOG.devices, environ={})
     with pytest.raises(errors.AccessDenied) as raised:
