@@ -22,9 +22,19 @@ def snap(t: float, state: TaskState = TaskState.QUEUED) -> TaskSnapshot:
     return TaskSnapshot(TASK, state, None, False, None, t)
 
 
-def estimate(t: float, ahead: int | None = 10, pending: int | None = None, spt: float = 10.0):
+def estimate(
+    t: float,
+    ahead: int | None = 10,
+    pending: int | None = None,
+    spt: float = 10.0,
+    state: TaskState = TaskState.QUEUED,
+):
     return estimate_backlog(
-        snap(t), ahead_at_create=ahead, created_t=100.0, pending_now=pending, seconds_per_task=spt
+        snap(t, state),
+        ahead_at_create=ahead,
+        created_t=100.0,
+        pending_now=pending,
+        seconds_per_task=spt,
     )
 
 
@@ -52,21 +62,9 @@ def test_the_pending_count_now_bounds_the_estimate():
 
 
 def test_running_and_ended_tasks_need_no_estimate():
-    running = estimate_backlog(
-        snap(200.0, TaskState.RUNNING),
-        ahead_at_create=10,
-        created_t=100.0,
-        pending_now=40,
-        seconds_per_task=10.0,
-    )
+    running = estimate(200.0, pending=40, state=TaskState.RUNNING)
     assert running.ahead == 0 and running.result_wait == 10.0
-    done = estimate_backlog(
-        snap(200.0, TaskState.COMPLETED),
-        ahead_at_create=10,
-        created_t=100.0,
-        pending_now=40,
-        seconds_per_task=10.0,
-    )
+    done = estimate(200.0, pending=40, state=TaskState.COMPLETED)
     assert done.result_wait == 0.0
     with pytest.raises(ValueError):
         estimate_backlog(
@@ -106,13 +104,7 @@ def test_release_at_predict_compares_the_result_wait_with_start_up():
     assert (
         decision.release and decision.estimated and "25.0s <= job start-up 30.0s" in decision.reason
     )
-    running = estimate_backlog(
-        snap(200.0, TaskState.RUNNING),
-        ahead_at_create=10,
-        created_t=100.0,
-        pending_now=None,
-        seconds_per_task=10.0,
-    )
+    running = estimate(200.0, state=TaskState.RUNNING)
     assert unpositioned_release(snap(200.0, TaskState.RUNNING), "predict", running, 12.0).release
     unknown = BacklogEstimate(None, None, None, None, "nothing")
     assert not unpositioned_release(snap(1.0), "predict", unknown, startup=1e9).release
