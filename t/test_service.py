@@ -4,10 +4,17 @@ test_service_logic.py, the eventlog protocol in test_events.py."""
 
 from __future__ import annotations
 
+import ast
+import glob
 import math
+import os
 import select
+import shutil
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +33,7 @@ from flux_quantum.service import (
     jobspec_size,
     read_program,
 )
+from flux_quantum.service.runner import RepeatFilter
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
 
 
@@ -129,3 +137,81 @@ def test_workers_hand_results_back_through_the_pipe():
         assert any(isinstance(e, ZeroDivisionError) for r, e in results)
     finally:
         workers.stop()
+
+
+SUPERVISOR = Path(__file__).resolve().parent.parent / "src/flux_quantum/service/qpu_handlers.py"
+
+
+def _oldest_python() -> str | None:
+    """An interpreter older than the project's (a pyenv install, or pythonX.Y on PATH)
+    that really runs (pyenv's shims may only say it is not selected)."""
+    candidates = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.[6-9].*/bin/python")))
+    candidates += [shutil.which(f"python3.{minor}") for minor in range(6, 11)]
+    for python in filter(None, candidates):
+        if subprocess.run([python, "-c", "pass"], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+def test_supervisor_imports_only_the_standard_library_and_flux():
+    """The broker runs the supervisor in its own Python: nothing of the project's
+    (or of the venv's) may be imported there."""
+    tree = ast.parse(SUPERVISOR.read_text())
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            modules.add((node.module or "").split(".")[0])
+    assert modules - {"flux"} <= set(sys.stdlib_module_names), modules
+    assert "flux_quantum" not in modules
+
+
+def test_supervisor_compiles_on_the_oldest_python_a_broker_may_have():
+    python = _oldest_python()
+    if python is None:
+        pytest.skip("no Python 3.6-3.10 on this machine to compile the supervisor with")
+    res = subprocess.run(
+        [
+            python,
+            "-c",
+            "import sys, py_compile; py_compile.compile(sys.argv[1], doraise=True)",
+            str(SUPERVISOR),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+
+
+def test_options_know_the_error_limit_and_back_off():
+    options = ServiceOptions.from_args(["error-limit=2", "retry-base=1", "retry-max=4"])
+    assert options.error_limit == 2
+    assert [options.backoff(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 4, 4, 4]
+    with pytest.raises(ServiceError, match="error-limit must be an integer >= 1"):
+        ServiceOptions(error_limit=0)
+    with pytest.raises(ServiceError, match="error-limit must be an integer, got 'x'"):
+        ServiceOptions.from_args(["error-limit=x"])
+
+
+def test_repeat_filter_says_a_repeated_message_once_with_a_count():
+    said = []
+    now = [0.0]
+    log = RepeatFilter(
+        lambda level, msg: said.append((level, msg)), every=60, monotonic=lambda: now[0]
+    )
+    for _ in range(50):
+        log(3, "qpu handlers: KeyError: 'prod'")
+        now[0] += 0.2
+    log(6, "recovered")
+    assert said == [
+        (3, "qpu handlers: KeyError: 'prod'"),
+        (3, "(repeated 49 more time(s)): qpu handlers: KeyError: 'prod'"),
+        (6, "recovered"),
+    ]
+    now[0] += 1000
+    for _ in range(3):
+        log(3, "again")
+        now[0] += 100
+    # every 60 s at most, a repeat still says so
+    assert said[-3:] == [(3, "again"), *[(3, "(repeated 1 more time(s)): again")] * 2]

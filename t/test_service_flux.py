@@ -544,36 +544,35 @@ def test_recorded_token_without_a_task_gets_the_same_task_back(inst, qpu, catalo
     assert "qpu-select" not in qpu.names(jobid)
 
 
-def test_service_killed_and_restarted_reattaches_and_never_submits_twice(inst, qpu):
-    run = [
-        "flux",
-        "quantum",
-        "service",
-        "run",
-        f"--catalog={qpu.catalog}",
-        f"--emulator-url={qpu.emu.url}",
-        *FAST,
-    ]
-    proc = subprocess.Popen(run, env=inst.env, cwd=inst.workdir, stderr=subprocess.PIPE)
-    try:
-        a = qpu.submit("--setattr=qpu.device=local:q-alpha", "sh", "-c", CONSUMER)
-        b = qpu.submit("--setattr=qpu.device=local:q-beta", "sh", "-c", CONSUMER)
-        for jobid in (a, b):
-            qpu.wait_event(jobid, "qpu-task")
-            qpu.until(lambda jobid=jobid: qpu.memo(jobid).get("qpu_position"))
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+def _status(inst: FluxInstance) -> dict[str, Any]:
+    return json.loads(inst.quantum("service", "status", "--json").stdout)
+
+
+def test_service_killed_is_restarted_reattaches_and_never_submits_twice(inst, qpu):
+    """kill -9 of the real service process that `service start` started: its supervisor
+    restarts it, the new process re-attaches the recorded tasks from the eventlogs,
+    and every task is created exactly once."""
+    import os
+
+    qpu.start_service()
+    first = _status(inst)
+    pid = first["pid"]
+    assert first["supervisor"]["pid"] == pid and first["supervisor"]["restarts"] == 0
+    assert first["supervisor"]["python"] == sys.executable  # the project's interpreter
+    a = qpu.submit("--setattr=qpu.device=local:q-alpha", "sh", "-c", CONSUMER)
+    b = qpu.submit("--setattr=qpu.device=local:q-beta", "sh", "-c", CONSUMER)
+    for jobid in (a, b):
+        qpu.wait_event(jobid, "qpu-task")
+        qpu.until(lambda jobid=jobid: qpu.memo(jobid).get("qpu_position"))
+    os.kill(pid, signal.SIGKILL)
     late = qpu.submit("--setattr=qpu.device=local:q-delta", "sh", "-c", CONSUMER)
     qpu.wait_event(late, "dependency-add")
-    qpu.advance(10)
-    time.sleep(0.5)
-    assert all(qpu.job(j)["state"] == 2 for j in (a, b, late))  # nothing released early
-    qpu.start_service()  # the broker module, this time
+    restarted = qpu.until(lambda: (s := _status(inst)).get("running") and s["pid"] != pid and s)
+    assert restarted["supervisor"]["restarts"] == 1
+    assert restarted["supervisor"]["last_exit"] == "killed by SIGKILL"
 
     def counters() -> dict[str, int]:
-        return json.loads(inst.quantum("service", "status", "--json").stdout)["counters"]
+        return _status(inst)["counters"]
 
     # a and b re-attached from their eventlogs; the late job's task is the only create
     qpu.until(lambda: (c := counters())["tasks_attached"] == 2 and c["tasks_created"] == 1)
@@ -585,6 +584,59 @@ def test_service_killed_and_restarted_reattaches_and_never_submits_twice(inst, q
     assert len(set(tasks.values())) == 3
     assert qpu.emu.call_count("CreateQuantumTask") == 3  # exactly one per task
     assert sorted(qpu.emu.task_arns()) == sorted(tasks.values())
+
+
+def test_start_fails_with_the_services_own_error_and_leaves_nothing_loaded(inst, qpu):
+    """A service that cannot run in the interpreter it was given (here the broker's
+    own Python, where flux-quantum is not installed): start says why in the service's
+    words, exits non-zero and unloads its supervisor."""
+    broker_python = inst.run(["flux", "python", "-c", "import sys; print(sys.executable)"])
+    res = inst.quantum(
+        "service",
+        "start",
+        f"--catalog={qpu.catalog}",
+        f"--python={broker_python.stdout.strip()}",
+        check=False,
+    )
+    assert res.returncode != 0
+    assert "did not start" in res.stderr and "No module named 'flux_quantum'" in res.stderr
+    assert "qpu_handlers" not in inst.run(["flux", "module", "list"]).stdout
+
+
+def test_a_service_that_keeps_failing_is_logged_once_with_a_count(inst, qpu):
+    from flux_quantum.cli.service import module_path
+
+    broker_python = inst.run(["flux", "python", "-c", "import sys; print(sys.executable)"])
+    load = ["flux", "module", "load", "--name=qpu_crashing", str(module_path())]
+    inst.run([*load, f"python={broker_python.stdout.strip()}", "restart-max=0.1"])
+    try:
+
+        def status() -> dict[str, Any]:
+            code = _RPC.format(topic="qpu_crashing.status")
+            return json.loads(inst.run(["flux", "python", "-c", code]).stdout)
+
+        qpu.until(lambda: status()["supervisor"]["restarts"] >= 8, timeout=30)
+        said = [
+            line
+            for line in inst.run(["flux", "dmesg"]).stdout.splitlines()
+            if "qpu_crashing" in line and "restarting in" in line
+        ]
+        # once, then at 2, 4, 8 ... times
+        assert 1 <= len(said) <= 4, said
+        assert "No module named 'flux_quantum'" in said[0]
+        assert any("(8 times)" in line for line in said), said
+        relayed = [
+            line
+            for line in inst.run(["flux", "dmesg"]).stdout.splitlines()
+            if "qpu_crashing.err" in line and "qpu service: " in line and "No module" in line
+        ]
+        assert len(relayed) == 1, relayed  # the service's own words, once
+        assert status()["supervisor"]["state"] in ("restarting", "starting")
+    finally:
+        inst.run(["flux", "module", "remove", "qpu_crashing"], check=False)
+
+
+_RPC = "import flux, json; print(json.dumps(flux.Flux().rpc('{topic}', {{}}).get()))"
 
 
 def test_run_refuses_a_second_service_and_status_reports(inst, qpu):

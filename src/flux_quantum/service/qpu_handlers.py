@@ -75,6 +75,8 @@ class QpuHandlers(BrokerModule):
         self.error = None
         self.first_error = None
         self.same_exits = 0
+        self._errors = set()
+        self._previous_errors = set()
         self._buffer = b""
         self._out_watcher = None
         self._timer = None
@@ -150,6 +152,7 @@ class QpuHandlers(BrokerModule):
         self.state = STARTING
         self.started_at = time.time()
         self._buffer = b""
+        self._previous_errors, self._errors = self._errors, set()
         fd = self.proc.stdout.fileno()
         os.set_blocking(fd, False)
         import flux.constants
@@ -203,6 +206,10 @@ class QpuHandlers(BrokerModule):
             self.error = message
             if self.first_error is None:
                 self.first_error = message
+            self._errors.add(message)
+            if message in self._previous_errors:
+                # What the last run already said: once is enough (a crash loop).
+                level = syslog.LOG_DEBUG
         self.log(level, "qpu service: " + message)
 
     def _reap(self):
@@ -229,7 +236,7 @@ class QpuHandlers(BrokerModule):
             return
         if ran >= STABLE_SECONDS:
             self.backoff = 1.0
-        delay = self.backoff
+        delay = min(self.backoff, self.restart_max)
         self.backoff = min(self.restart_max, self.backoff * 2)
         self.restarts += 1
         self.state = BACKOFF
