@@ -14,12 +14,14 @@ import json
 import os
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from flux_quantum.catalog import Catalog, Device
 from flux_quantum.cli import table
 from flux_quantum.errors import CommandError
 from flux_quantum.policy import NoDeviceError, select_device, static_candidates
+from flux_quantum.qasm import count_program
 from flux_quantum.request import RequestError, parse_request
 from flux_quantum.vendors import make_vendor, probe_devices
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, Vendor
@@ -39,6 +41,9 @@ FIELDS = (
     "id",
     "region",
     "graph",
+    "f1q",  # calibration medians: one-qubit gate, two-qubit gate and readout fidelity
+    "f2q",
+    "fro",
 )
 DEFAULT_FIELDS = ("name", "vendor", "class", "qubits", "status", "queue", "price", "slots")
 RIGHT_ALIGNED = ("qubits", "queue", "slots", "graph")
@@ -153,7 +158,19 @@ def backend_row(device: Device, snapshot: DeviceSnapshot) -> dict[str, str]:
         "id": device.id,
         "region": device.region,
         "graph": "-",
+        **calibration_fields(snapshot),
     }
+
+
+def calibration_fields(snapshot: DeviceSnapshot) -> dict[str, str]:
+    """The vendor's calibration medians as percentages ("-": none published)."""
+    calibration = snapshot.calibration
+    figures = {
+        "f1q": calibration.one_qubit_median if calibration else None,
+        "f2q": calibration.two_qubit_median if calibration else None,
+        "fro": calibration.readout_median if calibration else None,
+    }
+    return {key: "-" if v is None else f"{100 * v:.2f}%" for key, v in figures.items()}
 
 
 def render_rows(
@@ -217,9 +234,15 @@ def cmd_select(args: argparse.Namespace) -> int:
     except RequestError as exc:
         raise CommandError(str(exc)) from None
     catalog = table.catalog(args.catalog)
+    program = None
+    if request.program:  # max-fidelity and min_fidelity count its first program's gates
+        try:
+            program = count_program(Path(request.program[0]).read_text())
+        except OSError as exc:
+            raise CommandError(f"qpu.program: cannot read {request.program[0]}: {exc}") from None
     snapshots = _probe(catalog, static_candidates(catalog, request), args.timeout)
     try:
-        selection = select_device(catalog, snapshots, request)
+        selection = select_device(catalog, snapshots, request, program=program)
     except NoDeviceError as exc:
         if args.json:
             print(json.dumps({"device": None, "explanation": exc.explanation.to_dict()}, indent=2))
