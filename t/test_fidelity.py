@@ -397,3 +397,36 @@ def test_braket_probe_reads_the_emulators_calibration(make_emulator) -> None:
     assert math.isclose(
         selection.explanation.candidates[0].success or 0, 0.9998**12 * 0.995**8 * 0.994**4
     )
+
+
+def test_backends_and_select_show_the_calibration(
+    make_emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from catalogs import DEVICES
+
+    from flux_quantum.cli.main import main
+
+    make_emulator(CALIBRATED)
+    catalog = tmp_path / "backends.yaml"
+    catalog.write_text(
+        "devices:\n" + "".join(f"  - {DEVICES[n]}\n" for n in ("sv1", "forte1", "garnet"))
+    )
+    assert main(["backends", "--catalog", str(catalog), "-o", "{name} {f1q} {f2q} {fro}"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "NAME F1Q F2Q FRO",
+        "sv1 - - -",
+        "forte1 99.98% 99.50% 99.40%",
+        "garnet 99.90% 99.00% 97.00%",
+    ]
+    program = tmp_path / "ghz.qasm"
+    program.write_text("OPENQASM 3; qubit[3] q; h q[0]; cnot q[0], q[1]; cnot q[1], q[2];")
+    words = ["policy=max-fidelity", "class=qpu", f"program={program}"]
+    assert main(["select", "--catalog", str(catalog), "--explain", *words]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "program: 3 qubits, 1 1q + 2 2q gates, 3 measured"
+    success = 0.9998 * 0.995**2 * 0.994**3
+    assert lines[3].startswith("  forte1") and f"{100 * success:.1f}%" in lines[3]
+    assert lines[-1] == "chosen: forte1"
+    assert main(["select", "--catalog", str(catalog), "policy=max-fidelity",
+                 f"program={tmp_path / 'missing.qasm'}"]) == 1  # fmt: skip
+    assert "qpu.program: cannot read" in capsys.readouterr().err
