@@ -1,17 +1,30 @@
 #!/usr/bin/env python3
 """Device-selection policies on an emulated Braket fleet: cost per run and time to result.
 
-    python bench/policy.py                 # 12 runs per policy (about 25 s on 2 cores)
-    python bench/policy.py --quick         # 4 runs per policy (about 10 s)
-    python bench/policy.py --runs 20 --seed 7 --out-dir /tmp/policy
+    python bench/policy.py                 # 12 runs per policy (about 40 s on 2 cores)
+    python bench/policy.py --quick         # 4 runs per policy (about 15 s)
+    python bench/policy.py --runs 20 --seed 7 --budget 150 --out-dir /tmp/policy
 
 One run is one hybrid job's quantum task: a 4-qubit QAOA (p=1, MaxCut on a ring)
-OpenQASM 3 program at 1000 shots. Three policies choose its device:
+OpenQASM 3 program at 1000 shots. Four policies choose its device:
 
 - ``random``: a seeded uniform choice among the devices that satisfy the request, i.e.
   the candidates ``flux_quantum.policy.select_device`` marks eligible (online, inside
   their window, enough qubits, slots free);
-- ``min-cost`` and ``min-queue``: ``flux_quantum.policy.select_device`` itself.
+- ``min-cost`` and ``min-queue``: ``flux_quantum.policy.select_device`` itself;
+- ``max-fidelity``: ``select_device`` too, with ``class=qpu`` (every simulator is
+  noise-free, so without it the choice is a simulator) and the program's gate counts
+  (``flux_quantum.qasm.count_program``: 12 one-qubit and 8 two-qubit gates, 4 qubits
+  read), ranked by expected success from the calibration the emulated QPUs publish as
+  Braket's standardized device properties and the probe reads.
+
+Then a budgeted run: the same ``max-fidelity`` jobs, in the same order, for one user
+under a monthly spend limit (``--budget``, default $150, in ``[quantum.quota]`` form)
+kept in a real ledger (``flux_quantum.site_policy.SitePolicy`` on a temporary SQLite
+file): before each task the devices whose estimate no longer fits are excluded (the
+policy then picks the best one that fits), the chosen task is reserved, run, and settled
+at its cost. Reported: what was spent against the limit (never more), how many runs got a
+device, their expected success and time to result.
 
 Each is called as the handler service calls it: ``static_candidates`` of the catalog,
 ``probe_devices`` through the ``local`` vendor (amazon-braket-sdk and boto3 against a
@@ -58,9 +71,14 @@ inside the windows): its queue builds while closed (40-115 tasks when a window o
 and it is not eligible then. Left out: IQM Emerald (no price in VENDORS.md) and QuEra
 Aquila (analog Hamiltonian simulation only: it cannot run an OpenQASM circuit).
 
+Calibration of the emulated QPUs (median one-qubit, two-qubit and readout fidelity; the
+public figures of these devices, rounded): Forte-1 0.9998/0.995/0.994, Aria-1
+0.9995/0.990/0.993, Garnet 0.999/0.9925/0.975, Ankaa-3 0.9985/0.990/0.955.
+
 Targets (printed as met / MISSED): min-cost mean cost per run at least 50x below random
 (the Fluence paper reports about 70-72x, min-cost pinned on dm1); min-queue mean time to
-result below random. Writes policy.csv (every run), policy.txt (the table, machine and
+result below random; max-fidelity mean expected success above a quality-blind pick (the
+mean over the same eligible QPUs); budgeted spend at most the limit. Writes policy.csv (every run), policy.txt (the table, machine and
 command) and policy.png (cost and time to result by policy) to ``--out-dir``
 (bench/results; ``policy_quick.*`` with ``--quick``). No network but 127.0.0.1, no Flux.
 """
@@ -75,6 +93,7 @@ import random
 import shlex
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -86,13 +105,25 @@ from typing import Any
 
 from flux_quantum.catalog import Catalog, parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
-from flux_quantum.policy import DrainEstimator, select_device, static_candidates
+from flux_quantum.ledger import UsageQuery
+from flux_quantum.policy import (
+    DrainEstimator,
+    NoDeviceError,
+    expected_success,
+    select_device,
+    static_candidates,
+)
+from flux_quantum.qasm import count_program
+from flux_quantum.quota import format_money
 from flux_quantum.request import QpuRequest
+from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors import probe_devices
 from flux_quantum.vendors.base import TaskState, Vendor
 from flux_quantum.vendors.local import LocalVendor
 
-POLICIES = ("random", "min-cost", "min-queue")
+POLICIES = ("random", "min-cost", "min-queue", "max-fidelity")
+BUDGETED = "budgeted"
+DEFAULT_BUDGET = 150.0
 SHOTS = 1000
 QUBITS = 4
 COST_TARGET = 50.0
@@ -124,6 +155,7 @@ class FleetDevice:
     drain: float  # catalog drain_seconds_per_task (seeds min-wait, tie-breaks min-cost)
     slots: int = 1
     extra: dict[str, Any] | None = None  # more emulator fields (backend, shots, windows)
+    calibration: dict[str, float] | None = None  # QPUs: what GetDevice publishes
 
 
 SIM = "arn:aws:braket:::device/quantum-simulator/amazon/"
@@ -169,6 +201,7 @@ FLEET: tuple[FleetDevice, ...] = (
         {"depth": 60, "arrival_rate": 0.0105, "service_time": 90.0, "distribution": "exponential"},
         90.0,
         extra={"shots": [1, 10000]},
+        calibration={"one_qubit": 0.9998, "two_qubit": 0.995, "readout": 0.994},
     ),
     FleetDevice(
         "aria1",
@@ -179,6 +212,7 @@ FLEET: tuple[FleetDevice, ...] = (
         {"depth": 30, "arrival_rate": 0.0078, "service_time": 120.0, "distribution": "exponential"},
         120.0,
         extra={"shots": [1, 10000]},
+        calibration={"one_qubit": 0.9995, "two_qubit": 0.990, "readout": 0.993},
     ),
     FleetDevice(
         "garnet",
@@ -189,6 +223,7 @@ FLEET: tuple[FleetDevice, ...] = (
         {"depth": 20, "arrival_rate": 0.045, "service_time": 20.0, "distribution": "exponential"},
         20.0,
         extra={"shots": [1, 20000]},
+        calibration={"one_qubit": 0.999, "two_qubit": 0.9925, "readout": 0.975, "spread": 0.002},
     ),
     FleetDevice(
         "ankaa3",
@@ -199,8 +234,10 @@ FLEET: tuple[FleetDevice, ...] = (
         {"depth": 10, "arrival_rate": 0.070, "service_time": 10.0, "distribution": "uniform"},
         10.0,
         extra={"availability": {"period": 3600, "windows": [[0, 2700]]}},
+        calibration={"one_qubit": 0.9985, "two_qubit": 0.990, "readout": 0.955, "spread": 0.004},
     ),
 )
+PROGRAM_COUNTS = count_program(QAOA)
 
 
 def fleet_scenario() -> Scenario:
@@ -218,6 +255,8 @@ def fleet_scenario() -> Scenario:
             "queue": d.queue,
         }
         spec.update(d.extra or {})
+        if d.calibration:
+            spec["calibration"] = d.calibration
         devices.append(spec)
     return Scenario.from_dict({"extends": "none", "devices": devices}, source="bench/policy.py")
 
@@ -253,6 +292,8 @@ class Run:
     time_to_result: float  # created -> ended (COMPLETED)
     polls: int
     shots_counted: int
+    success: float  # expected success of the QAOA on the chosen device (1 on a simulator)
+    pool_success: float  # max-fidelity: mean over the eligible QPUs (a quality-blind pick)
 
 
 def start_times(runs: int, span: float, seed: int) -> list[float]:
@@ -272,17 +313,33 @@ def poll_step(state: TaskState, position: int | None, drain: float) -> float:
     return max(1.0, drain / 10.0)
 
 
+def bench_request(policy: str) -> QpuRequest:
+    if policy in ("max-fidelity", BUDGETED):
+        return QpuRequest(policy="max-fidelity", shots=SHOTS, min_qubits=QUBITS, device_class="qpu")
+    return QpuRequest(
+        policy="min-cost" if policy == "random" else policy, shots=SHOTS, min_qubits=QUBITS
+    )
+
+
 def one_run(
-    run: int, policy: str, seed: int, start_t: float, scenario: Scenario, catalog: Catalog
-) -> Run:
+    run: int,
+    policy: str,
+    seed: int,
+    start_t: float,
+    scenario: Scenario,
+    catalog: Catalog,
+    site: SitePolicy | None = None,
+) -> Run | None:
+    """One job's task chosen by ``policy``, run to COMPLETED. With ``site`` (the
+    budgeted run) the devices over quota are excluded, the task reserved and settled;
+    None when no device fits the budget."""
     clock = ManualClock(start=start_t)
 
     def now() -> float:
         return clock.epoch.timestamp() + clock.now()
 
-    request = QpuRequest(
-        policy="min-cost" if policy == "random" else policy, shots=SHOTS, min_qubits=QUBITS
-    )
+    request = bench_request(policy)
+    token = f"bench-policy-{run}-{policy}"
     with Emulator(scenario=scenario, clock=clock, seed=seed) as emu:
         vendor: Vendor = LocalVendor.from_emulator(
             emu, devices=catalog.devices, clock=now, sleep=clock.advance
@@ -293,10 +350,28 @@ def one_run(
         estimator = DrainEstimator()
         for snapshot in snapshots.values():
             estimator.observe(snapshot)
-        selection = select_device(
-            catalog.devices, snapshots, request, estimator=estimator, in_flight={}
-        )
+        excluded: dict[str, str] = {}
+        if site is not None:
+            who = site.requester(os.getuid(), {})
+            excluded = site.excluded(
+                who, catalog.devices, token=token, jobid=run + 1, shots=SHOTS, t=now()
+            )
+        try:
+            selection = select_device(
+                catalog.devices,
+                snapshots,
+                request,
+                estimator=estimator,
+                in_flight={},
+                program=PROGRAM_COUNTS,
+                excluded=excluded,
+            )
+        except NoDeviceError:
+            if site is None:
+                raise
+            return None
         eligible = [c for c in selection.explanation.candidates if c.eligible]
+        pool = [c.success for c in eligible if c.device_class == "qpu" and c.success is not None]
         if policy == "random":
             rng = random.Random(f"{seed}:random:{run}")
             chosen_name = rng.choice(sorted(c.device for c in eligible))
@@ -310,7 +385,12 @@ def one_run(
             for d in catalog.devices
         )
 
-        task = vendor.submit(device, QAOA, SHOTS, token=f"bench-policy-{run}-{policy}")
+        if site is not None:
+            charge = site.charge(device, who, token=token, jobid=run + 1, shots=SHOTS, t=now())
+            if not site.reserve(charge).allowed:
+                raise RuntimeError(f"run {run}: {device.name} was chosen but not reserved")
+        calibration = snapshots[device.name].calibration
+        task = vendor.submit(device, QAOA, SHOTS, token=token)
         polls = 0
         drain = float(device.properties["drain_seconds_per_task"])
         while True:
@@ -325,6 +405,9 @@ def one_run(
         timeline = emu.task_timeline(task.task_id)
     assert timeline.started is not None and timeline.ended is not None
     run_seconds = timeline.ended - timeline.started
+    if site is not None:
+        billed = run_seconds if device.price.per_minute else None
+        site.settle(token, device, shots=SHOTS, state="COMPLETED", now=now(), billed_seconds=billed)
     return Run(
         run=run,
         policy=policy,
@@ -342,6 +425,8 @@ def one_run(
         time_to_result=timeline.ended - timeline.created,
         polls=polls,
         shots_counted=sum(counts.values()),
+        success=expected_success(device, calibration, PROGRAM_COUNTS) or 0.0,
+        pool_success=statistics.mean(pool) if pool else 0.0,
     )
 
 
@@ -356,6 +441,7 @@ class Summary:
     cost_ratio: float  # random mean cost / this policy's
     time_ratio: float  # this policy's mean time / random's
     devices: str
+    success_qpu: float | None  # mean expected success of its QPU runs (None: no QPU run)
 
 
 def summarize(runs: Sequence[Run]) -> list[Summary]:
@@ -379,9 +465,47 @@ def summarize(runs: Sequence[Run]) -> list[Summary]:
                 cost_ratio=base_cost / cost,
                 time_ratio=ttr / base_time,
                 devices=" ".join(f"{name}:{histogram[name]}" for name in order),
+                success_qpu=qpu_success(chosen),
             )
         )
     return table
+
+
+def qpu_success(runs: Sequence[Run]) -> float | None:
+    on_qpus = [r.success for r in runs if r.device_class == "qpu"]
+    return statistics.mean(on_qpus) if on_qpus else None
+
+
+@dataclass(frozen=True)
+class Budgeted:
+    """The budgeted max-fidelity runs: what they spent against the limit."""
+
+    limit: float
+    attempted: int
+    served: Sequence[Run]
+    spent: float  # sum of the served runs' costs
+    ledger_total: float  # what the ledger recorded (must equal spent)
+
+    def lines(self, unbudgeted: Sequence[Run]) -> list[str]:
+        served = self.served
+        histogram = Counter(r.device for r in served)
+        devices = " ".join(f"{d.name}:{histogram[d.name]}" for d in FLEET if d.name in histogram)
+        free = sum(r.cost for r in unbudgeted)
+        verdict = "met" if self.spent <= self.limit + 1e-9 else "MISSED"
+        ttr = duration(statistics.mean(r.time_to_result for r in served)) if served else "-"
+        success = qpu_success(served)
+        return [
+            f"Budgeted max-fidelity, {self.attempted} jobs of one user under a"
+            f" {format_money(self.limit)} monthly limit (ledger: reserve before create,"
+            " settle at cost):",
+            f"  served {len(served)}, refused {self.attempted - len(served)} (nothing fit);"
+            f" devices {devices or '-'}",
+            f"  spent {format_money(self.spent)} of {format_money(self.limit)} (ledger"
+            f" {format_money(self.ledger_total)}; unbudgeted max-fidelity spent"
+            f" {format_money(free)})  [{verdict}: at most the limit]",
+            f"  mean time to result {ttr}, mean expected success"
+            f" {'-' if success is None else f'{success:.3f}'}",
+        ]
 
 
 def duration(seconds: float) -> str:
@@ -392,24 +516,30 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.2f}h"
 
 
-def report(table: Sequence[Summary], runs: int, span: float) -> list[str]:
+def report(
+    table: Sequence[Summary], runs: int, span: float, all_runs: Sequence[Run] = ()
+) -> list[str]:
     lines = [
         f"Device selection, {runs} runs per policy: one {QUBITS}-qubit QAOA task of {SHOTS}"
         f" shots per run, {len(FLEET)} emulated Braket devices, starts over {span / 3600:g} h",
         "(cost = catalog price at the emulated run time; time to result = create -> COMPLETED,"
         " emulated)",
         "",
-        f"{'policy':<10} {'runs':>4} {'cost mean':>10} {'median':>9} {'ratio':>8} "
-        f"{'time mean':>9} {'median':>8} {'ratio':>6}  devices",
+        f"{'policy':<12} {'runs':>4} {'cost mean':>10} {'median':>9} {'ratio':>8} "
+        f"{'time mean':>9} {'median':>8} {'ratio':>6} {'success':>7}  devices",
     ]
     for s in table:
+        success = "-" if s.success_qpu is None else f"{s.success_qpu:.3f}"
         lines.append(
-            f"{s.policy:<10} {s.runs:>4} {'$' + format(s.cost_mean, '.5f'):>10} "
+            f"{s.policy:<12} {s.runs:>4} {'$' + format(s.cost_mean, '.5f'):>10} "
             f"{'$' + format(s.cost_median, '.4f'):>9} {s.cost_ratio:>7.1f}x "
-            f"{duration(s.ttr_mean):>9} {duration(s.ttr_median):>8} {s.time_ratio:>6.3f}  "
-            f"{s.devices}"
+            f"{duration(s.ttr_mean):>9} {duration(s.ttr_median):>8} {s.time_ratio:>6.3f} "
+            f"{success:>7}  {s.devices}"
         )
-    lines.append("(cost ratio = random / policy; time ratio = policy / random)")
+    lines.append(
+        "(cost ratio = random / policy; time ratio = policy / random; success = mean expected"
+        " success of the QAOA on the QPUs it ran on; max-fidelity asks for class=qpu)"
+    )
     lines.append("")
     row = {s.policy: s for s in table}
     mc, mq, rnd = row["min-cost"], row["min-queue"], row["random"]
@@ -423,6 +553,14 @@ def report(table: Sequence[Summary], runs: int, span: float) -> list[str]:
         f"min-queue mean time to result {duration(mq.ttr_mean)} vs random"
         f" {duration(rnd.ttr_mean)} ({mq.time_ratio:.4f}x; target < 1x)  [{verdict}]"
     )
+    mf = row["max-fidelity"]
+    if mf.success_qpu is not None:
+        blind = statistics.mean(r.pool_success for r in all_runs if r.policy == "max-fidelity")
+        verdict = "met" if mf.success_qpu > blind else "MISSED"
+        lines.append(
+            f"max-fidelity mean expected success {mf.success_qpu:.3f} vs {blind:.3f} for a"
+            f" quality-blind pick among the same eligible QPUs (target higher)  [{verdict}]"
+        )
     return lines
 
 
@@ -461,7 +599,12 @@ def plot(path: Path, runs: Sequence[Run], table: Sequence[Summary]) -> str:
     except ImportError:
         return "plot skipped: matplotlib is not importable (pip install matplotlib)"
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
-    colors = {"random": "tab:gray", "min-cost": "tab:green", "min-queue": "tab:blue"}
+    colors = {
+        "random": "tab:gray",
+        "min-cost": "tab:green",
+        "min-queue": "tab:blue",
+        "max-fidelity": "tab:purple",
+    }
     panels: tuple[tuple[str, Callable[[Run], float], str, str], ...] = (
         ("cost", lambda r: r.cost, "cost per run (USD, log)", "Cost per run"),
         ("time", lambda r: r.time_to_result, "time to result (s, log)", "Time to result"),
@@ -491,6 +634,27 @@ def plot(path: Path, runs: Sequence[Run], table: Sequence[Summary]) -> str:
     return f"plot: {path}"
 
 
+def budgeted_runs(
+    starts: Sequence[float], seed: int, limit: float, scenario: Scenario, catalog: Catalog
+) -> Budgeted:
+    """The max-fidelity jobs again, one after the other, under a monthly spend limit."""
+    quota = {"limits": [{"name": "bench-budget", "user": "*", "period": "month", "spend": limit}]}
+    served = []
+    with tempfile.TemporaryDirectory(prefix="bench-policy-") as tmp:
+        site = SitePolicy.from_config(
+            {"quota": quota, "ledger": {"path": str(Path(tmp) / "ledger.db")}}
+        )
+        try:
+            for i, start_t in enumerate(starts):
+                run = one_run(i, BUDGETED, seed + i, start_t, scenario, catalog, site=site)
+                if run is not None:
+                    served.append(run)
+            recorded = sum(r.total for r in site.ledger.usage(UsageQuery(period="all")))
+        finally:
+            site.close()
+    return Budgeted(limit, len(starts), served, sum(r.cost for r in served), recorded)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=12, help="runs per policy (default 12)")
@@ -498,6 +662,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="base seed (default 1)")
     parser.add_argument(
         "--span-hours", type=float, default=12.0, help="start times spread over (default 12)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET,
+        help=f"monthly spend limit (USD) of the budgeted run (default {DEFAULT_BUDGET:g})",
     )
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help=f"default {DEFAULT_OUT}")
     args = parser.parse_args(argv)
@@ -513,16 +683,22 @@ def main(argv: list[str] | None = None) -> int:
     scenario = fleet_scenario()
     catalog = fleet_catalog()
     runs: list[Run] = []
-    for i, start_t in enumerate(start_times(runs_per_policy, span, args.seed)):
+    starts = start_times(runs_per_policy, span, args.seed)
+    for i, start_t in enumerate(starts):
         for policy in POLICIES:
-            runs.append(one_run(i, policy, args.seed + i, start_t, scenario, catalog))
+            run = one_run(i, policy, args.seed + i, start_t, scenario, catalog)
+            assert run is not None
+            runs.append(run)
+    budgeted = budgeted_runs(starts, args.seed, args.budget, scenario, catalog)
+    runs += budgeted.served
     bad = [r for r in runs if r.shots_counted != SHOTS]
     if bad:
         raise RuntimeError(f"{len(bad)} results do not add up to {SHOTS} shots: {bad[0]}")
-    table = summarize(runs)
+    table = summarize([r for r in runs if r.policy in POLICIES])
     wall = time.monotonic() - started
 
-    lines = report(table, runs_per_policy, span)
+    lines = report(table, runs_per_policy, span, runs)
+    lines += [""] + budgeted.lines([r for r in runs if r.policy == "max-fidelity"])
     lines += [""] + machine_lines(sys.argv if argv is None else ["bench/policy.py", *argv], wall)
     text = "\n".join(lines)
     print(text)
@@ -530,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
     stem = "policy_quick" if args.quick else "policy"  # a smoke test never overwrites
     write_csv(args.out_dir / f"{stem}.csv", runs)
     (args.out_dir / f"{stem}.txt").write_text(text + "\n")
-    print(plot(args.out_dir / f"{stem}.png", runs, table))
+    print(plot(args.out_dir / f"{stem}.png", [r for r in runs if r.policy in POLICIES], table))
     print(f"runs: {args.out_dir / (stem + '.csv')}, table: {args.out_dir / (stem + '.txt')}")
     return 0
 
