@@ -10,9 +10,11 @@ the file, the device and the field in one sentence.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -251,7 +253,7 @@ class Scenario:
     @classmethod
     def default(cls) -> Scenario:
         """sv1, dm1, tn1, IonQ Forte-1, IQM Garnet, Rigetti Ankaa-3, and two local devices."""
-        return cls.from_dict(DEFAULT_SCENARIO, source="<default scenario>")
+        return cls.from_dict(default_scenario(), source="<default scenario>")
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Scenario:
@@ -406,7 +408,7 @@ def _parse_scenario(data: Mapping[str, Any], source: str) -> Scenario:
     extends = top.choice("extends", None, ("default", "none"))
     raw_devices = top.items("devices")
     if extends == "default":
-        raw_devices = _merge_devices(DEFAULT_SCENARIO["devices"], raw_devices, top)
+        raw_devices = _merge_devices(default_scenario()["devices"], raw_devices, top)
     if not raw_devices:
         top.fail("devices", "must list at least one device (or set 'extends: default')")
     region = top.string("region", "us-east-1")
@@ -699,115 +701,11 @@ def _parse_fault(raw: Any, source: str, device: str | None, prefix: str, top_lev
 
 # ---------------------------------------------------------------------------------------------
 # The default scenario: the real Braket ARNs with VENDORS.md prices, plus two local devices.
+# One copy: etc/flux-quantum/scenarios/default.yaml, shipped in the package as data.
 
-DEFAULT_SCENARIO: dict[str, Any] = {
-    "devices": [
-        {
-            "arn": "arn:aws:braket:::device/quantum-simulator/amazon/sv1",
-            "name": "SV1",
-            "qubits": 34,
-            "cost": {"price": 0.075, "unit": "minute"},
-            "queue": {"service_time": 1.0},
-            "summary": "Amazon Braket state vector simulator",
-        },
-        {
-            "arn": "arn:aws:braket:::device/quantum-simulator/amazon/dm1",
-            "name": "dm1",
-            "qubits": 17,
-            "backend": "braket_dm",
-            "cost": {"price": 0.075, "unit": "minute"},
-            "queue": {"service_time": 2.0},
-            "summary": "Amazon Braket density matrix simulator",
-        },
-        {
-            "arn": "arn:aws:braket:::device/quantum-simulator/amazon/tn1",
-            "name": "TN1",
-            "qubits": 50,
-            "shots": [1, 1000],
-            "cost": {"price": 0.275, "unit": "minute"},
-            "queue": {"service_time": 5.0},
-            "summary": "Amazon Braket tensor network simulator",
-        },
-        {
-            "arn": "arn:aws:braket:us-east-1::device/qpu/ionq/Forte-1",
-            "name": "Forte 1",
-            "qubits": 36,
-            "cost": {"price": 0.08, "unit": "shot", "task_price": 0.3},
-            "shots": [1, 10_000],
-            "queue": {
-                "depth": 40,
-                "arrival_rate": 0.01,
-                "service_time": 90.0,
-                "distribution": "exponential",
-            },
-            "native_gates": ["GPI", "GPI2", "ZZ"],
-            "calibration": {"one_qubit": 0.9998, "two_qubit": 0.995, "readout": 0.994},
-            "location": "Maryland, USA",
-            "summary": "IonQ Forte trapped-ion QPU",
-        },
-        {
-            "arn": "arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet",
-            "name": "Garnet",
-            "qubits": 20,
-            "cost": {"price": 0.00145, "unit": "shot", "task_price": 0.3},
-            "shots": [1, 20_000],
-            "queue": {
-                "depth": 8,
-                "arrival_rate": 0.04,
-                "service_time": 20.0,
-                "distribution": "exponential",
-            },
-            "native_gates": ["cz", "prx"],
-            "calibration": {
-                "one_qubit": 0.999,
-                "two_qubit": 0.9925,
-                "readout": 0.975,
-                "spread": 0.002,
-            },
-            "location": "Espoo, Finland",
-            "summary": "IQM Garnet superconducting QPU",
-        },
-        {
-            "arn": "arn:aws:braket:us-west-1::device/qpu/rigetti/Ankaa-3",
-            "name": "Ankaa-3",
-            "qubits": 84,
-            "cost": {"price": 0.0009, "unit": "shot", "task_price": 0.3},
-            "shots": [1, 100_000],
-            "queue": {
-                "depth": 3,
-                "arrival_rate": 0.08,
-                "service_time": 10.0,
-                "distribution": "uniform",
-            },
-            # Available 45 minutes of every hour, to exercise OUTSIDE_AVAILABILITY_WINDOW.
-            "availability": {"period": 3600, "windows": [[0, 2700]]},
-            "native_gates": ["rx", "rz", "iswap"],
-            "calibration": {
-                "one_qubit": 0.9985,
-                "two_qubit": 0.99,
-                "readout": 0.955,
-                "spread": 0.004,
-            },
-            "location": "California, USA",
-            "summary": "Rigetti Ankaa-3 superconducting QPU",
-        },
-        {
-            "arn": "arn:aws:braket:::device/quantum-simulator/local/busy",
-            "name": "busy",
-            "qubits": 20,
-            "cost": {"price": 0.075, "unit": "minute"},
-            # Deeper than Braket's caps: positions read ">2000", the queue size ">4000".
-            "queue": {"depth": 4500, "arrival_rate": 0.9, "service_time": 1.0},
-            "summary": "A simulator with a long queue that drains slowly",
-        },
-        {
-            "arn": "arn:aws:braket:::device/quantum-simulator/local/maintenance",
-            "name": "maintenance",
-            "qubits": 20,
-            "cost": {"price": 0.075, "unit": "minute"},
-            "status": "OFFLINE",
-            "status_reason": "MAINTENANCE",
-            "summary": "A simulator that is always down for maintenance",
-        },
-    ]
-}
+
+@functools.cache
+def default_scenario() -> dict[str, Any]:
+    """The built-in default scenario (``etc/flux-quantum/scenarios/default.yaml``)."""
+    text = resources.files("flux_quantum").joinpath("data/scenarios/default.yaml").read_text()
+    return yaml.safe_load(text)
