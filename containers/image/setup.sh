@@ -33,7 +33,7 @@ FQ="$VENV/bin/flux-quantum"
 PLUGIN=$("$FQ" plugin-path)
 
 # --- flux-security: setuid IMP, munge signing -----------------------------------
-IMP=$(find /usr/libexec /usr/local/libexec -name flux-imp -type f 2>/dev/null | head -1)
+IMP=$(find /usr/libexec /usr/local/libexec -name flux-imp -type f 2>/dev/null | head -1 || true)
 SHELL_PATH=$(flux config builtin shell_path)
 test -x "$IMP"
 chmod 4755 "$IMP"
