@@ -10,6 +10,7 @@ clean module stop/start; the restart and priority tests start their own instance
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -26,6 +27,8 @@ from flux_quantum.emulator import Emulator, ManualClock, Scenario
 from flux_quantum.vendors.local import LocalVendor
 
 pytestmark = pytest.mark.flux
+
+REPO = Path(__file__).resolve().parent.parent
 
 BELL = """OPENQASM 3.0;
 bit[2] c;
@@ -558,7 +561,8 @@ def test_service_killed_is_restarted_reattaches_and_never_submits_twice(inst, qp
     first = _status(inst)
     pid = first["pid"]
     assert first["supervisor"]["pid"] == pid and first["supervisor"]["restarts"] == 0
-    assert first["supervisor"]["python"] == sys.executable  # the project's interpreter
+    # The project's interpreter (the CLI may run it as python3, this test as python).
+    assert os.path.realpath(first["supervisor"]["python"]) == os.path.realpath(sys.executable)
     a = qpu.submit("--setattr=qpu.device=local:q-alpha", "sh", "-c", CONSUMER)
     b = qpu.submit("--setattr=qpu.device=local:q-beta", "sh", "-c", CONSUMER)
     for jobid in (a, b):
@@ -584,6 +588,32 @@ def test_service_killed_is_restarted_reattaches_and_never_submits_twice(inst, qp
     assert len(set(tasks.values())) == 3
     assert qpu.emu.call_count("CreateQuantumTask") == 3  # exactly one per task
     assert sorted(qpu.emu.task_arns()) == sorted(tasks.values())
+
+
+def test_the_service_also_runs_in_the_brokers_own_python(inst, qpu, tmp_path_factory):
+    """The other set-up: flux-quantum installed into the very Python the broker runs
+    (a venv of it). The CLI here is this venv's; the service, the broker's."""
+    code = "import sys; print(sys.executable)"
+    broker_python = inst.run(["flux", "python", "-c", code]).stdout.strip()
+    assert broker_python != sys.executable  # the flux tier itself runs the other set-up
+    venv = tmp_path_factory.mktemp("broker-python") / "venv"
+    subprocess.run([broker_python, "-m", "venv", str(venv)], check=True, timeout=120)
+    install = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    python = venv / "bin" / "python"
+    qpu.start_service(f"--python={python}")
+    status = _status(inst)
+    assert status["supervisor"]["python"] == str(python)
+    jobid = qpu.submit("--setattr=qpu.device=local:q-delta", "sh", "-c", CONSUMER)
+    qpu.wait_event(jobid, "qpu-task")
+    qpu.advance(20)
+    arn, device, _ = qpu.output(jobid).split(" ", 2)
+    assert device == "q-delta" and arn == qpu.emu.task_arns()[0]
 
 
 def test_start_fails_with_the_services_own_error_and_leaves_nothing_loaded(inst, qpu):
