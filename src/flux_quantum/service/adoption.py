@@ -9,9 +9,10 @@ vanish were released, failed or cancelled, and their eventlog says which. A jour
 stream would notice a job sooner, but it is owner-only, ends on every job-manager reload
 and can be missed; a list is one cheap RPC, works for guests and cannot drift.
 
-This part never calls a vendor: a recovered task is re-attached by its first poll, a
-recorded token without a task is submitted again with the same token (the vendor returns
-the same task), and a job whose request does not parse fails at once.
+This part never calls a vendor: a recovered task is re-attached by its first poll (and
+reserved again in the site's ledger, counted once), a recorded token without a task is
+submitted again with the same token (the vendor returns the same task), and a job whose
+request does not parse fails at once.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from flux_quantum.errors import CommandError
 from flux_quantum.plugin import HeldJob
 from flux_quantum.poller import AdaptivePoller
 from flux_quantum.request import QpuRequest, RequestError, parse_request
+from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import JobRecord
@@ -45,12 +47,14 @@ class Adoption:
         outcomes: Outcomes,
         release: Release,
         tasks: Tasks,
+        charges: Charges,
     ) -> None:
         self.ctx = ctx
         self.face = face
         self.outcomes = outcomes
         self.release = release
         self.tasks = tasks
+        self.charges = charges
         self._scan_error: str | None = None
         self._scan_error_count = 0
 
@@ -83,6 +87,8 @@ class Adoption:
         new = [job for job in held if job.id not in ctx.member_unit]
         if new:
             self.adopt(sorted(new, key=lambda j: (j.follow is not None, j.t_submit, j.id)))
+        # After a restart: the ledger's reservations that no held job owns any more.
+        self.charges.sweep(by_id)
 
     def adopt(self, new: list[HeldJob]) -> None:
         ctx = self.ctx
@@ -140,6 +146,7 @@ class Adoption:
         self._restore(unit, events.merge_histories(m[2] for m in members))
         for job, record, history in members:
             self._add_member(unit, job, record, history, via=None)
+        self._recount(unit)
         self.ctx.log(syslog.LOG_INFO, f"unit {unit_id}: recovered {len(members)} job(s)")
         self.sync_history(unit)
         self.face.update_memos(unit)
@@ -174,6 +181,7 @@ class Adoption:
         unit = self._new_unit(job.id, job.userid, job.t_submit, request, record.cwd)
         self._restore(unit, dict(history.programs))
         self._add_member(unit, job, record, history, via=None)
+        self._recount(unit)
         self.sync_history(unit)
         self.face.update_memos(unit)
 
@@ -260,6 +268,17 @@ class Adoption:
             else:
                 # Recorded, maybe created: the same token finds the same task.
                 attempt.phase = Phase.SUBMIT
+
+    def _recount(self, unit: Unit) -> None:
+        """Tasks found in the eventlogs exist: reserve them again (``recovering``: the
+        ledger counts a token once, and a task that exists is counted whatever the
+        limits say now). A recorded token without a task is reserved before its create."""
+        for program in unit.programs:
+            attempt = program.attempt
+            if attempt.task is not None and attempt.device is not None:
+                refusal = self.charges.reserve(unit, program, attempt, recovering=True)
+                if refusal is not None:
+                    self.ctx.log(syslog.LOG_WARNING, f"unit {unit.id}: {refusal}")
 
     def _add_member(
         self,

@@ -13,6 +13,8 @@ reactor thread and never block. The parts:
 - ``release``: release decisions and the release call
 - ``devices``: device status and the Fluxion graph following it
 - ``face``: memos and status
+- ``charges``: the site's policy (access, the reservation before a create, the
+  settlement when a task ends)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from flux_quantum.catalog import Catalog
 from flux_quantum.service.adoption import Adoption
+from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import Clock, Log, ServiceContext
 from flux_quantum.service.devices import Devices
 from flux_quantum.service.face import Face
@@ -34,6 +37,7 @@ from flux_quantum.service.release import Release
 from flux_quantum.service.state import Phase
 from flux_quantum.service.tasks import Tasks
 from flux_quantum.service.workers import Workers
+from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import Vendor
 
 
@@ -51,15 +55,19 @@ class QuantumService:
         clock: Clock = time.time,
         log: Log | None = None,
         userid: int | None = None,
+        site: SitePolicy | None = None,
     ) -> None:
         self.ctx = ServiceContext(
             flux, catalog, options, workers, vendors=vendors, clock=clock, log=log, userid=userid
         )
         self.face = Face(self.ctx)
-        self.outcomes = Outcomes(self.ctx, self.face)
+        self.charges = Charges(self.ctx, site)
+        self.outcomes = Outcomes(self.ctx, self.face, self.charges)
         self.release = Release(self.ctx, self.face, self.outcomes)
-        self.tasks = Tasks(self.ctx, self.face, self.outcomes, self.release)
-        self.adoption = Adoption(self.ctx, self.face, self.outcomes, self.release, self.tasks)
+        self.tasks = Tasks(self.ctx, self.face, self.outcomes, self.release, self.charges)
+        self.adoption = Adoption(
+            self.ctx, self.face, self.outcomes, self.release, self.tasks, self.charges
+        )
         self.devices = Devices(self.ctx, self.outcomes)
         self.started = clock()
         self._scan_due = 0.0
@@ -99,6 +107,7 @@ class QuantumService:
                 ctx.cluster = None
                 ctx.log(syslog.LOG_DEBUG, f"cluster view unavailable: {exc}")
         self.devices.check(now)
+        self.charges.check(now)
         self.outcomes.retry_cancels(now)
         self.outcomes.expire_groups(now)
         self.release.measure_startup(now)
@@ -133,4 +142,11 @@ class QuantumService:
                 options=ctx.options.to_dict(),
                 last_error=ctx.last_error,
             )
+            site = self.charges.site
+            if site is not None:
+                out["ledger"] = {
+                    "path": str(site.ledger.path),
+                    "currency": site.ledger.currency,
+                    "settling": len(self.charges.watching),
+                }
         return out

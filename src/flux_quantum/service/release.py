@@ -160,6 +160,7 @@ class Release:
             unit.release = {"task": task, "device": device, "info": info}
             self.startup.released(ids[0], ctx.clock())
             self.face.update_memos(unit, state="released", only=ids)
+            unit.released_jobs.extend(ids)
             for jobid in ids:
                 unit.jobs.pop(jobid, None)
                 ctx.member_unit.pop(jobid, None)
