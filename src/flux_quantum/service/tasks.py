@@ -106,6 +106,8 @@ def compact_explanation(explanation: Explanation, limit: int = 6) -> dict[str, A
                 "verdict": c.reason,
             }
         )
+        if c.success is not None:  # the figure max-fidelity and min_fidelity used
+            rows[-1]["success"] = round(c.success, 4)
     out: dict[str, Any] = {
         "policy": explanation.policy,
         "order": explanation.order,
