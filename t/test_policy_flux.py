@@ -87,11 +87,14 @@ class Site:
 
     def start(self) -> Site:
         self.inst.start()
+        self.start_service()
+        return self
+
+    def start_service(self) -> None:
         self.inst.quantum(
             "service", "start", f"--catalog={self.catalog}", f"--emulator-url={self.emu.url}",
             *FAST,
         )  # fmt: skip
-        return self
 
     def stop(self) -> None:
         self.inst.run(["flux", "cancel", "--all"], check=False)
@@ -250,3 +253,20 @@ allow = false
     assert success["q-good"] > success["q-fair"]
     probed = {c.target for c in site.emu.calls if c.operation == "GetDevice"}
     assert not any("Best" in (t or "") for t in probed)
+
+
+def test_a_restarted_service_settles_its_task_exactly_once(make_site):
+    """The service stops while the task waits; the next one re-reserves it (counted
+    once, by its token) and settles it when it ends."""
+    site = make_site("").start()
+    jobid = site.submit("qpu.device=local:q-good", "qpu.release_at=done")
+    site.inst.wait_event(jobid, "qpu-task")
+    site.inst.quantum("service", "stop")
+    site.start_service()
+    site.clock.advance(60)
+    site.inst.wait_event(jobid, "qpu-cost")
+    rows = json.loads(site.usage("--json", "--period=all").stdout)["rows"]
+    assert [(r["tasks"], r["spent"], r["reserved"]) for r in rows] == [(1, TASK, 0.0)]
+    assert site.emu.call_count("CreateQuantumTask") == 1
+    costs = [e for e in site.inst.eventlog(jobid) if e["name"] == "qpu-cost"]
+    assert len(costs) == 1
