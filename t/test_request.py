@@ -55,8 +55,8 @@ CLASS = "qpu.class must be one of qpu, simulator, got "
 FAILOVER = "qpu.failover must be one of fail, next, simulator, got "
 GROUP = f"qpu.group must be a name with {RULE}, got "
 KEYS = (
-    " is not a known key; the keys are device, vendor, policy, shots, program, release_at,"
-    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group"
+    " is unknown; the keys are device, vendor, policy, shots, program, release_at,"
+    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group, account"
 )
 
 # (value of attributes.system.qpu, field named, exact message)
@@ -222,6 +222,9 @@ MALFORMED: list[tuple[object, str, str]] = [
     ({"group": 7}, "qpu.group", GROUP + "7"),
     ({"group": "g" * 65}, "qpu.group", GROUP + "'" + "g" * 35 + "...'"),
     ({"group": None}, "qpu.group", GROUP + "null"),
+    # account key
+    ({"account": "mine"}, "qpu.account", "qpu.account must be one of site, user, got 'mine'"),
+    ({"account": None}, "qpu.account", "qpu.account must be one of site, user, got null"),
     # unknown keys: the first in sorted order is named
     ({"foo": 1}, "qpu.foo", "qpu.foo" + KEYS),
     ({"Shots": 500}, "qpu.Shots", "qpu.Shots" + KEYS),
@@ -312,6 +315,7 @@ def test_defaults() -> None:
         device_class=None,
         failover="fail",
         group=None,
+        account="site",
     )
     assert parse_request({}) == parse_request("any")
     assert parse_request({}).policy == "min-wait"
@@ -330,6 +334,7 @@ def test_defaults() -> None:
         "device_class",
         "failover",
         "group",
+        "account",
     ]
 
 

@@ -50,7 +50,13 @@ TABLE_KEYS: tuple[str, ...] = (
     "class",
     "failover",
     "group",
+    "account",
 )
+
+# Who pays for the task: the site's accounts (the system instance's handler service
+# handles the job) or the job's user's own (the user's own handler service does).
+ACCOUNTS: tuple[str, ...] = ("site", "user")
+DEFAULT_ACCOUNT = "site"
 
 # Set by flux-quantum on release; a user who sets them could point a consumer at
 # somebody else's task, so they are refused at submit.
@@ -226,6 +232,10 @@ def _check_group(value: object) -> str:
     return _check_name("qpu.group", value, "a name")
 
 
+def _check_account(value: object) -> str:
+    return _check_choice("qpu.account", value, ACCOUNTS)
+
+
 # Table key -> (QpuRequest field, checker). "device" is parsed apart: it may carry a vendor.
 _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "vendor": ("vendor", _check_vendor),
@@ -240,6 +250,7 @@ _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "class": ("device_class", _check_class),
     "failover": ("failover", _check_failover),
     "group": ("group", _check_group),
+    "account": ("account", _check_account),
 }
 
 
@@ -283,6 +294,7 @@ class QpuRequest:
     device_class: str | None = None
     failover: str = DEFAULT_FAILOVER
     group: str | None = None
+    account: str = DEFAULT_ACCOUNT
 
     def __post_init__(self) -> None:
         # Same checks as the table form, so code that builds a request by hand (the
@@ -319,6 +331,7 @@ class QpuRequest:
         _check_failover(self.failover)
         if self.group is not None:
             _check_group(self.group)
+        _check_account(self.account)
 
     @property
     def target(self) -> str:
@@ -349,6 +362,8 @@ class QpuRequest:
         attr["failover"] = self.failover
         if self.group is not None:
             attr["group"] = self.group
+        if self.account != DEFAULT_ACCOUNT:
+            attr["account"] = self.account
         return attr
 
     def describe(self) -> str:
@@ -371,6 +386,8 @@ class QpuRequest:
             parts.append(f"failover={self.failover}")
         if self.group is not None:
             parts.append(f"group={self.group}")
+        if self.account != DEFAULT_ACCOUNT:
+            parts.append(f"account={self.account}")
         if len(self.program) == 1:
             parts.append(f"program={self.program[0]}")
         elif self.program:
@@ -394,7 +411,7 @@ def parse_request(value: object) -> QpuRequest:
     if unknown:
         key = _shown(unknown[0])[1:-1]
         raise RequestError(
-            f"qpu.{key}", f"qpu.{key} is not a known key; the keys are {', '.join(TABLE_KEYS)}"
+            f"qpu.{key}", f"qpu.{key} is unknown; the keys are {', '.join(TABLE_KEYS)}"
         )
     fields: dict[str, object] = {}
     if "device" in value:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flux_quantum import events
+from flux_quantum.accounts import request_account
 from flux_quantum.errors import CommandError
 from flux_quantum.plugin import HeldJob
 from flux_quantum.poller import AdaptivePoller
@@ -80,7 +81,7 @@ class Adoption:
                 f"held jobs listed again after {self._scan_error_count} failed scan(s)",
             )
             self._scan_error = None
-        held = [job for job in held if job.userid == ctx.userid]
+        held = self.handled(held)
         by_id = {job.id: job for job in held}
         for jobid in [j for j in ctx.member_unit if j not in by_id]:
             self.job_left(jobid)
@@ -89,6 +90,21 @@ class Adoption:
             self.adopt(sorted(new, key=lambda j: (j.follow is not None, j.t_submit, j.id)))
         # After a restart: the ledger's reservations that no held job owns any more.
         self.charges.sweep(by_id)
+
+    def handled(self, held: list[HeldJob]) -> list[HeldJob]:
+        """The held jobs this service handles: the instance owner's service its own and
+        guests' site-account jobs; a guest's own service that guest's user-account jobs.
+        A follower goes with the job it follows."""
+        ctx = self.ctx
+        by_id = {job.id: job for job in held}
+
+        def account(job: HeldJob) -> str:
+            leader = by_id.get(job.follow) if job.follow is not None else None
+            return request_account((leader or job).request)
+
+        if ctx.instance_owner:
+            return [j for j in held if j.userid == ctx.userid or account(j) != "user"]
+        return [j for j in held if j.userid == ctx.userid and account(j) == "user"]
 
     def adopt(self, new: list[HeldJob]) -> None:
         ctx = self.ctx

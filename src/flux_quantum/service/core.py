@@ -56,10 +56,12 @@ class QuantumService:
         log: Log | None = None,
         userid: int | None = None,
         site: SitePolicy | None = None,
+        instance_owner: bool = True,
     ) -> None:
         self.ctx = ServiceContext(
             flux, catalog, options, workers, vendors=vendors, clock=clock, log=log, userid=userid
         )
+        self.ctx.instance_owner = instance_owner
         self.face = Face(self.ctx)
         self.charges = Charges(self.ctx, site)
         self.outcomes = Outcomes(self.ctx, self.face, self.charges)

@@ -366,37 +366,41 @@ class QpuHandlers(BrokerModule):
 
     @request_handler("usage", allow_guest=True)
     def usage(self, msg):
-        """``flux quantum usage``: relayed to the service, which keeps the ledger; a
-        guest's request carries the guest's userid as ``caller`` (set here, never taken
-        from the guest)."""
+        """``flux quantum usage``: relayed to the service, which keeps the ledger."""
+        self._relay(msg, "usage", "no usage report now", 30.0)
+
+    @request_handler("task", allow_guest=True)
+    def task(self, msg):
+        """A guest's job on the site's accounts reads its task's state and result
+        through the service, which holds the credentials (``flux quantum task``)."""
+        self._relay(msg, "task", "a task cannot be read through it now", 60.0)
+
+    def _relay(self, msg, method, unavailable, timeout):
+        """Relay a request to the service; a guest's request carries the guest's userid
+        as ``caller`` (set here, never taken from the guest)."""
         try:
-            self._usage(msg)
+            if self.state != RUNNING:
+                self._respond_error(
+                    msg, errno.EAGAIN, f"the qpu handler service is {self.state}: {unavailable}"
+                )
+                return
+            payload = dict(msg.payload) if isinstance(msg.payload, dict) else {}
+            payload.pop("caller", None)
+            if not (msg.rolemask & ROLE_OWNER):
+                payload["caller"] = msg.userid
+            future = self.handle.rpc(self.name + SERVICE_SUFFIX + "." + method, payload)
+
+            def relay(f):
+                try:
+                    self.handle.respond(msg, f.get())
+                except OSError as exc:
+                    self._respond_error(msg, exc.errno or errno.EIO, exc.strerror or str(exc))
+                except Exception as exc:
+                    self.log.error(f"qpu handlers: {method} relay: {exc}")
+
+            future.then(relay, timeout=timeout)
         except Exception as exc:
-            self._respond_error(msg, errno.EIO, f"usage: {exc}")
-
-    def _usage(self, msg):
-        if self.state != RUNNING:
-            self._respond_error(
-                msg,
-                errno.EAGAIN,
-                f"the qpu handler service is {self.state}: no usage report now",
-            )
-            return
-        payload = dict(msg.payload) if isinstance(msg.payload, dict) else {}
-        payload.pop("caller", None)
-        if not (msg.rolemask & ROLE_OWNER):
-            payload["caller"] = msg.userid
-        future = self.handle.rpc(self.name + SERVICE_SUFFIX + ".usage", payload)
-
-        def relay(f):
-            try:
-                self.handle.respond(msg, f.get())
-            except OSError as exc:
-                self._respond_error(msg, exc.errno or errno.EIO, exc.strerror or str(exc))
-            except Exception as exc:
-                self.log.error(f"qpu handlers: usage relay: {exc}")
-
-        future.then(relay, timeout=30.0)
+            self._respond_error(msg, errno.EIO, f"{method}: {exc}")
 
     def _respond_error(self, msg, number, text):
         try:

@@ -136,6 +136,11 @@ class Release:
             "devices": [a.device.name for a in attempts if a.device is not None],
             "catalog": ctx.catalog.path,
         }
+        if unit.userid != ctx.userid:
+            # A guest's job on the site's accounts: it has no credentials of its own and
+            # reads its task through the service (flux_quantum.service.taskread).
+            info["account"] = "site"
+            info["read_via"] = ctx.module_name
         reasons = tuple(
             {
                 "index": p.index,

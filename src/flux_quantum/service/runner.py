@@ -31,6 +31,7 @@ from typing import Any
 from flux_quantum.catalog import Catalog, load_catalog
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.ledger import GuestError, serve_usage
+from flux_quantum.service import taskread
 from flux_quantum.service.context import Log
 from flux_quantum.service.core import QuantumService
 from flux_quantum.service.fluxside import FluxJobs
@@ -123,7 +124,13 @@ class ServiceRunner:
         self.site = site_policy(handle, catalog) if owner else None
         self.workers = VendorWorkers(options.workers)
         self.service = QuantumService(
-            FluxJobs(handle), catalog, options, self.workers, log=log, site=self.site
+            FluxJobs(handle),
+            catalog,
+            options,
+            self.workers,
+            log=log,
+            site=self.site,
+            instance_owner=owner,
         )
         self._fd = handle.fd_watcher_create(
             self.workers.fileno(), self._on_wake, events=flux.constants.FLUX_POLLIN
@@ -167,6 +174,29 @@ class ServiceRunner:
     def status(self, userid: int | None = None) -> dict[str, Any]:
         return self.service.status(userid)
 
+    def read_task(self, msg: Any, reply: Callable[[int, Any], None]) -> None:
+        """The ``task`` request (``taskread``): checked here, the vendor call in a
+        worker; ``reply(0, answer)`` or ``reply(errno, sentence)`` when it is done.
+        Raises GuestError (EPERM) or ValueError (EINVAL) for a refused request."""
+        payload = dict(msg.payload) if isinstance(msg.payload, dict) else {}
+        caller = _caller(msg, payload.pop("caller", None))
+        jobid, task, op = taskread.checked_request(payload)
+        ctx = self.service.ctx
+        record = ctx.flux.records([jobid]).get(jobid)
+        ref = taskread.readable_ref(record, jobid, task, caller, os.getuid())
+        vendor = ctx.vendor(ref.vendor)
+
+        def call() -> Any:
+            return vendor.poll(ref) if op == "poll" else vendor.result(ref)
+
+        def done(value: Any, error: BaseException | None) -> None:
+            if error is not None:
+                reply(errno.EIO, f"{op} of task {ref.task_id}: {error}")
+            else:
+                reply(0, taskread.answer(op, ref, value))
+
+        self.workers.submit(call, done)
+
     def _on_tick(self, *args: Any) -> None:
         self._fenced(self.service.tick)
 
@@ -204,6 +234,7 @@ def site_policy(handle: Any, catalog: Catalog) -> SitePolicy:
             quantum if isinstance(quantum, dict) else None,
             currency=catalog.currency,
             statedir=statedir,
+            owner=os.getuid(),
         )
     except (ValueError, FluxQuantumError) as exc:
         raise ServiceError(str(exc)) from None
@@ -280,6 +311,7 @@ def serve(
         log(syslog.LOG_ERR, f"error: {exc}")
         return EXIT_SETUP
 
+    runner.service.ctx.module_name = name.removesuffix(SERVICE_SUFFIX)
     watchers = []
 
     def on_status(h: Any, typemask: int, msg: Any, arg: Any) -> None:
@@ -300,6 +332,24 @@ def serve(
             log(syslog.LOG_ERR, f"usage: {exc}")
             _respond_error(h, msg, errno.EIO, f"usage: {exc}")
 
+    def on_task(h: Any, typemask: int, msg: Any, arg: Any) -> None:
+        def reply(number: int, value: Any) -> None:
+            if number:
+                _respond_error(h, msg, number, str(value))
+            else:
+                with contextlib.suppress(OSError):
+                    h.respond(msg, value)
+
+        try:
+            runner.read_task(msg, reply)
+        except GuestError as exc:
+            reply(errno.EPERM, str(exc))
+        except (ValueError, FluxQuantumError) as exc:
+            reply(errno.EINVAL, str(exc))
+        except Exception as exc:  # never stop the reactor for a task request
+            log(syslog.LOG_ERR, f"task: {exc}")
+            reply(errno.EIO, f"task: {exc}")
+
     def on_signal(h: Any, watcher: Any, signum: int, arg: Any) -> None:
         log(syslog.LOG_INFO, f"signal {signum}: stopping")
         h.reactor_stop()
@@ -316,7 +366,11 @@ def serve(
             h.reactor_stop()
 
     if registered:
-        for topic, callback in (("status", on_status), ("usage", on_usage)):
+        for topic, callback in (
+            ("status", on_status),
+            ("usage", on_usage),
+            ("task", on_task),
+        ):
             w = handle.msg_watcher_create(
                 callback,
                 flux.constants.FLUX_MSGTYPE_REQUEST,
