@@ -18,11 +18,14 @@ import pytest
 from service_fakes import OWNER, Clock, Harness, QueueModel, ScriptedVendor
 
 from flux_quantum import events
+from flux_quantum.catalog import parse_catalog
 from flux_quantum.ledger import Ledger, UsageQuery
+from flux_quantum.policy import select_device
 from flux_quantum.quota import Charge
-from flux_quantum.service import QuantumService
+from flux_quantum.request import parse_request
+from flux_quantum.service import QuantumService, compact_explanation
 from flux_quantum.site_policy import SitePolicy
-from flux_quantum.vendors.base import TaskRef, TaskResult
+from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, TaskRef, TaskResult
 from flux_quantum.vendors.errors import InvalidRequest
 
 # alpha: $0.30 + $0.001 x 1000 shots = $1.30 a task; beta $2.30; solo $1.30.
@@ -391,3 +394,30 @@ def test_after_a_restart_a_reservation_whose_job_left_without_a_task_is_released
     assert h2.rows()["fq-gone"].state == "released"
     with Ledger(ledger, readonly=True) as book:
         assert book.usage(UsageQuery(period="all"))[0].tasks == 0
+
+
+def test_the_qpu_select_event_shows_the_sites_refusals_before_other_drops():
+    """An eventlog entry keeps a few candidates: the devices the site dropped come
+    before those the request itself rules out, whatever the catalog's order."""
+    catalog = parse_catalog(
+        """
+devices:
+  - {name: a-sim, vendor: local, id: "arn:aws:braket:::device/quantum-simulator/x/a", class: simulator, qubits: 30, price: {per_minute: 0.075}}
+  - {name: b-qpu, vendor: local, id: "arn:aws:braket:us-east-1::device/qpu/x/b", class: qpu, qubits: 20, price: {per_task: 0.3}}
+  - {name: c-qpu, vendor: local, id: "arn:aws:braket:us-east-1::device/qpu/x/c", class: qpu, qubits: 20, price: {per_task: 0.3}}
+"""
+    )
+    snapshots = {
+        d.name: DeviceSnapshot(d.name, DeviceStatus.ONLINE, queue_depth=0, price=d.price)
+        for d in catalog.devices
+    }
+    refused = {"b-qpu": "not allowed: the site says no"}
+    request = parse_request({"device": "any", "class": "qpu"})
+    selection = select_device(catalog.devices, snapshots, request, excluded=refused)
+    compact = compact_explanation(selection.explanation, limit=2, site=refused)
+    shown = [(c["device"], c["verdict"]) for c in compact["candidates"]]
+    assert shown == [
+        ("c-qpu", "chosen: shortest expected wait"),
+        ("b-qpu", "dropped: not allowed: the site says no"),
+    ]
+    assert compact["more"] == 1

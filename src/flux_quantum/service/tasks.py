@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import syslog
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -92,10 +92,19 @@ def read_counted(cwd: str | None, path: str | None) -> tuple[str, ProgramCounts]
     return text, count_program(text)
 
 
-def compact_explanation(explanation: Explanation, limit: int = 6) -> dict[str, Any]:
-    """The policy's explanation, short enough for an eventlog entry."""
+def compact_explanation(
+    explanation: Explanation, limit: int = 6, site: Collection[str] = ()
+) -> dict[str, Any]:
+    """The policy's explanation, short enough for an eventlog entry: the eligible devices
+    first, then those the ``site`` policy dropped (a job's owner wants to know why those
+    were left out), then the rest."""
+    order = {True: 0, False: 2}
+    shown = sorted(
+        explanation.candidates,
+        key=lambda c: 1 if not c.eligible and c.device in site else order[c.eligible],
+    )
     rows = []
-    for c in explanation.candidates[:limit]:
+    for c in shown[:limit]:
         rows.append(
             {
                 "device": c.device,
@@ -336,7 +345,7 @@ class Tasks:
             index=program.index,
             attempt=attempt.number,
             device=chosen.name,
-            explanation=compact_explanation(selection.explanation),
+            explanation=compact_explanation(selection.explanation, site=excluded),
         )
         ctx.post_all(unit, record)
         attempt.token = events.task_token(unit.id, unit.t_submit, program.index, attempt.number)
