@@ -222,7 +222,12 @@ class Charges:
         if state is not TaskState.COMPLETED or billing.device.price.per_minute == 0:
             self._settle(billing, state, None)
             return
-        vendor = self.ctx.vendor(billing.task.vendor)
+        try:
+            vendor = self.ctx.vendor(billing.task.vendor)
+        except (ValueError, FluxQuantumError) as exc:
+            self.ctx.log(syslog.LOG_WARNING, f"task {billing.task.task_id}: no result: {exc}")
+            self._settle(billing, state, None)
+            return
 
         def fetch() -> float | None:
             return billed_seconds(vendor.result(billing.task).raw)
