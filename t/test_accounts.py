@@ -8,6 +8,7 @@ On the fakes of Flux, the vendor and the clock, with a real ledger in a temp dir
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from flux_quantum.ledger import GuestError
 from flux_quantum.service import QuantumService
 from flux_quantum.service.fluxside import JobRecord
 from flux_quantum.service.taskread import checked_request, readable_ref
+from flux_quantum.service.tasks import ProgramError, read_program
 from flux_quantum.site_policy import SitePolicy
 
 ALICE, BOB = 1001, 1002
@@ -199,3 +201,18 @@ def test_only_the_jobs_user_or_the_owner_reads_its_task_through_the_service(tmp_
 def test_a_bad_task_request_names_the_field(payload, message):
     with pytest.raises(ValueError, match=message):
         checked_request(payload)
+
+
+def test_a_guests_program_is_read_only_from_a_file_the_guest_owns(tmp_path):
+    """The service reads with the instance owner's rights: a guest's job may not name
+    one of the service's own files (a key, a credential) as its program."""
+    path = tmp_path / "bell.qasm"
+    path.write_text("OPENQASM 3.0;\n")
+    me = os.getuid()
+    assert read_program(None, str(path), owner=me) == "OPENQASM 3.0;\n"
+    with pytest.raises(ProgramError, match=rf"belongs to uid {me}, not to the job's user"):
+        read_program(None, str(path), owner=me + 1)
+    link = tmp_path / "innocent.qasm"
+    link.symlink_to(path)
+    with pytest.raises(ProgramError, match="belongs to uid"):
+        read_program(None, str(link), owner=me + 1)

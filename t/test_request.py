@@ -673,3 +673,28 @@ def test_validator_in_real_flux(tmp_path: Path) -> None:
     assert "jobs=3" in result.stdout
     # The case the sys.path fallback exists for (if this fails, the test proves less).
     assert "broker-python-has-flux_quantum=1" in result.stdout
+
+
+def test_vendor_credentials_in_the_submit_environment_are_named():
+    from flux_quantum.request import credential_refusal, credential_variables
+
+    system = {
+        "environment": {
+            "PATH": "/bin",
+            "AWS_SECRET_ACCESS_KEY": "x",
+            "AWS_ACCESS_KEY_ID": "AKIA",  # an id, not a secret
+            "ibm_kingston_QRMI_IBM_QCS_IAM_APIKEY": "y",
+            "QRMI_JOB_ACQUISITION_TOKEN": "z",
+        }
+    }
+    names = credential_variables(system)
+    assert names == [
+        "AWS_SECRET_ACCESS_KEY",
+        "QRMI_JOB_ACQUISITION_TOKEN",
+        "ibm_kingston_QRMI_IBM_QCS_IAM_APIKEY",
+    ]
+    message = credential_refusal(names)
+    assert "--env=-AWS_SECRET_ACCESS_KEY --env=-QRMI_JOB_ACQUISITION_TOKEN" in message
+    assert "x" not in message.split("holds")[0]  # names only, never values
+    assert credential_variables({"environment": {"HOME": "/h"}}) == []
+    assert credential_variables({}) == []

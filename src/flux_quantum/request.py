@@ -443,3 +443,36 @@ def check_jobspec_attributes(system: Mapping[str, object]) -> QpuRequest | None:
     if "qpu" not in system:
         return None
     return parse_request(system["qpu"])
+
+
+# Vendor credentials a user may have exported in the shell they submit from. Flux copies
+# the submitter's environment into the jobspec (attributes.system.environment), which
+# the KVS keeps and the instance owner and admins can read: a QPU job carrying one is
+# refused at submit, so that the credential never enters the instance.
+CREDENTIAL_VARIABLES = frozenset(
+    {"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "QISKIT_IBM_TOKEN"}
+)
+CREDENTIAL_SUFFIXES = ("_IAM_APIKEY", "QRMI_JOB_ACQUISITION_TOKEN", "_QRMI_IBM_QCS_SESSION_ID")
+
+
+def credential_variables(system: Mapping[str, object]) -> list[str]:
+    """The names of vendor credentials in a jobspec's ``attributes.system.environment``."""
+    environment = system.get("environment")
+    if not isinstance(environment, Mapping):
+        return []
+    return sorted(
+        name
+        for name in environment
+        if isinstance(name, str)
+        and (name in CREDENTIAL_VARIABLES or name.endswith(CREDENTIAL_SUFFIXES))
+    )
+
+
+def credential_refusal(names: list[str]) -> str:
+    """The one sentence a user sees when their QPU job carries credentials."""
+    unset = " ".join(f"--env=-{name}" for name in names)
+    return (
+        f"qpu: the job's environment holds {', '.join(names)}, which Flux would store in "
+        f"the jobspec for the instance's owner to read; submit with {unset} (the job can "
+        "still read your credentials files)"
+    )

@@ -65,14 +65,25 @@ class ProgramError(FluxQuantumError):
     """A job's qpu.program file cannot be read; the message names the file."""
 
 
-def read_program(cwd: str | None, path: str | None) -> str:
+def read_program(cwd: str | None, path: str | None, owner: int | None = None) -> str:
     """The OpenQASM text of ``path`` (relative to the job's cwd); the default circuit
-    when no program was given. Runs in a worker: the file may sit on slow storage."""
+    when no program was given. Runs in a worker: the file may sit on slow storage.
+
+    ``owner``: a guest's job, whose file the service reads with its own (the instance
+    owner's) rights: only a file that guest owns, so that no job can send the
+    service's own files (keys, credentials) to a vendor as its "program"."""
     if path is None:
         return DEFAULT_PROGRAM
     full = Path(path) if os.path.isabs(path) or not cwd else Path(cwd) / path
     try:
         with open(full, "rb") as f:
+            st = os.fstat(f.fileno())
+            if owner is not None and st.st_uid != owner:
+                raise ProgramError(
+                    f"qpu.program {path!r}: {full} belongs to uid {st.st_uid}, not to the "
+                    f"job's user (uid {owner}): the site's service only reads a program "
+                    "file the job's user owns"
+                )
             data = f.read(MAX_PROGRAM_BYTES + 1)
     except OSError as exc:
         raise ProgramError(
@@ -86,9 +97,11 @@ def read_program(cwd: str | None, path: str | None) -> str:
         raise ProgramError(f"qpu.program {path!r}: not UTF-8 text") from None
 
 
-def read_counted(cwd: str | None, path: str | None) -> tuple[str, ProgramCounts]:
+def read_counted(
+    cwd: str | None, path: str | None, owner: int | None = None
+) -> tuple[str, ProgramCounts]:
     """The program's text and its gate counts (max-fidelity, min_fidelity), in a worker."""
-    text = read_program(cwd, path)
+    text = read_program(cwd, path, owner)
     return text, count_program(text)
 
 
@@ -152,7 +165,8 @@ class Tasks:
             return
         if attempt.phase in (Phase.SELECT, Phase.SUBMIT) and program.text is None:
             path, cwd = program.path, unit.cwd
-            self.ctx.call(unit, program, lambda: read_counted(cwd, path), self._loaded)
+            owner = unit.userid if unit.userid != self.ctx.userid else None
+            self.ctx.call(unit, program, lambda: read_counted(cwd, path, owner), self._loaded)
         elif attempt.phase is Phase.SELECT:
             self._start_select(unit, program)
         elif attempt.phase is Phase.SUBMIT:
