@@ -56,7 +56,7 @@ FAILOVER = "qpu.failover must be one of fail, next, simulator, got "
 GROUP = f"qpu.group must be a name with {RULE}, got "
 KEYS = (
     " is not a known key; the keys are device, vendor, policy, shots, program, release_at,"
-    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group"
+    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group, session"
 )
 
 # (value of attributes.system.qpu, field named, exact message)
@@ -222,13 +222,19 @@ MALFORMED: list[tuple[object, str, str]] = [
     ({"group": 7}, "qpu.group", GROUP + "7"),
     ({"group": "g" * 65}, "qpu.group", GROUP + "'" + "g" * 35 + "...'"),
     ({"group": None}, "qpu.group", GROUP + "null"),
+    (
+        {"session": "exclusive"},
+        "qpu.session",
+        "qpu.session must be one of dedicated, batch, got 'exclusive'",
+    ),
+    ({"session": True}, "qpu.session", "qpu.session must be one of dedicated, batch, got true"),
     # unknown keys: the first in sorted order is named
     ({"foo": 1}, "qpu.foo", "qpu.foo" + KEYS),
     ({"Shots": 500}, "qpu.Shots", "qpu.Shots" + KEYS),
     ({"release-at": 1}, "qpu.release-at", "qpu.release-at" + KEYS),
     ({"device_class": "qpu"}, "qpu.device_class", "qpu.device_class" + KEYS),
     ({"zeta": 1, "max_wait": 5, "alpha": 2}, "qpu.alpha", "qpu.alpha" + KEYS),
-    ({"k" * 300: 1}, "qpu." + "k" * 35 + "...", "qpu." + "k" * 35 + "..." + KEYS),
+    ({"k" * 300: 1}, "qpu." + "k" * 29 + "...", "qpu." + "k" * 29 + "..." + KEYS),
     ({"bad\nkey": 1}, "qpu.bad\\nkey", "qpu.bad\\nkey" + KEYS),
 ]
 
@@ -312,6 +318,7 @@ def test_defaults() -> None:
         device_class=None,
         failover="fail",
         group=None,
+        session=None,
     )
     assert parse_request({}) == parse_request("any")
     assert parse_request({}).policy == "min-wait"
@@ -330,6 +337,7 @@ def test_defaults() -> None:
         "device_class",
         "failover",
         "group",
+        "session",
     ]
 
 
@@ -370,6 +378,7 @@ TABLE_FORMS: list[tuple[dict, dict]] = [
     ({"failover": "next"}, {"failover": "next"}),
     ({"failover": "simulator"}, {"failover": "simulator"}),
     ({"group": "sweep-7"}, {"group": "sweep-7"}),
+    ({"session": "batch"}, {"session": "batch"}),
     (
         {
             "device": "braket:any",

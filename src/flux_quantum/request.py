@@ -24,6 +24,7 @@ VENDORS: tuple[str, ...] = ("braket", "ibm", "local")
 POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait", "max-fidelity")
 DEVICE_CLASSES: tuple[str, ...] = ("qpu", "simulator")
 FAILOVERS: tuple[str, ...] = ("fail", "next", "simulator")
+SESSIONS: tuple[str, ...] = ("dedicated", "batch")
 ANY = "any"
 RELEASE_RUNNING = "running"
 RELEASE_PREDICT = "predict"
@@ -50,6 +51,7 @@ TABLE_KEYS: tuple[str, ...] = (
     "class",
     "failover",
     "group",
+    "session",
 )
 
 # Set by flux-quantum on release; a user who sets them could point a consumer at
@@ -226,6 +228,10 @@ def _check_group(value: object) -> str:
     return _check_name("qpu.group", value, "a name")
 
 
+def _check_session(value: object) -> str:
+    return _check_choice("qpu.session", value, SESSIONS)
+
+
 # Table key -> (QpuRequest field, checker). "device" is parsed apart: it may carry a vendor.
 _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "vendor": ("vendor", _check_vendor),
@@ -240,6 +246,7 @@ _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "class": ("device_class", _check_class),
     "failover": ("failover", _check_failover),
     "group": ("group", _check_group),
+    "session": ("session", _check_session),
 }
 
 
@@ -283,6 +290,7 @@ class QpuRequest:
     device_class: str | None = None
     failover: str = DEFAULT_FAILOVER
     group: str | None = None
+    session: str | None = None
 
     def __post_init__(self) -> None:
         # Same checks as the table form, so code that builds a request by hand (the
@@ -319,6 +327,8 @@ class QpuRequest:
         _check_failover(self.failover)
         if self.group is not None:
             _check_group(self.group)
+        if self.session is not None:
+            _check_session(self.session)
 
     @property
     def target(self) -> str:
@@ -349,6 +359,8 @@ class QpuRequest:
         attr["failover"] = self.failover
         if self.group is not None:
             attr["group"] = self.group
+        if self.session is not None:
+            attr["session"] = self.session
         return attr
 
     def describe(self) -> str:
@@ -371,6 +383,8 @@ class QpuRequest:
             parts.append(f"failover={self.failover}")
         if self.group is not None:
             parts.append(f"group={self.group}")
+        if self.session is not None:
+            parts.append(f"session={self.session}")
         if len(self.program) == 1:
             parts.append(f"program={self.program[0]}")
         elif self.program:
@@ -393,6 +407,8 @@ def parse_request(value: object) -> QpuRequest:
     unknown = sorted(str(key) for key in value if key not in TABLE_KEYS)
     if unknown:
         key = _shown(unknown[0])[1:-1]
+        if len(key) > 32:  # the message lists every key: keep it one short line
+            key = key[:29] + "..."
         raise RequestError(
             f"qpu.{key}", f"qpu.{key} is not a known key; the keys are {', '.join(TABLE_KEYS)}"
         )

@@ -13,6 +13,7 @@ reactor thread and never block. The parts:
 - ``release``: release decisions and the release call
 - ``devices``: device status and the Fluxion graph following it
 - ``face``: memos and status
+- ``sessions``: vendor sessions kept while a job may use them, always closed
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from flux_quantum.service.fluxside import FluxSide
 from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.release import Release
+from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Phase
 from flux_quantum.service.tasks import Tasks
 from flux_quantum.service.workers import Workers
@@ -56,6 +58,7 @@ class QuantumService:
             flux, catalog, options, workers, vendors=vendors, clock=clock, log=log, userid=userid
         )
         self.face = Face(self.ctx)
+        self.sessions = Sessions(self.ctx)
         self.outcomes = Outcomes(self.ctx, self.face)
         self.release = Release(self.ctx, self.face, self.outcomes)
         self.tasks = Tasks(self.ctx, self.face, self.outcomes, self.release)
@@ -101,6 +104,7 @@ class QuantumService:
         self.devices.check(now)
         self.outcomes.retry_cancels(now)
         self.outcomes.expire_groups(now)
+        self.sessions.check(now)
         self.release.measure_startup(now)
 
     def completions(self) -> None:

@@ -655,6 +655,9 @@ class IbmVendor(Vendor):
             self._calibrations[device.id] = (now, calibration)
         return calibration
 
+    def reports_positions(self, device: Device) -> bool:
+        return False  # IBM gives a backend's pending count, never a job's place
+
     def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
         return self._create(device, program_text, shots, token, None)
 
