@@ -463,7 +463,8 @@ class IbmLikeVendor(ScriptedVendor):
         self._call("session_of", task.task_id)
         for session_id, info in self.sessions.items():
             if task.task_id in info["jobs"]:
-                return VendorSession("ibm", task.device, info["mode"], session_id)
+                closed = not info["open"]
+                return VendorSession("ibm", task.device, info["mode"], session_id, closed=closed)
         return None
 
     def open_sessions(self) -> list[str]:

@@ -197,6 +197,10 @@ def test_after_a_restart_a_released_jobs_session_is_closed_when_it_ends():
     h2.flux.finish(job)
     h2.until(lambda: not h2.ibm.open_sessions())
     assert h2.ibm.count("session_of") == 1 and h2.service.counters.sessions_closed == 1
+    h3 = h2.restart()  # the job's memo still names the session: read back, not re-closed
+    h3.run(3.0)
+    assert h3.ibm.count("session_of") == 2 and h3.ibm.count("close_session") == 1
+    assert h3.service.counters.sessions_closed == 0
 
 
 def test_after_a_restart_a_session_whose_job_ended_meanwhile_is_closed():

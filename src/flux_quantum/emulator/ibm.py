@@ -186,6 +186,11 @@ class IbmService:
         with self._lock:
             return self._session_state(self._sessions[session_id], self.clock.now())
 
+    def session_jobs(self, session_id: str) -> list[str]:
+        """The jobs that rode ``session_id``, oldest first."""
+        with self._lock:
+            return list(self._sessions[session_id].jobs)
+
     def session_ids(self) -> list[str]:
         with self._lock:
             return list(self._sessions)

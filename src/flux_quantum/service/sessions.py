@@ -209,7 +209,7 @@ class Sessions:
 
         def call() -> VendorSession | None:
             found = handle if handle is not None else (vendor.session_of(task) if task else None)
-            if found is not None:
+            if found is not None and not found.closed:  # closed before a restart: done
                 vendor.close_session(found)
             return found
 
@@ -224,6 +224,9 @@ class Sessions:
                         f"{what}: no task rode it, so it cannot be found to close; the vendor "
                         "ends it after its time limit",
                     )
+                    return
+                if result.closed:
+                    ctx.log(syslog.LOG_DEBUG, f"{what} was closed already")
                     return
                 ctx.counters.sessions_closed += 1
                 ctx.log(syslog.LOG_INFO, f"closed {what} ({why})")

@@ -247,13 +247,15 @@ class VendorSession:
     ``session_id`` is a secret: whoever holds it can add work billed to the account, so it
     is left out of ``repr`` and ``to_dict`` (what may go to an eventlog, the KVS or a log:
     the mode and a fingerprint). Keep it in memory; after a restart a vendor finds it
-    again from a task that rode it (``Vendor.session_of``).
+    again from a task that rode it (``Vendor.session_of``), with ``closed`` saying whether
+    it was closed (or told to take no more work) since.
     """
 
     vendor: str
     device: str
     mode: str
     session_id: str = field(repr=False)
+    closed: bool = False  # as read back: closed, or taking no more work (closing)
 
     @property
     def fingerprint(self) -> str:
