@@ -18,14 +18,14 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fluxinstance import FluxInstance
-from test_service_flux import FAST
+from test_service_flux import Qpu
 
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.emulator.ibm_scenario import IbmScenario
@@ -85,10 +85,13 @@ print(job.task_id, later.task_id, flush=True)
 """
 
 
-class Ibm:
-    """The emulator, an instance whose environment carries QRMI's settings, the service."""
+class Ibm(Qpu):
+    """``Qpu`` of the service tests with an IBM emulator, and an instance whose
+    environment carries QRMI's settings (what a site exports for the service)."""
 
     def __init__(self, workdir: Path) -> None:
+        import flux
+
         # Emulated time starts now, as IBM's does: find_task lists jobs created since the
         # service's own recorded time.
         self.clock = ManualClock(epoch=datetime.now(UTC))
@@ -99,18 +102,14 @@ class Ibm:
         (workdir / "bell.qasm").write_text(BELL)
         (workdir / "ride.py").write_text(RIDE)
         saved = dict(os.environ)
-        os.environ.update(self.emu.ibm_env())  # what a site exports for the service
+        os.environ.update(self.emu.ibm_env())
         try:
             self.inst = FluxInstance(workdir, size=1).start()
         finally:
             os.environ.clear()
             os.environ.update(saved)
+        self.handle = flux.Flux(self.inst.uri)
         self.job_env = {**self.emu.ibm_env(), "FLUX_QUANTUM_BACKENDS": str(self.catalog)}
-
-    def start_service(self) -> None:
-        self.inst.quantum(
-            "service", "start", f"--catalog={self.catalog}", f"--emulator-url={self.emu.url}", *FAST
-        )
 
     def status(self) -> dict[str, Any]:
         return json.loads(self.inst.quantum("service", "status", "--json").stdout)
@@ -121,49 +120,8 @@ class Ibm:
         os.kill(pid, signal.SIGKILL)
         self.until(lambda: (s := self.status()).get("running") and s["pid"] != pid)
 
-    def submit(self, *args: str) -> str:
-        return self.inst.submit(*args, env=self.job_env)
-
-    def events(self, jobid: str) -> list[dict[str, Any]]:
-        return self.inst.eventlog(jobid)
-
-    def names(self, jobid: str) -> list[str]:
-        return [e["name"] for e in self.events(jobid)]
-
-    def context(self, jobid: str, name: str) -> dict[str, Any]:
-        found = [e for e in self.events(jobid) if e["name"] == name]
-        assert found, f"{jobid}: no {name} in {self.names(jobid)}"
-        return found[-1]["context"]
-
-    def memo(self, jobid: str) -> dict[str, Any]:
-        import flux
-        from flux.job import JobID
-
-        payload = {"id": int(JobID(jobid)), "attrs": ["annotations"]}
-        job = flux.Flux(self.inst.uri).rpc("job-list.list-id", payload).get()["job"]
-        return (job.get("annotations") or {}).get("user") or {}
-
-    def until(self, what: Callable[[], Any], timeout: float = 40, step: float = 0.2) -> Any:
-        deadline = time.monotonic() + timeout
-        while not (value := what()):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(step)
-        return value
-
     def closed(self, session_id: str) -> bool:
         return self.emu.ibm.session_state(session_id) == "closed"
-
-    def close(self) -> None:
-        status = self.inst.quantum("service", "status", "--json", check=False)
-        print("service status:", status.stdout.strip() or status.stderr.strip())
-        dmesg = self.inst.run(["flux", "dmesg"], check=False).stdout.splitlines()
-        print("\n".join(line for line in dmesg if "qpu_handlers" in line)[-6000:])
-        print("emulator calls:", [(c.operation, c.status, c.task) for c in self.emu.calls])
-        self.inst.run(["flux", "cancel", "--all"], check=False)
-        self.inst.run(["flux", "queue", "drain", "--timeout=30s"], check=False)
-        self.inst.quantum("service", "stop", check=False)
-        self.emu.stop()
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +256,12 @@ def test_session_of_a_job_that_ended_while_the_service_was_down_is_closed(servic
 
 def test_a_cancelled_held_job_closes_its_session(service):
     ibm = service
-    jobid = ibm.submit("--setattr=qpu.device=ibm:cancel", "--setattr=qpu.session=dedicated", "true")
+    jobid = ibm.submit(
+        "--setattr=qpu.device=ibm:cancel",
+        "--setattr=qpu.session=dedicated",
+        "true",
+        at_front=False,  # release_at=done: held until the emulated clock moves
+    )
     ibm.inst.wait_event(jobid, "qpu-task", timeout=40)
     ibm.inst.wait_event(jobid, "qpu-session", timeout=10)
     open_ids = [s for s in ibm.emu.ibm.session_ids() if not ibm.closed(s)]
