@@ -5,6 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+# The benchmarks' quantum program: a 4-qubit GHZ state.
+PROGRAM = """OPENQASM 3.0;
+bit[4] c;
+qubit[4] q;
+h q[0];
+cnot q[0], q[1];
+cnot q[1], q[2];
+cnot q[2], q[3];
+c = measure q;
+"""
+
 
 def percentile(values: Iterable[float], q: float) -> float:
     """The ``q`` quantile (0..1) with linear interpolation; NaN for no values."""

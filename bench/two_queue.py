@@ -79,7 +79,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchlib import percentile, verdict
+from benchlib import PROGRAM, percentile, verdict
 
 from flux_quantum import events
 from flux_quantum.emulator.clock import ScaledClock
@@ -88,15 +88,6 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 SIZE = 8
 
-PROGRAM = """OPENQASM 3.0;
-bit[4] c;
-qubit[4] q;
-h q[0];
-cnot q[0], q[1];
-cnot q[1], q[2];
-cnot q[2], q[3];
-c = measure q;
-"""
 
 # The application on every node: stdlib only (a Braket client in 30 lines of the wire
 # protocol), so eight ranks starting at once do not spend seconds importing an SDK.

@@ -67,7 +67,15 @@ class FluxInstance:
         )
         cmd += ["sh", "-c", script]
         self.log = open(self.workdir / "broker.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        # The handler service keeps its ledger in XDG_STATE_HOME when the instance has
+        # no statedir: one per test instance, never the developer's own.
+        state_home = str(self.workdir / "xdg-state")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, XDG_STATE_HOME=state_home),
+        )
         deadline = time.monotonic() + START_TIMEOUT
         while not urifile.exists():
             if self.proc.poll() is not None:
@@ -77,7 +85,7 @@ class FluxInstance:
             time.sleep(0.05)
         self.uri = urifile.read_text().strip()
         bindir = os.path.dirname(sys.executable)
-        self.env = dict(os.environ, FLUX_URI=self.uri)
+        self.env = dict(os.environ, FLUX_URI=self.uri, XDG_STATE_HOME=state_home)
         self.env["PATH"] = bindir + os.pathsep + self.env.get("PATH", "")
         # Wait until the queue is up so the first submit is not racing rc1.
         self.run(["flux", "queue", "idle", "--quiet", "--timeout=30s"], check=False)

@@ -195,6 +195,18 @@ SAMPLES: dict[str, events.QpuEvent] = {
         ),
         events.SessionClosed(device="fez", fingerprint="0123456789ab", reason="its jobs failed"),
         events.Release(task="arn:t", device="sv1"),
+        events.Cost(
+            index=0,
+            attempt=0,
+            token=TOKEN1,
+            device="sv1",
+            cost=0.00375,
+            estimate=0.00375,
+            currency="USD",
+            state="COMPLETED",
+            task="arn:t",
+            billed_seconds=3.0,
+        ),
     )
 }
 

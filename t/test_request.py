@@ -55,8 +55,8 @@ CLASS = "qpu.class must be one of qpu, simulator, got "
 FAILOVER = "qpu.failover must be one of fail, next, simulator, got "
 GROUP = f"qpu.group must be a name with {RULE}, got "
 KEYS = (
-    " is not a known key; the keys are device, vendor, policy, shots, program, release_at,"
-    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group, session"
+    " is unknown; the keys are device, vendor, policy, shots, program, release_at,"
+    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group, session, account"
 )
 
 # (value of attributes.system.qpu, field named, exact message)
@@ -228,13 +228,16 @@ MALFORMED: list[tuple[object, str, str]] = [
         "qpu.session must be one of dedicated, batch, got 'exclusive'",
     ),
     ({"session": True}, "qpu.session", "qpu.session must be one of dedicated, batch, got true"),
+    # account key
+    ({"account": "mine"}, "qpu.account", "qpu.account must be one of site, user, got 'mine'"),
+    ({"account": None}, "qpu.account", "qpu.account must be one of site, user, got null"),
     # unknown keys: the first in sorted order is named
     ({"foo": 1}, "qpu.foo", "qpu.foo" + KEYS),
     ({"Shots": 500}, "qpu.Shots", "qpu.Shots" + KEYS),
     ({"release-at": 1}, "qpu.release-at", "qpu.release-at" + KEYS),
     ({"device_class": "qpu"}, "qpu.device_class", "qpu.device_class" + KEYS),
     ({"zeta": 1, "max_wait": 5, "alpha": 2}, "qpu.alpha", "qpu.alpha" + KEYS),
-    ({"k" * 300: 1}, "qpu." + "k" * 29 + "...", "qpu." + "k" * 29 + "..." + KEYS),
+    ({"k" * 300: 1}, "qpu." + "k" * 25 + "...", "qpu." + "k" * 25 + "..." + KEYS),
     ({"bad\nkey": 1}, "qpu.bad\\nkey", "qpu.bad\\nkey" + KEYS),
 ]
 
@@ -319,6 +322,7 @@ def test_defaults() -> None:
         failover="fail",
         group=None,
         session=None,
+        account="site",
     )
     assert parse_request({}) == parse_request("any")
     assert parse_request({}).policy == "min-wait"
@@ -338,6 +342,7 @@ def test_defaults() -> None:
         "failover",
         "group",
         "session",
+        "account",
     ]
 
 
@@ -677,3 +682,28 @@ def test_validator_in_real_flux(tmp_path: Path) -> None:
     assert "jobs=3" in result.stdout
     # The case the sys.path fallback exists for (if this fails, the test proves less).
     assert "broker-python-has-flux_quantum=1" in result.stdout
+
+
+def test_vendor_credentials_in_the_submit_environment_are_named():
+    from flux_quantum.request import credential_refusal, credential_variables
+
+    system = {
+        "environment": {
+            "PATH": "/bin",
+            "AWS_SECRET_ACCESS_KEY": "x",
+            "AWS_ACCESS_KEY_ID": "AKIA",  # an id, not a secret
+            "ibm_kingston_QRMI_IBM_QCS_IAM_APIKEY": "y",
+            "QRMI_JOB_ACQUISITION_TOKEN": "z",
+        }
+    }
+    names = credential_variables(system)
+    assert names == [
+        "AWS_SECRET_ACCESS_KEY",
+        "QRMI_JOB_ACQUISITION_TOKEN",
+        "ibm_kingston_QRMI_IBM_QCS_IAM_APIKEY",
+    ]
+    message = credential_refusal(names)
+    assert "--env=-AWS_SECRET_ACCESS_KEY --env=-QRMI_JOB_ACQUISITION_TOKEN" in message
+    assert "x" not in message.split("holds")[0]  # names only, never values
+    assert credential_variables({"environment": {"HOME": "/h"}}) == []
+    assert credential_variables({}) == []

@@ -555,7 +555,6 @@ def test_service_killed_is_restarted_reattaches_and_never_submits_twice(inst, qp
     """kill -9 of the real service process that `service start` started: its supervisor
     restarts it, the new process re-attaches the recorded tasks from the eventlogs,
     and every task is created exactly once."""
-    import os
 
     qpu.start_service()
     first = _status(inst)
@@ -779,7 +778,6 @@ def test_one_slot_device_never_has_two_tasks_in_flight(inst, qpu):
 def test_demo_runs_end_to_end():
     """flux quantum demo: its own emulator, instance and service; a 4-node job held
     while its task waits, released, every node prints the result."""
-    import os
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "FLUX_URI"}

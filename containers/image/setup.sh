@@ -111,7 +111,23 @@ cat >>"$CONF/quantum.toml" <<TOML
 
 [quantum]
 backends = "$CATALOG"
+
+# Guests' jobs on these vendors/devices are the system service's, paid by the
+# site's credentials (~flux/.aws/credentials); others need qpu.account=user.
+[quantum.accounts]
+site = ["local"]
 TOML
+
+# --- the site's vendor credentials: the instance owner's, 0600 -----------------
+# Marker values: the multi-user suite proves they appear nowhere else.
+install -d -o flux -g flux -m 0700 /var/lib/flux/.aws
+cat >/var/lib/flux/.aws/credentials <<'INI'
+[default]
+aws_access_key_id = AKIAFLUXQSITEMARKER
+aws_secret_access_key = FLUXQ-MARKER-site-secret-42e1
+INI
+chown flux:flux /var/lib/flux/.aws/credentials
+chmod 0600 /var/lib/flux/.aws/credentials
 
 # --- the job-shell plugin, for every job of every instance on the node ---------
 INITRC=$(flux config builtin shell_initrc)

@@ -447,9 +447,19 @@ def open_vendor(
     timeout: float | None = DEFAULT_VENDOR_TIMEOUT,
 ) -> Vendor:
     """The vendor object that can poll TASK, configured from the catalog its release used
-    (``qpu_info.catalog``), else the usual catalog lookup."""
+    (``qpu_info.catalog``), else the usual catalog lookup. A guest's job on the site's
+    accounts (``qpu_info.read_via``) reads its task through the site's handler service,
+    with no credential of its own."""
     from flux_quantum.catalog import CatalogError, load_catalog
     from flux_quantum.vendors import make_vendor
+
+    read_via = task.info.get("read_via")
+    if isinstance(read_via, str) and read_via:
+        import flux
+
+        from flux_quantum.vendors.relayed import RelayedVendor
+
+        return RelayedVendor(flux.Flux(), task.jobid, task.vendor or "", read_via)
 
     try:
         catalog = load_catalog(task.catalog, environ=environ)

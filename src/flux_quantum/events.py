@@ -239,6 +239,7 @@ JOIN = "qpu-join"
 RELEASE = "qpu-release"
 SESSION = "qpu-session"
 SESSION_CLOSED = "qpu-session-closed"
+COST = "qpu-cost"
 
 
 @dataclass(frozen=True)
@@ -445,6 +446,27 @@ class Release(QpuEvent):
     device: str | None = None
 
 
+@dataclass(frozen=True)
+class Cost(QpuEvent):
+    """What one task cost, settled in the site's ledger when it ended (``state``: the
+    vendor's final state; a QPU task that failed or was cancelled costs nothing).
+    ``estimate`` is what was reserved before the task was created; amounts are in
+    ``currency``. Posted while the job is held or, once released, by the instance
+    owner; a job that already ended does not get it (``flux quantum usage`` has it)."""
+
+    name: ClassVar[str] = COST
+    index: int
+    attempt: int
+    token: str
+    device: str
+    cost: float
+    estimate: float | None = None
+    currency: str | None = None
+    state: str | None = None
+    task: str | None = None
+    billed_seconds: float | None = None
+
+
 RECORDS: dict[str, type[QpuEvent]] = {
     cls.name: cls
     for cls in (
@@ -464,6 +486,7 @@ RECORDS: dict[str, type[QpuEvent]] = {
         Session,
         SessionClosed,
         Release,
+        Cost,
     )
 }
 NAMES = frozenset(RECORDS)

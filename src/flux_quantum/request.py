@@ -52,7 +52,13 @@ TABLE_KEYS: tuple[str, ...] = (
     "failover",
     "group",
     "session",
+    "account",
 )
+
+# Who pays for the task: the site's accounts (the system instance's handler service
+# handles the job) or the job's user's own (the user's own handler service does).
+ACCOUNTS: tuple[str, ...] = ("site", "user")
+DEFAULT_ACCOUNT = "site"
 
 # Set by flux-quantum on release; a user who sets them could point a consumer at
 # somebody else's task, so they are refused at submit.
@@ -232,6 +238,10 @@ def _check_session(value: object) -> str:
     return _check_choice("qpu.session", value, SESSIONS)
 
 
+def _check_account(value: object) -> str:
+    return _check_choice("qpu.account", value, ACCOUNTS)
+
+
 # Table key -> (QpuRequest field, checker). "device" is parsed apart: it may carry a vendor.
 _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "vendor": ("vendor", _check_vendor),
@@ -247,6 +257,7 @@ _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "failover": ("failover", _check_failover),
     "group": ("group", _check_group),
     "session": ("session", _check_session),
+    "account": ("account", _check_account),
 }
 
 
@@ -291,6 +302,7 @@ class QpuRequest:
     failover: str = DEFAULT_FAILOVER
     group: str | None = None
     session: str | None = None
+    account: str = DEFAULT_ACCOUNT
 
     def __post_init__(self) -> None:
         # Same checks as the table form, so code that builds a request by hand (the
@@ -329,6 +341,7 @@ class QpuRequest:
             _check_group(self.group)
         if self.session is not None:
             _check_session(self.session)
+        _check_account(self.account)
 
     @property
     def target(self) -> str:
@@ -361,6 +374,8 @@ class QpuRequest:
             attr["group"] = self.group
         if self.session is not None:
             attr["session"] = self.session
+        if self.account != DEFAULT_ACCOUNT:
+            attr["account"] = self.account
         return attr
 
     def describe(self) -> str:
@@ -385,6 +400,8 @@ class QpuRequest:
             parts.append(f"group={self.group}")
         if self.session is not None:
             parts.append(f"session={self.session}")
+        if self.account != DEFAULT_ACCOUNT:
+            parts.append(f"account={self.account}")
         if len(self.program) == 1:
             parts.append(f"program={self.program[0]}")
         elif self.program:
@@ -407,10 +424,10 @@ def parse_request(value: object) -> QpuRequest:
     unknown = sorted(str(key) for key in value if key not in TABLE_KEYS)
     if unknown:
         key = _shown(unknown[0])[1:-1]
-        if len(key) > 32:  # the message lists every key: keep it one short line
-            key = key[:29] + "..."
+        if len(key) > 28:  # the message lists every key: keep it one short line
+            key = key[:25] + "..."
         raise RequestError(
-            f"qpu.{key}", f"qpu.{key} is not a known key; the keys are {', '.join(TABLE_KEYS)}"
+            f"qpu.{key}", f"qpu.{key} is unknown; the keys are {', '.join(TABLE_KEYS)}"
         )
     fields: dict[str, object] = {}
     if "device" in value:
@@ -442,3 +459,36 @@ def check_jobspec_attributes(system: Mapping[str, object]) -> QpuRequest | None:
     if "qpu" not in system:
         return None
     return parse_request(system["qpu"])
+
+
+# Vendor credentials a user may have exported in the shell they submit from. Flux copies
+# the submitter's environment into the jobspec (attributes.system.environment), which
+# the KVS keeps and the instance owner and admins can read: a QPU job carrying one is
+# refused at submit, so that the credential never enters the instance.
+CREDENTIAL_VARIABLES = frozenset(
+    {"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "QISKIT_IBM_TOKEN"}
+)
+CREDENTIAL_SUFFIXES = ("_IAM_APIKEY", "QRMI_JOB_ACQUISITION_TOKEN", "_QRMI_IBM_QCS_SESSION_ID")
+
+
+def credential_variables(system: Mapping[str, object]) -> list[str]:
+    """The names of vendor credentials in a jobspec's ``attributes.system.environment``."""
+    environment = system.get("environment")
+    if not isinstance(environment, Mapping):
+        return []
+    return sorted(
+        name
+        for name in environment
+        if isinstance(name, str)
+        and (name in CREDENTIAL_VARIABLES or name.endswith(CREDENTIAL_SUFFIXES))
+    )
+
+
+def credential_refusal(names: list[str]) -> str:
+    """The one sentence a user sees when their QPU job carries credentials."""
+    unset = " ".join(f"--env=-{name}" for name in names)
+    return (
+        f"qpu: the job's environment holds {', '.join(names)}, which Flux would store in "
+        f"the jobspec for the instance's owner to read; submit with {unset} (the job can "
+        "still read your credentials files)"
+    )

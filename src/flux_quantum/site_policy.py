@@ -13,10 +13,11 @@ from the deciders, worded by them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum.access import AccessRules, DeviceFacts, Requester, bank_of, user_name
+from flux_quantum.accounts import SiteAccounts
 from flux_quantum.catalog import Device
 from flux_quantum.ledger import ChargeRecord, Ledger, Reservation, ledger_path
 from flux_quantum.quota import Charge, QuotaConfig, actual_cost
@@ -40,6 +41,10 @@ class SitePolicy:
     access: AccessRules
     quota: QuotaConfig
     ledger: Ledger
+    # What the site's accounts pay for, and whose jobs are guests' (everyone's but the
+    # instance owner's, when the service knows its owner).
+    accounts: SiteAccounts = field(default_factory=SiteAccounts)
+    owner: int | None = None
 
     @classmethod
     def from_config(
@@ -49,6 +54,7 @@ class SitePolicy:
         currency: str = "USD",
         statedir: str | None = None,
         environ: Mapping[str, str] | None = None,
+        owner: int | None = None,
     ) -> SitePolicy:
         """From the ``[quantum]`` table (``flux config get quantum``), the catalog's
         currency and the broker's ``statedir`` attribute. Raises the access or quota
@@ -58,6 +64,8 @@ class SitePolicy:
         path = ledger_path(ledger_table.get("path"), statedir, environ)
         return cls(
             access=AccessRules.from_config(table.get("access")),
+            accounts=SiteAccounts.from_config(table.get("accounts")),
+            owner=owner,
             quota=QuotaConfig.from_config(table.get("quota")),
             ledger=Ledger(path, currency=currency),
         )
@@ -73,8 +81,14 @@ class SitePolicy:
     def not_allowed(self, requester: Requester, devices: Iterable[Device]) -> dict[str, str]:
         """Devices the job may not use (or may not yet be known to be allowed), with the
         reason: leave them out of probing, and pass them to ``select_device(excluded=)``."""
-        facts = [DeviceFacts(d.name, d.vendor, d.device_class) for d in devices]
-        return self.access.excluded(requester, facts)
+        pool = list(devices)
+        facts = [DeviceFacts(d.name, d.vendor, d.device_class) for d in pool]
+        refused = self.access.excluded(requester, facts)
+        if self.owner is not None and requester.userid != self.owner:
+            # A guest's job on the site's accounts: only what they pay for.
+            unpaid = self.accounts.not_paid(pool, requester.user or str(requester.userid))
+            refused.update({k: v for k, v in unpaid.items() if k not in refused})
+        return refused
 
     def charge(
         self,

@@ -49,8 +49,9 @@ def _catalog_facts(path: str | None) -> dict[str, access.DeviceFacts]:
 
 
 class Validator(ValidatorPlugin):
-    """Reject jobs whose ``attributes.system.qpu`` does not parse, or that name a device
-    the site's access rules deny them whatever their bank."""
+    """Reject jobs whose ``attributes.system.qpu`` does not parse, that carry a vendor
+    credential in their environment, or that name a device the site's access rules deny
+    them whatever their bank."""
 
     def __init__(self, parser: object) -> None:
         super().__init__(parser)
@@ -75,7 +76,12 @@ class Validator(ValidatorPlugin):
             # EINVAL rather than a raised ValueError (EPERM): the request is invalid,
             # the user is not forbidden anything. flux submit prints the message as is.
             return (errno.EINVAL, str(exc))
-        if request is None or request.device is None or not self.rules.rules:
+        if request is None:
+            return None
+        secrets = qpu_request.credential_variables(system)
+        if secrets:
+            return (errno.EPERM, qpu_request.credential_refusal(secrets))
+        if request.device is None or not self.rules.rules:
             return None
         device = self.facts.get(request.device) or access.DeviceFacts(
             request.device, request.vendor

@@ -96,8 +96,16 @@ def submit(user: str, *args: str, env: dict[str, str] | None = None) -> str:
 
 
 def submit_qpu(user: str, *command: str, qpu: str = "sv1", extra: Sequence[str] = ()) -> str:
-    """Submit a job that asks for a QPU: the plugin holds it in DEPEND."""
-    return submit(user, f"--setattr=qpu={qpu}", *extra, *(command or ("true",)))
+    """Submit a job that asks for a QPU on the user's own account: the plugin holds it
+    in DEPEND and, with no handler service of the user's own running, it stays held
+    until released by hand (the system service leaves user-account jobs alone)."""
+    return submit(
+        user,
+        f"--setattr=qpu.device={qpu}",
+        "--setattr=qpu.account=user",
+        *extra,
+        *(command or ("true",)),
+    )
 
 
 def wait_event(jobid: str, event: str, timeout: float = 60, user: str = OWNER) -> None:

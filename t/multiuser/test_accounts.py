@@ -1,37 +1,37 @@
-"""What needs the redesigned handler service (issue 10, parts 1 and 5): the
-system instance's service handling guests' jobs with a site account and with a
-user account, the demo run by alice, and one vendor task per request across a
-node restart.  Marked ``needs_service``: skipped (and said so) until the
-lead's supervisor module serves every user's jobs; run them with
-FLUXQ_PYTEST_ARGS='-m needs_service' containers/check.
+"""Guests' QPU jobs handled end to end (issue 10, parts 1 and 5): a site-account
+job handled by the system instance's service (run by user flux with the site's
+credentials), a user-account job handled by alice's own service with her own
+credentials, the demo run by alice, and one vendor task per request across a
+compute node's restart.
 
-The site account is the instance owner's credentials file (0600 flux) named
-in the service's configuration; the user account is alice's own
-~/.aws/credentials, read only by her own processes.  Both hold marker values,
-so the secret scan below proves neither leaks."""
+The site account is the instance owner's credentials file (~flux/.aws/credentials,
+0600 flux, written by the image's setup.sh) and ``[quantum.accounts] site =
+["local"]``; the user account is alice's own ~/.aws/credentials, read only by her
+own processes.  Both hold marker values, so the secret scan proves neither leaks."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 
-import pytest
 from cluster import (
     EMULATOR_ENV,
+    EMULATOR_URL,
+    URI,
     event_names,
     eventlog,
     give_credentials,
+    jobid_int,
     nodes_up,
     output,
     owner,
+    rpc,
     run,
     submit,
     wait_event,
     wait_for,
 )
 from secret_scan import collect, describe, scan
-
-pytestmark = pytest.mark.needs_service
 
 SITE_SECRET = "FLUXQ-MARKER-site-secret-42e1"
 USER_SECRET = "FLUXQ-MARKER-alice-user-secret-9d07"
@@ -62,9 +62,43 @@ def vendor_tasks() -> list[str]:
     return json.loads(out)
 
 
+def start_agent(user: str) -> subprocess.Popen:
+    """USER's own handler service (``flux quantum service run``) in the background, as
+    on a login node: it handles only USER's qpu.account=user jobs."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "FLUX_URI": URI,
+        "HOME": f"/home/{user}",
+        "USER": user,
+        **EMULATOR_ENV,
+    }
+    return subprocess.Popen(
+        [
+            "runuser",
+            "-u",
+            user,
+            "--",
+            "flux",
+            "quantum",
+            "service",
+            "run",
+            "--catalog",
+            "/etc/flux-quantum/backends.yaml",
+            "--emulator-url",
+            EMULATOR_URL,
+        ],
+        env=env,
+        cwd="/",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def write_program(user: str) -> str:
-    path = f"/home/{user}/bell.qasm"
-    run(user, "sh", "-c", f"cat > {path} <<'EOF'\n{PROGRAM}EOF")
+    """USER's program, in a file USER owns that the site's service (user flux) can read:
+    the service reads a guest's program only from a file the guest owns."""
+    path = f"/tmp/bell-{user}.qasm"
+    run(user, "sh", "-c", f"umask 022; cat > {path} <<'EOF'\n{PROGRAM}EOF")
     return path
 
 
@@ -77,18 +111,40 @@ def run_consumer(user: str, *qpu: str) -> str:
 
 
 def test_site_account_job_for_alice():
-    jobid = run_consumer("alice", "--setattr=qpu.device=braket:sv1")
+    """The system service selects, submits, releases; alice's job reads its task's
+    result through the service (she has no vendor credentials)."""
+    jobid = run_consumer("alice", "--setattr=qpu.device=local-sv1")
     names = event_names(jobid)
     assert "qpu-task" in names and names.index("qpu-task") < names.index("alloc")
-    first = output(jobid, "alice").splitlines()[0].split()
+    lines = output(jobid, "alice").splitlines()
+    first = lines[0].split()
     assert first[0] == "alice" and first[1] in ("node1", "node2") and first[2].startswith("arn:")
+    # flux quantum task --json, as alice: state and counts read through the service.
+    task = json.loads("\n".join(lines[1:]))
+    assert task["task"] == first[2] and task["state"] == "COMPLETED"
+    assert sum(task["counts"].values()) > 0
     hits = scan(collect(), [SITE_SECRET])
     assert not hits, describe(hits)
 
 
+def test_bob_cannot_read_alices_task_through_the_service():
+    jobid = run_consumer("alice", "--setattr=qpu.device=local-sv1")
+    res = rpc("bob", "qpu_handlers.task", {"id": jobid_int(jobid), "op": "result"})
+    assert not res.ok and "is not yours" in res.stderr
+
+
 def test_user_account_job_for_alice():
+    """Alice's own service (her credentials, her process) handles her user-account
+    job; the system service leaves it alone."""
     give_credentials("alice", USER_SECRET)
-    jobid = run_consumer("alice", "--setattr=qpu.device=braket:sv1", "--setattr=qpu.account=user")
+    agent = start_agent("alice")
+    try:
+        jobid = run_consumer(
+            "alice", "--setattr=qpu.device=local-sv1", "--setattr=qpu.account=user"
+        )
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
     task = [e for e in eventlog(jobid) if e["name"] == "qpu-task"][0]["context"]["task"]
     assert task in vendor_tasks()
     hits = scan(collect(), [USER_SECRET])
@@ -106,7 +162,7 @@ def test_one_vendor_task_per_request_across_a_node_restart():
     jobs = [
         submit(
             "bob",
-            "--setattr=qpu.device=local-forte1",
+            "--setattr=qpu.device=local-sv1",
             f"--setattr=qpu.program={program}",
             "-c1",
             "true",

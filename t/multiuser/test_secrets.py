@@ -3,7 +3,6 @@ secret-scan harness (secret_scan.py) over a real multi-user flow."""
 
 from __future__ import annotations
 
-import pytest
 from cluster import give_credentials, owner, release, run, submit_qpu, wait_event
 from secret_scan import collect, describe, scan
 
@@ -39,24 +38,21 @@ def test_alices_credentials_stay_hers_through_a_qpu_flow():
     assert not hits, describe(hits)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flux submit copies the submitter's whole environment into the jobspec "
-    "(attributes.system.environment), KVS and `flux job info`: a credential exported "
-    "in a user's shell leaks there until flux-quantum strips or refuses it (issue 10, 3)",
-)
-def test_credentials_in_the_submit_environment_stay_out_of_the_jobspec():
-    jobid = run(
+def test_credentials_in_the_submit_environment_never_enter_the_instance():
+    """flux submit copies the submitter's whole environment into the jobspec; a QPU job
+    carrying a vendor credential is refused at submit (the ingest validator), before
+    the jobspec reaches the KVS, saying how to submit without it."""
+    res = run(
         "alice",
         "flux",
         "submit",
-        "--setattr=qpu=sv1",
+        "--setattr=qpu.device=sv1",
+        "--setattr=qpu.account=user",
         "true",
         env={"AWS_SECRET_ACCESS_KEY": ALICE_SECRET},
-    ).stdout.strip()
-    try:
-        wait_event(jobid, "dependency-add")
-        hits = scan(collect(), [ALICE_SECRET])
-        assert not hits, describe(hits)
-    finally:
-        owner("flux", "cancel", jobid, check=False)
+        check=False,
+    )
+    assert not res.ok
+    assert "--env=-AWS_SECRET_ACCESS_KEY" in res.stderr and ALICE_SECRET not in res.stderr
+    hits = scan(collect(), [ALICE_SECRET])
+    assert not hits, describe(hits)

@@ -1,9 +1,10 @@
 """``flux quantum usage``: tasks and spend per period, user, bank and device, from the ledger.
 
 This module only parses arguments, finds the ledger and formats rows the Flux way
-(``-o FORMAT``, ``-n``, ``--json``). It never writes the ledger: the instance owner (who
-can read the file) reads it read-only; anyone else asks the handler service's ``usage``
-RPC (``qpu_handlers.usage``), which answers with the caller's own rows only.
+(``-o FORMAT``, ``-n``, ``--json``). It never writes the ledger: inside an instance it
+asks the handler service's ``usage`` RPC (``qpu_handlers.usage``), which answers the
+instance owner with every row and anyone else with their own only; with ``--ledger
+FILE``, or when no service runs, the file's owner reads it read-only.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from flux_quantum.quota import format_money
 from flux_quantum.request import RequestError, parse_duration
 
 RPC_TOPIC = "qpu_handlers.usage"
+RPC_TOPICS = (RPC_TOPIC, "qpu_handlers-service.usage")
 FIELDS = ("period", "user", "bank", "device", "tasks", "spent", "reserved", "total", "released")
 DEFAULT_FIELDS = ("period", "user", "bank", "device", "tasks", "spent", "reserved", "total")
 RIGHT_ALIGNED = ("tasks", "spent", "reserved", "total", "released")
@@ -152,33 +154,54 @@ def build_query(args: argparse.Namespace, now: float, zone: Any) -> UsageQuery:
     )
 
 
-def read_usage(path: Path, query: UsageQuery) -> tuple[str, list[dict[str, Any]]]:
-    """Rows from the file itself (its owner) or through the service (anyone else)."""
-    if path.exists() and os.access(path, os.R_OK):
-        try:
-            query = restrict_to_caller(query, os.getuid(), path.stat().st_uid)
-            with Ledger(path, readonly=True) as ledger:
-                return ledger.currency, [row.to_dict() for row in ledger.usage(query)]
-        except (LedgerError, GuestError) as exc:
-            raise CommandError(str(exc)) from None
-    if not os.environ.get("FLUX_URI"):
+def read_file(path: Path, query: UsageQuery) -> tuple[str, list[dict[str, Any]]]:
+    """Rows from the ledger file itself, which only its owner can read."""
+    if not (path.exists() and os.access(path, os.R_OK)):
         raise CommandError(
-            f"{path}: no ledger here (the handler service creates it when it first charges a"
-            " task); run inside the instance or give --ledger FILE"
+            f"{path}: no ledger here (the handler service creates it when it starts);"
+            " run inside the instance with the service running, or give --ledger FILE"
         )
     try:
-        import flux
+        query = restrict_to_caller(query, os.getuid(), path.stat().st_uid)
+        with Ledger(path, readonly=True) as ledger:
+            return ledger.currency, [row.to_dict() for row in ledger.usage(query)]
+    except (LedgerError, GuestError) as exc:
+        raise CommandError(str(exc)) from None
 
-        answer = flux.Flux().rpc(RPC_TOPIC, query.to_dict()).get()
-    except OSError as exc:
-        raise CommandError(f"the handler service's usage report failed: {exc}") from None
-    return str(answer.get("currency", "USD")), list(answer.get("rows", []))
+
+def ask_service(query: UsageQuery) -> tuple[str, list[dict[str, Any]]] | None:
+    """Rows from the running handler service (the supervisor's topic, or a service run in
+    the foreground); None when no service answers."""
+    import errno
+
+    import flux
+
+    handle = flux.Flux()
+    for topic in RPC_TOPICS:
+        try:
+            answer = handle.rpc(topic, query.to_dict()).get()
+        except OSError as exc:
+            if exc.errno == errno.ENOSYS:
+                continue
+            raise CommandError(f"usage: {exc.strerror or exc}") from None
+        return str(answer.get("currency", "USD")), list(answer.get("rows", []))
+    return None
+
+
+def read_usage(explicit: str | None, query: UsageQuery) -> tuple[str, list[dict[str, Any]]]:
+    """Inside an instance the handler service answers (a guest gets only their own
+    rows); without a service, or with ``--ledger``, the owner reads the file."""
+    if explicit is None and os.environ.get("FLUX_URI"):
+        answer = ask_service(query)
+        if answer is not None:
+            return answer
+    return read_file(find_ledger(explicit), query)
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
     now = time.time()
     query = build_query(args, now, site_zone() if args.since or args.until else UTC)
-    currency, rows = read_usage(find_ledger(args.ledger), query)
+    currency, rows = read_usage(args.ledger, query)
     if args.json:
         json.dump({"currency": currency, "rows": rows}, sys.stdout, indent=2)
         sys.stdout.write("\n")

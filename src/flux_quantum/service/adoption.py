@@ -9,9 +9,10 @@ vanish were released, failed or cancelled, and their eventlog says which. A jour
 stream would notice a job sooner, but it is owner-only, ends on every job-manager reload
 and can be missed; a list is one cheap RPC, works for guests and cannot drift.
 
-This part never calls a vendor: a recovered task is re-attached by its first poll, a
-recorded token without a task is submitted again with the same token (the vendor returns
-the same task), and a job whose request does not parse fails at once.
+This part never calls a vendor: a recovered task is re-attached by its first poll (and
+reserved again in the site's ledger, counted once), a recorded token without a task is
+submitted again with the same token (the vendor returns the same task), and a job whose
+request does not parse fails at once.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flux_quantum import events
+from flux_quantum.accounts import request_account
 from flux_quantum.errors import CommandError
 from flux_quantum.plugin import HeldJob
 from flux_quantum.poller import AdaptivePoller
 from flux_quantum.request import QpuRequest, RequestError, parse_request
+from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import JobRecord
@@ -53,12 +56,14 @@ class Adoption:
         outcomes: Outcomes,
         release: Release,
         tasks: Tasks,
+        charges: Charges,
     ) -> None:
         self.ctx = ctx
         self.face = face
         self.outcomes = outcomes
         self.release = release
         self.tasks = tasks
+        self.charges = charges
         self._scan_error: str | None = None
         self._scan_error_count = 0
 
@@ -84,13 +89,30 @@ class Adoption:
                 f"held jobs listed again after {self._scan_error_count} failed scan(s)",
             )
             self._scan_error = None
-        held = [job for job in held if job.userid == ctx.userid]
+        held = self.handled(held)
         by_id = {job.id: job for job in held}
         for jobid in [j for j in ctx.member_unit if j not in by_id]:
             self.job_left(jobid)
         new = [job for job in held if job.id not in ctx.member_unit]
         if new:
             self.adopt(sorted(new, key=lambda j: (j.follow is not None, j.t_submit, j.id)))
+        # After a restart: the ledger's reservations that no held job owns any more.
+        self.charges.sweep(by_id)
+
+    def handled(self, held: list[HeldJob]) -> list[HeldJob]:
+        """The held jobs this service handles: the instance owner's service its own and
+        guests' site-account jobs; a guest's own service that guest's user-account jobs.
+        A follower goes with the job it follows."""
+        ctx = self.ctx
+        by_id = {job.id: job for job in held}
+
+        def account(job: HeldJob) -> str:
+            leader = by_id.get(job.follow) if job.follow is not None else None
+            return request_account((leader or job).request)
+
+        if ctx.instance_owner:
+            return [j for j in held if j.userid == ctx.userid or account(j) != "user"]
+        return [j for j in held if j.userid == ctx.userid and account(j) == "user"]
 
     def adopt(self, new: list[HeldJob]) -> None:
         ctx = self.ctx
@@ -149,6 +171,7 @@ class Adoption:
         self._restore_session(unit, [m[2] for m in members])
         for job, record, history in members:
             self._add_member(unit, job, record, history, via=None)
+        self._recount(unit)
         self.ctx.log(syslog.LOG_INFO, f"unit {unit_id}: recovered {len(members)} job(s)")
         self.sync_history(unit)
         self.face.update_memos(unit)
@@ -184,6 +207,7 @@ class Adoption:
         self._restore(unit, dict(history.programs))
         self._restore_session(unit, [history])
         self._add_member(unit, job, record, history, via=None)
+        self._recount(unit)
         self.sync_history(unit)
         self.face.update_memos(unit)
 
@@ -292,6 +316,17 @@ class Adoption:
             recorded.mode,
             recorded.fingerprint,
         )
+
+    def _recount(self, unit: Unit) -> None:
+        """Tasks found in the eventlogs exist: reserve them again (``recovering``: the
+        ledger counts a token once, and a task that exists is counted whatever the
+        limits say now). A recorded token without a task is reserved before its create."""
+        for program in unit.programs:
+            attempt = program.attempt
+            if attempt.task is not None and attempt.device is not None:
+                refusal = self.charges.reserve(unit, program, attempt, recovering=True)
+                if refusal is not None:
+                    self.ctx.log(syslog.LOG_WARNING, f"unit {unit.id}: {refusal}")
 
     def _add_member(
         self,

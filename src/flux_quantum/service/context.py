@@ -59,8 +59,13 @@ class ServiceContext:
         self.clock = clock
         self._log = log or (lambda level, msg: None)
         self._vendors: dict[str, Vendor] = dict(vendors or {})
-        # Credentials stay with their owner: the service acts on its own user's jobs.
+        # Credentials stay with their owner. The instance owner's service acts on its
+        # own jobs and on guests' jobs paid by the site's accounts; a guest's own
+        # service (not the instance owner's) only on that guest's qpu.account=user jobs.
         self.userid = os.getuid() if userid is None else userid
+        self.instance_owner = True
+        # The supervisor module a guest's job reads its task through (taskread).
+        self.module_name = "qpu_handlers"
         self.estimator = DrainEstimator()
         self.schedule = options.schedule()
         self.units: dict[int, Unit] = {}

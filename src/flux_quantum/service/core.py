@@ -14,6 +14,8 @@ reactor thread and never block. The parts:
 - ``devices``: device status and the Fluxion graph following it
 - ``face``: memos and status
 - ``sessions``: vendor sessions kept while a job may use them, always closed
+- ``charges``: the site's policy (access, the reservation before a create, the
+  settlement when a task ends)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from flux_quantum.catalog import Catalog
 from flux_quantum.service.adoption import Adoption
+from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import Clock, Log, ServiceContext
 from flux_quantum.service.devices import Devices
 from flux_quantum.service.face import Face
@@ -36,6 +39,7 @@ from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Phase
 from flux_quantum.service.tasks import Tasks
 from flux_quantum.service.workers import Workers
+from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import Vendor
 
 
@@ -53,16 +57,22 @@ class QuantumService:
         clock: Clock = time.time,
         log: Log | None = None,
         userid: int | None = None,
+        site: SitePolicy | None = None,
+        instance_owner: bool = True,
     ) -> None:
         self.ctx = ServiceContext(
             flux, catalog, options, workers, vendors=vendors, clock=clock, log=log, userid=userid
         )
+        self.ctx.instance_owner = instance_owner
         self.face = Face(self.ctx)
         self.sessions = Sessions(self.ctx)
-        self.outcomes = Outcomes(self.ctx, self.face)
+        self.charges = Charges(self.ctx, site)
+        self.outcomes = Outcomes(self.ctx, self.face, self.charges)
         self.release = Release(self.ctx, self.face, self.outcomes)
-        self.tasks = Tasks(self.ctx, self.face, self.outcomes, self.release)
-        self.adoption = Adoption(self.ctx, self.face, self.outcomes, self.release, self.tasks)
+        self.tasks = Tasks(self.ctx, self.face, self.outcomes, self.release, self.charges)
+        self.adoption = Adoption(
+            self.ctx, self.face, self.outcomes, self.release, self.tasks, self.charges
+        )
         self.devices = Devices(self.ctx, self.outcomes)
         self.started = clock()
         self._scan_due = 0.0
@@ -102,6 +112,7 @@ class QuantumService:
                 ctx.cluster = None
                 ctx.log(syslog.LOG_DEBUG, f"cluster view unavailable: {exc}")
         self.devices.check(now)
+        self.charges.check(now)
         self.outcomes.retry_cancels(now)
         self.outcomes.expire_groups(now)
         self.sessions.check(now)
@@ -137,4 +148,11 @@ class QuantumService:
                 options=ctx.options.to_dict(),
                 last_error=ctx.last_error,
             )
+            site = self.charges.site
+            if site is not None:
+                out["ledger"] = {
+                    "path": str(site.ledger.path),
+                    "currency": site.ledger.currency,
+                    "settling": len(self.charges.watching),
+                }
         return out

@@ -18,9 +18,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from flux_quantum.errors import FluxQuantumError
-from flux_quantum.events import Event, first, parse_eventlog
+from flux_quantum.errors import CommandError, FluxQuantumError
+from flux_quantum.events import COST, Event, first, parse_eventlog
 from flux_quantum.plugin import HeldJob, PluginClient
+
+# Events the service may post to a job it has released (its task ends later).
+AFTER_RELEASE = frozenset({COST})
 
 # --- records --------------------------------------------------------------------------------
 
@@ -287,7 +290,16 @@ class FluxJobs:
         return out
 
     def post_event(self, jobid: int, name: str, context: Mapping[str, Any]) -> None:
-        self.plugin.post_event(jobid, name, context)
+        """Through the plugin, which takes events for held jobs only; an event that may
+        come after the release (``qpu-cost``) goes to a released job through the
+        job-manager, which only the instance owner may call."""
+        try:
+            self.plugin.post_event(jobid, name, context)
+        except CommandError:
+            if name not in AFTER_RELEASE:
+                raise
+            payload = {"id": jobid, "name": name, "context": dict(context)}
+            self.handle.rpc("job-manager.post-event.post", payload).get()
 
     def memo(self, jobid: int, memo: Mapping[str, Any]) -> None:
         payload = {"id": jobid, "volatile": True, "memo": dict(memo)}

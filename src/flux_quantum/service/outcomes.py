@@ -4,8 +4,9 @@ A task that failed, waited past ``qpu.max_wait`` or lost its device is recorded 
 eventlog, cancelled if it may still run (it is billed), and followed by a new attempt
 (``qpu.failover``) or by the failure of every job of the unit with a reason that says
 what happened. A unit that every job left has its tasks cancelled. Cancels that the
-vendor could not take are retried. This part never releases a job and never chooses a
-device: it only ends things and says why.
+vendor could not take are retried. Every attempt it leaves behind goes to ``Charges``
+(its reservation released, or its task watched until it is settled). This part never
+releases a job and never chooses a device: it only ends things and says why.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from flux_quantum import events
 from flux_quantum.errors import CommandError, FluxQuantumError
+from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitState
@@ -26,9 +28,10 @@ CANCEL_TRIES = 5
 
 
 class Outcomes:
-    def __init__(self, ctx: ServiceContext, face: Face) -> None:
+    def __init__(self, ctx: ServiceContext, face: Face, charges: Charges) -> None:
         self.ctx = ctx
         self.face = face
+        self.charges = charges
         self._pending_cancels: list[tuple[TaskRef, int, float]] = []
         ctx.on_cancel = self.cancel
 
@@ -65,6 +68,7 @@ class Outcomes:
             )
             return
         following = attempt.following(failed, "simulator" if mode == "simulator" else None)
+        self.charges.leave(unit, program, attempt, list(unit.jobs))
         program.attempt = following
         self.ctx.counters.failovers += 1
         record = events.Failover(
@@ -119,8 +123,10 @@ class Outcomes:
         unit.state = state
         why = {UnitState.ABANDONED: "every job riding it is gone"}.get(state, state.value)
         ctx.unit_ended(unit, state, why)
+        riders = [*unit.jobs, *unit.released_jobs]
         for program in unit.programs:
             attempt = program.attempt
+            self.charges.leave(unit, program, attempt, riders)
             attempt.phase = Phase.DONE
             if attempt.task is not None and attempt.device is not None:
                 ctx.estimator.forget_task(attempt.device.name, attempt.task.task_id)

@@ -6,7 +6,8 @@ which does run in the broker's Python, only supervises: it starts
 ``<python> -m flux_quantum.service`` as a child process connected to this broker,
 relays its log lines to the broker log, restarts it with back-off if it dies, stops it on
 ``flux module remove`` and at instance shutdown, and answers ``qpu_handlers.status``
-(guests too) with its own state and the service's status.
+(guests too) with its own state and the service's status, and relays
+``qpu_handlers.usage`` (guests too, their userid attached) to the service.
 
     flux module load --name qpu_handlers $(flux quantum service module-path) \
         python=/path/to/venv/bin/python catalog=/path/backends.yaml
@@ -362,6 +363,50 @@ class QpuHandlers(BrokerModule):
                 self.log.error(f"qpu handlers: status relay: {exc}")
 
         future.then(relay, timeout=10.0)
+
+    @request_handler("usage", allow_guest=True)
+    def usage(self, msg):
+        """``flux quantum usage``: relayed to the service, which keeps the ledger."""
+        self._relay(msg, "usage", "no usage report now", 30.0)
+
+    @request_handler("task", allow_guest=True)
+    def task(self, msg):
+        """A guest's job on the site's accounts reads its task's state and result
+        through the service, which holds the credentials (``flux quantum task``)."""
+        self._relay(msg, "task", "a task cannot be read through it now", 60.0)
+
+    def _relay(self, msg, method, unavailable, timeout):
+        """Relay a request to the service; a guest's request carries the guest's userid
+        as ``caller`` (set here, never taken from the guest)."""
+        try:
+            if self.state != RUNNING:
+                self._respond_error(
+                    msg, errno.EAGAIN, f"the qpu handler service is {self.state}: {unavailable}"
+                )
+                return
+            payload = dict(msg.payload) if isinstance(msg.payload, dict) else {}
+            payload.pop("caller", None)
+            if not (msg.rolemask & ROLE_OWNER):
+                payload["caller"] = msg.userid
+            future = self.handle.rpc(self.name + SERVICE_SUFFIX + "." + method, payload)
+
+            def relay(f):
+                try:
+                    self.handle.respond(msg, f.get())
+                except OSError as exc:
+                    self._respond_error(msg, exc.errno or errno.EIO, exc.strerror or str(exc))
+                except Exception as exc:
+                    self.log.error(f"qpu handlers: {method} relay: {exc}")
+
+            future.then(relay, timeout=timeout)
+        except Exception as exc:
+            self._respond_error(msg, errno.EIO, f"{method}: {exc}")
+
+    def _respond_error(self, msg, number, text):
+        try:
+            self.handle.flux_respond_error(msg.handle, number, text.encode())
+        except Exception as exc:
+            self.log.error(f"qpu handlers: cannot respond: {exc}")
 
 
 def _seconds(key, value):

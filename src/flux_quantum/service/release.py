@@ -181,6 +181,11 @@ class Release:
             "devices": [a.device.name for a in attempts if a.device is not None],
             "catalog": ctx.catalog.path,
         }
+        if unit.userid != ctx.userid:
+            # A guest's job on the site's accounts: it has no credentials of its own and
+            # reads its task through the service (flux_quantum.service.taskread).
+            info["account"] = "site"
+            info["read_via"] = ctx.module_name
         reasons = tuple(
             {
                 "index": p.index,
@@ -205,10 +210,10 @@ class Release:
             unit.release = {"task": task, "device": device, "info": info}
             self.startup.released(ids[0], ctx.clock())
             self.face.update_memos(unit, state="released", only=ids)
+            unit.released_jobs.extend(ids)
             for jobid in ids:
                 unit.jobs.pop(jobid, None)
                 ctx.member_unit.pop(jobid, None)
-            unit.released_ids.extend(ids)
             ctx.counters.released += len(ids)
         unit.released_at = ctx.clock()
         ctx.log(syslog.LOG_INFO, f"unit {unit.id}: released")

@@ -2,7 +2,8 @@
 
 ``serve()`` connects to the instance (``FLUX_URI``), registers the service's name (a lock:
 one service per instance owner), answers ``<name>.status`` (a guest sees only their own
-jobs), and runs a ``QuantumService`` on the handle's reactor (``ServiceRunner``: a tick
+jobs) and ``<name>.usage`` (the site ledger's report: a guest gets only their own rows),
+and runs a ``QuantumService`` on the handle's reactor (``ServiceRunner``: a tick
 timer and the workers' pipe) until SIGTERM/SIGINT, or until its standard input closes
 when a supervisor started it (the broker module ``qpu_handlers``: if the supervisor goes,
 so does the service). Every reactor callback is fenced: an exception is logged, never
@@ -27,13 +28,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flux_quantum.catalog import load_catalog
+from flux_quantum.catalog import Catalog, load_catalog
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.ledger import GuestError, serve_usage
+from flux_quantum.service import taskread
 from flux_quantum.service.context import Log
 from flux_quantum.service.core import QuantumService
 from flux_quantum.service.fluxside import FluxJobs
 from flux_quantum.service.options import ServiceError, ServiceOptions
 from flux_quantum.service.workers import VendorWorkers
+from flux_quantum.site_policy import SitePolicy
 
 SERVICE_SUFFIX = "-service"
 READY_LINE = "@ready"
@@ -104,7 +108,9 @@ class ServiceRunner:
     pipe. Every callback is fenced: an exception is logged, never raised into the
     reactor."""
 
-    def __init__(self, handle: Any, options: ServiceOptions, log: Log) -> None:
+    def __init__(
+        self, handle: Any, options: ServiceOptions, log: Log, *, owner: bool = True
+    ) -> None:
         import flux.constants
 
         self.handle = handle
@@ -114,8 +120,18 @@ class ServiceRunner:
             catalog = load_catalog(options.catalog)
         except FluxQuantumError as exc:
             raise ServiceError(str(exc)) from exc
+        # The site's policy is the instance owner's: a guest's own service has none.
+        self.site = site_policy(handle, catalog) if owner else None
         self.workers = VendorWorkers(options.workers)
-        self.service = QuantumService(FluxJobs(handle), catalog, options, self.workers, log=log)
+        self.service = QuantumService(
+            FluxJobs(handle),
+            catalog,
+            options,
+            self.workers,
+            log=log,
+            site=self.site,
+            instance_owner=owner,
+        )
         self._fd = handle.fd_watcher_create(
             self.workers.fileno(), self._on_wake, events=flux.constants.FLUX_POLLIN
         )
@@ -127,9 +143,10 @@ class ServiceRunner:
         # The Braket SDK takes seconds to import: do it now, off the reactor.
         self.workers.submit(_warm_up, lambda result, error: None)
         catalog = self.service.ctx.catalog
+        ledger = f", ledger {self.site.ledger.path}" if self.site is not None else ""
         self._log(
             syslog.LOG_INFO,
-            f"qpu handlers started: catalog {catalog.path}, {len(catalog)} devices, "
+            f"qpu handlers started: catalog {catalog.path}, {len(catalog)} devices{ledger}, "
             f"python {sys.executable}",
         )
 
@@ -140,9 +157,45 @@ class ServiceRunner:
             with contextlib.suppress(Exception):
                 watcher.stop()
         self.workers.stop()
+        with contextlib.suppress(Exception):
+            self.service.charges.close()
+
+    def usage(self, msg: Any) -> dict[str, Any]:
+        """The ``usage`` request: the caller's own rows, or everyone's for the owner.
+        Raises GuestError (EPERM) or ValueError (EINVAL) with one sentence."""
+        if self.site is None:
+            raise ValueError(
+                "this handler service keeps no ledger (it is not the instance owner's)"
+            )
+        payload = dict(msg.payload) if isinstance(msg.payload, dict) else {}
+        caller = _caller(msg, payload.pop("caller", None))
+        return serve_usage(self.site.ledger, payload, caller, os.getuid())
 
     def status(self, userid: int | None = None) -> dict[str, Any]:
         return self.service.status(userid)
+
+    def read_task(self, msg: Any, reply: Callable[[int, Any], None]) -> None:
+        """The ``task`` request (``taskread``): checked here, the vendor call in a
+        worker; ``reply(0, answer)`` or ``reply(errno, sentence)`` when it is done.
+        Raises GuestError (EPERM) or ValueError (EINVAL) for a refused request."""
+        payload = dict(msg.payload) if isinstance(msg.payload, dict) else {}
+        caller = _caller(msg, payload.pop("caller", None))
+        jobid, task, op = taskread.checked_request(payload)
+        ctx = self.service.ctx
+        record = ctx.flux.records([jobid]).get(jobid)
+        ref = taskread.readable_ref(record, jobid, task, caller, os.getuid())
+        vendor = ctx.vendor(ref.vendor)
+
+        def call() -> Any:
+            return vendor.poll(ref) if op == "poll" else vendor.result(ref)
+
+        def done(value: Any, error: BaseException | None) -> None:
+            if error is not None:
+                reply(errno.EIO, f"{op} of task {ref.task_id}: {error}")
+            else:
+                reply(0, taskread.answer(op, ref, value))
+
+        self.workers.submit(call, done)
 
     def _on_tick(self, *args: Any) -> None:
         self._fenced(self.service.tick)
@@ -162,12 +215,46 @@ class ServiceRunner:
                 self._log(syslog.LOG_ERR, f"qpu handlers: {self.service.ctx.last_error}")
 
 
+def site_policy(handle: Any, catalog: Catalog) -> SitePolicy:
+    """The site policy from the instance's ``[quantum]`` table and ``statedir``; a bad
+    table or an unusable ledger is a ServiceError naming the key or the file."""
+    try:
+        config = handle.rpc("config.get").get()
+    except OSError as exc:
+        raise ServiceError(
+            f"cannot read the instance configuration: {exc.strerror or exc}"
+        ) from None
+    quantum = config.get("quantum") if isinstance(config, dict) else None
+    try:
+        statedir = handle.attr_get("statedir") or None
+    except OSError:
+        statedir = None  # a user's own instance: the ledger goes to XDG_STATE_HOME
+    try:
+        return SitePolicy.from_config(
+            quantum if isinstance(quantum, dict) else None,
+            currency=catalog.currency,
+            statedir=statedir,
+            owner=os.getuid(),
+        )
+    except (ValueError, FluxQuantumError) as exc:
+        raise ServiceError(str(exc)) from None
+
+
 def _warm_up() -> None:
     try:
         import braket.aws  # noqa: F401
         import braket.ir.openqasm  # noqa: F401
     except ImportError:
         pass
+
+
+def _caller(msg: Any, relayed: Any) -> int:
+    """Who asks: the requester, or for the instance owner (the supervisor relaying a
+    guest's request) the ``caller`` it names."""
+    rolemask = getattr(msg, "rolemask", ROLE_OWNER)
+    if rolemask & ROLE_OWNER and isinstance(relayed, int) and not isinstance(relayed, bool):
+        return relayed
+    return int(msg.userid)
 
 
 def _caller_view(msg: Any, payload: Any) -> int | None:
@@ -219,11 +306,12 @@ def serve(
             return EXIT_RUNNING
         registered = False  # a guest: no service name, no status endpoint
     try:
-        runner = ServiceRunner(handle, options, log)
+        runner = ServiceRunner(handle, options, log, owner=registered)
     except ServiceError as exc:
         log(syslog.LOG_ERR, f"error: {exc}")
         return EXIT_SETUP
 
+    runner.service.ctx.module_name = name.removesuffix(SERVICE_SUFFIX)
     watchers = []
 
     def on_status(h: Any, typemask: int, msg: Any, arg: Any) -> None:
@@ -232,6 +320,35 @@ def serve(
             h.respond(msg, {"running": True, "pid": os.getpid(), **runner.status(view)})
         except Exception as exc:  # never stop the reactor for a status request
             log(syslog.LOG_ERR, f"status: {exc}")
+
+    def on_usage(h: Any, typemask: int, msg: Any, arg: Any) -> None:
+        try:
+            h.respond(msg, runner.usage(msg))
+        except GuestError as exc:
+            _respond_error(h, msg, errno.EPERM, str(exc))
+        except ValueError as exc:
+            _respond_error(h, msg, errno.EINVAL, str(exc))
+        except Exception as exc:  # never stop the reactor for a usage request
+            log(syslog.LOG_ERR, f"usage: {exc}")
+            _respond_error(h, msg, errno.EIO, f"usage: {exc}")
+
+    def on_task(h: Any, typemask: int, msg: Any, arg: Any) -> None:
+        def reply(number: int, value: Any) -> None:
+            if number:
+                _respond_error(h, msg, number, str(value))
+            else:
+                with contextlib.suppress(OSError):
+                    h.respond(msg, value)
+
+        try:
+            runner.read_task(msg, reply)
+        except GuestError as exc:
+            reply(errno.EPERM, str(exc))
+        except (ValueError, FluxQuantumError) as exc:
+            reply(errno.EINVAL, str(exc))
+        except Exception as exc:  # never stop the reactor for a task request
+            log(syslog.LOG_ERR, f"task: {exc}")
+            reply(errno.EIO, f"task: {exc}")
 
     def on_signal(h: Any, watcher: Any, signum: int, arg: Any) -> None:
         log(syslog.LOG_INFO, f"signal {signum}: stopping")
@@ -249,14 +366,19 @@ def serve(
             h.reactor_stop()
 
     if registered:
-        w = handle.msg_watcher_create(
-            on_status,
-            flux.constants.FLUX_MSGTYPE_REQUEST,
-            f"{name}.status",
-            rolemask=flux.constants.FLUX_ROLE_OWNER | flux.constants.FLUX_ROLE_USER,
-        )
-        w.start()
-        watchers.append(w)
+        for topic, callback in (
+            ("status", on_status),
+            ("usage", on_usage),
+            ("task", on_task),
+        ):
+            w = handle.msg_watcher_create(
+                callback,
+                flux.constants.FLUX_MSGTYPE_REQUEST,
+                f"{name}.{topic}",
+                rolemask=flux.constants.FLUX_ROLE_OWNER | flux.constants.FLUX_ROLE_USER,
+            )
+            w.start()
+            watchers.append(w)
     for sig in (signal.SIGINT, signal.SIGTERM):
         w = handle.signal_watcher_create(sig, on_signal)
         w.start()
@@ -277,6 +399,11 @@ def serve(
             with contextlib.suppress(Exception):
                 w.stop()
     return 0
+
+
+def _respond_error(handle: Any, msg: Any, number: int, text: str) -> None:
+    with contextlib.suppress(Exception):
+        handle.flux_respond_error(msg.handle, number, text.encode())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -76,7 +76,7 @@ class Sessions:
             return
         lease = Lease(session, task_on(unit, session.device), unit.id)
         if state is UnitState.RELEASED:
-            lease.jobs = set(unit.released_ids) | set(unit.jobs)
+            lease.jobs = set(unit.released_jobs) | set(unit.jobs)
             lease.due = self.ctx.clock() + self.ctx.options.scan_interval
             self.leases[session.fingerprint] = lease
             return

@@ -18,6 +18,7 @@ from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.poller import AdaptivePoller
+from flux_quantum.qasm import ProgramCounts
 from flux_quantum.request import QpuRequest
 from flux_quantum.service.fluxside import JobSize
 from flux_quantum.vendors.base import DeviceSnapshot, TaskRef, TaskSnapshot, VendorSession
@@ -54,6 +55,7 @@ class Attempt:
     device: Device | None = None
     token: str | None = None
     submit_posted: bool = False  # the token is in the eventlog
+    reserved: bool = False  # its estimate is reserved in the site's ledger
     task: TaskRef | None = None
     attached: bool = True  # False: found in the eventlog, not yet polled by this service
     snapshot: TaskSnapshot | None = None
@@ -101,6 +103,7 @@ class Program:
     index: int
     path: str | None
     text: str | None = None
+    counts: ProgramCounts | None = None  # gate counts, for max-fidelity and min_fidelity
     attempt: Attempt = field(default_factory=Attempt)
 
 
@@ -152,7 +155,7 @@ class Unit:
     released_at: float | None = None
     release: dict[str, Any] | None = None
     session: UnitSession | None = None
-    released_ids: list[int] = field(default_factory=list)
+    released_jobs: list[int] = field(default_factory=list)  # their tasks' costs reach them
 
     @property
     def active(self) -> bool:

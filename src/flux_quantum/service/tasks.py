@@ -1,10 +1,12 @@
 """The vendor task lifecycle of one program's attempt: read, select, submit, track.
 
-Each attempt goes SELECT (read the program file, probe the candidate devices, let the
-policy choose, respecting device slots and older jobs waiting for the same device) ->
-SUBMIT (the idempotency token goes to the eventlog first, then the vendor create) ->
-TRACK (adaptive polls of the task; queue milestones; the release point or ``max_wait``)
--> READY (handed to ``Release``). Every blocking call runs in a worker. A failed call is
+Each attempt goes SELECT (read and count the program file, probe the candidate devices
+the job's owner may use, let the policy choose among those whose task fits the site's
+quotas, respecting device slots and older jobs waiting for the same device) -> SUBMIT
+(the estimate is reserved in the site's ledger, the idempotency token goes to the
+eventlog, then the vendor create; a refused reservation fails the job and nothing is
+created) -> TRACK (adaptive polls of the task; queue milestones; the release point or
+``max_wait``; a task that ends is settled) -> READY (handed to ``Release``). Every blocking call runs in a worker. A failed call is
 retried with back-off: a retryable vendor error (throttling, an outage) as long as it
 lasts, anything else (a refused call, a bug, a broken setup) at most ``error_limit``
 times in a row before the job fails with the error's text. This part never releases or
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import os
 import syslog
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,9 @@ from flux_quantum.poller import (
     release_reached,
     tasks_to_release,
 )
+from flux_quantum.qasm import ProgramCounts, count_program
 from flux_quantum.request import QpuRequest
+from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.outcomes import Outcomes, problem_base
@@ -68,14 +72,25 @@ class ProgramError(FluxQuantumError):
     """A job's qpu.program file cannot be read; the message names the file."""
 
 
-def read_program(cwd: str | None, path: str | None) -> str:
+def read_program(cwd: str | None, path: str | None, owner: int | None = None) -> str:
     """The OpenQASM text of ``path`` (relative to the job's cwd); the default circuit
-    when no program was given. Runs in a worker: the file may sit on slow storage."""
+    when no program was given. Runs in a worker: the file may sit on slow storage.
+
+    ``owner``: a guest's job, whose file the service reads with its own (the instance
+    owner's) rights: only a file that guest owns, so that no job can send the
+    service's own files (keys, credentials) to a vendor as its "program"."""
     if path is None:
         return DEFAULT_PROGRAM
     full = Path(path) if os.path.isabs(path) or not cwd else Path(cwd) / path
     try:
         with open(full, "rb") as f:
+            st = os.fstat(f.fileno())
+            if owner is not None and st.st_uid != owner:
+                raise ProgramError(
+                    f"qpu.program {path!r}: {full} belongs to uid {st.st_uid}, not to the "
+                    f"job's user (uid {owner}): the site's service only reads a program "
+                    "file the job's user owns"
+                )
             data = f.read(MAX_PROGRAM_BYTES + 1)
     except OSError as exc:
         raise ProgramError(
@@ -89,10 +104,27 @@ def read_program(cwd: str | None, path: str | None) -> str:
         raise ProgramError(f"qpu.program {path!r}: not UTF-8 text") from None
 
 
-def compact_explanation(explanation: Explanation, limit: int = 6) -> dict[str, Any]:
-    """The policy's explanation, short enough for an eventlog entry."""
+def read_counted(
+    cwd: str | None, path: str | None, owner: int | None = None
+) -> tuple[str, ProgramCounts]:
+    """The program's text and its gate counts (max-fidelity, min_fidelity), in a worker."""
+    text = read_program(cwd, path, owner)
+    return text, count_program(text)
+
+
+def compact_explanation(
+    explanation: Explanation, limit: int = 6, site: Collection[str] = ()
+) -> dict[str, Any]:
+    """The policy's explanation, short enough for an eventlog entry: the eligible devices
+    first, then those the ``site`` policy dropped (a job's owner wants to know why those
+    were left out), then the rest."""
+    order = {True: 0, False: 2}
+    shown = sorted(
+        explanation.candidates,
+        key=lambda c: 1 if not c.eligible and c.device in site else order[c.eligible],
+    )
     rows = []
-    for c in explanation.candidates[:limit]:
+    for c in shown[:limit]:
         rows.append(
             {
                 "device": c.device,
@@ -103,6 +135,8 @@ def compact_explanation(explanation: Explanation, limit: int = 6) -> dict[str, A
                 "verdict": c.reason,
             }
         )
+        if c.success is not None:  # the figure max-fidelity and min_fidelity used
+            rows[-1]["success"] = round(c.success, 4)
     out: dict[str, Any] = {
         "policy": explanation.policy,
         "order": explanation.order,
@@ -116,12 +150,18 @@ def compact_explanation(explanation: Explanation, limit: int = 6) -> dict[str, A
 
 class Tasks:
     def __init__(
-        self, ctx: ServiceContext, face: Face, outcomes: Outcomes, release: Release
+        self,
+        ctx: ServiceContext,
+        face: Face,
+        outcomes: Outcomes,
+        release: Release,
+        charges: Charges,
     ) -> None:
         self.ctx = ctx
         self.face = face
         self.outcomes = outcomes
         self.release = release
+        self.charges = charges
 
     # -- scheduling
 
@@ -132,7 +172,8 @@ class Tasks:
             return
         if attempt.phase in (Phase.SELECT, Phase.SUBMIT) and program.text is None:
             path, cwd = program.path, unit.cwd
-            self.ctx.call(unit, program, lambda: read_program(cwd, path), self._loaded)
+            owner = unit.userid if unit.userid != self.ctx.userid else None
+            self.ctx.call(unit, program, lambda: read_counted(cwd, path, owner), self._loaded)
         elif attempt.phase is Phase.SELECT:
             self._start_select(unit, program)
         elif attempt.phase is Phase.SUBMIT:
@@ -152,7 +193,7 @@ class Tasks:
             self._check_max_wait(unit, program, now)
 
     def _loaded(
-        self, unit: Unit, program: Program, attempt: Attempt, text: Any, error: Any
+        self, unit: Unit, program: Program, attempt: Attempt, loaded: Any, error: Any
     ) -> None:
         if isinstance(error, ProgramError):
             self.outcomes.fail_unit(unit, f"qpu: {error}")
@@ -160,7 +201,7 @@ class Tasks:
         if error is not None:
             self._failed_call(unit, program, "read program", error)
             return
-        program.text = text
+        program.text, program.counts = loaded
         attempt.due = 0.0
 
     # -- errors
@@ -266,7 +307,10 @@ class Tasks:
 
         attempt = program.attempt
         request = self.request_for(unit, attempt)
-        candidates = static_candidates(self._pool(attempt), request)
+        pool = self._pool(attempt)
+        # Devices the job's owner may not use are never probed.
+        refused = self.charges.not_allowed(unit, pool)
+        candidates = static_candidates([d for d in pool if d.name not in refused], request)
         vendors = {}
         for device in candidates:
             vendor = self._vendor(unit, program, device.vendor, "select")
@@ -293,12 +337,19 @@ class Tasks:
         request = self.request_for(unit, attempt)
         pool = self._pool(attempt)
         in_flight = self._in_flight(unit)
+        excluded = self.charges.excluded(unit, program, attempt, pool)
         try:
             selection = select_device(
-                pool, snapshots, request, estimator=ctx.estimator, in_flight=in_flight
+                pool,
+                snapshots,
+                request,
+                estimator=ctx.estimator,
+                in_flight=in_flight,
+                program=program.counts,
+                excluded=excluded,
             )
         except NoDeviceError as exc:
-            self._no_device(unit, program, exc, snapshots, in_flight, request)
+            self._no_device(unit, program, exc, snapshots, in_flight, request, excluded)
             return
         chosen = selection.device
         older = self._older_waiters(unit, chosen)
@@ -318,7 +369,7 @@ class Tasks:
             index=program.index,
             attempt=attempt.number,
             device=chosen.name,
-            explanation=compact_explanation(selection.explanation),
+            explanation=compact_explanation(selection.explanation, site=excluded),
         )
         ctx.post_all(unit, record)
         attempt.token = events.task_token(unit.id, unit.t_submit, program.index, attempt.number)
@@ -335,16 +386,17 @@ class Tasks:
         snapshots: Mapping[str, DeviceSnapshot],
         in_flight: Mapping[str, int],
         request: QpuRequest,
+        excluded: Mapping[str, str],
     ) -> None:
         """Wait when the obstacle passes by itself (a vendor that did not answer, all
         slots busy); fail over or fail when it does not (offline, out of window, too
-        long a queue for max_wait, nothing that matches)."""
+        long a queue for max_wait, nothing that matches, nothing the site allows)."""
         from flux_quantum.policy import static_reason
 
         attempt = program.attempt
         transient = []
         for device in self._pool(attempt):
-            if static_reason(device, request) is not None:
+            if static_reason(device, request) is not None or device.name in excluded:
                 continue
             snapshot = snapshots.get(device.name)
             if snapshot is not None and snapshot.status is DeviceStatus.UNREACHABLE:
@@ -448,6 +500,11 @@ class Tasks:
         attempt = program.attempt
         assert attempt.device is not None and attempt.token is not None
         assert program.text is not None
+        refusal = self.charges.reserve(unit, program, attempt)
+        if refusal is not None:
+            # Reserved before the create (and before any session), or not created at all.
+            self.outcomes.fail_unit(unit, f"qpu: {refusal}")
+            return
         device, text, shots, token = attempt.device, program.text, unit.request.shots, attempt.token
         vendor = self._vendor(unit, program, device.vendor, "create")
         if vendor is None:
@@ -581,6 +638,7 @@ class Tasks:
         attempt.task = task
         attempt.look_first = False
         attempt.queued_at = ctx.clock() if attempt.since is None or not found else attempt.since
+        self.charges.attach(attempt)
         self._recovered(attempt)
         attempt.phase = Phase.TRACK
         attempt.poller = AdaptivePoller(
@@ -636,6 +694,8 @@ class Tasks:
             ctx.log(syslog.LOG_INFO, f"unit {unit.id}: re-attached {snap.task.task_id}")
         attempt.snapshot = snap
         self._recovered(attempt)
+        if snap.terminal:
+            self.charges.ended(unit, program, attempt, snap)
         if snap.state in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
             reason = snap.message or f"the vendor reports {snap.state.value}"
             record = events.TaskFailed(

@@ -1,0 +1,1327 @@
+#!/usr/bin/env python3
+"""A site's day at scale: what co-scheduling saves on a 1,024-node cluster.
+
+One real Flux instance per arm: ``flux start`` whose resource set is a fake 1,024-node
+cluster (flux-core's ``[fake-resources]`` rc1 task: a synthetic R, ranks forced up), in
+which every job runs in job-exec's test mode (no job shell, no process: an ordinary job
+"runs" for ``attributes.system.exec.test.run_duration``; a hybrid job runs in the test
+mode's override mode, started and finished by this script acting as its application).
+Fluxion schedules it for real with EASY backfill; the quantum jobtap plugin and the
+ingest validator are loaded as ``flux quantum config`` prints them; the handler service
+runs as a process (``flux-quantum service run``); the vendor is the project's emulator
+(Braket's wire protocol on 127.0.0.1) with a fleet like the catalog's: three simulators
+and three QPUs whose queues wander from minutes to hours over the day.
+
+The day: 24 hours of the Lublin-Feitelson batch workload (``bench/workload.py``)
+compressed ``--factor`` times (480: a day in 3 minutes). Vendor and cluster share one
+clock: the emulator's clock is the wall clock since the day's start times the factor,
+every job's run time and time limit are divided by it, and the service's intervals are
+scaled down by it (with floors, ``service_options``). A share of the submissions (5 % and 20 %) is hybrid:
+single evaluation, fan-out (a ``qpu.group`` of 2-4 jobs on one task) and variational
+(3-5 tasks in a row, the later ones submitted from inside the job). Every arm replays
+the same seeded trace against the same seeded vendor queues. The day's arrivals offer
+0.9 of the machine's node-hours (``--load``), on top of a 2-hour backlog queued at the
+start: a busy centre whose queue never empties (EASY packs rigid jobs to about 95 %);
+at 1.0 the queue grows all day and the waits measure the day's length.
+
+Arms:
+
+ungated
+    hybrid jobs are ordinary jobs: allocated when the scheduler gets to them, they create
+    their task from their start (a fan-out group shares it through one client token) and
+    wait for it on their nodes (bench/two_queue.py's baseline).
+gated-1, gated-predict, gated-done
+    ``--setattr=qpu...`` with ``qpu.release_at`` 1, predict or done: held in DEPEND by the
+    plugin, the service submits the task at once and releases the job at that point.
+reservation
+    the flux-quantum prototype's approach as far as upstream Flux can express it: a scout
+    (this script) submits the task when the job is submitted and, when the task is next
+    to run (position 1), releases the job into the scheduler with the top priority, where
+    Fluxion's EASY reservation for the queue's first job holds nodes for it from the
+    earliest time they are free; the job waits there for its result. What upstream cannot
+    express (a job kept in Fluxion's plan with a reservation and allocated only on an
+    external release) is said in the results.
+
+Measured per arm: node-hours idle waiting for quantum results, utilisation by useful
+work, ordinary jobs' mean and p95 wait and bounded slowdown, hybrid jobs' time to
+result, vendor calls per hour and the service's CPU and memory; a table
+(``site.txt``), a CSV of the arms (``site.csv``) and of every job (``site_jobs.csv``),
+and plots (``site.png``: utilisation over the day per arm, idle node-hours by arm).
+
+    python bench/site.py            # 1,024 nodes, 24 h at x480, shares 5 % and 20 %, 5 arms
+    python bench/site.py --quick    # smoke test: 256 nodes, 4 h at x480, 20 %, 5 arms
+
+The compression, x480 rather than x96: the ten arm runs (5 arms x 2 shares) go one after
+another on one 2-core machine, each a day plus a 2-hour tail and its setup; at x96 that
+is about 2 h 40 min, at x480 about 40 minutes (the total is printed). What x480 costs in
+fidelity: one wall second is 8 emulated minutes, so Flux's own latencies (tens of ms per
+job event on a loaded 2-core machine) become 5-20 emulated seconds, and the service's
+floors (``--tick`` 0.05 s, ``--poll-min`` 0.05 s, ``--scan-interval`` 0.1 s wall) are
+24-48 emulated seconds, where a real service reacts in about a second. Both are far below
+what the figures compare (QPU queues of minutes to hours, jobs of minutes to hours,
+time limits of at least 5 minutes), and every arm pays them alike; the simulators' own
+seconds-long service times are not resolved. ``--factor 96`` runs the same day slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import heapq
+import json
+import math
+import os
+import platform
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchlib import PROGRAM, percentile
+from workload import Trace, TraceJob, make_trace
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+ARMS = ("ungated", "gated-1", "gated-predict", "gated-done", "reservation")
+RELEASE_AT: dict[str, int | str] = {"gated-1": 1, "gated-predict": "predict", "gated-done": "done"}
+CORES_PER_NODE = 4
+BSLD_TAU = 10.0  # seconds: the bounded slowdown's floor on run time
+APP_POLL = 15.0  # vendor seconds between an application's polls (flux quantum task --wait)
+BIN = 600.0  # seconds of the day per utilisation sample
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# --- the vendor fleet -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Device:
+    """One emulated device, like the catalog entry of the same name; vendor seconds."""
+
+    name: str
+    klass: str  # qpu | simulator
+    service: float  # mean seconds per task
+    load: float  # background utilisation of the device (arrival rate x service)
+    depth: int  # tasks waiting at the start of the day
+    distribution: str
+    weight: float  # share of hybrid submissions naming it
+
+    @property
+    def arn(self) -> str:
+        kind = "qpu" if self.klass == "qpu" else "quantum-simulator"
+        return f"arn:aws:braket:us-east-1::device/{kind}/emulator/{self.name}"
+
+    def scenario(self) -> dict[str, Any]:
+        qpu = self.klass == "qpu"
+        return {
+            "arn": self.arn,
+            "name": self.name,
+            "type": "QPU" if qpu else "SIMULATOR",
+            "qubits": 20,
+            "cost": {"price": 0.00145, "unit": "shot", "task_price": 0.3}
+            if qpu
+            else {"price": 0.075, "unit": "minute"},
+            "queue": {
+                "depth": self.depth,
+                "arrival_rate": self.load / self.service,
+                "service_time": self.service,
+                "distribution": self.distribution,
+            },
+        }
+
+    def catalog(self, factor: float) -> str:
+        # The service runs on the wall clock: its drain prior is in wall seconds. Slots are
+        # not the limit under test: as many as the day can use.
+        price = (
+            "{per_task: 0.30, per_shot: 0.00145}" if self.klass == "qpu" else "{per_minute: 0.075}"
+        )
+        return (
+            f"  - name: {self.name}\n    vendor: local\n    id: {self.arn}\n"
+            f"    class: {self.klass}\n    qubits: 20\n    region: us-east-1\n"
+            f"    price: {price}\n    slots: 10000\n"
+            f"    properties: {{drain_seconds_per_task: {self.service / factor:.6g}}}\n"
+        )
+
+
+FLEET = (
+    Device("sv1", "simulator", 4.0, 0.5, 0, "uniform", 0.15),
+    Device("dm1", "simulator", 8.0, 0.7, 0, "uniform", 0.10),
+    Device("tn1", "simulator", 30.0, 0.9, 2, "exponential", 0.15),
+    Device("forte1", "qpu", 120.0, 0.96, 20, "exponential", 0.20),
+    Device("garnet", "qpu", 30.0, 0.97, 60, "exponential", 0.20),
+    Device("ankaa3", "qpu", 15.0, 0.98, 200, "uniform", 0.20),
+)
+DEVICES = {d.name: d for d in FLEET}
+
+
+def scenario(fleet: tuple[Device, ...]) -> Any:
+    from flux_quantum.emulator import Scenario
+
+    return Scenario.from_dict({"devices": [d.scenario() for d in fleet]})
+
+
+def queue_profile(fleet: tuple[Device, ...], seed: int, day: float) -> dict[str, list[float]]:
+    """The wait (vendor seconds) a task created at each BIN of the day meets from the
+    background load alone: the same seeded queues the emulator serves, replayed offline."""
+    from flux_quantum.emulator.queue import DeviceQueue
+
+    profile = {}
+    for spec, device in zip(scenario(fleet).devices, fleet, strict=True):
+        q = DeviceQueue(spec, seed)
+        profile[device.name] = [
+            q.queue_size(k * BIN) * device.service for k in range(int(day // BIN) + 1)
+        ]
+    return profile
+
+
+# --- Flux, the service, the process meter ---------------------------------------------
+
+
+def instance_toml(nodes: int) -> str:
+    """The project's instance configuration, a fake cluster, Fluxion with EASY backfill.
+    Fluxion's default match format instead of ``rv1``: no QPU vertices are loaded here,
+    and an rv1 R of a 128-node job carries a JGF of every vertex it holds."""
+    from flux_quantum.cli.plugin import instance_config
+
+    text = instance_config().replace('match-format = "rv1"', 'match-format = "rv1_nosched"')
+    return (
+        text
+        + "\n[fake-resources]\n"
+        + f'nnodes = {nodes}\ncores-per-node = {CORES_PER_NODE}\nhost-prefix = "node"\n'
+        + '\n[sched-fluxion-qmanager]\nqueue-policy = "easy"\n'
+    )
+
+
+@dataclass
+class Usage:
+    """CPU seconds and memory of one process, read from /proc."""
+
+    cpu: float = 0.0
+    rss_kb: int = 0
+    hwm_kb: int = 0
+
+    @classmethod
+    def of(cls, pid: int) -> Usage | None:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return None
+        ticks = stat[stat.rindex(")") + 2 :].split()[11:13]
+        memory = {
+            line.split(":")[0]: int(line.split()[1])
+            for line in status.splitlines()
+            if line.startswith(("VmRSS:", "VmHWM:"))
+        }
+        return cls(
+            sum(int(t) for t in ticks) / CLK_TCK, memory.get("VmRSS", 0), memory.get("VmHWM", 0)
+        )
+
+
+def service_options(factor: float) -> list[str]:
+    """The service's defaults scaled by the time compression, with floors where a
+    shorter interval would only burn the 2 cores this runs on."""
+
+    def scaled(default: float, floor: float) -> str:
+        return f"{max(floor, default / factor):.4g}"
+
+    return [
+        f"--scan-interval={scaled(1.0, 0.1)}",
+        f"--poll-min={scaled(0.5, 0.05)}",
+        f"--poll-cold-max={scaled(30.0, 0.1)}",
+        f"--poll-max={scaled(300.0, 0.2)}",
+        f"--device-check-interval={scaled(15.0, 0.5)}",
+        f"--cluster-interval={scaled(5.0, 0.5)}",
+        f"--group-linger={scaled(60.0, 0.2)}",
+        f"--retry-max={scaled(60.0, 0.5)}",
+        f"--tick={scaled(0.2, 0.05)}",
+        f"--startup-default={scaled(1.0, 0.05)}",
+    ]
+
+
+class Service:
+    """``flux-quantum service run`` in the instance, a process of its own."""
+
+    def __init__(self, inst: Any, catalog: Path, url: str, factor: float, log: Path) -> None:
+        exe = Path(sys.executable).parent / "flux-quantum"
+        argv = [str(exe), "service", "run", f"--catalog={catalog}", f"--emulator-url={url}"]
+        self.log = open(log, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [*argv, *service_options(factor)],
+            env=inst.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            status = subprocess.run(
+                [str(exe), "service", "status", "--json"],
+                env=inst.env,
+                capture_output=True,
+                text=True,
+            )
+            if status.returncode == 0 and json.loads(status.stdout).get("running", True):
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the handler service did not start: {log.read_text()[-800:]}")
+            time.sleep(0.2)
+        self.pid = self.proc.pid
+
+    def usage(self) -> Usage | None:
+        return Usage.of(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+# --- what happened to each job ----------------------------------------------------------
+
+
+@dataclass
+class JobRecord:
+    """One job of one arm; times are wall-clock seconds (``time.time()``)."""
+
+    index: int
+    kind: str  # ordinary | hybrid
+    nodes: int
+    runtime: float  # emulated seconds of classical work
+    jobid: int = 0
+    unit: int = -1  # the trace index of its group's first job (hybrid)
+    pattern: str = ""
+    device: str = ""
+    iterations: int = 0
+    events: dict[str, float] = field(default_factory=dict)
+    exception: str = ""
+    task: str = ""  # the first task (from qpu-release, or made by the app/scout)
+    why: str = ""  # why the service released it (its qpu-ready event)
+    # allocated, waiting for a result: (from, to, iteration)
+    idle: list[tuple[float, float, int]] = field(default_factory=list)
+    work: list[tuple[float, float]] = field(default_factory=list)  # allocated, computing
+    t_result: float | None = None  # the last quantum result in hand
+    app_calls: int = 0  # vendor calls by the application or the scout (modelled polls)
+    # the first task on the vendor's clock (seconds of the day): created, next to run,
+    # started, ended; None: not (yet)
+    timeline: tuple[float | None, ...] = (None, None, None, None)
+
+
+class Ledger:
+    """Every job of the arm by Flux job id, filled by the submitter and the journal."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_id: dict[int, JobRecord] = {}
+        self.early: dict[int, dict[str, Any]] = {}  # events seen before the submit returned
+
+    def add(self, record: JobRecord) -> None:
+        with self.lock:
+            self.by_id[record.jobid] = record
+            for name, value in self.early.pop(record.jobid, {}).items():
+                self._note(record, name, value)
+
+    def event(self, jobid: int, name: str, t: float, context: dict[str, Any]) -> JobRecord | None:
+        with self.lock:
+            record = self.by_id.get(jobid)
+            if record is None:
+                self.early.setdefault(jobid, {})[name] = (t, context)
+                return None
+            self._note(record, name, (t, context))
+            return record
+
+    @staticmethod
+    def _note(record: JobRecord, name: str, value: tuple[float, dict[str, Any]]) -> None:
+        t, context = value
+        record.events.setdefault(name, t)
+        if name == "exception" and context.get("severity", 1) == 0 and not record.exception:
+            record.exception = str(context.get("type", "exception"))
+        if name == "qpu-release" and context.get("task"):
+            record.task = str(context["task"])
+        if name == "qpu-ready" and context.get("tasks"):
+            record.why = str(context["tasks"][0].get("why") or "")
+
+
+class Journal(threading.Thread):
+    """Every event of every job, from the job-manager's journal; a hybrid job's
+    ``alloc`` is handed to the application."""
+
+    def __init__(
+        self, uri: str, ledger: Ledger, on_alloc: Callable[[JobRecord, float], None]
+    ) -> None:
+        super().__init__(daemon=True)
+        import flux
+        from flux.job import JournalConsumer
+
+        self.ledger, self.on_alloc = ledger, on_alloc
+        self.consumer = JournalConsumer(flux.Flux(uri), full=False)
+        self.stop_flag = threading.Event()
+        self.count = 0
+
+    def run(self) -> None:
+        self.consumer.start()
+        while not self.stop_flag.is_set():
+            try:
+                event = self.consumer.poll(timeout=0.2)
+            except TimeoutError:
+                continue
+            except OSError:
+                if self.stop_flag.is_set():
+                    return
+                continue
+            if event is None:
+                return
+            self.count += 1
+            record = self.ledger.event(
+                int(event.jobid), event.name, event.timestamp, dict(event.context or {})
+            )
+            if record is not None and event.name == "alloc" and record.kind == "hybrid":
+                self.on_alloc(record, event.timestamp)
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(timeout=5)
+
+
+# --- the hybrid jobs' application, and the prototype's scout ----------------------------
+
+
+class Vendor:
+    """What the application and the scout ask the emulator: creates go over the wire
+    (Braket's CreateQuantumTask, counted); task progress is read from the emulator's
+    own timeline in this process (the truth an application's polls would converge on;
+    its polls are counted by the model APP_POLL, not made)."""
+
+    def __init__(self, emulator: Any, clock: Any) -> None:
+        self.emulator, self.clock = emulator, clock
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def create(self, device: Device, token: str, shots: int) -> str:
+        body = {
+            "clientToken": token,
+            "deviceArn": device.arn,
+            "shots": shots,
+            "action": json.dumps(
+                {
+                    "braketSchemaHeader": {"name": "braket.ir.openqasm.program", "version": "1"},
+                    "source": PROGRAM,
+                }
+            ),
+            "outputS3Bucket": self.emulator.bucket,
+            "outputS3KeyPrefix": "site",
+        }
+        request = urllib.request.Request(
+            self.emulator.url + "/quantum-task",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with self.lock:
+            self.calls += 1
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return str(json.loads(answer.read())["quantumTaskArn"])
+
+    def ended(self, arn: str) -> float | None:
+        """The wall time the task's result became readable, None while it runs."""
+        line = self.emulator.task_timeline(arn)
+        return None if line.ended is None else self.clock.wall(line.ended)
+
+    def at_front(self, arn: str) -> bool:
+        line = self.emulator.task_timeline(arn)
+        return line.front is not None or line.started is not None
+
+    def created(self, arn: str) -> float:
+        return self.clock.wall(self.emulator.task_timeline(arn).created)
+
+
+def app_polls(wait_wall: float, factor: float) -> int:
+    """Polls an application makes while waiting (one per APP_POLL vendor seconds) plus
+    the result fetch."""
+    return math.ceil(max(0.0, wait_wall) * factor / APP_POLL) + 1
+
+
+@dataclass
+class Step:
+    """What a running hybrid job waits for next."""
+
+    record: JobRecord
+    iteration: int  # 1-based task number
+    arn: str = ""
+    since: float = 0.0  # wall: waiting since
+
+
+class App(threading.Thread):
+    """The application of every hybrid job (and the reservation arm's scout). On alloc it
+    starts the job (job-exec override), waits on its nodes for each task's result, works
+    for its share of the classical run time after each, and finishes it."""
+
+    def __init__(
+        self,
+        arm: str,
+        uri: str,
+        vendor: Vendor,
+        factor: float,
+        units: dict[int, list[JobRecord]],
+        shots: dict[int, int],
+    ) -> None:
+        super().__init__(daemon=True)
+        import flux
+
+        self.arm, self.vendor, self.factor = arm, vendor, factor
+        self.handle = flux.Flux(uri)
+        self.units, self.shots = units, shots
+        self.inbox: queue.Queue[tuple[JobRecord, float]] = queue.Queue()
+        self.waiting: list[Step] = []
+        self.timers: list[tuple[float, int, Callable[[], None]]] = []
+        self.seq = 0
+        self.tasks: dict[str, str] = {}  # client token -> task
+        self.scouted: dict[int, str] = {}  # reservation arm: unit -> task, not yet released
+        self.stop_flag = threading.Event()
+        self.errors: list[str] = []
+
+    # the journal thread calls this
+    def allocated(self, record: JobRecord, t: float) -> None:
+        self.inbox.put((record, t))
+
+    def scout(self, unit: int) -> None:
+        """Reservation arm: the unit's jobs are all submitted; submit its task now."""
+        first = self.units[unit][0]
+        self.scouted[unit] = self._task(f"scout-{unit}-1", first)
+        for record in self.units[unit]:
+            record.task = self.scouted[unit]
+
+    def run(self) -> None:
+        from flux_quantum.plugin import PluginClient
+
+        plugin = PluginClient(self.handle)
+        while not self.stop_flag.is_set():
+            now = time.time()
+            try:
+                while True:
+                    record, t = self.inbox.get_nowait()
+                    self._start(record, t)
+            except queue.Empty:
+                pass
+            while self.timers and self.timers[0][0] <= now:
+                _, _, action = heapq.heappop(self.timers)
+                action()
+            for step in list(self.waiting):
+                ended = self.vendor.ended(step.arn)
+                if ended is not None:
+                    self.waiting.remove(step)
+                    self._result(step, max(ended, step.since))
+            for unit, arn in list(self.scouted.items()):
+                if self.vendor.at_front(arn):
+                    ids = [r.jobid for r in self.units[unit]]
+                    try:
+                        plugin.release(ids, task=arn, device=self.units[unit][0].device)
+                    except Exception:  # not yet in DEPEND: try again next round
+                        continue
+                    created = self.vendor.created(arn)
+                    self.units[unit][0].app_calls += app_polls(time.time() - created, self.factor)
+                    del self.scouted[unit]
+            self.stop_flag.wait(0.02)
+
+    def _later(self, when: float, action: Callable[[], None]) -> None:
+        self.seq += 1
+        heapq.heappush(self.timers, (when, self.seq, action))
+
+    def _task(self, token: str, record: JobRecord) -> str:
+        if token not in self.tasks:
+            self.tasks[token] = self.vendor.create(
+                DEVICES[record.device], token, self.shots[record.unit]
+            )
+            record.app_calls += 1
+        return self.tasks[token]
+
+    def _start(self, record: JobRecord, t_alloc: float) -> None:
+        for _ in range(100):
+            try:
+                self.handle.rpc(
+                    "job-exec.override", {"jobid": record.jobid, "event": "start"}
+                ).get()
+                break
+            except OSError as exc:
+                if "not found" not in str(exc).lower():
+                    self.errors.append(f"start {record.jobid}: {exc}")
+                    return
+                time.sleep(0.01)
+        if self.arm == "ungated":
+            arn = self._task(f"ungated-{record.unit}-1", record)
+            record.task = arn
+        else:
+            arn = record.task
+        if not arn:
+            self.errors.append(f"job {record.jobid}: no task at alloc")
+            return
+        self.waiting.append(Step(record, 1, arn, t_alloc))
+
+    def _result(self, step: Step, t_ready: float) -> None:
+        record = step.record
+        now = time.time()
+        if t_ready > step.since:
+            record.idle.append((step.since, t_ready, step.iteration))
+        record.app_calls += app_polls(t_ready - step.since, self.factor)
+        record.t_result = t_ready
+        slice_wall = record.runtime / record.iterations / self.factor
+        record.work.append((now, now + slice_wall))
+        if step.iteration < record.iterations:
+            nxt = step.iteration + 1
+
+            def next_task() -> None:
+                token = f"{self.arm}-{record.unit}-{record.index}-{nxt}"
+                try:
+                    arn = self._task(token, record)
+                except Exception as exc:
+                    self.errors.append(f"job {record.jobid}: create: {exc}")
+                    return
+                self.waiting.append(Step(record, nxt, arn, time.time()))
+
+            self._later(now + slice_wall, next_task)
+        else:
+            self._later(now + slice_wall, lambda: self._finish(record))
+
+    def _finish(self, record: JobRecord) -> None:
+        try:
+            self.handle.rpc(
+                "job-exec.override", {"jobid": record.jobid, "event": "finish", "status": 0}
+            ).get()
+        except OSError as exc:  # killed at its time limit meanwhile: its exception says so
+            if "not found" not in str(exc).lower():
+                self.errors.append(f"finish {record.jobid}: {exc}")
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(timeout=10)
+        now = time.time()
+        for step in self.waiting:  # still waiting at the end: idle so far
+            step.record.idle.append((step.since, now, step.iteration))
+        self.waiting = []
+
+
+# --- one arm --------------------------------------------------------------------------
+
+
+@dataclass
+class ArmRun:
+    arm: str
+    share: float
+    nodes: int
+    records: list[JobRecord]
+    origin: float  # wall time of the day's start
+    factor: float
+    day: float
+    wall_s: float
+    service: Usage | None
+    service_wall_s: float
+    vendor_calls_total: int
+    bench_calls: int
+    loadavg: list[float]
+    errors: list[str]
+
+
+def job_limit(job: TraceJob, arm: str, allowance: dict[str, float]) -> float:
+    """The time limit a user asks for, emulated seconds: the classical limit plus, for
+    every task whose result the job may wait for on its nodes under the arm's release
+    rule, the device's longest wait of the day (a user who knows the device)."""
+    hybrid = job.hybrid
+    if hybrid is None:
+        return job.limit
+    worst = allowance[hybrid.device]
+    later = (hybrid.iterations - 1) * worst
+    first = {"gated-done": 0.0, "reservation": 3 * DEVICES[hybrid.device].service}.get(arm, worst)
+    return job.limit + first + later
+
+
+def jobspec(job: TraceJob, arm: str, factor: float, program: Path, limit: float) -> Any:
+    from flux.job import JobspecV1
+
+    spec = JobspecV1.from_command(
+        ["true"], num_tasks=job.nodes, num_nodes=job.nodes, exclusive=True
+    )
+    spec.duration = max(1.0, limit / factor)
+    if job.hybrid is None:
+        spec.setattr("system.exec.test", {"run_duration": f"{job.runtime / factor:.3f}s"})
+        spec.setattr("system.job.name", "ordinary")
+        return spec
+    # Started and finished by the application (App): run_duration 0 means no timer.
+    spec.setattr("system.exec.test", {"run_duration": "0", "override": 1})
+    spec.setattr("system.job.name", f"hybrid-{job.hybrid.pattern}")
+    if arm != "ungated":
+        request: dict[str, Any] = {
+            "device": f"local:{job.hybrid.device}",
+            "program": str(program),
+            "shots": job.hybrid.shots,
+            "release_at": RELEASE_AT.get(arm, 1),
+        }
+        if job.hybrid.group > 1:
+            request["group"] = f"g{job.index - job.member}"
+        spec.setattr("system.qpu", request)
+    return spec
+
+
+def run_arm(
+    arm: str,
+    share: float,
+    trace: Trace,
+    args: argparse.Namespace,
+    work: Path,
+    say: Callable[[str], None],
+) -> ArmRun:
+    import flux
+    import flux.job
+
+    from flux_quantum.cli.demo import Instance
+    from flux_quantum.emulator import Emulator, ScaledClock
+
+    factor, day = args.factor, trace.day
+    work.mkdir(parents=True)
+    (work / "conf").mkdir()
+    (work / "conf" / "site.toml").write_text(instance_toml(trace.nodes))
+    program = work / "program.qasm"
+    program.write_text(PROGRAM)
+    catalog = work / "backends.yaml"
+    catalog.write_text("devices:\n" + "".join(d.catalog(factor) for d in FLEET))
+    clock = ScaledClock(factor)  # frozen at 0 until the day starts
+    emulator = Emulator(scenario(FLEET), clock=clock, seed=args.seed).start()
+    t_setup = time.monotonic()
+    inst = Instance(work, 1, [])
+    service = None
+    journal = app = None
+    loads: list[float] = []
+    try:
+        uri = inst.env["FLUX_URI"]
+        handle = flux.Flux(uri)
+        modules = inst.run("flux", "module", "list").stdout
+        policy = inst.run("flux", "config", "get", "sched-fluxion-qmanager.queue-policy").stdout
+        nodes = sum(
+            int(n) for n in inst.run("flux", "resource", "list", "-no", "{nnodes}").stdout.split()
+        )
+        if "sched-fluxion-qmanager" not in modules or policy.strip().strip('"') != "easy":
+            raise RuntimeError(f"not Fluxion with EASY: {modules} {policy}")
+        if nodes != trace.nodes:
+            raise RuntimeError(f"the instance has {nodes} nodes, not {trace.nodes}")
+        if arm.startswith("gated"):
+            service = Service(inst, catalog, emulator.url, factor, work / "service.log")
+        ledger = Ledger()
+        vendor = Vendor(emulator, clock)
+        units: dict[int, list[JobRecord]] = {}
+        shots: dict[int, int] = {}
+        app = App(arm, uri, vendor, factor, units, shots)
+        journal = Journal(uri, ledger, app.allocated)
+        journal.start()
+        app.start()
+        allowance = args.allowance
+        # The backlog queues while the scheduler is stopped; the day starts with it.
+        inst.run("flux", "queue", "stop", "--quiet", check=False)
+        pending = sorted(trace.jobs, key=lambda j: (j.submit, j.index))
+        backlog = [j for j in pending if j.backlog]
+        day_jobs = [j for j in pending if not j.backlog]
+        futures = [
+            (j, flux.job.submit_async(handle, jobspec(j, arm, factor, program, j.limit)))
+            for j in backlog
+        ]
+        for j, f in futures:
+            record = JobRecord(j.index, "ordinary", j.nodes, j.runtime, jobid=int(f.get_id()))
+            ledger.add(record)
+        origin = clock.start()
+        inst.run("flux", "queue", "start", "--quiet")
+        service_cpu0 = service.usage() if service else None
+        say(
+            f"    day started: {len(backlog)} backlog jobs queued, setup {time.monotonic() - t_setup:.0f}s"
+        )
+        next_load = origin
+        for j in day_jobs:
+            due = origin + j.submit / factor
+            while time.time() < due:
+                time.sleep(min(0.05, max(0.0, due - time.time())))
+            if time.time() >= next_load:
+                loads.append(os.getloadavg()[0])
+                next_load += 60.0
+            limit = job_limit(j, arm, allowance)
+            jobid = int(flux.job.submit(handle, jobspec(j, arm, factor, program, limit)))
+            record = JobRecord(j.index, "ordinary", j.nodes, j.runtime, jobid=jobid)
+            if j.hybrid is not None:
+                record.kind, record.pattern = "hybrid", j.hybrid.pattern
+                record.device, record.iterations = j.hybrid.device, j.hybrid.iterations
+                record.unit = j.index - j.member
+                units.setdefault(record.unit, []).append(record)
+                shots[record.unit] = j.hybrid.shots
+            ledger.add(record)
+            if arm == "reservation" and j.hybrid is not None and j.member == j.hybrid.group - 1:
+                app.scout(record.unit)
+        end = origin + (day + args.tail) / factor
+        while time.time() < end:
+            if time.time() >= next_load:
+                loads.append(os.getloadavg()[0])
+                next_load += 60.0
+            time.sleep(0.2)
+        service_cpu1 = service.usage() if service else None
+        usage = None
+        if service_cpu0 and service_cpu1:
+            usage = Usage(
+                service_cpu1.cpu - service_cpu0.cpu, service_cpu1.rss_kb, service_cpu1.hwm_kb
+            )
+        service_wall = time.time() - origin
+        app.stop()
+        journal.stop()
+        records = sorted(ledger.by_id.values(), key=lambda r: r.index)
+        for r in records:
+            if r.task:
+                try:
+                    line = emulator.task_timeline(r.task)
+                except KeyError:
+                    continue
+                r.timeline = (line.created, line.front, line.started, line.ended)
+        run = ArmRun(
+            arm,
+            share,
+            trace.nodes,
+            records,
+            origin,
+            factor,
+            day,
+            time.monotonic() - t_setup,
+            usage,
+            service_wall,
+            emulator.call_count(),
+            vendor.calls,
+            loads,
+            app.errors,
+        )
+    finally:
+        if app is not None and app.is_alive():
+            app.stop()
+        if journal is not None and journal.is_alive():
+            journal.stop()
+        if service is not None:
+            service.stop()
+        inst.run("flux", "cancel", "--all", "--quiet", check=False)
+        inst.stop()
+        emulator.stop()
+    return run
+
+
+# --- what the arm measured --------------------------------------------------------------
+
+
+def overlap(a: float, b: float, lo: float, hi: float) -> float:
+    return max(0.0, min(b, hi) - max(a, lo))
+
+
+@dataclass
+class Summary:
+    arm: str
+    share: float
+    jobs: int
+    hybrid_jobs: int
+    idle_node_h: float
+    idle_first_node_h: float
+    idle_node_h_all: float
+    util_useful: float
+    util_alloc: float
+    ord_jobs: int
+    ord_unstarted: int
+    ord_wait_mean_s: float
+    ord_wait_p95_s: float
+    ord_bsld_mean: float
+    ord_bsld_p95: float
+    hyb_results: int
+    hyb_unresolved: int
+    hyb_failed: int
+    hyb_lead: int
+    hyb_ttr_median_s: float
+    hyb_ttr_mean_s: float
+    hyb_ttr_p95_s: float
+    vendor_calls_per_h: float
+    service_calls_per_h: float
+    app_calls_per_h: float
+    service_cpu_s_per_h: float
+    service_cpu_pct_wall: float
+    service_rss_mb: float
+    service_hwm_mb: float
+    loadavg: float
+    wall_s: float
+
+
+def summarize(run: ArmRun) -> tuple[Summary, dict[str, list[float]]]:
+    f, origin, day = run.factor, run.origin, run.day
+
+    def em(t: float) -> float:  # wall time -> seconds of the day
+        return (t - origin) * f
+
+    end = day + 0.0
+    useful_bins = [0.0] * int(math.ceil(day / BIN))
+    idle_bins = [0.0] * len(useful_bins)
+
+    def spread(bins: list[float], a: float, b: float, nodes: int) -> None:
+        for k in range(len(bins)):
+            bins[k] += nodes * overlap(a, b, k * BIN, (k + 1) * BIN)
+
+    useful = idle = idle_first = idle_all = alloc = 0.0
+    waits, bslds, ttrs = [], [], []
+    unstarted = unresolved = failed = lead = 0
+    for r in run.records:
+        ev = {k: em(v) for k, v in r.events.items()}
+        t_alloc = ev.get("alloc")
+        t_free = ev.get("free", ev.get("finish", ev.get("clean", end)))
+        if t_alloc is not None:
+            alloc += r.nodes * overlap(t_alloc, t_free, 0.0, end)
+        if r.kind == "ordinary":
+            if "start" in ev:
+                stop = ev.get("finish", end)
+                useful += r.nodes * overlap(ev["start"], stop, 0.0, end)
+                spread(useful_bins, ev["start"], stop, r.nodes)
+            submit = max(0.0, ev.get("submit", 0.0))
+            if 0.0 <= ev.get("submit", -1.0) < day:  # the day's arrivals, not the backlog
+                if t_alloc is None:
+                    unstarted += 1
+                    wait = end - submit
+                else:
+                    wait = t_alloc - submit
+                waits.append(wait)
+                bslds.append(max(1.0, (wait + r.runtime) / max(r.runtime, BSLD_TAU)))
+            continue
+        for a, b, iteration in r.idle:
+            idle += r.nodes * overlap(em(a), em(b), 0.0, end)
+            if iteration == 1:
+                idle_first += r.nodes * overlap(em(a), em(b), 0.0, end)
+            idle_all += r.nodes * (em(b) - em(a))
+            spread(idle_bins, em(a), em(b), r.nodes)
+        for a, b in r.work:
+            stop = min(em(b), ev.get("finish", em(b)))
+            useful += r.nodes * overlap(em(a), stop, 0.0, end)
+            spread(useful_bins, em(a), stop, r.nodes)
+        if r.why.startswith("classical lead"):
+            lead += 1
+        if r.exception:
+            failed += 1
+        elif r.t_result is not None and len(r.work) >= r.iterations:
+            ttrs.append(em(r.t_result) - ev["submit"])
+        else:
+            unresolved += 1
+    hours = day / 3600.0
+    svc = run.service
+    app_calls = sum(r.app_calls for r in run.records)
+    service_calls = run.vendor_calls_total - run.bench_calls if svc is not None else 0
+    summary = Summary(
+        arm=run.arm,
+        share=run.share,
+        jobs=len(run.records),
+        hybrid_jobs=sum(1 for r in run.records if r.kind == "hybrid"),
+        idle_node_h=idle / 3600.0,
+        idle_first_node_h=idle_first / 3600.0,
+        idle_node_h_all=idle_all / 3600.0,
+        util_useful=useful / (run.nodes * day),
+        util_alloc=alloc / (run.nodes * day),
+        ord_jobs=len(waits),
+        ord_unstarted=unstarted,
+        ord_wait_mean_s=statistics.fmean(waits) if waits else math.nan,
+        ord_wait_p95_s=percentile(waits, 0.95),
+        ord_bsld_mean=statistics.fmean(bslds) if bslds else math.nan,
+        ord_bsld_p95=percentile(bslds, 0.95),
+        hyb_results=len(ttrs),
+        hyb_unresolved=unresolved,
+        hyb_failed=failed,
+        hyb_lead=lead,
+        hyb_ttr_median_s=percentile(ttrs, 0.5),
+        hyb_ttr_mean_s=statistics.fmean(ttrs) if ttrs else math.nan,
+        hyb_ttr_p95_s=percentile(ttrs, 0.95),
+        vendor_calls_per_h=(service_calls + app_calls) / hours,
+        service_calls_per_h=service_calls / hours,
+        app_calls_per_h=app_calls / hours,
+        service_cpu_s_per_h=svc.cpu / (run.service_wall_s * f / 3600.0) if svc else math.nan,
+        service_cpu_pct_wall=100.0 * svc.cpu / run.service_wall_s if svc else math.nan,
+        service_rss_mb=svc.rss_kb / 1024.0 if svc else math.nan,
+        service_hwm_mb=svc.hwm_kb / 1024.0 if svc else math.nan,
+        loadavg=statistics.fmean(run.loadavg) if run.loadavg else math.nan,
+        wall_s=run.wall_s,
+    )
+    scale = run.nodes * BIN
+    return summary, {
+        "useful": [b / scale for b in useful_bins],
+        "idle": [b / scale for b in idle_bins],
+    }
+
+
+# --- the report -------------------------------------------------------------------------
+
+
+def git_commit() -> str:
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(REPO),
+            "status",
+            "--porcelain",
+            "--",
+            "bench/site.py",
+            "bench/workload.py",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return (out or "unknown") + (" (bench/site.py or workload.py modified)" if dirty else "")
+
+
+def hours(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "-"
+    return f"{seconds / 3600:.2f}h" if seconds >= 3600 else f"{seconds / 60:.1f}m"
+
+
+def report(
+    summaries: list[Summary],
+    traces: dict[float, Trace],
+    profile: dict[str, list[float]],
+    args: argparse.Namespace,
+    wall: float,
+    loads: tuple[float, float, float],
+) -> str:
+    first = next(iter(traces.values()))
+    lines = [
+        f"flux-quantum site benchmark: {first.nodes} emulated nodes x {CORES_PER_NODE} cores, "
+        f"Fluxion EASY, {first.day / 3600:g} h day compressed x{args.factor:g} "
+        f"({first.day / args.factor / 60:.1f} min per arm)",
+        f"command: python bench/site.py {' '.join(sys.argv[1:])}",
+        f"commit: {args.commit}; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores; "
+        f"Python {platform.python_version()}; flux-core {args.flux_version}",
+        f"took {wall / 60:.1f} min; load average (1 min) during the arms: mean "
+        f"{statistics.fmean(s.loadavg for s in summaries):.2f}; at the end {loads[0]:.2f} "
+        f"{loads[1]:.2f} {loads[2]:.2f} (1, 5, 15 min)",
+        "",
+        f"workload: {first.model.describe()}",
+        f"  machine of {first.model.nodes} nodes per stream, {round(first.nodes / first.model.nodes)}"
+        f" streams merged, arrival rate x{first.rate:.3f} for an offered load of "
+        f"{first.offered_load:.3f} over the day (target {args.load:g}); a backlog of "
+        f"{args.backlog:g} h of arrivals queued at the start; seed {args.seed}",
+    ]
+    for share, trace in traces.items():
+        day_jobs = [j for j in trace.jobs if not j.backlog]
+        hybrid = trace.hybrid_jobs
+        kinds = {
+            p: sum(1 for j in hybrid if j.hybrid and j.hybrid.pattern == p)
+            for p in ("single", "fan-out", "variational")
+        }
+        lines.append(
+            f"  share {share:.0%}: {len(trace.jobs)} jobs ({len(trace.jobs) - len(day_jobs)} "
+            f"backlog), {len(hybrid)} hybrid ({', '.join(f'{k} {v}' for k, v in kinds.items())} jobs)"
+        )
+    lines.append("")
+    lines.append(
+        "vendor fleet (emulator; background load alone, a task created at any 10 min of the day "
+        "would wait): device class service load | min median max"
+    )
+    for d in FLEET:
+        waits = profile[d.name]
+        lines.append(
+            f"  {d.name:<7} {d.klass:<9} {d.service:5.0f}s {d.load:4.2f} | {hours(min(waits)):>6} "
+            f"{hours(statistics.median(waits)):>6} {hours(max(waits)):>6}"
+        )
+    for share in traces:
+        rows = [s for s in summaries if s.share == share]
+        if not rows:
+            continue
+        lines += ["", f"hybrid share {share:.0%}"]
+        lines.append(
+            f"{'arm':<14} {'idle':>8} {'1st':>6} {'useful':>7} {'alloc':>6} {'wait':>7} {'p95':>7} "
+            f"{'bsld':>6} {'p95':>6} {'ttr med':>8} {'mean':>7} {'p95':>7} {'res/fail/open':>13} {'lead':>4} "
+            f"{'calls/h':>8} {'svc':>6} {'app':>6} {'cpu s/h':>7} {'cpu%':>5} {'rss MB':>6} {'load':>5}"
+        )
+        for s in rows:
+            lines.append(
+                f"{s.arm:<14} {s.idle_node_h:>8.1f} {s.idle_first_node_h:>6.1f} {s.util_useful:>7.1%} {s.util_alloc:>6.1%} "
+                f"{hours(s.ord_wait_mean_s):>7} {hours(s.ord_wait_p95_s):>7} {s.ord_bsld_mean:>6.1f} "
+                f"{s.ord_bsld_p95:>6.1f} {hours(s.hyb_ttr_median_s):>8} {hours(s.hyb_ttr_mean_s):>7} "
+                f"{hours(s.hyb_ttr_p95_s):>7} "
+                f"{f'{s.hyb_results}/{s.hyb_failed}/{s.hyb_unresolved}':>13} {s.hyb_lead:>4} "
+                f"{s.vendor_calls_per_h:>8.0f} {s.service_calls_per_h:>6.0f} {s.app_calls_per_h:>6.0f} "
+                f"{s.service_cpu_s_per_h:>7.2f} {s.service_cpu_pct_wall:>5.1f} "
+                f"{s.service_hwm_mb:>6.0f} {s.loadavg:>5.2f}"
+            )
+    lines += [
+        "",
+        "idle: node-hours hybrid jobs held nodes waiting for a quantum result, within the day;",
+        "  1st: of which waiting for the first task (the one the release rule is about; the",
+        "  later tasks of a variational job are created from inside the running job)",
+        "useful: node-time running ordinary jobs or hybrid jobs' classical work / the cluster's;",
+        "  alloc: node-time allocated (useful + idle) / the cluster's",
+        "wait, p95: ordinary jobs arriving in the day, submit -> alloc (still queued at the end:",
+        f"  counted to the end); bsld: bounded slowdown max(1, (wait + run) / max(run, {BSLD_TAU:g} s))",
+        "ttr: hybrid jobs, submit -> last quantum result readable; res/fail/open: jobs with every",
+        "  result / ended by an exception / still waiting when the run stopped; lead: hybrid",
+        "  jobs the service released before their release point by its classical lead (the",
+        "  job's cores were expected, from running jobs' time limits, to free up no sooner)",
+        "calls/h: vendor calls per hour of the day = svc (the handler service's, from the",
+        f"  emulator's call log) + app (the jobs' own: creates, made; polls every {APP_POLL:g} vendor",
+        "  seconds while waiting and the result fetch, modelled; the reservation scout's polls too)",
+        "cpu s/h: the service's CPU seconds per emulated hour; cpu%: of one core, wall clock (the",
+        "  day compressed: a real day spreads the same work over x the time); rss: VmHWM",
+        "All times are emulated (the day's) seconds: wall seconds x the factor.",
+    ]
+    return "\n".join(lines)
+
+
+def plot(
+    series: dict[tuple[float, str], dict[str, list[float]]],
+    summaries: list[Summary],
+    profile: dict[str, list[float]],
+    path: Path,
+) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib not installed (pip install '.[bench]'): plot skipped"
+    shares = sorted({share for share, _ in series})
+    fig, axes = plt.subplots(2, max(2, len(shares)), figsize=(6.0 * max(2, len(shares)), 8.0))
+    colors = dict(
+        zip(ARMS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple"), strict=True)
+    )
+    for col, share in enumerate(shares):
+        ax = axes[0][col]
+        for arm in ARMS:
+            data = series.get((share, arm))
+            if not data:
+                continue
+            xs = [(k + 0.5) * BIN / 3600 for k in range(len(data["useful"]))]
+            ax.plot(xs, [100 * u for u in data["useful"]], color=colors[arm], label=arm, lw=1.2)
+            ax.plot(xs, [100 * i for i in data["idle"]], color=colors[arm], lw=0.8, ls=":")
+        ax.set_title(
+            f"hybrid share {share:.0%}: useful utilisation (solid), idle waiting (dotted)",
+            fontsize=9,
+        )
+        ax.set_xlabel("hour of the day")
+        ax.set_ylabel("% of the cluster's nodes")
+        ax.set_ylim(0, 105)
+        ax.legend(fontsize=7, loc="lower right")
+    ax = axes[1][0]
+    width = 0.8 / max(1, len(shares))
+    for k, share in enumerate(shares):
+        rows = {s.arm: s for s in summaries if s.share == share}
+        values = [rows[a].idle_node_h if a in rows else 0.0 for a in ARMS]
+        bars = ax.bar(
+            [i + k * width for i in range(len(ARMS))], values, width, label=f"{share:.0%} hybrid"
+        )
+        ax.bar_label(bars, fmt="%.0f", fontsize=7)
+    ax.set_xticks([i + width * (len(shares) - 1) / 2 for i in range(len(ARMS))], ARMS, fontsize=8)
+    ax.set_ylabel("node-hours idle waiting for quantum results")
+    ax.set_title("idle node-hours by arm (one day)", fontsize=9)
+    ax.legend(fontsize=8)
+    ax = axes[1][1]
+    for name, waits in profile.items():
+        ax.plot([k * BIN / 3600 for k in range(len(waits))], [w / 60 for w in waits], label=name)
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_xlabel("hour of the day")
+    ax.set_ylabel("queue wait a new task meets (min)")
+    ax.set_title("vendor queues over the day (background load)", fontsize=9)
+    ax.legend(fontsize=7)
+    for extra in [*axes[0][len(shares) :], *axes[1][2:]]:
+        extra.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return f"plot: {path}"
+
+
+def write_csvs(
+    summaries: list[Summary], runs: list[ArmRun], out: Path, stem: str, args: argparse.Namespace
+) -> None:
+    with open(out / f"{stem}.csv", "w", newline="") as f:
+        names = list(asdict(summaries[0])) + ["factor", "commit", "command"]
+        writer = csv.DictWriter(f, fieldnames=names)
+        writer.writeheader()
+        for s in summaries:
+            writer.writerow(
+                {
+                    **asdict(s),
+                    "factor": args.factor,
+                    "commit": args.commit,
+                    "command": "python bench/site.py " + " ".join(sys.argv[1:]),
+                }
+            )
+    with open(out / f"{stem}_jobs.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            [
+                "share",
+                "arm",
+                "index",
+                "kind",
+                "pattern",
+                "device",
+                "nodes",
+                "runtime_s",
+                "submit_s",
+                "alloc_s",
+                "start_s",
+                "finish_s",
+                "idle_s",
+                "result_s",
+                "exception",
+                "app_calls",
+                "task_created_s",
+                "task_front_s",
+                "task_started_s",
+                "task_ended_s",
+                "release_why",
+            ]
+        )
+        for run in runs:
+
+            def em(t: float | None, run: ArmRun = run) -> str:
+                return "" if t is None else f"{(t - run.origin) * run.factor:.1f}"
+
+            for r in run.records:
+                writer.writerow(
+                    [
+                        run.share,
+                        run.arm,
+                        r.index,
+                        r.kind,
+                        r.pattern,
+                        r.device,
+                        r.nodes,
+                        f"{r.runtime:.1f}",
+                        em(r.events.get("submit")),
+                        em(r.events.get("alloc")),
+                        em(r.events.get("start")),
+                        em(r.events.get("finish")),
+                        f"{sum(b - a for a, b, _ in r.idle) * run.factor:.1f}",
+                        em(r.t_result),
+                        r.exception,
+                        r.app_calls,
+                        *("" if t is None else f"{t:.1f}" for t in r.timeline),
+                        r.why,
+                    ]
+                )
+
+
+def warm_up() -> None:
+    """The emulator simulates every task it creates: import the simulator once now, not
+    at the first task of the first arm."""
+    from flux_quantum.emulator import Emulator, ManualClock
+
+    with Emulator(scenario(FLEET), clock=ManualClock()) as emulator:
+        Vendor(emulator, None).create(FLEET[0], "warm-up", 10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke test (< 5 minutes)")
+    parser.add_argument("--nodes", type=int, help="cluster nodes (1024; quick 256)")
+    parser.add_argument("--hours", type=float, help="length of the day (24; quick 4)")
+    parser.add_argument("--factor", type=float, help="time compression (480)")
+    parser.add_argument("--shares", help="hybrid shares, comma list (0.05,0.2; quick 0.2)")
+    parser.add_argument("--arms", help=f"comma list of {','.join(ARMS)}")
+    parser.add_argument("--load", type=float, default=0.9, help="offered load of the day (0.9)")
+    parser.add_argument("--backlog", type=float, default=2.0, help="hours of arrivals queued at 0")
+    parser.add_argument("--tail", type=float, help="emulated hours run after the day (2; quick 1)")
+    parser.add_argument("--start-hour", type=float, default=8.0, help="hour the day starts (8)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if shutil.which("flux") is None:
+        print("site: needs Flux (flux-core and Fluxion) with `flux` on PATH", file=sys.stderr)
+        return 1
+    quick = args.quick
+    args.nodes = args.nodes or (256 if quick else 1024)
+    args.hours = args.hours or (4.0 if quick else 24.0)
+    args.factor = args.factor or 480.0
+    args.tail = (args.tail if args.tail is not None else (1.0 if quick else 2.0)) * 3600.0
+    shares = [float(x) for x in (args.shares or ("0.2" if quick else "0.05,0.2")).split(",")]
+    arms = (args.arms or ",".join(ARMS)).split(",")
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        parser.error(f"--arms: unknown {unknown}; accepted: {', '.join(ARMS)}")
+    day = args.hours * 3600.0
+    args.commit = git_commit()
+    args.flux_version = (
+        subprocess.run(["flux", "version"], capture_output=True, text=True)
+        .stdout.split("\n")[0]
+        .split()[-1]
+    )
+    profile = queue_profile(FLEET, args.seed, day)
+    # A user who knows the device asks for its longest wait of the day, and some.
+    args.allowance = {d.name: 1.5 * max(profile[d.name]) + 3 * d.service for d in FLEET}
+    weights = [(d.name, d.weight) for d in FLEET]
+    traces = {
+        share: make_trace(
+            args.nodes,
+            day,
+            args.load,
+            share,
+            weights,
+            args.seed,
+            args.start_hour,
+            args.backlog * 3600.0,
+        )
+        for share in shares
+    }
+    say = lambda text: print(text, flush=True)  # noqa: E731
+    say(
+        f"site: {args.nodes} nodes, {args.hours:g} h day x{args.factor:g} "
+        f"({day / args.factor / 60:.1f} min per arm), arms {','.join(arms)}, shares "
+        f"{','.join(f'{s:.0%}' for s in shares)}; commit {args.commit}"
+    )
+    warm_up()
+    t0 = time.monotonic()
+    summaries: list[Summary] = []
+    series: dict[tuple[float, str], dict[str, list[float]]] = {}
+    runs: list[ArmRun] = []
+    with tempfile.TemporaryDirectory(prefix="fq-site-") as tmp:
+        for share, trace in traces.items():
+            say(f"share {share:.0%}: {len(trace.jobs)} jobs, {len(trace.hybrid_jobs)} hybrid")
+            for arm in arms:
+                say(f"  {arm}")
+                run = run_arm(arm, share, trace, args, Path(tmp) / f"{share}-{arm}", say)
+                summary, data = summarize(run)
+                summaries.append(summary)
+                series[(share, arm)] = data
+                runs.append(run)
+                say(
+                    f"    idle {summary.idle_node_h:.1f} node-h, useful {summary.util_useful:.1%}, "
+                    f"ordinary wait {hours(summary.ord_wait_mean_s)} (p95 "
+                    f"{hours(summary.ord_wait_p95_s)}), ttr {hours(summary.hyb_ttr_median_s)}, "
+                    f"{summary.vendor_calls_per_h:.0f} calls/h, {run.wall_s:.0f}s"
+                    + (f"; {len(run.errors)} app errors: {run.errors[:2]}" if run.errors else "")
+                )
+    wall = time.monotonic() - t0
+    stem = "site_quick" if quick else "site"
+    out = args.out_dir if not quick or args.out_dir != RESULTS else Path(tempfile.gettempdir())
+    out.mkdir(parents=True, exist_ok=True)
+    text = report(summaries, traces, profile, args, wall, os.getloadavg())
+    (out / f"{stem}.txt").write_text(text + "\n")
+    write_csvs(summaries, runs, out, stem, args)
+    say("")
+    say(text)
+    say(plot(series, summaries, profile, out / f"{stem}.png"))
+    say(f"csv: {out / (stem + '.csv')}, {out / (stem + '_jobs.csv')}")
+    if quick:
+        say(f"smoke test: {len(summaries)} arm runs in {wall / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,402 @@
+"""The site's policy in the handler service: who may use which device, the reservation
+before a vendor task is created, and the settlement when it ends.
+
+This part asks ``flux_quantum.site_policy.SitePolicy`` (access rules, quotas, the
+ledger) on behalf of the other parts: ``Tasks`` leaves out the devices a job may not
+use before probing, drops the ones its task would not fit at selection, reserves the
+task's estimate before the create (a refusal fails the job, and no task is created),
+and notes the task's id once created; ``Outcomes`` hands over every attempt it leaves
+behind, so a reservation without a task is released and a task that may still run is
+watched (one poll per task, in a worker) until it ends and is settled at its actual
+cost. A settled cost goes to the job's eventlog (``qpu-cost``) and memo (``qpu_cost``).
+After a restart the recovered attempts are reserved again (``recovering``: never
+counted twice, the ledger is keyed by the task's token) and the ledger's open
+reservations that no held job owns are settled or released.
+
+Who asks is the job's owner as Flux knows it (the plugin's list: the job's userid) and
+the bank of its current jobspec, never anything else the user set. Without a site
+policy (``site=None``) every verb is a no-op. It never decides a limit itself (the
+deciders do) and never calls a vendor on the reactor thread.
+"""
+
+from __future__ import annotations
+
+import syslog
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flux_quantum import events
+from flux_quantum.access import Requester
+from flux_quantum.catalog import Device
+from flux_quantum.errors import CommandError, FluxQuantumError
+from flux_quantum.ledger import ChargeRecord
+from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.state import Attempt, Program, Unit
+from flux_quantum.site_policy import SitePolicy
+from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
+from flux_quantum.vendors.errors import NotFound
+
+COST_MEMO = "qpu_cost"
+
+
+@dataclass
+class Billing:
+    """A task the service no longer tracks for a job but whose cost is not settled yet:
+    polled until it ends. ``jobs`` get its ``qpu-cost`` event and memo."""
+
+    token: str
+    device: Device
+    task: TaskRef
+    shots: int
+    unit: int
+    jobs: tuple[int, ...]
+    index: int = 0
+    attempt: int = 0
+    attached: bool = True
+    due: float = 0.0
+    busy: bool = False
+    errors: int = 0
+
+
+def billed_seconds(raw: Any) -> float | None:
+    """A time-billed simulator's run time from its vendor result document (Braket's
+    ``executionDuration``); None when the result does not say."""
+    from flux_quantum.vendors.braket import execution_seconds
+
+    return execution_seconds(raw)
+
+
+class Charges:
+    def __init__(self, ctx: ServiceContext, site: SitePolicy | None) -> None:
+        self.ctx = ctx
+        self.site = site
+        self.watching: dict[str, Billing] = {}
+        self._settled: set[str] = set()
+        self.swept = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.site is not None
+
+    # -- before selection
+
+    def requester(self, unit: Unit) -> Requester:
+        """The unit's owner (the job's userid, from Flux) and the bank of the current
+        jobspec of its first job."""
+        assert self.site is not None
+        jobspec = next((m.jobspec for m in unit.jobs.values() if m.jobspec), {})
+        return self.site.requester(unit.userid, jobspec)
+
+    def not_allowed(self, unit: Unit, devices: Iterable[Device]) -> dict[str, str]:
+        """Devices the unit's owner may not use, with the access rule's sentence."""
+        if self.site is None:
+            return {}
+        return self.site.not_allowed(self.requester(unit), devices)
+
+    def excluded(
+        self, unit: Unit, program: Program, attempt: Attempt, devices: Iterable[Device]
+    ) -> dict[str, str]:
+        """Devices the task may not go to now: not allowed, or over a quota."""
+        if self.site is None:
+            return {}
+        request = unit.request
+        return self.site.excluded(
+            self.requester(unit),
+            devices,
+            token=self.token(unit, program, attempt),
+            jobid=unit.id,
+            shots=request.shots,
+            t=self.ctx.clock(),
+            job_cap=request.max_cost,
+        )
+
+    @staticmethod
+    def token(unit: Unit, program: Program, attempt: Attempt) -> str:
+        return attempt.token or events.task_token(
+            unit.id, unit.t_submit, program.index, attempt.number
+        )
+
+    # -- around the create
+
+    def reserve(
+        self, unit: Unit, program: Program, attempt: Attempt, *, recovering: bool = False
+    ) -> str | None:
+        """Reserve the attempt's estimate before its task is created; the refusal's
+        sentence, or None when reserved (or no site policy). ``recovering``: the task
+        exists already (found after a restart) and is counted whatever the limits say."""
+        if self.site is None or attempt.reserved:
+            return None
+        assert attempt.device is not None
+        request = unit.request
+        charge = self.site.charge(
+            attempt.device,
+            self.requester(unit),
+            token=self.token(unit, program, attempt),
+            jobid=unit.id,
+            shots=request.shots,
+            t=self.ctx.clock(),
+            job_cap=request.max_cost,
+        )
+        try:
+            reservation = self.site.reserve(charge, recovering=recovering)
+        except FluxQuantumError as exc:
+            return f"the site's ledger cannot reserve the task: {exc}"
+        if not reservation.allowed:
+            return reservation.decision.reason
+        attempt.reserved = True
+        if recovering and attempt.task is not None:
+            self.attach(attempt)
+        self.show(unit.id, list(unit.jobs))
+        return None
+
+    def attach(self, attempt: Attempt) -> None:
+        """Note the vendor's task id beside its reservation."""
+        if self.site is None or attempt.token is None or attempt.task is None:
+            return
+        try:
+            self.site.ledger.attach(attempt.token, attempt.task.task_id)
+        except FluxQuantumError as exc:
+            self.ctx.log(syslog.LOG_WARNING, f"ledger: {exc}")
+
+    def release(self, token: str | None, reason: str) -> None:
+        """No task was (or will be) created for ``token``: its estimate no longer counts."""
+        if self.site is None or token is None:
+            return
+        try:
+            self.site.release(token, now=self.ctx.clock(), reason=reason)
+        except FluxQuantumError as exc:
+            self.ctx.log(syslog.LOG_WARNING, f"ledger: {exc}")
+
+    # -- when a task ends or is left behind
+
+    def ended(self, unit: Unit, program: Program, attempt: Attempt, snap: TaskSnapshot) -> None:
+        """A tracked task reached a final state: settle it."""
+        if self.site is None or attempt.token is None or attempt.device is None:
+            return
+        if attempt.task is None or attempt.token in self._settled:
+            return
+        billing = self._billing(unit, program, attempt, list(unit.jobs))
+        self._finish(billing, snap.state)
+
+    def leave(self, unit: Unit, program: Program, attempt: Attempt, jobs: Sequence[int]) -> None:
+        """The service stops tracking ``attempt`` (a fail-over, or its unit was
+        released, failed or abandoned): release a reservation that never got a task,
+        watch a task that may still run (and be billed) until it ends."""
+        if self.site is None or attempt.token is None or not attempt.reserved:
+            return
+        if attempt.token in self._settled or attempt.token in self.watching:
+            return
+        if attempt.task is None:
+            self.release(attempt.token, "no task was created: the job left or failed over")
+            return
+        if attempt.device is None:
+            return
+        billing = self._billing(unit, program, attempt, jobs)
+        snap = attempt.snapshot
+        if snap is not None and snap.terminal:
+            self._finish(billing, snap.state)
+            return
+        self.watching[attempt.token] = billing
+
+    def _billing(
+        self, unit: Unit, program: Program, attempt: Attempt, jobs: Sequence[int]
+    ) -> Billing:
+        assert attempt.token and attempt.device and attempt.task
+        return Billing(
+            token=attempt.token,
+            device=attempt.device,
+            task=attempt.task,
+            shots=unit.request.shots,
+            unit=unit.id,
+            jobs=tuple(jobs),
+            index=program.index,
+            attempt=attempt.number,
+            attached=attempt.attached,
+        )
+
+    def _finish(self, billing: Billing, state: TaskState) -> None:
+        """Settle now, or fetch a time-billed simulator's run time first (a worker)."""
+        self.watching.pop(billing.token, None)
+        self._settled.add(billing.token)
+        if state is not TaskState.COMPLETED or billing.device.price.per_minute == 0:
+            self._settle(billing, state, None)
+            return
+        try:
+            vendor = self.ctx.vendor(billing.task.vendor)
+        except (ValueError, FluxQuantumError) as exc:
+            self.ctx.log(syslog.LOG_WARNING, f"task {billing.task.task_id}: no result: {exc}")
+            self._settle(billing, state, None)
+            return
+
+        def fetch() -> float | None:
+            return billed_seconds(vendor.result(billing.task).raw)
+
+        def done(seconds: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self.ctx.log(
+                    syslog.LOG_WARNING,
+                    f"task {billing.task.task_id}: no billed run time ({error}); "
+                    "settled at the device's minimum",
+                )
+            self._settle(billing, state, None if error is not None else seconds)
+
+        self.ctx.workers.submit(fetch, done)
+
+    def _settle(self, billing: Billing, state: TaskState, seconds: float | None) -> None:
+        assert self.site is not None
+        try:
+            record = self.site.settle(
+                billing.token,
+                billing.device,
+                shots=billing.shots,
+                state=state.value,
+                now=self.ctx.clock(),
+                billed_seconds=seconds,
+                task_id=billing.task.task_id,
+            )
+        except FluxQuantumError as exc:
+            self.ctx.log(syslog.LOG_WARNING, f"ledger: {exc}")
+            return
+        self._announce(billing, record, state)
+
+    def _announce(self, billing: Billing, record: ChargeRecord, state: TaskState) -> None:
+        """``qpu-cost`` on the task's jobs, and their ``qpu_cost`` memo."""
+        assert self.site is not None
+        cost = events.Cost(
+            index=billing.index,
+            attempt=billing.attempt,
+            token=billing.token,
+            device=billing.device.name,
+            cost=round(float(record.cost or 0.0), 6),
+            estimate=round(record.estimate, 6),
+            currency=self.site.ledger.currency,
+            state=state.value,
+            task=billing.task.task_id,
+            billed_seconds=record.billed_seconds,
+        )
+        for jobid in billing.jobs:
+            try:
+                self.ctx.flux.post_event(jobid, cost.name, cost.to_context())
+            except (CommandError, OSError) as exc:
+                self.ctx.log(syslog.LOG_DEBUG, f"{jobid}: no {cost.name} event: {exc}")
+        self.show(billing.unit, billing.jobs)
+        self.ctx.log(
+            syslog.LOG_INFO,
+            f"task {billing.task.task_id} on {billing.device.name} {state.value}: cost "
+            f"{record.cost:g} {self.site.ledger.currency}",
+        )
+
+    def show(self, unit_id: int, jobs: Iterable[int]) -> None:
+        """The ``qpu_cost`` memo: what the job's tasks count now (settled + reserved)."""
+        if self.site is None:
+            return
+        amount = round(self.site.job_cost(unit_id), 6)
+        for jobid in jobs:
+            try:
+                self.ctx.flux.memo(jobid, {COST_MEMO: amount})
+            except OSError as exc:
+                self.ctx.log(syslog.LOG_DEBUG, f"{jobid}: memo failed: {exc}")
+
+    # -- tasks left behind
+
+    def check(self, now: float) -> None:
+        """Poll the watched tasks that are due (workers); settle those that ended."""
+        for billing in list(self.watching.values()):
+            if billing.busy or billing.due > now:
+                continue
+            self._poll(billing)
+
+    def _poll(self, billing: Billing) -> None:
+        ctx = self.ctx
+        try:
+            vendor = ctx.vendor(billing.task.vendor)
+        except (ValueError, FluxQuantumError) as exc:
+            ctx.log(syslog.LOG_WARNING, f"task {billing.task.task_id}: not settled: {exc}")
+            self.watching.pop(billing.token, None)
+            return
+        billing.busy = True
+        task, attached = billing.task, billing.attached
+
+        def poll() -> TaskSnapshot:
+            if not attached:
+                vendor.attach(task.task_id)
+            return vendor.poll(task)
+
+        def done(snap: Any, error: BaseException | None) -> None:
+            billing.busy = False
+            if isinstance(error, NotFound):
+                self.watching.pop(billing.token, None)
+                self.release(billing.token, f"the vendor does not know task {task.task_id}")
+                return
+            if error is not None:
+                billing.errors += 1
+                billing.due = ctx.clock() + ctx.options.backoff(billing.errors)
+                return
+            billing.attached, billing.errors = True, 0
+            if snap.terminal:
+                self._finish(billing, snap.state)
+            else:
+                billing.due = ctx.clock() + ctx.schedule.cold_max_interval
+
+        ctx.workers.submit(poll, done)
+
+    def sweep(self, held: Iterable[int]) -> None:
+        """Once, after the first scan that adopted the held jobs: the ledger's open
+        reservations that no tracked attempt owns. One with a task is watched until the
+        task ends; one without is released once its job is no longer held (the job
+        ended, or it was released on another task) and its eventlog names no task."""
+        if self.site is None or self.swept:
+            return
+        self.swept = True
+        held_ids = set(held)
+        tracked = {
+            a.token for u in self.ctx.units.values() for a in u.attempts() if a.token is not None
+        }
+        for record in self.site.ledger.open_reservations():
+            if record.token in tracked or record.token in self.watching:
+                continue
+            if record.jobid in held_ids or record.jobid in self.ctx.member_unit:
+                continue
+            self._orphan(record)
+
+    def _orphan(self, record: ChargeRecord) -> None:
+        device = self.ctx.catalog.get(record.device)
+        task_id = record.task_id
+        if task_id is None:
+            try:
+                task_id = self._task_in_eventlog(record)
+            except Exception as exc:  # tried again at the service's next start
+                self.ctx.log(syslog.LOG_DEBUG, f"{record.jobid}: lookup failed: {exc}")
+                return
+        if task_id is None:
+            self.release(record.token, "no task was created: the job left before its create")
+            return
+        if device is None:
+            self.ctx.log(
+                syslog.LOG_WARNING,
+                f"ledger: task {task_id} is on {record.device}, no longer in the catalog: "
+                "left reserved",
+            )
+            return
+        self.watching[record.token] = Billing(
+            token=record.token,
+            device=device,
+            task=TaskRef(record.vendor, device.name, task_id, record.token),
+            shots=record.shots,
+            unit=record.jobid,
+            jobs=(record.jobid,),
+            attached=False,
+        )
+
+    def _task_in_eventlog(self, record: ChargeRecord) -> str | None:
+        job = self.ctx.flux.record(record.jobid)
+        for event in job.events if job is not None else ():
+            created = events.decode(event)
+            if isinstance(created, events.TaskCreated) and created.token == record.token:
+                return created.task
+        return None
+
+    def close(self) -> None:
+        if self.site is not None:
+            self.site.close()
