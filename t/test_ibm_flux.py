@@ -109,7 +109,15 @@ class Ibm(Qpu):
             os.environ.clear()
             os.environ.update(saved)
         self.handle = flux.Flux(self.inst.uri)
-        self.job_env = {**self.emu.ibm_env(), "FLUX_QUANTUM_BACKENDS": str(self.catalog)}
+        # A job's environment holds no credential (a QPU job carrying one is refused at
+        # submit): the service has them; a job that calls IBM itself sources a file.
+        secret = {k: v for k, v in self.emu.ibm_env().items() if k.endswith("_IAM_APIKEY")}
+        self.inst.env = {k: v for k, v in self.inst.env.items() if k not in secret}
+        credentials = workdir / "ibm-credentials.env"
+        credentials.write_text("".join(f"export {k}={v}\n" for k, v in secret.items()))
+        credentials.chmod(0o600)
+        settings = {k: v for k, v in self.emu.ibm_env().items() if k not in secret}
+        self.job_env = {**settings, "FLUX_QUANTUM_BACKENDS": str(self.catalog)}
 
     def status(self) -> dict[str, Any]:
         return json.loads(self.inst.quantum("service", "status", "--json").stdout)
@@ -146,11 +154,9 @@ def test_held_while_pending_released_at_the_estimated_front_consumer_reads_count
         "--setattr=qpu.release_at=1",
         "--setattr=qpu.program=bell.qasm",
         "--setattr=qpu.shots=100",
-        "flux",
-        "quantum",
-        "task",
-        "--wait",
-        "--json",
+        "sh",
+        "-c",
+        ". ./ibm-credentials.env && flux quantum task --wait --json",
     )
     ibm.inst.wait_event(jobid, "qpu-task", timeout=40)
     submit = ibm.context(jobid, "qpu-submit")
@@ -177,8 +183,8 @@ def test_session_ridden_by_the_jobs_own_task_and_closed_when_it_ends(service):
     ibm = service
     stop = ibm.inst.workdir / "stop-ride"
     consumer = (
-        'eval "$(flux quantum task --session-env)" && python3 ride.py && '
-        f"while [ ! -e {stop} ]; do sleep 0.1; done"
+        '. ./ibm-credentials.env && eval "$(flux quantum task --session-env)" && '
+        f"python3 ride.py && while [ ! -e {stop} ]; do sleep 0.1; done"
     )
     jobid = ibm.submit(
         "--setattr=qpu.device=ibm:ride",
