@@ -713,7 +713,10 @@ class Tasks:
             # from the device's pending count, the time since the create and the drain.
             wait = self.release.unpositioned(unit, attempt, snap, now)
             if wait is not None and not self.release.lead_reached(unit, attempt, now):
-                attempt.due = now + min(wait, ctx.schedule.max_interval)
+                # The estimate rests on the pending count, re-read every device check:
+                # poll at least that often, so a wrong drain prior cannot overshoot.
+                ceiling = min(ctx.schedule.max_interval, ctx.options.device_check_interval)
+                attempt.due = now + min(wait, ceiling)
             self.face.update_memos(unit)
             return
         delay = attempt.poller.observe(snap)
