@@ -71,6 +71,7 @@ from benchlib import percentile, verdict
 
 from flux_quantum import events
 from flux_quantum.emulator.clock import ScaledClock
+from flux_quantum.service.runner import service_name
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -489,7 +490,7 @@ def idle_baseline(h: Any, cmd: list[str], inst: Any, log: Path) -> dict[str, flo
 
 def service_status(h: Any) -> dict[str, Any] | None:
     try:
-        return h.rpc(f"{SERVICE_NAME}.status", {}).get()
+        return h.rpc(f"{service_name(SERVICE_NAME)}.status", {}).get()
     except OSError:
         return None
 

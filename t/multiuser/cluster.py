@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 OWNER = "flux"
+# The commands below run with a user's PATH, which has no sbin: found here, once.
+RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
 USERS = ("alice", "bob")
 NODES = ("node0", "node1", "node2")
 URI = "local:///run/flux/local"
@@ -74,7 +77,7 @@ def run(
     }
     if env:
         base.update(env)
-    cmd = ["runuser", "-u", user, "--", *argv]
+    cmd = [RUNUSER, "-u", user, "--", *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=base, cwd="/")
     result = Result(tuple(argv), user, proc.returncode, proc.stdout, proc.stderr)
     if check and not result.ok:
@@ -172,12 +175,11 @@ def give_credentials(user: str, secret: str, token: str | None = None) -> None:
     run(user, "sh", "-c", f"umask 077; mkdir -p ~/.aws; printf '{lines}' > ~/.aws/credentials")
 
 
-def nodes_up() -> int:
-    out = owner("flux", "resource", "list", "-s", "up", "-no", "{nnodes}", check=False)
-    try:
-        return int(out.stdout.strip() or 0)
-    except ValueError:
-        return 0
+def brokers_full() -> bool:
+    """Every broker of the instance has joined (rank 0 runs no jobs: its resources are
+    excluded, so the overlay is asked, not the resource list)."""
+    out = owner("flux", "overlay", "status", "--summary", check=False)
+    return out.stdout.strip() == "full"
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.5) -> None:

@@ -17,12 +17,13 @@ import subprocess
 from cluster import (
     EMULATOR_ENV,
     EMULATOR_URL,
+    RUNUSER,
     URI,
+    brokers_full,
     event_names,
     eventlog,
     give_credentials,
     jobid_int,
-    nodes_up,
     output,
     owner,
     rpc,
@@ -74,7 +75,7 @@ def start_agent(user: str) -> subprocess.Popen:
     }
     return subprocess.Popen(
         [
-            "runuser",
+            RUNUSER,
             "-u",
             user,
             "--",
@@ -174,7 +175,7 @@ def test_one_vendor_task_per_request_across_a_node_restart():
     owner(
         "flux", "exec", "-r", "2", "sh", "-c", "kill -TERM $(flux getattr broker.pid)", check=False
     )
-    wait_for(lambda: nodes_up() == 3, 180, "node2's broker to rejoin")
+    wait_for(brokers_full, 180, "node2's broker to rejoin")
     for jobid in jobs:
         wait_event(jobid, "clean", timeout=300)
     assert len(set(vendor_tasks()) - before) == len(jobs)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from cluster import (
     USERS,
+    brokers_full,
     held_ids,
     jobid_int,
-    nodes_up,
     output,
     owner,
     release,
@@ -45,7 +45,7 @@ def test_held_jobs_survive_a_compute_node_restart():
         "flux", "exec", "-r", "2", "sh", "-c", "kill -TERM $(flux getattr broker.pid)", check=False
     )
     wait_for(lambda: container_started("2") not in ("", before), 180, "node2 to restart")
-    wait_for(lambda: nodes_up() == 3, 180, "node2's broker to rejoin")
+    wait_for(brokers_full, 180, "node2's broker to rejoin")
 
     for jobid in jobs.values():
         assert state(jobid) == "DEPEND"
