@@ -467,6 +467,9 @@ class IbmLikeVendor(ScriptedVendor):
                 return VendorSession("ibm", task.device, info["mode"], session_id, closed=closed)
         return None
 
+    def session_environment(self, session: VendorSession) -> dict[str, str]:
+        return {"QRMI_JOB_ACQUISITION_TOKEN": session.session_id}
+
     def open_sessions(self) -> list[str]:
         return [sid for sid, info in self.sessions.items() if info["open"]]
 
