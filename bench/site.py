@@ -977,11 +977,14 @@ def git_commit() -> str:
             "--",
             "bench/site.py",
             "bench/workload.py",
+            "bench/benchlib.py",
         ],
         capture_output=True,
         text=True,
     ).stdout.strip()
-    return (out or "unknown") + (" (bench/site.py or workload.py modified)" if dirty else "")
+    return (out or "unknown") + (
+        " (bench/site.py, workload.py or benchlib.py modified)" if dirty else ""
+    )
 
 
 def hours(seconds: float) -> str:
