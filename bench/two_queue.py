@@ -40,7 +40,12 @@ Devices (vendor seconds; ``speed``: emulated seconds per wall second):
 - sv1-like, dm1-like: simulators, 10 s per task (uniform 50-150 %: the paper's ungated
   consumers idled ~10.7 s each at N = 8), light background arrivals;
 - tn1-like: simulator, 12.7 s service (the paper's figure), a task ahead and arrivals;
-- qpu-long: a QPU with 80 tasks of ~120 s ahead: 2.66 h, the paper's iqm_emerald queue.
+- qpu-long: a QPU with 80 tasks of ~120 s ahead: 2.66 h, the paper's iqm_emerald queue;
+- ibm-heron-like: an IBM backend (the emulator's IBM side, reached through the real qrmi
+  client) with 40 jobs of ~60 s pending: no queue position, so the service releases by
+  the job's state (``done``, ``running``) or by its estimated place (``1``, ``predict``).
+  Its consumers poll IBM's REST API (jobs, results); the ungated job's first rank creates
+  its IBM job (IBM's create has no idempotency token) and the others read its id.
 
 All durations are reported in wall seconds of the compressed run; ``vendor_s`` columns
 multiply the vendor-side wait by ``speed`` for comparison with the paper. Compression
@@ -50,6 +55,8 @@ makes the ungated/gated ratio conservative (Flux's own latencies are not compres
     python bench/two_queue.py --quick            # sv1 and qpu, N=2,8, 1 repeat (< 3 min)
     python bench/two_queue.py --timing           # release timing: 1 vs running vs predict
     python bench/two_queue.py --timing --quick
+    python bench/two_queue.py --devices ibm --repeats 3 --out-dir bench/results/ibm
+    python bench/two_queue.py --devices ibm --timing --repeats 3 --out-dir bench/results/ibm
 """
 
 from __future__ import annotations
@@ -122,6 +129,56 @@ print(json.dumps({"rank": int(os.environ.get("FLUX_TASK_RANK", 0)), "arn": arn,
                   "shots": len(result.get("measurements") or []) or None}), flush=True)
 """
 
+# The same application against IBM's REST API (stdlib only): a job id instead of an ARN.
+IBM_CONSUMER = r"""
+import json, os, sys, time, urllib.parse, urllib.request
+t_app = time.time()
+url, mode, poll = sys.argv[1], sys.argv[2], float(sys.argv[3])
+api = url + "/ibm/api/v1"
+
+def token():
+    form = urllib.parse.urlencode({"grant_type": "urn:ibm:params:oauth:grant-type:apikey",
+                                   "apikey": "flux-quantum-emulator"}).encode()
+    with urllib.request.urlopen(url + "/ibm/identity/token", form, timeout=30) as rsp:
+        return json.loads(rsp.read())["access_token"]
+
+bearer = {"Authorization": "Bearer " + token(), "Service-CRN": "crn:v1:flux-quantum:emulator:::"}
+
+def call(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(api + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json", **bearer})
+    with urllib.request.urlopen(req, timeout=30) as rsp:
+        return rsp.read()
+
+rank = int(os.environ.get("FLUX_TASK_RANK", 0))
+if mode == "ungated":
+    # IBM's create takes no idempotency token: rank 0 creates, the others read its id.
+    shared = sys.argv[6]
+    if rank == 0:
+        pub = [open(sys.argv[5]).read()]
+        body = {"program_id": "sampler", "backend": sys.argv[4],
+                "params": {"pubs": [pub], "shots": 100, "version": 2}}
+        job = json.loads(call("POST", "/jobs", body))["id"]
+        open(shared + ".tmp", "w").write(job)
+        os.rename(shared + ".tmp", shared)
+    while not os.path.exists(shared):
+        time.sleep(0.01)
+    job = open(shared).read()
+else:
+    job = os.environ["FLUX_QPU_TASK"]  # set by flux-quantum's job-shell plugin
+while True:
+    doc = json.loads(call("GET", "/jobs/" + urllib.parse.quote(job, safe="")))
+    if doc["status"] == "Completed":
+        break
+    if doc["status"] in ("Failed", "Cancelled"):
+        sys.exit("job " + doc["status"])
+    time.sleep(poll)
+result = call("GET", "/jobs/%s/results" % urllib.parse.quote(job, safe=""))
+print(json.dumps({"rank": rank, "arn": job, "t_app": t_app, "t_result": time.time(),
+                  "shots": 100 if result else None}), flush=True)
+"""
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -137,11 +194,19 @@ class Shape:
     price: str = "{per_minute: 0.075}"
     fast: float = 0.0  # > 0: two-speed time (Gear)
     near: int = 6
+    ibm: bool = False  # the emulator's IBM side (a backend, no queue position)
 
     @property
     def arn(self) -> str:
+        """The device's vendor id: a Braket ARN, or an IBM backend name."""
+        if self.ibm:
+            return f"ibm_{self.name}"
         kind = "qpu" if self.klass == "qpu" else "quantum-simulator"
         return f"arn:aws:braket:us-east-1::device/{kind}/emulator/{self.name}"
+
+    def ibm_scenario(self) -> dict[str, Any]:
+        queue = {"depth": self.depth, "service_time": self.service, "distribution": "uniform"}
+        return {"backends": [{"name": self.arn, "qubits": 20, "queue": queue}]}
 
     def scenario(self) -> dict[str, Any]:
         return {
@@ -184,7 +249,27 @@ SHAPES = {
         near=2,
         price="{per_task: 0.30, per_shot: 0.00145}",
     ),
+    "ibm": Shape(
+        "heron",
+        "ibm-heron-like (40 min)",
+        "qpu",
+        60.0,
+        240.0,
+        depth=39,
+        price="{per_minute: 96}",
+        ibm=True,
+    ),
 }
+
+
+def task_ids(emulator: Any, shape: Shape) -> list[str]:
+    """Every task (Braket) or job (IBM) created on the emulator so far, oldest first."""
+    return emulator.ibm.job_ids() if shape.ibm else emulator.task_arns()
+
+
+def timeline(emulator: Any, shape: Shape, task_id: str) -> Any:
+    """A task's created/front/started/ended on the emulator's clock."""
+    return emulator.ibm.job_timeline(task_id) if shape.ibm else emulator.task_timeline(task_id)
 
 
 class Gear(threading.Thread):
@@ -203,10 +288,10 @@ class Gear(threading.Thread):
 
     def run(self) -> None:
         shape = self.shape
-        while not self.emulator.task_arns():
+        while not task_ids(self.emulator, shape):
             if self.done.wait(0.005):
                 return
-        created = self.emulator.task_timeline(self.emulator.task_arns()[0]).created
+        created = timeline(self.emulator, shape, task_ids(self.emulator, shape)[0]).created
         if not shape.fast:
             self.clock.set_speed(shape.speed)
             return
@@ -254,8 +339,9 @@ class Run:
 class VendorSide:
     """The emulator of the device under test, restarted on its port for every run."""
 
-    def __init__(self, scenario: Any, speed: float, emulator: Any) -> None:
+    def __init__(self, scenario: Any, speed: float, emulator: Any, ibm: Any = None) -> None:
         self.scenario = scenario
+        self.ibm = ibm
         self.speed = speed
         self.emulator = emulator
         self.port = int(emulator.url.rsplit(":", 1)[1])
@@ -265,7 +351,9 @@ class VendorSide:
 
         self.emulator.stop()
         clock = ScaledClock(self.speed)
-        self.emulator = Emulator(self.scenario, clock=clock, port=self.port, seed=seed)
+        self.emulator = Emulator(
+            self.scenario, clock=clock, port=self.port, seed=seed, ibm=self.ibm
+        )
         self.emulator.start()
         return self.emulator, clock
 
@@ -339,6 +427,7 @@ class Bench:
         )
         (work / "program.qasm").write_text(PROGRAM)
         (work / "consumer.py").write_text(CONSUMER)
+        (work / "ibm_consumer.py").write_text(IBM_CONSUMER)
         builtin = subprocess.run(
             ["flux", "config", "builtin", "shell_pluginpath"], capture_output=True, text=True
         ).stdout.strip()
@@ -359,10 +448,14 @@ class Bench:
 
     def device(self, shape: Shape, release_modes: list[str]) -> list[Run]:
         from flux_quantum.emulator import Emulator, Scenario
+        from flux_quantum.emulator.ibm_scenario import IbmScenario
 
-        scenario = Scenario.from_dict({"devices": [shape.scenario()]})
-        emulator = Emulator(scenario, clock=ScaledClock(shape.speed, paused=False), seed=11).start()
-        self.vendor = VendorSide(scenario, shape.speed, emulator)
+        # An IBM backend lives in the emulator's IBM scenario (its Braket side: the default).
+        scenario = None if shape.ibm else Scenario.from_dict({"devices": [shape.scenario()]})
+        ibm = IbmScenario.from_dict(shape.ibm_scenario()) if shape.ibm else None
+        clock = ScaledClock(shape.speed, paused=False)
+        emulator = Emulator(scenario, clock=clock, seed=11, ibm=ibm).start()
+        self.vendor = VendorSide(scenario, shape.speed, emulator, ibm)
         catalog = self.work / f"backends-{shape.name}.yaml"
         catalog.write_text("devices:\n" + shape.catalog())
         rows: list[Run] = []
@@ -456,7 +549,8 @@ class Bench:
             f"--error={out}.err",
             f"--job-name=hybrid-{run.mode}",
         ]
-        consumer = [sys.executable, str(self.work / "consumer.py"), emulator.url]
+        script = "ibm_consumer.py" if shape.ibm else "consumer.py"
+        consumer = [sys.executable, str(self.work / script), emulator.url]
         if run.mode == "gated":
             argv += [
                 f"--setattr=qpu.device=local:{shape.name}",
@@ -471,7 +565,7 @@ class Bench:
                 str(self.args.app_poll),
                 shape.arn,
                 str(self.work / "program.qasm"),
-                emulator.bucket,
+                f"{out}.jobid" if shape.ibm else emulator.bucket,
             ]
         gear = Gear(emulator, clock, shape)
         gear.start()
@@ -494,7 +588,7 @@ class Bench:
         if len(results) != run.n:
             raise RuntimeError(f"job {jobid}: {len(results)} of {run.n} ranks printed a result")
         arn = results[0]["arn"]
-        line = emulator.task_timeline(arn)
+        line = timeline(emulator, shape, arn)
         run.t_submit, run.t_start = stamp["submit"], stamp["start"]
         run.t_release = stamp.get(events.RELEASE)
         run.t_depend, run.t_select = stamp.get("dependency-add"), stamp.get(events.SELECT)
@@ -766,7 +860,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run (< 3 minutes)")
     parser.add_argument("--timing", action="store_true", help="compare release points")
-    parser.add_argument("--devices", default=None, help="comma list of sv1,dm1,tn1,qpu")
+    parser.add_argument("--devices", default=None, help="comma list of sv1,dm1,tn1,qpu,ibm")
     parser.add_argument("--sizes", default=None, help="group sizes (2,4,8)")
     parser.add_argument("--repeats", type=int, default=None, help="runs per case (10)")
     parser.add_argument("--states", default=None, help="idle,busy")

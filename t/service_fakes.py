@@ -30,13 +30,15 @@ from flux_quantum.service.fluxside import ClusterView, JobRecord
 from flux_quantum.vendors.base import (
     DeviceSnapshot,
     DeviceStatus,
+    SessionOpening,
     TaskRef,
     TaskResult,
     TaskSnapshot,
     TaskState,
     Vendor,
+    VendorSession,
 )
-from flux_quantum.vendors.errors import NotFound
+from flux_quantum.vendors.errors import NotFound, VendorUnavailable
 
 OWNER = 1000
 
@@ -71,6 +73,8 @@ class FakeJob:
     release: dict[str, Any] | None = None
     note: str | None = None
     t_run: float = 0.0
+    annotations: dict[str, Any] = field(default_factory=dict)  # persistent memos
+    ended: bool = False  # a released job that ran and finished (INACTIVE)
 
 
 class FakeFlux:
@@ -113,6 +117,12 @@ class FakeFlux:
     def cancel(self, jobid: int) -> None:
         job = self.jobs[jobid]
         job.state = "cancelled"
+        job.events.append(events.Event("clean", self.clock(), {}))
+
+    def finish(self, jobid: int) -> None:
+        """A released job ran and ended."""
+        job = self.jobs[jobid]
+        job.ended = True
         job.events.append(events.Event("clean", self.clock(), {}))
 
     def names(self, jobid: int) -> list[str]:
@@ -164,6 +174,26 @@ class FakeFlux:
         if job is None or job.state == "cancelled":
             raise OSError(2, "no such job")
         job.memo.update(memo)
+
+    def annotate(self, jobid: int, memo: Mapping[str, Any]) -> None:
+        job = self.jobs.get(jobid)
+        if job is None or not self._active(job):
+            raise OSError(2, "no such job")
+        job.annotations.update(memo)
+
+    @staticmethod
+    def _active(job: FakeJob) -> bool:
+        return job.state in ("held", "released") and not job.ended
+
+    def alive(self, ids: Iterable[int]) -> set[int]:
+        return {i for i in ids if i in self.jobs and self._active(self.jobs[i])}
+
+    def session_jobs(self, userid: int, since: float) -> list[int]:
+        return [
+            j.id
+            for j in self.jobs.values()
+            if j.userid == userid and j.annotations.get("qpu_session")
+        ]
 
     def _take(self, ids: list[int], verb: str) -> list[FakeJob]:
         jobs = [self.jobs.get(i) for i in ids]
@@ -335,6 +365,115 @@ class ScriptedVendor(Vendor):
         return fake.ref
 
 
+class IbmLikeVendor(ScriptedVendor):
+    """IBM's semantics on the manual clock: no queue position (``poll`` gives None), a
+    backend's pending count from ``probe``, a create that is NOT idempotent (every call
+    makes a job; ``find_task`` lists jobs by the token their program carries), and
+    sessions (``open_plan``: a dedicated one is refused with 1352 and batch is used).
+    ``lose_answers``: creates that land but whose answer is lost (a crash, a timeout)."""
+
+    name = "ibm"
+
+    def __init__(self, clock: Clock, queues: Mapping[str, QueueModel], journal: list) -> None:
+        super().__init__(clock, queues, journal)
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self.session_ids = itertools.count(1)
+        self.open_plan = False
+        self.lose_answers = 0
+
+    def reports_positions(self, device: Device) -> bool:
+        return False
+
+    def probe(self, device: Device) -> DeviceSnapshot:
+        """The pending count: a fresh job would have ``depth`` ahead; with jobs of ours
+        queued, the place of the last of them (the jobs before it, and it)."""
+        self._call("probe", device.name)
+        q = self.queues[device.name]
+        places = [
+            place
+            for t in self.tasks.values()
+            if t.ref.device == device.name
+            for state, place in [self.state_of(t)]
+            if state is TaskState.QUEUED and place is not None
+        ]
+        return DeviceSnapshot(
+            device=device.name,
+            status=q.status,
+            reason=q.reason,
+            queue_depth=max(places) if places else q.depth,
+            price=device.price,
+            t=self.clock(),
+        )
+
+    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+        return self._create(device, token, None)
+
+    def _create(self, device: Device, token: str, session: VendorSession | None) -> TaskRef:
+        self._call("submit", token)
+        q = self.queues[device.name]
+        task_id = f"ibm-job-{next(self._ids)}"
+        ref = TaskRef("ibm", device.name, task_id, token)
+        self.tasks[task_id] = FakeTask(ref, self.clock(), q.depth, q.service)
+        self.by_token.setdefault(token, task_id)
+        if session is not None:
+            self.sessions[session.session_id]["jobs"].append(task_id)
+        if self.lose_answers:
+            self.lose_answers -= 1
+            raise VendorUnavailable(
+                "ibm create: the answer was lost", vendor="ibm", vendor_code="TimeoutError"
+            )
+        return ref
+
+    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        self._call("find", token)
+        for fake in self.tasks.values():
+            if fake.ref.token == token and fake.ref.device == device.name:
+                return fake.ref
+        return None
+
+    def poll(self, task: TaskRef) -> TaskSnapshot:
+        snap = super().poll(task)
+        return TaskSnapshot(task, snap.state, None, message=snap.message, t=snap.t)
+
+    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+        requested = mode or "dedicated"
+        self._call("open_session", requested)
+        used, reason = requested, None
+        if self.open_plan and requested == "dedicated":
+            used = "batch"
+            reason = (
+                f"IBM refused a dedicated session on {device.name} (1352); using a batch session"
+            )
+        session_id = f"secret-session-{next(self.session_ids)}"
+        self.sessions[session_id] = {"mode": used, "open": True, "jobs": []}
+        return SessionOpening(
+            requested, used, VendorSession("ibm", device.name, used, session_id), reason
+        )
+
+    def submit_in(
+        self, session: VendorSession, device: Device, program_text: str, shots: int, token: str
+    ) -> TaskRef:
+        return self._create(device, token, session)
+
+    def close_session(self, session: VendorSession) -> None:
+        self._call("close_session", session.fingerprint)
+        self.sessions[session.session_id]["open"] = False
+
+    def session_of(self, task: TaskRef) -> VendorSession | None:
+        self._call("session_of", task.task_id)
+        for session_id, info in self.sessions.items():
+            if task.task_id in info["jobs"]:
+                closed = not info["open"]
+                return VendorSession("ibm", task.device, info["mode"], session_id, closed=closed)
+        return None
+
+    def session_environment(self, session: VendorSession) -> dict[str, str]:
+        return {"QRMI_JOB_ACQUISITION_TOKEN": session.session_id}
+
+    def open_sessions(self) -> list[str]:
+        return [sid for sid, info in self.sessions.items() if info["open"]]
+
+
 # --- threads --------------------------------------------------------------------------------
 
 
@@ -374,6 +513,8 @@ devices:
      price: {per_task: 0.3, per_shot: 0.001}, properties: {drain_seconds_per_task: 10}}
   - {name: sim, vendor: local, id: "arn:aws:braket:::device/quantum-simulator/fake/sim", class: simulator, qubits: 30, slots: 4,
      price: {per_minute: 0.075}, properties: {drain_seconds_per_task: 1}}
+  - {name: fez, vendor: ibm, id: ibm_fez, class: qpu, qubits: 156, slots: 4,
+     price: {per_minute: 96}, properties: {drain_seconds_per_task: 10}}
 """
 
 FAST = ServiceOptions(
@@ -399,12 +540,17 @@ class Harness:
         vendor: ScriptedVendor | None = None,
         clock: Clock | None = None,
         catalog: Catalog | None = None,
+        ibm: IbmLikeVendor | None = None,
     ) -> None:
         self.clock = clock or Clock()
         self.flux = flux or FakeFlux(self.clock)
         default = {"alpha": QueueModel(3), "beta": QueueModel(5), "solo": QueueModel(1)}
         default["sim"] = QueueModel(0, service=1.0)
+        default["fez"] = QueueModel(3)
         self.vendor = vendor or ScriptedVendor(
+            self.clock, {**default, **(queues or {})}, self.flux.journal
+        )
+        self.ibm = ibm or IbmLikeVendor(
             self.clock, {**default, **(queues or {})}, self.flux.journal
         )
         self.catalog = catalog or parse_catalog(CATALOG)
@@ -415,7 +561,7 @@ class Harness:
             self.catalog,
             options,
             self.workers,
-            vendors={"local": self.vendor},
+            vendors={"local": self.vendor, "ibm": self.ibm},
             clock=self.clock,
             log=lambda level, msg: self.logs.append((level, msg)),
             userid=OWNER,
@@ -429,6 +575,7 @@ class Harness:
             vendor=self.vendor,
             clock=self.clock,
             catalog=self.catalog,
+            ibm=self.ibm,
         )
 
     def step(self) -> None:

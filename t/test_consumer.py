@@ -312,3 +312,33 @@ def test_text_and_json_output():
     assert data["id"] == JOBID and data["task"] == TASK and data["state"] == "COMPLETED"
     assert data["counts"] == {"00": 6, "11": 4}
     assert data["tasks"][0]["counts"] == {"00": 6, "11": 4}
+
+
+def test_session_environment_names_qrmis_variables_or_says_why_there_is_none():
+    """What `flux quantum task --session-env` prints comes from the vendor, read back
+    through the job's task; a task that rode no session is one clear error."""
+    from service_fakes import Clock, IbmLikeVendor, QueueModel
+
+    from flux_quantum.catalog import parse_catalog
+    from flux_quantum.cli.task import format_environment
+    from flux_quantum.consumer import JobTask, session_environment
+
+    fez = parse_catalog(
+        "devices:\n  - {name: fez, vendor: ibm, id: ibm_fez, class: qpu, qubits: 156,"
+        " price: {per_minute: 96}}\n"
+    ).get("fez")
+    vendor = IbmLikeVendor(Clock(), {"fez": QueueModel(2)}, [])
+    session = vendor.open_session(fez, "dedicated").session
+    rode = vendor.submit_in(session, fez, "OPENQASM 3.0;", 10, "fq-1-1-0-0")
+    alone = vendor.submit(fez, "OPENQASM 3.0;", 10, "fq-2-1-0-0")
+
+    def job(task: str) -> JobTask:
+        return JobTask(jobid=42, task_id=task, device="fez", tasks=(task,), vendor="ibm")
+
+    env = session_environment(job(rode.task_id), vendor)
+    assert env == {"QRMI_JOB_ACQUISITION_TOKEN": session.session_id}
+    assert format_environment({**env, "A_B": "x y"}) == (
+        f"export A_B='x y'\nexport QRMI_JOB_ACQUISITION_TOKEN={session.session_id}"
+    )
+    with pytest.raises(CommandError, match="rode no session"):
+        session_environment(job(alone.task_id), vendor)

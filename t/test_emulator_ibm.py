@@ -184,6 +184,35 @@ def test_credentials_are_checked(clock):
         emu.stop()
 
 
+def test_a_token_outlives_an_emulator_restart_and_a_forged_one_is_refused(clock):
+    """Tokens are signed like IAM's: a client holding one keeps working against an
+    emulator restarted on the same scenario (fresh queues); a made-up one does not."""
+
+    def get(emu: Emulator, token: str) -> int:
+        request = urllib.request.Request(
+            emu.url + "/ibm/api/v1/backends", headers={"Authorization": "Bearer " + token}
+        )
+        try:
+            with urllib.request.urlopen(request) as answer:
+                return answer.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    first = start(clock)
+    form = urllib.parse.urlencode({"apikey": "k"}).encode()
+    with urllib.request.urlopen(first.url + "/ibm/identity/token", data=form) as answer:
+        token = json.loads(answer.read())["access_token"]
+    first.stop()
+    second = start(clock)
+    try:
+        assert get(second, token) == 200
+        nonce = token.partition(".")[0]
+        assert get(second, nonce + "." + "0" * 32) == 401
+        assert get(second, "not-a-token") == 401
+    finally:
+        second.stop()
+
+
 def test_paused_and_offline_backends(clock):
     emu = Emulator(
         clock=clock,

@@ -151,6 +151,9 @@ SAMPLES: dict[str, events.QpuEvent] = {
             program="a.qasm",
             exclude=("forte",),
             device_class="simulator",
+            since=1795941366.25,
+            ahead=12,
+            session="0123456789ab",
         ),
         events.TaskCreated(unit=7, index=0, attempt=1, token=TOKEN1, task="arn:t", device="sv1"),
         events.QueueMilestone(index=0, attempt=1, milestone=10, position=8, task="arn:t"),
@@ -183,6 +186,14 @@ SAMPLES: dict[str, events.QpuEvent] = {
             index=0, attempt=0, tasks=({"index": 0, "task": "arn:t", "why": "COMPLETED"},)
         ),
         events.Join(unit=7, via="group", late=True),
+        events.Session(
+            device="fez",
+            requested="dedicated",
+            mode="batch",
+            fingerprint="0123456789ab",
+            reason="IBM refused a dedicated session on fez (1352)",
+        ),
+        events.SessionClosed(device="fez", fingerprint="0123456789ab", reason="its jobs failed"),
         events.Release(task="arn:t", device="sv1"),
         events.Cost(
             index=0,
@@ -265,3 +276,26 @@ def test_first_times_and_ends_hold():
     assert events.ends_hold(events.Event("exception", 0.0, {"severity": 0}))
     assert not events.ends_hold(events.Event("exception", 0.0, {"severity": 1}))
     assert not events.ends_hold(events.Event("qpu-task"))
+
+
+def test_replay_keeps_since_ahead_and_the_session():
+    """What an IBM recovery needs: the time before the create and the pending count
+    (qpu-submit), and the session (qpu-session) until qpu-session-closed."""
+    submit = events.Submit(
+        unit=7, index=0, attempt=0, token="fq-7-1-0-0", device="fez", since=100.5, ahead=4
+    )
+    session = events.Session(device="fez", requested="dedicated", mode="dedicated",
+                             fingerprint="abcdef012345")  # fmt: skip
+    log = [
+        ev(events.SESSION, t=1.0, **session.to_context()),
+        ev(events.SUBMIT, t=2.0, **submit.to_context()),
+    ]
+    history = events.replay(log)
+    prog = history.programs[0]
+    assert (prog.since, prog.ahead, prog.task) == (100.5, 4, None)
+    assert history.session == session and not history.session_closed
+    closed = events.SessionClosed(device="fez", fingerprint="abcdef012345", reason="failed")
+    history = events.replay([*log, ev(events.SESSION_CLOSED, t=3.0, **closed.to_context())])
+    assert history.session_closed
+    other = events.SessionClosed(device="fez", fingerprint="ffffffffffff")
+    assert not events.replay([*log, ev(events.SESSION_CLOSED, **other.to_context())]).session_closed

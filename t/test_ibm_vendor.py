@@ -423,6 +423,7 @@ def test_a_session_is_opened_ridden_and_released_when_the_job_ends(emu, clock):
     ibm.close_session(session)
     assert released(emu, session.session_id)
     assert emu.ibm.session_state(session.session_id) == "closed"
+    assert ibm.session_of(first).closed  # a restarted service need not close it again
     # What may be recorded never holds the id.
     assert session.session_id not in json.dumps(opening.to_dict())
     assert session.session_id not in repr(opening)

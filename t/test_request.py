@@ -56,7 +56,7 @@ FAILOVER = "qpu.failover must be one of fail, next, simulator, got "
 GROUP = f"qpu.group must be a name with {RULE}, got "
 KEYS = (
     " is unknown; the keys are device, vendor, policy, shots, program, release_at,"
-    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group, account"
+    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group, session, account"
 )
 
 # (value of attributes.system.qpu, field named, exact message)
@@ -222,6 +222,12 @@ MALFORMED: list[tuple[object, str, str]] = [
     ({"group": 7}, "qpu.group", GROUP + "7"),
     ({"group": "g" * 65}, "qpu.group", GROUP + "'" + "g" * 35 + "...'"),
     ({"group": None}, "qpu.group", GROUP + "null"),
+    (
+        {"session": "exclusive"},
+        "qpu.session",
+        "qpu.session must be one of dedicated, batch, got 'exclusive'",
+    ),
+    ({"session": True}, "qpu.session", "qpu.session must be one of dedicated, batch, got true"),
     # account key
     ({"account": "mine"}, "qpu.account", "qpu.account must be one of site, user, got 'mine'"),
     ({"account": None}, "qpu.account", "qpu.account must be one of site, user, got null"),
@@ -231,7 +237,7 @@ MALFORMED: list[tuple[object, str, str]] = [
     ({"release-at": 1}, "qpu.release-at", "qpu.release-at" + KEYS),
     ({"device_class": "qpu"}, "qpu.device_class", "qpu.device_class" + KEYS),
     ({"zeta": 1, "max_wait": 5, "alpha": 2}, "qpu.alpha", "qpu.alpha" + KEYS),
-    ({"k" * 300: 1}, "qpu." + "k" * 35 + "...", "qpu." + "k" * 35 + "..." + KEYS),
+    ({"k" * 300: 1}, "qpu." + "k" * 25 + "...", "qpu." + "k" * 25 + "..." + KEYS),
     ({"bad\nkey": 1}, "qpu.bad\\nkey", "qpu.bad\\nkey" + KEYS),
 ]
 
@@ -315,6 +321,7 @@ def test_defaults() -> None:
         device_class=None,
         failover="fail",
         group=None,
+        session=None,
         account="site",
     )
     assert parse_request({}) == parse_request("any")
@@ -334,6 +341,7 @@ def test_defaults() -> None:
         "device_class",
         "failover",
         "group",
+        "session",
         "account",
     ]
 
@@ -375,6 +383,7 @@ TABLE_FORMS: list[tuple[dict, dict]] = [
     ({"failover": "next"}, {"failover": "next"}),
     ({"failover": "simulator"}, {"failover": "simulator"}),
     ({"group": "sweep-7"}, {"group": "sweep-7"}),
+    ({"session": "batch"}, {"session": "batch"}),
     (
         {
             "device": "braket:any",

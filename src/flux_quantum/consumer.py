@@ -598,3 +598,26 @@ def wait_result(
         sleep=sleep,
     )
     return result_of(vendor, ref, snapshot)
+
+
+def session_environment(task: JobTask, vendor: Vendor | None = None) -> dict[str, str]:
+    """What the job's own later tasks need in their environment to ride the session its
+    first task rode (``qpu.session``; QRMI's names, e.g. ``QRMI_JOB_ACQUISITION_TOKEN``).
+
+    Read back from the vendor through the task, with the caller's own credentials: the
+    session id is a secret that flux-quantum never records. Put it only into this job's
+    environment. Raises CommandError when the task rode no session.
+    """
+    vendor = vendor if vendor is not None else open_vendor(task)
+    ref = task.ref()
+    try:
+        session = vendor.session_of(ref)
+        if session is None:
+            raise CommandError(
+                f"job {encode_jobid(task.jobid)}'s task {ref.task_id} rode no session "
+                "(submit with --setattr=qpu.session=dedicated or batch; the qpu-session "
+                "event says if the vendor ran it as a single job)"
+            )
+        return vendor.session_environment(session)
+    except VendorError as exc:
+        raise CommandError(f"task {ref.task_id}: {exc}") from None

@@ -237,6 +237,8 @@ FAILOVER = "qpu-failover"
 READY = "qpu-ready"
 JOIN = "qpu-join"
 RELEASE = "qpu-release"
+SESSION = "qpu-session"
+SESSION_CLOSED = "qpu-session-closed"
 COST = "qpu-cost"
 
 
@@ -254,7 +256,13 @@ class Select(QpuEvent):
 @dataclass(frozen=True)
 class Submit(QpuEvent):
     """The idempotency token of a task attempt, recorded BEFORE the vendor hears of it:
-    a service that dies after the create finds the token and gets the same task back."""
+    a service that dies after the create finds the token and gets the same task back.
+
+    ``since`` (epoch seconds, taken before the create) bounds where a vendor without an
+    idempotent create (IBM) looks for the task again (``Vendor.find_task``); ``ahead`` is
+    the device's pending count seen before the create, which a vendor that reports no
+    queue position (IBM) leaves as the only measure of where the task stands;
+    ``session`` is the fingerprint of the session the task rides (never its id)."""
 
     name: ClassVar[str] = SUBMIT
     context_keys: ClassVar[Mapping[str, str]] = {"device_class": "class"}
@@ -269,6 +277,9 @@ class Submit(QpuEvent):
     default_program: str | None = None
     exclude: tuple[str, ...] = ()
     device_class: str | None = None
+    since: float | None = None
+    ahead: int | None = None
+    session: str | None = None
 
 
 @dataclass(frozen=True)
@@ -400,6 +411,33 @@ class Join(QpuEvent):
 
 
 @dataclass(frozen=True)
+class Session(QpuEvent):
+    """The service opened a vendor session for the unit's tasks (``qpu.session``), or ran
+    them as single jobs: ``requested`` is the mode asked for, ``mode`` the one in force
+    (``job``: no session), ``reason`` why they differ (IBM's Open plan refuses dedicated
+    sessions with 1352). ``fingerprint`` tells sessions apart; the id itself is a secret
+    and is never recorded (a restarted service reads it back from a task that rode it)."""
+
+    name: ClassVar[str] = SESSION
+    device: str
+    requested: str
+    mode: str
+    fingerprint: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SessionClosed(QpuEvent):
+    """The service closed (released) the unit's session, and why; posted on the jobs
+    that are still held when it does (a job that already ended cannot take an event)."""
+
+    name: ClassVar[str] = SESSION_CLOSED
+    device: str
+    fingerprint: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class Release(QpuEvent):
     """Posted by the plugin when it released the job (the task is in the jobspec)."""
 
@@ -445,6 +483,8 @@ RECORDS: dict[str, type[QpuEvent]] = {
         Failover,
         Ready,
         Join,
+        Session,
+        SessionClosed,
         Release,
         Cost,
     )
@@ -475,6 +515,8 @@ class AttemptHistory:
     exclude: tuple[str, ...] = ()
     device_class: str | None = None
     milestones: tuple[int, ...] = ()
+    since: float | None = None
+    ahead: int | None = None
 
     @property
     def progress(self) -> tuple[int, bool, bool]:
@@ -493,6 +535,8 @@ class History:
     device: str | None = None
     task: str | None = None
     position: int | None = None
+    session: Session | None = None
+    session_closed: bool = False
 
 
 def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
@@ -501,11 +545,19 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
     programs: dict[int, AttemptHistory] = {}
     facts: set[tuple[str, int, int]] = set()
     released = False
+    session: Session | None = None
+    session_closed = False
     latest: dict[str, Any] = {"device": None, "task": None, "position": None}
     for entry in events:
         event = Event.from_entry(entry)
         record = None if event is None else decode(event)
         if record is None:
+            continue
+        if isinstance(record, Session):
+            session, session_closed = record, False
+            continue
+        if isinstance(record, SessionClosed):
+            session_closed = session is None or record.fingerprint == session.fingerprint
             continue
         if isinstance(record, Release):
             released = True
@@ -536,6 +588,8 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
                 exclude=record.exclude or prog.exclude,
                 device_class=record.device_class or prog.device_class,
                 milestones=prog.milestones if record.attempt == prog.attempt else (),
+                since=record.since,
+                ahead=record.ahead,
             )
         elif isinstance(record, TaskCreated):
             unit = record.unit
@@ -579,6 +633,8 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
         device=latest["device"],
         task=latest["task"],
         position=latest["position"],
+        session=session,
+        session_closed=session_closed,
     )
 
 

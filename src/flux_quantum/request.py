@@ -24,6 +24,7 @@ VENDORS: tuple[str, ...] = ("braket", "ibm", "local")
 POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait", "max-fidelity")
 DEVICE_CLASSES: tuple[str, ...] = ("qpu", "simulator")
 FAILOVERS: tuple[str, ...] = ("fail", "next", "simulator")
+SESSIONS: tuple[str, ...] = ("dedicated", "batch")
 ANY = "any"
 RELEASE_RUNNING = "running"
 RELEASE_PREDICT = "predict"
@@ -50,6 +51,7 @@ TABLE_KEYS: tuple[str, ...] = (
     "class",
     "failover",
     "group",
+    "session",
     "account",
 )
 
@@ -232,6 +234,10 @@ def _check_group(value: object) -> str:
     return _check_name("qpu.group", value, "a name")
 
 
+def _check_session(value: object) -> str:
+    return _check_choice("qpu.session", value, SESSIONS)
+
+
 def _check_account(value: object) -> str:
     return _check_choice("qpu.account", value, ACCOUNTS)
 
@@ -250,6 +256,7 @@ _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "class": ("device_class", _check_class),
     "failover": ("failover", _check_failover),
     "group": ("group", _check_group),
+    "session": ("session", _check_session),
     "account": ("account", _check_account),
 }
 
@@ -294,6 +301,7 @@ class QpuRequest:
     device_class: str | None = None
     failover: str = DEFAULT_FAILOVER
     group: str | None = None
+    session: str | None = None
     account: str = DEFAULT_ACCOUNT
 
     def __post_init__(self) -> None:
@@ -331,6 +339,8 @@ class QpuRequest:
         _check_failover(self.failover)
         if self.group is not None:
             _check_group(self.group)
+        if self.session is not None:
+            _check_session(self.session)
         _check_account(self.account)
 
     @property
@@ -362,6 +372,8 @@ class QpuRequest:
         attr["failover"] = self.failover
         if self.group is not None:
             attr["group"] = self.group
+        if self.session is not None:
+            attr["session"] = self.session
         if self.account != DEFAULT_ACCOUNT:
             attr["account"] = self.account
         return attr
@@ -386,6 +398,8 @@ class QpuRequest:
             parts.append(f"failover={self.failover}")
         if self.group is not None:
             parts.append(f"group={self.group}")
+        if self.session is not None:
+            parts.append(f"session={self.session}")
         if self.account != DEFAULT_ACCOUNT:
             parts.append(f"account={self.account}")
         if len(self.program) == 1:
@@ -410,6 +424,8 @@ def parse_request(value: object) -> QpuRequest:
     unknown = sorted(str(key) for key in value if key not in TABLE_KEYS)
     if unknown:
         key = _shown(unknown[0])[1:-1]
+        if len(key) > 28:  # the message lists every key: keep it one short line
+            key = key[:25] + "..."
         raise RequestError(
             f"qpu.{key}", f"qpu.{key} is unknown; the keys are {', '.join(TABLE_KEYS)}"
         )

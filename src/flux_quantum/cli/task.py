@@ -3,14 +3,17 @@
 Thin: it asks ``flux_quantum.consumer`` for the job's task and the vendor layer for the
 task's state and result, and formats them the Flux way (``--json`` for machines, errors
 as ``flux-quantum: ERROR: ...``). With ``--wait``, progress goes to stderr (one updating
-line on a terminal, one line per change otherwise) and the answer to stdout. It never
-changes a job or a vendor task.
+line on a terminal, one line per change otherwise) and the answer to stdout. With
+``--session-env`` it prints what the job's own later tasks need to ride the session its
+task rode (``eval "$(flux quantum task --session-env)"``). It never changes a job or a
+vendor task.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -27,6 +30,7 @@ from flux_quantum.consumer import (
     encode_jobid,
     open_vendor,
     result_of,
+    session_environment,
     wait_release,
     watch_task,
 )
@@ -154,6 +158,13 @@ def format_json(job_task: JobTask, reports: list[TaskReport]) -> str:
     return json.dumps(out)
 
 
+def format_environment(env: Mapping[str, str], as_json: bool = False) -> str:
+    """``export NAME=VALUE`` lines a shell can ``eval``, or JSON."""
+    if as_json:
+        return json.dumps(dict(env))
+    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items()))
+
+
 def cmd_task(args: argparse.Namespace) -> int:
     if args.timeout is not None and args.timeout <= 0:
         raise CommandError(f"--timeout must be a number of seconds > 0, got {args.timeout:g}")
@@ -171,6 +182,9 @@ def cmd_task(args: argparse.Namespace) -> int:
         else:
             job_task = current_task(args.jobid)
         vendor = open_vendor(job_task)
+        if args.session_env:
+            print(format_environment(session_environment(job_task, vendor), args.json))
+            return 0
         reports = []
         for ref in job_task.refs():
             if args.wait:
@@ -218,6 +232,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="wait for the release (if held) and for the task to finish; progress on stderr",
     )
     p.add_argument("--json", action="store_true", help="print JSON for machines")
+    p.add_argument(
+        "--session-env",
+        action="store_true",
+        help="print the environment the job's own later tasks need to ride the session "
+        'its task rode (qpu.session), as export lines: eval "$(flux quantum task '
+        '--session-env)"; secret, keep it inside the job',
+    )
     p.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="with --wait: give up after SECONDS"
     )

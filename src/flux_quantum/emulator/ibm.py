@@ -16,6 +16,8 @@ results before the job has completed.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import random
@@ -42,7 +44,7 @@ from flux_quantum.emulator.ibm_wire import (
     text_response,
 )
 from flux_quantum.emulator.ibm_wire import timestamp as ibm_time
-from flux_quantum.emulator.queue import DeviceQueue
+from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
 from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
 from flux_quantum.emulator.service import Call
 from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
@@ -157,7 +159,6 @@ class IbmService:
         self._queues = {b.name: DeviceQueue(_queue_spec(b), seed) for b in scenario.backends}
         self._jobs: dict[str, IbmJob] = {}
         self._sessions: dict[str, IbmSession] = {}
-        self._tokens: set[str] = set()
         self._calls: list[Call] = []
         self._fault_counts = [0] * len(scenario.faults)
         self._ids = random.Random(f"{seed}:ibm-ids")
@@ -185,6 +186,18 @@ class IbmService:
     def session_state(self, session_id: str) -> str:
         with self._lock:
             return self._session_state(self._sessions[session_id], self.clock.now())
+
+    def job_timeline(self, job_id: str) -> TaskTimeline:
+        """When a job was created, became next to run, started and ended (emulated
+        seconds; the truth a benchmark measures release lags against)."""
+        with self._lock:
+            job = self._jobs[job_id]
+            return self._queues[job.backend].timeline(job_id, self.clock.now())
+
+    def session_jobs(self, session_id: str) -> list[str]:
+        """The jobs that rode ``session_id``, oldest first."""
+        with self._lock:
+            return list(self._sessions[session_id].jobs)
 
     def session_ids(self) -> list[str]:
         with self._lock:
@@ -336,9 +349,8 @@ class IbmService:
         apikey = (form.get("apikey") or [""])[0]
         if not apikey or (self.scenario.apikey is not None and apikey != self.scenario.apikey):
             return iam_error(400, "Provided API key could not be found.")
-        token = secrets.token_hex(16)
-        with self._lock:
-            self._tokens.add(token)
+        nonce = secrets.token_hex(16)
+        token = f"{nonce}.{self._signature(nonce)}"
         expiration = int(self._wall()) + TOKEN_LIFETIME
         return json_response(
             200,
@@ -352,10 +364,20 @@ class IbmService:
             },
         )
 
+    def _signature(self, nonce: str) -> str:
+        """Tokens are signed, not remembered: like IBM's IAM, an emulator restarted on the
+        same scenario (fresh queues, e.g. per benchmark run) still accepts them."""
+        key = f"flux-quantum-emulator:{self.scenario.apikey}:{self.scenario.crn}".encode()
+        return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()[:32]
+
     def _authorize(self, request: Request) -> None:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        with self._lock:
-            known = scheme.lower() == "bearer" and token in self._tokens
+        nonce, _, signature = token.partition(".")
+        known = (
+            scheme.lower() == "bearer"
+            and bool(nonce)
+            and hmac.compare_digest(signature, self._signature(nonce))
+        )
         if not known:
             raise _error(1201, "Invalid credentials: no valid IAM bearer token.")
         crn = self.scenario.crn

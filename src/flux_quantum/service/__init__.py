@@ -22,6 +22,7 @@ supervises that process. Where each concern lives:
 ``outcomes.py``      fail-over, fail, finish, cancel
 ``release.py``       release decisions (release point, early release), the release
 ``devices.py``       device status, and the Fluxion graph following it
+``sessions.py``      vendor sessions: kept while a job may use them, always closed
 ``charges.py``       the site policy: access, reserve before create, settle at the end
 ``face.py``          what users see: memos and status
 ``state.py``         the records: units, programs, attempts, members

@@ -33,7 +33,15 @@ from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import JobRecord
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.release import Release
-from flux_quantum.service.state import Attempt, Member, Phase, Program, Unit, UnitState
+from flux_quantum.service.state import (
+    Attempt,
+    Member,
+    Phase,
+    Program,
+    Unit,
+    UnitSession,
+    UnitState,
+)
 from flux_quantum.service.tasks import Tasks, programs_of
 from flux_quantum.vendors.base import TaskRef
 
@@ -160,6 +168,7 @@ class Adoption:
         cwd = (owner[1] if owner else members[0][1]).cwd
         unit = self._new_unit(unit_id, members[0][0].userid, t_submit, request, cwd)
         self._restore(unit, events.merge_histories(m[2] for m in members))
+        self._restore_session(unit, [m[2] for m in members])
         for job, record, history in members:
             self._add_member(unit, job, record, history, via=None)
         self._recount(unit)
@@ -196,6 +205,7 @@ class Adoption:
                 return
         unit = self._new_unit(job.id, job.userid, job.t_submit, request, record.cwd)
         self._restore(unit, dict(history.programs))
+        self._restore_session(unit, [history])
         self._add_member(unit, job, record, history, via=None)
         self._recount(unit)
         self.sync_history(unit)
@@ -271,6 +281,7 @@ class Adoption:
             attempt.token = h.token
             attempt.submit_posted = True
             attempt.queued_at = h.queued_at
+            attempt.since, attempt.ahead = h.since, h.ahead
             if h.task:
                 attempt.task = TaskRef(device.vendor, device.name, h.task, h.token)
                 attempt.attached = False
@@ -282,8 +293,29 @@ class Adoption:
                     schedule=ctx.schedule,
                 )
             else:
-                # Recorded, maybe created: the same token finds the same task.
+                # Recorded, maybe created: look for the task by its token first (IBM,
+                # since the recorded time), else the same token gets the same task.
                 attempt.phase = Phase.SUBMIT
+                attempt.look_first = True
+
+    def _restore_session(self, unit: Unit, histories: Sequence[events.History]) -> None:
+        """The unit's session as its eventlogs recorded it (its id is read back from a task
+        that rode it when it is closed); a session closed already is not restored."""
+        recorded = next((h.session for h in histories if h.session is not None), None)
+        if recorded is None or any(h.session_closed for h in histories):
+            if recorded is not None:
+                unit.session = UnitSession(
+                    recorded.device, "", recorded.requested, "job", None, closing=True
+                )
+            return
+        device = self.ctx.catalog.get(recorded.device)
+        unit.session = UnitSession(
+            recorded.device,
+            device.vendor if device is not None else "",
+            recorded.requested,
+            recorded.mode,
+            recorded.fingerprint,
+        )
 
     def _recount(self, unit: Unit) -> None:
         """Tasks found in the eventlogs exist: reserve them again (``recovering``: the

@@ -20,10 +20,17 @@ from flux_quantum.errors import CommandError
 from flux_quantum.policy import DrainEstimator
 from flux_quantum.service.fluxside import ClusterView, FluxSide
 from flux_quantum.service.options import ServiceOptions
-from flux_quantum.service.state import Attempt, Counters, Member, Program, Unit
+from flux_quantum.service.state import Attempt, Counters, Member, Program, Unit, UnitState
 from flux_quantum.service.workers import Workers
 from flux_quantum.vendors import make_vendor
-from flux_quantum.vendors.base import RetryBudget, TaskRef, Vendor
+from flux_quantum.vendors.base import (
+    DeviceSnapshot,
+    RetryBudget,
+    SessionOpening,
+    TaskRef,
+    Vendor,
+    VendorSession,
+)
 
 Log = Callable[[int, str], None]
 Clock = Callable[[], float]
@@ -69,6 +76,13 @@ class ServiceContext:
         self.rescan = False  # something changed under us: list held jobs at once
         self.last_error: str | None = None
         self.on_cancel: Callable[[TaskRef, str], None] = lambda task, why: None
+        # The latest probe of each device (a vendor without positions is estimated from it).
+        self.device_snapshots: dict[str, DeviceSnapshot] = {}
+        # Set by the sessions part: a unit ended (released, failed, abandoned) and why;
+        # a job joined a released unit; a session opened for an attempt gone meanwhile.
+        self.unit_ended: Callable[[Unit, UnitState, str], None] = lambda unit, state, why: None
+        self.joined_late: Callable[[int, int], None] = lambda unit_id, jobid: None
+        self.on_orphan_session: Callable[[VendorSession, str], None] = lambda s, why: None
 
     def log(self, level: int, msg: str) -> None:
         with contextlib.suppress(Exception):
@@ -135,6 +149,8 @@ class ServiceContext:
             if not unit.active or program.attempt is not attempt:
                 if isinstance(result, TaskRef):
                     self.on_cancel(result, "its jobs are gone")
+                elif isinstance(result, SessionOpening) and result.session is not None:
+                    self.on_orphan_session(result.session, "its jobs are gone")
                 return
             handler(unit, program, attempt, result, error)
 

@@ -13,6 +13,7 @@ reactor thread and never block. The parts:
 - ``release``: release decisions and the release call
 - ``devices``: device status and the Fluxion graph following it
 - ``face``: memos and status
+- ``sessions``: vendor sessions kept while a job may use them, always closed
 - ``charges``: the site's policy (access, the reservation before a create, the
   settlement when a task ends)
 """
@@ -34,6 +35,7 @@ from flux_quantum.service.fluxside import FluxSide
 from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.release import Release
+from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Phase
 from flux_quantum.service.tasks import Tasks
 from flux_quantum.service.workers import Workers
@@ -63,6 +65,7 @@ class QuantumService:
         )
         self.ctx.instance_owner = instance_owner
         self.face = Face(self.ctx)
+        self.sessions = Sessions(self.ctx)
         self.charges = Charges(self.ctx, site)
         self.outcomes = Outcomes(self.ctx, self.face, self.charges)
         self.release = Release(self.ctx, self.face, self.outcomes)
@@ -112,6 +115,7 @@ class QuantumService:
         self.charges.check(now)
         self.outcomes.retry_cancels(now)
         self.outcomes.expire_groups(now)
+        self.sessions.check(now)
         self.release.measure_startup(now)
 
     def completions(self) -> None:

@@ -56,6 +56,7 @@ class Devices:
                 watch.due = ctx.clock() + ctx.options.device_check_interval
                 if error is None:
                     watch.snapshot = snapshot
+                    ctx.device_snapshots[snapshot.device] = snapshot
                     ctx.estimator.observe(snapshot)
                     self.seen(watch.device, snapshot)
 

@@ -29,10 +29,12 @@ class Face:
         devices = sorted({a.device.name for a in attempts if a.device is not None})
         first_task = next((a.task.task_id for a in attempts if a.task is not None), None)
         waiting = [a for a in attempts if a.phase is not Phase.READY]
+        # A vendor without positions (IBM): the estimated place stands in.
         positions = [
-            a.snapshot.position
+            a.snapshot.position if a.snapshot.position is not None else a.estimated_position
             for a in (waiting or attempts)
-            if a.snapshot is not None and a.snapshot.position is not None
+            if a.snapshot is not None
+            and (a.snapshot.position is not None or a.estimated_position is not None)
         ]
         waits = [a.expected_wait for a in waiting if a.expected_wait is not None]
         if state is None:
@@ -73,6 +75,21 @@ class Face:
             except OSError as exc:
                 self.ctx.log(syslog.LOG_DEBUG, f"{member.id}: memo failed: {exc}")
 
+    def mark_session(self, unit: Unit) -> None:
+        """A persistent memo ``qpu_session`` (mode and fingerprint, never the id) on the
+        unit's jobs: it outlives the job, so a restarted service finds the jobs whose
+        session it must close (``flux jobs -o '{user.qpu_session}'`` shows it too)."""
+        session = unit.session
+        if session is None or session.fingerprint is None:
+            return
+        for member in list(unit.jobs.values()):
+            try:
+                self.ctx.flux.annotate(
+                    member.id, {"qpu_session": f"{session.mode} {session.fingerprint}"}
+                )
+            except OSError as exc:
+                self.ctx.log(syslog.LOG_DEBUG, f"{member.id}: session memo failed: {exc}")
+
     def units(self, userid: int | None = None) -> list[dict[str, Any]]:
         """The tracked units (only ``userid``'s when given), for ``status``."""
         out = []
@@ -102,6 +119,13 @@ class Face:
                         }
                         for p in unit.programs
                     ],
+                    "session": None
+                    if unit.session is None
+                    else {
+                        "device": unit.session.device,
+                        "mode": unit.session.mode,
+                        "fingerprint": unit.session.fingerprint,
+                    },
                 }
             )
         return out

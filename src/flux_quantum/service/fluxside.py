@@ -195,6 +195,12 @@ class FluxSide(Protocol):
 
     def memo(self, jobid: int, memo: Mapping[str, Any]) -> None: ...
 
+    def annotate(self, jobid: int, memo: Mapping[str, Any]) -> None: ...
+
+    def alive(self, ids: Iterable[int]) -> set[int]: ...
+
+    def session_jobs(self, userid: int, since: float) -> list[int]: ...
+
     def release(
         self,
         ids: list[int],
@@ -298,6 +304,48 @@ class FluxJobs:
     def memo(self, jobid: int, memo: Mapping[str, Any]) -> None:
         payload = {"id": jobid, "volatile": True, "memo": dict(memo)}
         self.handle.rpc("job-manager.memo", payload).get()
+
+    def annotate(self, jobid: int, memo: Mapping[str, Any]) -> None:
+        """A persistent memo (an eventlog ``memo`` event, kept by job-list after the job
+        ends), unlike ``memo``'s volatile ones."""
+        self.handle.rpc("job-manager.memo", {"id": jobid, "memo": dict(memo)}).get()
+
+    def alive(self, ids: Iterable[int]) -> set[int]:
+        """The jobs among ``ids`` that have not ended yet (not INACTIVE)."""
+        import flux.constants
+
+        futures = [
+            (jobid, self.handle.rpc("job-list.list-id", {"id": jobid, "attrs": ["state"]}))
+            for jobid in ids
+        ]
+        out = set()
+        for jobid, future in futures:
+            try:
+                state = future.get().get("job", {}).get("state")
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.EPERM):
+                    continue
+                out.add(jobid)  # not sure: keep it alive, ask again later
+                continue
+            if state != flux.constants.FLUX_JOB_STATE_INACTIVE:
+                out.add(jobid)
+        return out
+
+    def session_jobs(self, userid: int, since: float) -> list[int]:
+        """``userid``'s jobs, active or ended after ``since``, whose persistent memo names
+        a vendor session (``qpu_session``): one job-list RPC."""
+        payload = {
+            "max_entries": 0,
+            "attrs": ["annotations"],
+            "since": since,
+            "constraint": {"userid": [userid]},
+        }
+        jobs = self.handle.rpc("job-list.list", payload).get().get("jobs", [])
+        return [
+            int(job["id"])
+            for job in jobs
+            if ((job.get("annotations") or {}).get("user") or {}).get("qpu_session")
+        ]
 
     def release(
         self,

@@ -42,6 +42,7 @@ class ServiceOptions:
     group_linger: float = 60.0
     tick: float = 0.2
     startup_default: float = 1.0
+    session_ttl: float = 28800.0  # look back this far for sessions left open (QRMI's max TTL)
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -130,6 +131,7 @@ _POSITIVE = (
     "retry_max",
     "tick",
     "startup_default",
+    "session_ttl",
 )
 
 

@@ -92,6 +92,7 @@ class Outcomes:
             task = attempt.live_task()
             if task is not None:
                 self.cancel(task, "its jobs failed")
+        self.ctx.unit_ended(unit, UnitState.FAILED, note)  # before its jobs leave
         ids = list(unit.jobs)
         if ids:
             self.fail_ids(ids, note)
@@ -120,6 +121,8 @@ class Outcomes:
         """Stop tracking the unit; a released qpu.group stays joinable for a while."""
         ctx = self.ctx
         unit.state = state
+        why = {UnitState.ABANDONED: "every job riding it is gone"}.get(state, state.value)
+        ctx.unit_ended(unit, state, why)
         riders = [*unit.jobs, *unit.released_jobs]
         for program in unit.programs:
             attempt = program.attempt

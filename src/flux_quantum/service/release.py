@@ -19,12 +19,19 @@ from typing import Any
 from flux_quantum import events
 from flux_quantum.errors import CommandError
 from flux_quantum.plugin import HeldJob
-from flux_quantum.poller import RELEASE_PREDICT
+from flux_quantum.poller import (
+    RELEASE_DONE,
+    RELEASE_PREDICT,
+    estimate_backlog,
+    unpositioned_poll_interval,
+    unpositioned_release,
+)
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import ClusterView
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.state import Attempt, Member, Phase, Unit, UnitState
+from flux_quantum.vendors.base import TaskSnapshot
 
 
 class StartupMeter:
@@ -106,6 +113,44 @@ class Release:
             return False
         self.ready(unit, attempt, why)
         return True
+
+    def unpositioned(
+        self, unit: Unit, attempt: Attempt, snap: TaskSnapshot, now: float
+    ) -> float | None:
+        """The release point of a queued task whose vendor gives no queue position (IBM).
+
+        Its place is estimated (``flux_quantum.poller.estimate_backlog``) from the pending
+        count seen before the create (``ahead``), the time since the create, the device's
+        drain (learned from its pending counts, else the catalog's) and the pending count
+        of the latest probe; ``unpositioned_release`` applies ``release_at`` to it. Marks
+        the attempt READY and returns None at the release point, else the seconds to
+        wait before the next poll.
+        """
+        assert attempt.device is not None
+        release_at = unit.request.release_at
+        drain = self.ctx.estimator.estimate(attempt.device).seconds_per_task
+        probe = self.ctx.device_snapshots.get(attempt.device.name)
+        created = attempt.queued_at if attempt.queued_at is not None else attempt.since
+        estimate = estimate_backlog(
+            snap,
+            ahead_at_create=attempt.ahead,
+            created_t=created if created is not None else snap.t,
+            pending_now=probe.queue_depth
+            if probe is not None and probe.t >= (created or 0)
+            else None,
+            seconds_per_task=drain,
+        )
+        startup = self.startup.estimate() if release_at == RELEASE_PREDICT else 0.0
+        decision = unpositioned_release(snap, release_at, estimate, startup)
+        attempt.estimated_position = estimate.position
+        if release_at in (RELEASE_PREDICT, RELEASE_DONE):
+            attempt.expected_wait = estimate.result_wait
+        else:
+            attempt.expected_wait = estimate.wait
+        if decision.release:
+            self.ready(unit, attempt, decision.reason)
+            return None
+        return unpositioned_poll_interval(estimate, release_at, drain, self.ctx.schedule)
 
     def check_lead(self, unit: Unit, attempt: Attempt, now: float) -> None:
         """Between polls: the cluster may have filled up, or time passed."""
@@ -208,6 +253,7 @@ class Release:
                 [job.id], task=release["task"], device=release["device"], info=release["info"]
             )
             self.ctx.counters.released += 1
+            self.ctx.joined_late(unit_id, job.id)
         except (CommandError, OSError) as exc:
             self.ctx.log(syslog.LOG_WARNING, f"{job.id}: late release failed: {exc}")
 

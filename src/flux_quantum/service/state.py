@@ -21,7 +21,7 @@ from flux_quantum.poller import AdaptivePoller
 from flux_quantum.qasm import ProgramCounts
 from flux_quantum.request import QpuRequest
 from flux_quantum.service.fluxside import JobSize
-from flux_quantum.vendors.base import DeviceSnapshot, TaskRef, TaskSnapshot
+from flux_quantum.vendors.base import DeviceSnapshot, TaskRef, TaskSnapshot, VendorSession
 
 
 class Phase(StrEnum):
@@ -73,6 +73,10 @@ class Attempt:
     retry_posted: bool = False
     wait_posted: str | None = None
     last_poll: float = 0.0
+    since: float | None = None  # taken before the create (qpu-submit): find_task's window
+    ahead: int | None = None  # the device's pending count seen before the create
+    look_first: bool = False  # token recorded by an earlier service: find before creating
+    estimated_position: int | None = None  # a vendor without positions (IBM): estimated
 
     def following(self, failed: str | None, device_class: str | None) -> Attempt:
         """The next attempt after a fail-over away from ``failed``."""
@@ -117,6 +121,26 @@ class Member:
 
 
 @dataclass
+class UnitSession:
+    """The vendor session a unit's tasks ride (``qpu.session``). ``mode`` is the one in
+    force (``job``: none could be opened); ``handle`` holds the secret id in memory only,
+    None after a restart until read back from a task that rode it; ``closing`` is set
+    once the service started to close it."""
+
+    device: str
+    vendor: str
+    requested: str
+    mode: str
+    fingerprint: str | None = None
+    handle: VendorSession | None = None
+    closing: bool = False
+
+    @property
+    def open(self) -> bool:
+        return self.mode != "job" and self.fingerprint is not None and not self.closing
+
+
+@dataclass
 class Unit:
     """Jobs that share tasks: one job, a qpu.group, or a leader and its followers."""
 
@@ -130,6 +154,7 @@ class Unit:
     state: UnitState = UnitState.ACTIVE
     released_at: float | None = None
     release: dict[str, Any] | None = None
+    session: UnitSession | None = None
     released_jobs: list[int] = field(default_factory=list)  # their tasks' costs reach them
 
     @property
@@ -166,3 +191,6 @@ class Counters:
     failovers: int = 0
     vendor_errors: int = 0
     unexpected_errors: int = 0
+    tasks_found: int = 0  # found again after a restart (find_task), not created
+    sessions_opened: int = 0
+    sessions_closed: int = 0

@@ -40,9 +40,16 @@ from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.outcomes import Outcomes, problem_base
 from flux_quantum.service.release import Release
-from flux_quantum.service.state import Attempt, Phase, Program, Unit
+from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitSession
 from flux_quantum.vendors import probe_devices
-from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, TaskSnapshot, TaskState
+from flux_quantum.vendors.base import (
+    DeviceSnapshot,
+    DeviceStatus,
+    SessionOpening,
+    TaskRef,
+    TaskSnapshot,
+    TaskState,
+)
 from flux_quantum.vendors.errors import NotFound, VendorError
 
 # Queue positions that earn a qpu-queue event when first reached (not every poll).
@@ -326,6 +333,7 @@ class Tasks:
             return
         for snapshot in snapshots.values():
             ctx.estimator.observe(snapshot)
+            ctx.device_snapshots[snapshot.device] = snapshot
         request = self.request_for(unit, attempt)
         pool = self._pool(attempt)
         in_flight = self._in_flight(unit)
@@ -355,6 +363,8 @@ class Tasks:
         attempt.device = chosen
         attempt.wait_posted = None
         attempt.errors = 0
+        chosen_snapshot = snapshots.get(chosen.name)
+        attempt.ahead = chosen_snapshot.queue_depth if chosen_snapshot is not None else None
         record = events.Select(
             index=program.index,
             attempt=attempt.number,
@@ -458,7 +468,20 @@ class Tasks:
             ),
             exclude=tuple(sorted(attempt.exclude)),
             device_class=attempt.device_class,
+            since=attempt.since,
+            ahead=attempt.ahead,
+            session=self._riding(unit, attempt.device).fingerprint
+            if self._riding(unit, attempt.device)
+            else None,
         )
+
+    @staticmethod
+    def _riding(unit: Unit, device: Device) -> UnitSession | None:
+        """The unit's open session if tasks on ``device`` ride it."""
+        session = unit.session
+        if session is None or not session.open or session.device != device.name:
+            return None
+        return session
 
     def task_record(self, unit: Unit, program: Program) -> events.TaskCreated:
         attempt = program.attempt
@@ -479,24 +502,110 @@ class Tasks:
         assert program.text is not None
         refusal = self.charges.reserve(unit, program, attempt)
         if refusal is not None:
-            # Reserved before the create, or not created at all.
+            # Reserved before the create (and before any session), or not created at all.
             self.outcomes.fail_unit(unit, f"qpu: {refusal}")
             return
-        if not attempt.submit_posted:
-            # The token goes to the eventlog BEFORE the vendor hears of it: a service
-            # that dies after the create finds the token and gets the same task back.
-            if ctx.post_all(unit, self.submit_record(unit, program)) == 0:
-                attempt.due = ctx.clock() + ctx.options.scan_interval
-                return
-            attempt.submit_posted = True
         device, text, shots, token = attempt.device, program.text, unit.request.shots, attempt.token
         vendor = self._vendor(unit, program, device.vendor, "create")
         if vendor is None:
             return
-        ctx.call(unit, program, lambda: vendor.submit(device, text, shots, token), self._created)
+        if unit.request.session is not None and unit.session is None and not attempt.submit_posted:
+            # The first task of a unit that asked for a session opens it, then rides it;
+            # the unit's other programs wait for it.
+            if program.index != 0 and not unit.programs[0].attempt.submit_posted:
+                attempt.due = ctx.clock() + ctx.options.tick
+                return
+            mode = unit.request.session
+            ctx.call(unit, program, lambda: vendor.open_session(device, mode), self._session_opened)
+            return
+        if not attempt.submit_posted:
+            # The token goes to the eventlog BEFORE the vendor hears of it, with the time
+            # before the create: a service that dies after the create finds the task again
+            # by its token (Braket: the same clientToken; IBM: find_task since that time).
+            attempt.since = ctx.clock()
+            if ctx.post_all(unit, self.submit_record(unit, program)) == 0:
+                attempt.due = ctx.clock() + ctx.options.scan_interval
+                return
+            attempt.submit_posted = True
+        riding = self._riding(unit, device)
+        session = riding.handle if riding is not None else None
+        look, since = attempt.look_first, attempt.since or unit.t_submit
+        found: list[TaskRef] = []
+
+        def create() -> TaskRef:
+            if look:
+                # Recorded by an earlier service, maybe created: a vendor whose create is
+                # not idempotent (IBM) is asked first; Braket's answers None and its
+                # create with the same token returns the same task.
+                task = vendor.find_task(device, token, since=since)
+                if task is not None:
+                    found.append(task)
+                    return task
+            if session is not None:
+                return vendor.submit_in(session, device, text, shots, token)
+            return vendor.submit(device, text, shots, token)
+
+        def created(unit: Unit, program: Program, attempt: Attempt, task: Any, error: Any) -> None:
+            self._created(unit, program, attempt, task, error, found=bool(found))
+
+        ctx.call(unit, program, create, created)
+
+    def _session_opened(
+        self, unit: Unit, program: Program, attempt: Attempt, opening: Any, error: Any
+    ) -> None:
+        """Record the session (or why the tasks run as single jobs), then submit."""
+        ctx = self.ctx
+        assert attempt.device is not None and unit.request.session is not None
+        device = attempt.device
+        if error is not None:
+            if not isinstance(error, VendorError) or error.retryable:
+                self._failed_call(unit, program, "open session", error)
+                return
+            # Refused for good (an account without sessions): the task still runs.
+            opening = SessionOpening(
+                unit.request.session,
+                "job",
+                None,
+                f"{device.vendor} refused a {unit.request.session} session on {device.name} "
+                f"({error.vendor_code}: {error}); tasks run as single jobs",
+            )
+        self._recovered(attempt)
+        session = opening.session
+        unit.session = UnitSession(
+            device=device.name,
+            vendor=device.vendor,
+            requested=opening.requested,
+            mode=opening.mode,
+            fingerprint=session.fingerprint if session is not None else None,
+            handle=session,
+        )
+        record = events.Session(
+            device=device.name,
+            requested=opening.requested,
+            mode=opening.mode,
+            fingerprint=unit.session.fingerprint,
+            reason=opening.reason,
+        )
+        ctx.post_all(unit, record)
+        if session is not None:
+            ctx.counters.sessions_opened += 1
+            self.face.mark_session(unit)
+            ctx.log(
+                syslog.LOG_INFO,
+                f"unit {unit.id}: {opening.mode} session {session.fingerprint} on {device.name}",
+            )
+        elif opening.reason:
+            ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: {opening.reason}")
+        attempt.due = 0.0
 
     def _created(
-        self, unit: Unit, program: Program, attempt: Attempt, task: Any, error: Any
+        self,
+        unit: Unit,
+        program: Program,
+        attempt: Attempt,
+        task: Any,
+        error: Any,
+        found: bool = False,
     ) -> None:
         ctx = self.ctx
         assert attempt.device is not None
@@ -517,12 +626,19 @@ class Tasks:
                     f"{attempt.device.name} refused the task: {error} [{error.vendor_code}]",
                 )
                 return
+            # The create may have landed before the error (a lost answer): look first.
+            attempt.look_first = True
             self._failed_call(unit, program, "create", error)
             return
-        ctx.counters.tasks_created += 1
+        if found:
+            ctx.counters.tasks_found += 1
+            ctx.log(syslog.LOG_INFO, f"unit {unit.id}: found task {task.task_id} again by token")
+        else:
+            ctx.counters.tasks_created += 1
         attempt.task = task
+        attempt.look_first = False
+        attempt.queued_at = ctx.clock() if attempt.since is None or not found else attempt.since
         self.charges.attach(attempt)
-        attempt.queued_at = ctx.clock()
         self._recovered(attempt)
         attempt.phase = Phase.TRACK
         attempt.poller = AdaptivePoller(
@@ -592,6 +708,17 @@ class Tasks:
                 f"task {snap.task.task_id} on {attempt.device.name} {snap.state.value}: {reason}",
             )
             return
+        if self._unpositioned(attempt) and snap.state in (TaskState.CREATED, TaskState.QUEUED):
+            # The vendor gives no place in its queue (IBM): the release point is judged
+            # from the device's pending count, the time since the create and the drain.
+            wait = self.release.unpositioned(unit, attempt, snap, now)
+            if wait is not None and not self.release.lead_reached(unit, attempt, now):
+                # The estimate rests on the pending count, re-read every device check:
+                # poll at least that often, so a wrong drain prior cannot overshoot.
+                ceiling = min(ctx.schedule.max_interval, ctx.options.device_check_interval)
+                attempt.due = now + min(wait, ceiling)
+            self.face.update_memos(unit)
+            return
         delay = attempt.poller.observe(snap)
         drain = ctx.estimator.estimate(attempt.device).seconds_per_task
         remaining = tasks_to_release(snap, unit.request.release_at)
@@ -612,6 +739,16 @@ class Tasks:
         elif not self.release.lead_reached(unit, attempt, now):
             attempt.due = now + min(delay, ctx.schedule.max_interval)
         self.face.update_memos(unit)
+
+    def _unpositioned(self, attempt: Attempt) -> bool:
+        """Whether the attempt's vendor reports no queue positions on its device."""
+        if attempt.device is None:
+            return False
+        try:
+            vendor = self.ctx.vendor(attempt.device.vendor)
+        except Exception:
+            return False
+        return not vendor.reports_positions(attempt.device)
 
     def _milestones(self, unit: Unit, program: Program, snap: TaskSnapshot) -> None:
         attempt = program.attempt

@@ -247,13 +247,15 @@ class VendorSession:
     ``session_id`` is a secret: whoever holds it can add work billed to the account, so it
     is left out of ``repr`` and ``to_dict`` (what may go to an eventlog, the KVS or a log:
     the mode and a fingerprint). Keep it in memory; after a restart a vendor finds it
-    again from a task that rode it (``Vendor.session_of``).
+    again from a task that rode it (``Vendor.session_of``), with ``closed`` saying whether
+    it was closed (or told to take no more work) since.
     """
 
     vendor: str
     device: str
     mode: str
     session_id: str = field(repr=False)
+    closed: bool = False  # as read back: closed, or taking no more work (closing)
 
     @property
     def fingerprint(self) -> str:
@@ -323,8 +325,14 @@ class Vendor(abc.ABC):
     def attach(self, task_id: str) -> TaskRef:
         """Find an existing task by its vendor id (after a restart)."""
 
-    # Optional verbs: the defaults suit a vendor whose create is idempotent by token and
-    # that has no sessions (Braket).
+    # Optional verbs: the defaults suit a vendor whose create is idempotent by token,
+    # that reports queue positions and that has no sessions (Braket).
+
+    def reports_positions(self, device: Device) -> bool:
+        """Whether ``poll`` gives a queued task's place on ``device``. Without it (IBM) the
+        service estimates the place from the device's pending count (``flux_quantum.poller``).
+        Pure: never calls the vendor."""
+        return True
 
     def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
         """The task a create with ``token`` made on ``device`` at or after ``since``
@@ -355,6 +363,13 @@ class Vendor(abc.ABC):
     def session_of(self, task: TaskRef) -> VendorSession | None:
         """The session ``task`` rode, as the vendor knows it, or None."""
         return None
+
+    def session_environment(self, session: VendorSession) -> dict[str, str]:
+        """What a job's own later tasks need in their environment to ride ``session``
+        (a secret: only for that job's environment)."""
+        raise NotSupported(
+            f"{self.name} has no sessions", vendor=self.name, vendor_code="NotSupported"
+        )
 
 
 @dataclass(frozen=True)

@@ -655,6 +655,9 @@ class IbmVendor(Vendor):
             self._calibrations[device.id] = (now, calibration)
         return calibration
 
+    def reports_positions(self, device: Device) -> bool:
+        return False  # IBM gives a backend's pending count, never a job's place
+
     def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
         return self._create(device, program_text, shots, token, None)
 
@@ -882,7 +885,8 @@ class IbmVendor(Vendor):
         quoted = urllib.parse.quote(str(session_id), safe="")
         doc = self._call("session", task.device, lambda: reader.get(f"/sessions/{quoted}"))
         mode = str(doc.get("mode") or "dedicated")
-        return VendorSession(self.name, task.device, mode, str(session_id))
+        closed = doc.get("state") == "closed" or doc.get("accepting_jobs") is False
+        return VendorSession(self.name, task.device, mode, str(session_id), closed=closed)
 
     def session_environment(self, session: VendorSession) -> dict[str, str]:
         return session_environment(session, self.backend_of(session.device))

@@ -166,6 +166,9 @@ class LocalVendor(BraketVendor):
             )
         return super().probe(device)
 
+    def reports_positions(self, device: Device) -> bool:
+        return not is_ibm(device.id)
+
     def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
         self._require_emulator()
         ibm = self._ibm_side(device.id)
@@ -215,6 +218,11 @@ class LocalVendor(BraketVendor):
     def session_of(self, task: TaskRef) -> VendorSession | None:
         ibm = self._ibm_side(task.task_id)
         return ibm.session_of(task) if ibm is not None else None
+
+    def session_environment(self, session: VendorSession) -> dict[str, str]:
+        if self.ibm is None:
+            return super().session_environment(session)
+        return self.ibm.session_environment(session)
 
     def _client(self, service: str, region: str) -> Any:
         self._require_emulator()

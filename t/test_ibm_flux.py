@@ -1,0 +1,299 @@
+"""Flux tier: IBM Quantum through the handler service on a real instance, the real qrmi
+client against the project's emulator (its IBM side, on a ManualClock the tests
+advance). A site's set-up: ``vendor: ibm`` devices reached through QRMI's own settings
+(``<backend>_QRMI_IBM_QCS_*``) in the instance's environment; ``local`` twins (the
+emulator's URL) where a test needs the emulator's short create settle time.
+
+Stories: a job held while its IBM job is pending and released at the estimated front of
+the queue (IBM gives no position), its consumer reading counts; a session opened with the
+first task, ridden by the job's own later task (``flux quantum task --session-env``),
+closed when the job ends, also when the service was killed -9 or stopped meanwhile; a
+kill -9 between the recorded create and its answer, after which the job is found again
+and never created twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fluxinstance import FluxInstance
+from test_service_flux import Qpu
+
+from flux_quantum.emulator import Emulator, ManualClock
+from flux_quantum.emulator.ibm_scenario import IbmScenario
+
+pytestmark = pytest.mark.flux
+
+BELL = """OPENQASM 3.0;
+include "stdgates.inc";
+qubit[2] q;
+bit[2] c;
+h q[0];
+cx q[0], q[1];
+c = measure q;
+"""
+
+# One backend per story, so queues never leak between tests.
+BACKENDS = [
+    {"name": "ibm_held", "qubits": 5, "queue": {"depth": 3, "service_time": 10}},
+    {"name": "ibm_ride", "qubits": 5, "queue": {"depth": 0, "service_time": 10}},
+    {"name": "ibm_kill", "qubits": 5, "queue": {"depth": 0, "service_time": 10}},
+    {"name": "ibm_down", "qubits": 5, "queue": {"depth": 0, "service_time": 10}},
+    {"name": "ibm_cancel", "qubits": 5, "queue": {"depth": 2, "service_time": 10}},
+    {"name": "ibm_find", "qubits": 5, "queue": {"depth": 1, "service_time": 10}},
+]
+FAULTS = [  # the create lands, its answer comes 20 s later: time to kill the service
+    {"operation": "CreateJob", "backend": "ibm_find", "delay": 20, "after_commit": True}
+]
+# drain_seconds_per_task is large so that, until the emulated queue moves, the estimate
+# rests on the pending counts alone (the tests move the emulator's clock by hand).
+CATALOG = (
+    "devices:\n"
+    + "".join(
+        f"  - {{name: {b['name'][4:]}, vendor: ibm, id: {b['name']}, class: qpu, qubits: 5,"
+        " price: {per_minute: 96}, properties: {drain_seconds_per_task: 1000}}\n"
+        for b in BACKENDS
+    )
+    + (
+        "  - {name: local-find, vendor: local, id: ibm_find, class: qpu, qubits: 5,"
+        " price: {per_minute: 96}, properties: {drain_seconds_per_task: 1000}}\n"
+    )
+)
+
+# The job's own later task, riding the session through the environment that
+# `flux quantum task --session-env` printed (QRMI's settings are in the environment).
+RIDE = r"""
+import os
+from flux_quantum.catalog import load_catalog
+from flux_quantum.consumer import current_task
+from flux_quantum.vendors.ibm import IbmSettings, IbmVendor
+
+job = current_task()
+catalog = load_catalog(job.catalog)
+vendor = IbmVendor(IbmSettings(settle=0), devices=catalog.devices)
+later = vendor.submit(catalog.get(job.device), open("bell.qasm").read(), 10,
+                      f"{job.jobid}-iter-1")
+print(job.task_id, later.task_id, flush=True)
+"""
+
+
+class Ibm(Qpu):
+    """``Qpu`` of the service tests with an IBM emulator, and an instance whose
+    environment carries QRMI's settings (what a site exports for the service)."""
+
+    def __init__(self, workdir: Path) -> None:
+        import flux
+
+        # Emulated time starts now, as IBM's does: find_task lists jobs created since the
+        # service's own recorded time.
+        self.clock = ManualClock(epoch=datetime.now(UTC))
+        scenario = IbmScenario.from_dict({"backends": BACKENDS, "faults": FAULTS})
+        self.emu = Emulator(clock=self.clock, ibm=scenario).start()
+        self.catalog = workdir / "backends.yaml"
+        self.catalog.write_text(CATALOG)
+        (workdir / "bell.qasm").write_text(BELL)
+        (workdir / "ride.py").write_text(RIDE)
+        saved = dict(os.environ)
+        os.environ.update(self.emu.ibm_env())
+        try:
+            self.inst = FluxInstance(workdir, size=1).start()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        self.handle = flux.Flux(self.inst.uri)
+        # A job's environment holds no credential (a QPU job carrying one is refused at
+        # submit): the service has them; a job that calls IBM itself sources a file.
+        secret = {k: v for k, v in self.emu.ibm_env().items() if k.endswith("_IAM_APIKEY")}
+        self.inst.env = {k: v for k, v in self.inst.env.items() if k not in secret}
+        credentials = workdir / "ibm-credentials.env"
+        credentials.write_text("".join(f"export {k}={v}\n" for k, v in secret.items()))
+        credentials.chmod(0o600)
+        settings = {k: v for k, v in self.emu.ibm_env().items() if k not in secret}
+        self.job_env = {**settings, "FLUX_QUANTUM_BACKENDS": str(self.catalog)}
+
+    def status(self) -> dict[str, Any]:
+        return json.loads(self.inst.quantum("service", "status", "--json").stdout)
+
+    def kill_service(self) -> None:
+        """kill -9 of the service process; its supervisor starts a new one."""
+        pid = self.status()["pid"]
+        os.kill(pid, signal.SIGKILL)
+        self.until(lambda: (s := self.status()).get("running") and s["pid"] != pid)
+
+    def closed(self, session_id: str) -> bool:
+        return self.emu.ibm.session_state(session_id) == "closed"
+
+
+@pytest.fixture(scope="module")
+def ibm(tmp_path_factory) -> Iterator[Ibm]:
+    world = Ibm(tmp_path_factory.mktemp("ibm"))
+    yield world
+    world.close()
+    assert world.inst.stop() == 0, world.inst.broker_log()
+
+
+@pytest.fixture
+def service(ibm: Ibm) -> Iterator[Ibm]:
+    ibm.start_service()
+    yield ibm
+    ibm.inst.quantum("service", "stop", check=False)
+
+
+def test_held_while_pending_released_at_the_estimated_front_consumer_reads_counts(service):
+    ibm = service
+    jobid = ibm.submit(
+        "--setattr=qpu.device=ibm:held",
+        "--setattr=qpu.release_at=1",
+        "--setattr=qpu.program=bell.qasm",
+        "--setattr=qpu.shots=100",
+        "sh",
+        "-c",
+        ". ./ibm-credentials.env && flux quantum task --wait --json",
+    )
+    ibm.inst.wait_event(jobid, "qpu-task", timeout=40)
+    submit = ibm.context(jobid, "qpu-submit")
+    assert submit["ahead"] == 3 and submit["since"] <= ibm.events(jobid)[-1]["timestamp"]
+    # IBM gives no position: the service shows its estimate (3 were pending before it)
+    # and holds the job while the emulated queue stands still.
+    position = ibm.until(lambda: ibm.memo(jobid).get("qpu_position"))
+    assert position >= 3
+    time.sleep(2.5)  # several polls and device probes (poll-max=2, device-check=1)
+    assert ibm.inst.state(jobid) == "DEPEND" and "qpu-release" not in ibm.names(jobid)
+    ibm.clock.advance(30)  # the three ahead are served: ours is the only one pending
+    ibm.inst.wait_event(jobid, "qpu-release", timeout=30)
+    why = ibm.context(jobid, "qpu-ready")["tasks"][0]["why"]
+    assert why.startswith("estimated position 1 <= release_at 1"), why
+    ibm.clock.advance(30)
+    ibm.inst.wait_event(jobid, "clean", timeout=60)
+    out = json.loads(ibm.inst.run(["flux", "job", "attach", jobid]).stdout)
+    assert out["task"] == ibm.context(jobid, "qpu-task")["task"]
+    assert sum(out["counts"].values()) == 100 and set(out["counts"]) <= {"00", "11"}
+    assert len(ibm.emu.ibm.job_ids("ibm_held")) == 1
+
+
+def test_session_ridden_by_the_jobs_own_task_and_closed_when_it_ends(service):
+    ibm = service
+    stop = ibm.inst.workdir / "stop-ride"
+    consumer = (
+        '. ./ibm-credentials.env && eval "$(flux quantum task --session-env)" && '
+        f"python3 ride.py && while [ ! -e {stop} ]; do sleep 0.1; done"
+    )
+    jobid = ibm.submit(
+        "--setattr=qpu.device=ibm:ride",
+        "--setattr=qpu.session=dedicated",
+        "--setattr=qpu.release_at=running",
+        "--setattr=qpu.program=bell.qasm",
+        "sh",
+        "-c",
+        consumer,
+    )
+    ibm.inst.wait_event(jobid, "qpu-release", timeout=40)
+    opened = ibm.context(jobid, "qpu-session")
+    assert (opened["requested"], opened["mode"]) == ("dedicated", "dedicated")
+    [session_id] = ibm.emu.ibm.session_ids()
+    assert session_id not in json.dumps(ibm.events(jobid))  # the id is a secret
+    first = ibm.context(jobid, "qpu-task")["task"]
+    ibm.until(lambda: len(ibm.emu.ibm.job_ids("ibm_ride")) == 2)
+    later = [j for j in ibm.emu.ibm.job_ids("ibm_ride") if j != first]
+    assert ibm.context(jobid, "qpu-submit")["session"] == opened["fingerprint"]
+    assert ibm.emu.ibm.session_jobs(session_id) == [first, *later]  # both ride it
+    assert ibm.emu.call_count("CreateSession") == 1
+    time.sleep(1.0)  # several session checks while the job runs
+    assert not ibm.closed(session_id)
+    stop.touch()
+    ibm.inst.wait_event(jobid, "clean", timeout=30)
+    ibm.until(lambda: ibm.closed(session_id))
+    assert ibm.status()["counters"]["sessions_closed"] >= 1
+
+
+def test_session_closed_after_the_service_was_killed_while_the_job_ran(service):
+    ibm = service
+    stop = ibm.inst.workdir / "stop-kill"
+    jobid = ibm.submit(
+        "--setattr=qpu.device=ibm:kill",
+        "--setattr=qpu.session=batch",
+        "--setattr=qpu.release_at=running",
+        "sh",
+        "-c",
+        f"while [ ! -e {stop} ]; do sleep 0.1; done",
+    )
+    ibm.inst.wait_event(jobid, "qpu-release", timeout=40)
+    assert ibm.memo(jobid)["qpu_session"].startswith("batch ")
+    session_id = ibm.until(lambda: [s for s in ibm.emu.ibm.session_ids() if not ibm.closed(s)])[0]
+    ibm.kill_service()
+    time.sleep(1.0)
+    assert not ibm.closed(session_id)  # the job still runs: its session stays
+    stop.touch()
+    ibm.inst.wait_event(jobid, "clean", timeout=30)
+    ibm.until(lambda: ibm.closed(session_id))
+    assert len(ibm.emu.ibm.job_ids("ibm_kill")) == 1  # re-attached, not created again
+
+
+def test_session_of_a_job_that_ended_while_the_service_was_down_is_closed(service):
+    ibm = service
+    stop = ibm.inst.workdir / "stop-down"
+    jobid = ibm.submit(
+        "--setattr=qpu.device=ibm:down",
+        "--setattr=qpu.session=dedicated",
+        "--setattr=qpu.release_at=running",
+        "sh",
+        "-c",
+        f"while [ ! -e {stop} ]; do sleep 0.1; done",
+    )
+    ibm.inst.wait_event(jobid, "qpu-release", timeout=40)
+    before = set(ibm.emu.ibm.session_ids())
+    [session_id] = [s for s in before if not ibm.closed(s)]
+    ibm.inst.quantum("service", "stop")
+    stop.touch()
+    ibm.inst.wait_event(jobid, "clean", timeout=30)
+    time.sleep(0.5)
+    assert not ibm.closed(session_id)
+    ibm.start_service()  # finds the ended job by its qpu_session memo and closes it
+    ibm.until(lambda: ibm.closed(session_id))
+
+
+def test_a_cancelled_held_job_closes_its_session(service):
+    ibm = service
+    jobid = ibm.submit(
+        "--setattr=qpu.device=ibm:cancel",
+        "--setattr=qpu.session=dedicated",
+        "true",
+        at_front=False,  # release_at=done: held until the emulated clock moves
+    )
+    ibm.inst.wait_event(jobid, "qpu-task", timeout=40)
+    ibm.inst.wait_event(jobid, "qpu-session", timeout=10)
+    open_ids = [s for s in ibm.emu.ibm.session_ids() if not ibm.closed(s)]
+    assert len(open_ids) == 1
+    ibm.inst.run(["flux", "cancel", jobid])
+    ibm.until(lambda: ibm.closed(open_ids[0]))
+    task = ibm.context(jobid, "qpu-task")["task"]
+    ibm.until(lambda: ibm.emu.call_count("CancelJob", target=task) >= 1)
+
+
+def test_killed_between_the_recorded_create_and_its_answer_the_job_is_found_not_created_twice(
+    service,
+):
+    ibm = service
+    jobid = ibm.submit(
+        "--setattr=qpu.device=local:local-find", "--setattr=qpu.release_at=running", "true"
+    )
+    ibm.inst.wait_event(jobid, "qpu-submit", timeout=40)
+    ibm.until(lambda: ibm.emu.ibm.job_ids("ibm_find"))  # landed; its answer is held
+    assert "qpu-task" not in ibm.names(jobid)
+    ibm.kill_service()
+    ibm.inst.wait_event(jobid, "qpu-task", timeout=40)
+    [created] = ibm.emu.ibm.job_ids("ibm_find")
+    assert ibm.context(jobid, "qpu-task")["task"] == created
+    counters = ibm.status()["counters"]
+    assert counters["tasks_found"] == 1 and counters["tasks_created"] == 0
+    ibm.clock.advance(20)
+    ibm.inst.wait_event(jobid, "clean", timeout=40)
+    assert ibm.emu.ibm.job_ids("ibm_find") == [created]
