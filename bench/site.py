@@ -1148,6 +1148,12 @@ def plot(
     return f"plot: {path}"
 
 
+def jobs_csv_name(stem: str) -> str:
+    """``site_jobs.csv``, ``site_jobs_quick.csv``: a smoke run's name ends ``_quick.*``."""
+    base, quick, _ = stem.partition("_quick")
+    return f"{base}_jobs{quick}.csv"
+
+
 def write_csvs(
     summaries: list[Summary], runs: list[ArmRun], out: Path, stem: str, args: argparse.Namespace
 ) -> None:
@@ -1164,7 +1170,7 @@ def write_csvs(
                     "command": "python bench/site.py " + " ".join(sys.argv[1:]),
                 }
             )
-    with open(out / f"{stem}_jobs.csv", "w", newline="") as f:
+    with open(out / jobs_csv_name(stem), "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
             [
@@ -1320,7 +1326,7 @@ def main(argv: list[str] | None = None) -> int:
     say("")
     say(text)
     say(plot(series, summaries, profile, out / f"{stem}.png"))
-    say(f"csv: {out / (stem + '.csv')}, {out / (stem + '_jobs.csv')}")
+    say(f"csv: {out / (stem + '.csv')}, {out / jobs_csv_name(stem)}")
     if quick:
         say(f"smoke test: {len(summaries)} arm runs in {wall / 60:.1f} min")
     return 0
