@@ -216,3 +216,35 @@ def test_a_guests_program_is_read_only_from_a_file_the_guest_owns(tmp_path):
     link.symlink_to(path)
     with pytest.raises(ProgramError, match="belongs to uid"):
         read_program(None, str(link), owner=me + 1)
+
+
+class _Attrs:
+    """A Flux handle that only answers ``attr_get``."""
+
+    def __init__(self, attrs: dict[str, Any]) -> None:
+        self.attrs = attrs
+
+    def attr_get(self, name: str) -> Any:
+        if name not in self.attrs:
+            raise OSError(2, "No such file or directory")
+        return self.attrs[name]
+
+
+def test_only_the_instance_owner_takes_the_service_name():
+    from flux_quantum.service.runner import instance_owner
+
+    me = os.getuid()
+    assert instance_owner(_Attrs({"security.owner": str(me)}))
+    assert not instance_owner(_Attrs({"security.owner": str(me + 1)}))
+    assert instance_owner(_Attrs({}))  # an instance that does not say
+
+
+def test_a_guest_who_may_not_query_the_plugin_is_not_told_it_is_missing():
+    import errno
+
+    from flux_quantum.plugin import PluginNotLoaded, _plugin_error
+
+    assert isinstance(_plugin_error("query", OSError(errno.ENOSYS, "x")), PluginNotLoaded)
+    denied = _plugin_error("query", OSError(errno.EPERM, "Request requires owner credentials"))
+    assert not isinstance(denied, PluginNotLoaded)
+    assert "owner credentials" in str(denied)

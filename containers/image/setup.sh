@@ -146,6 +146,10 @@ module = "$MODULE"
 ranks = "0"
 after = ["job-manager"]
 requires = ["job-manager"]
+# /etc/flux/modprobe is read by every instance on the node, a user's own
+# flux start or flux alloc included: only the system instance (the one with
+# this cluster's [bootstrap] certificate) runs the site's service.
+needs-config = ["bootstrap.curve_cert"]
 args = ["python=$VENV/bin/python", "catalog=$CATALOG", "emulator_url=$EMULATOR_URL"]
 TOML
 install -m 0644 "$HERE/flux-quantum-rc1.py" /etc/flux/modprobe/rc1.d/flux-quantum.py

@@ -148,11 +148,15 @@ class PluginClient:
             raise _plugin_error("query", exc) from exc
 
 
+class PluginNotLoaded(CommandError):
+    """The instance has no quantum jobtap plugin (its services answer ENOSYS)."""
+
+
 def _plugin_error(method: str, exc: OSError) -> CommandError:
     import errno
 
     if exc.errno == errno.ENOSYS:
-        return CommandError(
+        return PluginNotLoaded(
             "the quantum jobtap plugin is not loaded in this instance "
             "(flux jobtap load $(flux quantum plugin-path))"
         )

@@ -104,11 +104,13 @@ def _status(name: str, handle: Any = None) -> dict[str, Any]:
 
 def _require_plugin() -> None:
     """The service has nothing to do without the quantum jobtap plugin: say so now."""
-    from flux_quantum.plugin import PluginClient
+    from flux_quantum.plugin import PluginClient, PluginNotLoaded
 
     try:
         PluginClient().query()
-    except CommandError:
+    except CommandError as exc:
+        if not isinstance(exc, PluginNotLoaded):
+            return  # a guest may not query it (owner only): the service will see
         raise CommandError(
             "the quantum jobtap plugin is not loaded in this instance, so no job is held "
             "for the service to handle (flux jobtap load $(flux quantum plugin-path), or "

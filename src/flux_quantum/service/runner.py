@@ -240,6 +240,14 @@ def site_policy(handle: Any, catalog: Catalog) -> SitePolicy:
         raise ServiceError(str(exc)) from None
 
 
+def instance_owner(handle: Any) -> bool:
+    """Whether this process runs as the instance owner (``security.owner``)."""
+    try:
+        return int(handle.attr_get("security.owner")) == os.getuid()
+    except (OSError, ValueError, TypeError):
+        return True  # an instance that does not say: act as before, its owner's
+
+
 def _warm_up() -> None:
     try:
         import braket.aws  # noqa: F401
@@ -297,14 +305,18 @@ def serve(
     except OSError as exc:
         log(syslog.LOG_ERR, f"error: cannot connect to the Flux instance: {exc}")
         return EXIT_SETUP
-    registered = True
-    try:
-        handle.service_register(name).get()
-    except OSError as exc:
-        if exc.errno == errno.EEXIST:
-            log(syslog.LOG_ERR, f"error: the qpu handler service '{name}' is already running")
-            return EXIT_RUNNING
-        registered = False  # a guest: no service name, no status endpoint
+    # The instance owner's service registers the name (a lock: one per instance); a
+    # guest's own service (for that guest's qpu.account=user jobs) has neither the
+    # right nor the need: no service name, no status endpoint.
+    registered = instance_owner(handle)
+    if registered:
+        try:
+            handle.service_register(name).get()
+        except OSError as exc:
+            if exc.errno == errno.EEXIST:
+                log(syslog.LOG_ERR, f"error: the qpu handler service '{name}' is already running")
+                return EXIT_RUNNING
+            registered = False
     try:
         runner = ServiceRunner(handle, options, log, owner=registered)
     except ServiceError as exc:
