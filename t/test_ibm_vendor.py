@@ -164,6 +164,9 @@ def test_lifecycle_counts_and_reattach(emu, clock):
     assert again.result(task).counts == {"100": 200}
     params = emu.ibm.job_params(task.task_id)
     assert program_token(params["pubs"][0][0]) == "fq-7-1-0-0" and params["shots"] == 200
+    # What IBM bills: the job's usage (here the emulated run, RUNNING to COMPLETED).
+    billed = again.billed_seconds(task)
+    assert billed is not None and 0 < billed <= 10
 
 
 def test_cancel_and_a_failed_job_with_its_reason(clock):

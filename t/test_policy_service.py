@@ -26,6 +26,7 @@ from flux_quantum.request import parse_request
 from flux_quantum.service import QuantumService, compact_explanation
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, TaskRef, TaskResult
+from flux_quantum.vendors.braket import execution_seconds
 from flux_quantum.vendors.errors import InvalidRequest
 
 # alpha: $0.30 + $0.001 x 1000 shots = $1.30 a task; beta $2.30; solo $1.30.
@@ -41,6 +42,9 @@ class BillingVendor(ScriptedVendor):
         self._call("result", task.task_id)
         raw = {"additionalMetadata": {"simulatorMetadata": {"executionDuration": 12000}}}
         return TaskResult(task, {"00": 1}, raw)
+
+    def billed_seconds(self, task: TaskRef) -> float | None:
+        return execution_seconds(self.result(task).raw)
 
 
 class SiteHarness(Harness):

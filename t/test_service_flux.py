@@ -615,6 +615,32 @@ def test_the_service_also_runs_in_the_brokers_own_python(inst, qpu, tmp_path_fac
     assert device == "q-delta" and arn == qpu.emu.task_arns()[0]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_service_run_stops_cleanly_on_ctrl_c_and_sigterm(inst, qpu, sig):
+    """`flux quantum service run` in a terminal: Ctrl-C (or a SIGTERM) stops it with
+    status 0 and says why, rather than leaving it running or killing it mid-call."""
+    proc = subprocess.Popen(
+        ["flux", "quantum", "service", "run", "-v"],
+        env=inst.env,
+        cwd=inst.workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while inst.quantum("service", "status", check=False).returncode != 0:
+            assert proc.poll() is None and time.monotonic() < deadline, "service did not start"
+            time.sleep(0.5)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert f"signal {int(sig)}: stopping" in err
+
+
 def test_start_fails_with_the_services_own_error_and_leaves_nothing_loaded(inst, qpu):
     """A service that cannot run in the interpreter it was given (here the broker's
     own Python, where flux-quantum is not installed): start says why in the service's

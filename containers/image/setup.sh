@@ -24,6 +24,10 @@ install -d -o flux -g flux -m 0755 /run/flux /var/lib/flux
 python3 -m venv "$VENV"
 mkdir -p /tmp/flux-quantum-src
 tar -C /tmp/flux-quantum-src -xf "$CTX/flux-quantum-src.tar"
+# The README is left out of the context (editing it must not rebuild the image);
+# pip needs the file the project's metadata names.
+[ -f /tmp/flux-quantum-src/README.md ] ||
+    echo "flux-quantum: see the project's README.md" >/tmp/flux-quantum-src/README.md
 # The project is built here, not on the host: its jobtap and job-shell plugins
 # compile against this image's flux-core and python.
 "$VENV/bin/pip" install --no-index --find-links "$CTX/wheels" /tmp/flux-quantum-src pytest

@@ -59,14 +59,6 @@ class Billing:
     errors: int = 0
 
 
-def billed_seconds(raw: Any) -> float | None:
-    """A time-billed simulator's run time from its vendor result document (Braket's
-    ``executionDuration``); None when the result does not say."""
-    from flux_quantum.vendors.braket import execution_seconds
-
-    return execution_seconds(raw)
-
-
 class Charges:
     def __init__(self, ctx: ServiceContext, site: SitePolicy | None) -> None:
         self.ctx = ctx
@@ -230,7 +222,7 @@ class Charges:
             return
 
         def fetch() -> float | None:
-            return billed_seconds(vendor.result(billing.task).raw)
+            return vendor.billed_seconds(billing.task)
 
         def done(seconds: Any, error: BaseException | None) -> None:
             if error is not None:

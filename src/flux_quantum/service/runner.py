@@ -362,9 +362,12 @@ def serve(
             log(syslog.LOG_ERR, f"task: {exc}")
             reply(errno.EIO, f"task: {exc}")
 
-    def on_signal(h: Any, watcher: Any, signum: int, arg: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
+        # A Python handler (it runs at the next callback: the tick timer fires every few
+        # tenths of a second); a Flux signal watcher lost to Python's own SIGINT handler,
+        # whose KeyboardInterrupt a reactor callback swallowed.
         log(syslog.LOG_INFO, f"signal {signum}: stopping")
-        h.reactor_stop()
+        handle.reactor_stop()
 
     def on_lifeline(h: Any, watcher: Any, fd: int, revents: int, arg: Any) -> None:
         try:
@@ -392,9 +395,7 @@ def serve(
             w.start()
             watchers.append(w)
     for sig in (signal.SIGINT, signal.SIGTERM):
-        w = handle.signal_watcher_create(sig, on_signal)
-        w.start()
-        watchers.append(w)
+        signal.signal(sig, on_signal)
     if supervised:
         os.set_blocking(0, False)
         w = handle.fd_watcher_create(0, on_lifeline, events=flux.constants.FLUX_POLLIN)
@@ -405,6 +406,10 @@ def serve(
         announce(READY_LINE)
     try:
         handle.reactor_run()
+    except KeyboardInterrupt:
+        # Flux's reactor_run watches SIGINT itself (stop, then KeyboardInterrupt):
+        # Ctrl-C is an orderly stop like SIGTERM.
+        log(syslog.LOG_INFO, f"signal {int(signal.SIGINT)}: stopping")
     finally:
         runner.stop()
         for w in watchers:

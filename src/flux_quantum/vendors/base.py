@@ -364,6 +364,11 @@ class Vendor(abc.ABC):
         """The session ``task`` rode, as the vendor knows it, or None."""
         return None
 
+    def billed_seconds(self, task: TaskRef) -> float | None:
+        """The run time the vendor bills for a finished ``task`` on a per-minute device,
+        or None when it does not say (then the catalog's minimum is charged)."""
+        return None
+
     def session_environment(self, session: VendorSession) -> dict[str, str]:
         """What a job's own later tasks need in their environment to ride ``session``
         (a secret: only for that job's environment)."""

@@ -663,6 +663,10 @@ class BraketVendor(Vendor):
             lambda: braket.cancel_quantum_task(quantumTaskArn=task.task_id, clientToken=token),
         )
 
+    def billed_seconds(self, task: TaskRef) -> float | None:
+        """A managed simulator's run time, from its results.json (execution_seconds)."""
+        return execution_seconds(self.result(task).raw)
+
     def result(self, task: TaskRef) -> TaskResult:
         data = self._get_task(task.task_id)
         status = data.get("status")

@@ -796,6 +796,18 @@ class IbmVendor(Vendor):
         resource = self._resource(self.backend_of(task.device))
         self._call("cancel", task.task_id, lambda: resource.task_stop(task.task_id))
 
+    def billed_seconds(self, task: TaskRef) -> float | None:
+        """What IBM bills a finished job: its ``usage`` (``quantum_seconds``, else
+        ``seconds``) in ``GET /jobs/{id}``; None when the job does not say."""
+        usage = self._job(task.task_id, self.backend_of(task.device)).get("usage")
+        if not isinstance(usage, dict):
+            return None
+        for key in ("quantum_seconds", "seconds"):
+            value = usage.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+                return float(value)
+        return None
+
     def result(self, task: TaskRef) -> TaskResult:
         resource = self._resource(self.backend_of(task.device))
         value = self._call("result", task.task_id, lambda: resource.task_result(task.task_id)).value

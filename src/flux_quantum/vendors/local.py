@@ -188,6 +188,10 @@ class LocalVendor(BraketVendor):
         ibm = self._ibm_side(task.task_id)
         return ibm.result(task) if ibm is not None else super().result(task)
 
+    def billed_seconds(self, task: TaskRef) -> float | None:
+        ibm = self._ibm_side(task.task_id)
+        return ibm.billed_seconds(task) if ibm is not None else super().billed_seconds(task)
+
     def attach(self, task_id: str) -> TaskRef:
         ibm = self._ibm_side(task_id)
         return ibm.attach(task_id) if ibm is not None else super().attach(task_id)
