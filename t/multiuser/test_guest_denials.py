@@ -4,6 +4,8 @@ nothing about the job changes when he tries."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from cluster import (
     held_ids,
@@ -92,3 +94,19 @@ def test_bob_sees_only_his_own_held_jobs(alices_job):
 def test_bob_cannot_read_alices_jobspec(alices_job):
     res = run("bob", "flux", "job", "info", alices_job, "jobspec", check=False)
     assert not res.ok
+
+
+def test_the_quantum_commands_work_for_a_guest_and_show_only_what_is_theirs(alices_job):
+    """bob sees the device list and status like everyone, and nothing of alice's."""
+    backends = run("bob", "flux", "quantum", "backends")
+    assert "local-sv1" in backends.stdout
+    select = run("bob", "flux", "quantum", "select", "local:any", "--explain")
+    assert "local-" in select.stdout
+    status = run("bob", "flux", "quantum", "service", "status", "--json")
+    view = json.loads(status.stdout)
+    assert view.get("running") is True
+    shown = json.dumps(view)
+    assert alices_job not in shown and str(jobid_int(alices_job)) not in shown
+    res = run("bob", "flux", "quantum", "task", alices_job, check=False)
+    assert not res.ok
+    assert alices_job not in run("bob", "flux", "quantum", "jobs").stdout
