@@ -27,6 +27,7 @@ from flux_quantum.errors import CommandError
 from flux_quantum.plugin import HeldJob
 from flux_quantum.service import QuantumService, ServiceOptions
 from flux_quantum.service.fluxside import ClusterView, JobRecord
+from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import (
     DeviceSnapshot,
     DeviceStatus,
@@ -541,7 +542,16 @@ class Harness:
         clock: Clock | None = None,
         catalog: Catalog | None = None,
         ibm: IbmLikeVendor | None = None,
+        *,
+        site: SitePolicy | None = None,
+        userid: int = OWNER,
+        instance_owner: bool = True,
+        vendor_names: Sequence[str] = ("local", "ibm"),
     ) -> None:
+        """``site``: the site policy the service enforces; ``userid`` and
+        ``instance_owner``: who the service runs as (a guest's own service: not the
+        instance owner); ``vendor_names``: which of the fakes it has (any other vendor is
+        the real one, which has no credentials here)."""
         self.clock = clock or Clock()
         self.flux = flux or FakeFlux(self.clock)
         default = {"alpha": QueueModel(3), "beta": QueueModel(5), "solo": QueueModel(1)}
@@ -561,10 +571,16 @@ class Harness:
             self.catalog,
             options,
             self.workers,
-            vendors={"local": self.vendor, "ibm": self.ibm},
+            vendors={
+                name: fake
+                for name, fake in (("local", self.vendor), ("ibm", self.ibm))
+                if name in vendor_names
+            },
             clock=self.clock,
             log=lambda level, msg: self.logs.append((level, msg)),
-            userid=OWNER,
+            userid=userid,
+            site=site,
+            instance_owner=instance_owner,
         )
 
     def restart(self, options: ServiceOptions = FAST) -> Harness:

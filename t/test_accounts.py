@@ -19,7 +19,6 @@ from flux_quantum import events
 from flux_quantum.accounts import AccountsConfigError, SiteAccounts, request_account
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.ledger import GuestError
-from flux_quantum.service import QuantumService
 from flux_quantum.service.fluxside import JobRecord
 from flux_quantum.service.taskread import checked_request, readable_ref
 from flux_quantum.service.tasks import ProgramError, read_program
@@ -31,7 +30,6 @@ ALICE, BOB = 1001, 1002
 def harness(tmp_path: Path, accounts: dict[str, Any] | None, *, userid: int = OWNER) -> Harness:
     """A Harness whose service runs as ``userid`` (the instance owner's when OWNER, with
     the site policy and ``accounts``; a guest's own service otherwise)."""
-    h = Harness()
     owner = userid == OWNER
     site = None
     if owner:
@@ -39,19 +37,7 @@ def harness(tmp_path: Path, accounts: dict[str, Any] | None, *, userid: int = OW
         if accounts is not None:
             table["accounts"] = accounts
         site = SitePolicy.from_config(table, owner=OWNER)
-    h.service = QuantumService(
-        h.flux,
-        h.catalog,
-        h.service.ctx.options,
-        h.workers,
-        vendors={"local": h.vendor},
-        clock=h.clock,
-        log=lambda level, msg: h.logs.append((level, msg)),
-        userid=userid,
-        site=site,
-        instance_owner=owner,
-    )
-    return h
+    return Harness(site=site, userid=userid, instance_owner=owner)
 
 
 def front(device: str, **more: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from flux_quantum.ledger import Ledger, UsageQuery
 from flux_quantum.policy import select_device
 from flux_quantum.quota import Charge
 from flux_quantum.request import parse_request
-from flux_quantum.service import QuantumService, compact_explanation
+from flux_quantum.service import compact_explanation
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, TaskRef, TaskResult
 from flux_quantum.vendors.braket import execution_seconds
@@ -56,23 +56,13 @@ class SiteHarness(Harness):
         flux = kw.get("flux")
         journal = flux.journal if flux is not None else []
         vendor = kw.pop("vendor", None) or BillingVendor(clock, DEFAULT_QUEUES, journal)
-        super().__init__(clock=clock, vendor=vendor, **kw)
+        site = site_policy(ledger, quantum)
+        super().__init__(clock=clock, vendor=vendor, site=site, vendor_names=("local",), **kw)
         if flux is None:
             self.flux.journal = vendor.journal
         self.ledger_path = ledger
         self.quantum = quantum
-        self.site = site_policy(ledger, quantum)
-        self.service = QuantumService(
-            self.flux,
-            self.catalog,
-            self.service.ctx.options,
-            self.workers,
-            vendors={"local": self.vendor},
-            clock=self.clock,
-            log=lambda level, msg: self.logs.append((level, msg)),
-            userid=OWNER,
-            site=self.site,
-        )
+        self.site = site
 
     def restart_site(self, quantum: dict[str, Any] | None = None) -> SiteHarness:
         """A new service on the same world and ledger file (the old one is gone)."""

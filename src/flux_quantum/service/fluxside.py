@@ -55,6 +55,12 @@ class JobRecord:
         event = first(self.events, "submit")
         return event.timestamp or None if event else None
 
+    def submitter(self) -> int | None:
+        """The job's userid, from its ``submit`` event."""
+        event = first(self.events, "submit")
+        userid = event.context.get("userid") if event else None
+        return userid if isinstance(userid, int) else None
+
     @classmethod
     def from_lookup(cls, jobid: int, eventlog: Any, jobspec: Any) -> JobRecord:
         """A record from job-info's ``eventlog`` and (current) ``jobspec`` values."""

@@ -24,15 +24,6 @@ from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot
 OPS = ("poll", "result")
 
 
-def submitter(record: JobRecord) -> int | None:
-    """The job's userid, from its ``submit`` event."""
-    for event in record.events:
-        if event.name == "submit":
-            userid = (event.context or {}).get("userid")
-            return userid if isinstance(userid, int) else None
-    return None
-
-
 def checked_request(payload: Mapping[str, Any]) -> tuple[int, str | None, str]:
     """``(jobid, task or None, op)`` from a request; ValueError naming the field."""
     jobid = payload.get("id")
@@ -55,7 +46,7 @@ def readable_ref(
     name = encode_jobid(jobid)
     if record is None:
         raise ValueError(f"job {name} is not known to this instance")
-    if caller != owner and submitter(record) != caller:
+    if caller != owner and record.submitter() != caller:
         raise GuestError(f"job {name} is not yours: only its owner may read its quantum task")
     try:
         job_task = job_task_from_jobspec(jobid, record.jobspec, record.events)
