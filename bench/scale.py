@@ -5,6 +5,10 @@ Measured in one run on a throwaway ``flux start --test-size=4`` (Fluxion, the qu
 jobtap plugin and the ingest validator from ``flux quantum config``), with the vendor
 emulator on 127.0.0.1 standing in for Amazon Braket:
 
+0. Adoption: the service starts on a full queue and tracks every held job (the time from
+   its status endpoint answering to its status listing every job), creates the tasks;
+   then it is stopped and started again, and the new one adopts every job from the
+   eventlogs and re-attaches every task (the same two times).
 1. The handler service (``flux quantum service run``, a separate process so its CPU and
    memory are its own) with every job held: its CPU share (utime + stime from
    ``/proc/PID/stat``, as % of one core) and memory (VmRSS, VmHWM), the vendor calls it
@@ -33,8 +37,11 @@ the service starts (the throughput phases and the submission do not eat into the
 queues). The catalog's drain priors are the devices' real-time means. Jobs run in the
 job-exec test mode (no fork per job).
 
-Targets (issue: scale): service CPU <= 10 % of one core and at most one vendor call per
-task per poll interval with 1,000 jobs held; release lag p50 <= 0.5 s, p99 <= 2 s.
+Targets (issue 13, for 10,000 held jobs on 1,000 tasks: ``--units 1000``): holding them
+costs <= 5 % of a core and <= 10 kB per held job; adopting them all takes <= 5 s; release
+lag p50 <= 0.25 s, p99 <= 1 s; submit throughput with every job held within the noise
+(how far the first and last phases with nothing held differ) of none held; at most one
+vendor call per task per poll interval.
 
     python bench/scale.py            # full run: 1,000 jobs, 100 tasks (about 4 minutes)
     python bench/scale.py --quick    # 200 jobs, 20 tasks (about 1.5 minutes)
@@ -76,6 +83,12 @@ from flux_quantum.service.runner import service_name
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 DEVICES = 5
+# The issue's targets for the service with every job held.
+CPU_TARGET = 5.0  # % of one core
+KB_PER_JOB_TARGET = 10.0  # VmRSS per held job
+ADOPT_TARGET = 5.0  # seconds to adopt every held job (start or restart)
+LAG_P50_TARGET = 0.25  # seconds, the task at its release point -> the job's start
+LAG_P99_TARGET = 1.0
 # Mean emulated service time per task on each device (seconds); uniform in [0.5, 1.5] x.
 SERVICE_TIMES = (40.0, 50.0, 60.0, 70.0, 80.0)
 ARN = "arn:aws:braket:us-east-1::device/qpu/emulator/ScaleQ{k}"
@@ -495,6 +508,11 @@ def service_status(h: Any) -> dict[str, Any] | None:
         return None
 
 
+def tracking(h: Any, plan: Plan) -> bool:
+    status = service_status(h)
+    return status is not None and status.get("jobs") == plan.jobs
+
+
 def adoption_done(h: Any, plan: Plan) -> bool:
     status = service_status(h)
     if status is None or status.get("jobs") != plan.jobs:
@@ -697,18 +715,44 @@ def run(plan: Plan, out: Path | None, plot: bool, command: str) -> Result:
             sampler = Sampler({"service": service_pid, "broker": broker_pid})
             sampler.start()
             wait_until("the service to come up", lambda: service_status(h) is not None, 60)
+            t_up = time.time()
             wait_until(
-                f"the service to adopt {plan.jobs} jobs and create {plan.units} tasks",
+                f"the service to track {plan.jobs} jobs", lambda: tracking(h, plan), 300, 0.1
+            )
+            t_tracked = time.time()
+            wait_until(
+                f"the service to create {plan.units} tasks",
                 lambda: adoption_done(h, plan),
                 300,
-                step=1.0,
+                step=0.5,
             )
             t_adopted = time.time()
             say(
-                f"  service adopted {plan.jobs} jobs, created {plan.units} tasks in "
+                f"  service up in {t_up - t_service:.1f}s, tracked {plan.jobs} jobs "
+                f"{t_tracked - t_up:.1f}s later, created {plan.units} tasks by "
                 f"{t_adopted - t_service:.1f}s"
             )
             time.sleep(2.0)  # memos and first polls settle
+
+            # -- a restart: a new service adopts every held job and re-attaches its task
+            stop_service(service)
+            t_restart = time.time()
+            service, service_pid = start_service(cmd, inst, log)
+            sampler.pids["service"] = service_pid
+            wait_until("the service to come up again", lambda: service_status(h) is not None, 60)
+            t_up2 = time.time()
+            wait_until(
+                f"the service to track {plan.jobs} jobs", lambda: tracking(h, plan), 300, 0.1
+            )
+            t_retracked = time.time()
+            wait_until("every task re-attached", lambda: adoption_done(h, plan), 300, 0.25)
+            t_readopted = time.time()
+            say(
+                f"  restarted: up in {t_up2 - t_restart:.1f}s, tracked {plan.jobs} jobs "
+                f"{t_retracked - t_up2:.1f}s later, every task tracked by "
+                f"{t_readopted - t_restart:.1f}s"
+            )
+            time.sleep(2.0)
             if plan.stall:
                 time.sleep(max(0.0, plan.stall - 2.0))
                 t_clock = clock.start()
@@ -767,7 +811,13 @@ def run(plan: Plan, out: Path | None, plot: bool, command: str) -> Result:
                 status,
                 times={
                     "service": t_service,
+                    "up": t_up,
+                    "tracked": t_tracked,
                     "adopted": t_adopted,
+                    "restart": t_restart,
+                    "up2": t_up2,
+                    "retracked": t_retracked,
+                    "readopted": t_readopted,
                     "clock": t_clock,
                     "held": t_held,
                     "first_release": first_release,
@@ -873,6 +923,9 @@ def summarise(
     # -- CPU and memory
     cpu_held = sampler.cpu_share("service", t_held, t_first)
     cpu_adopt = sampler.cpu_share("service", times["service"], times["adopted"])
+    cpu_readopt = sampler.cpu_share("service", times["up2"], times["readopted"])
+    adopt_s = times["tracked"] - times["up"]
+    readopt_s = times["retracked"] - times["up2"]
     cpu_release = sampler.cpu_share("service", t_first, times["last_release"])
     broker_held = sampler.cpu_share("broker", t_held, t_first)
     rss_held, _ = sampler.memory_at("service", t_first)
@@ -895,7 +948,11 @@ def summarise(
     to_start = [x.start - x.release for x in lags]
     p50, p90, p99 = (percentile(lag, q) for q in (0.5, 0.9, 0.99))
 
-    cpu_ok = cpu_held <= 10.0
+    per_job_kb = ((rss_held or 0) - idle["rss_kb"]) / plan.jobs
+    cpu_ok = cpu_held <= CPU_TARGET
+    memory_ok = per_job_kb <= KB_PER_JOB_TARGET
+    adopt_ok = readopt_s <= ADOPT_TARGET and adopt_s <= ADOPT_TARGET
+    lag_ok = p50 <= LAG_P50_TARGET and p99 <= LAG_P99_TARGET
     calls_ok = too_close == 0 and share_of_budget <= 1.0
     rows += [
         ("held jobs / tasks / devices", f"{plan.jobs} / {n_tasks} / {DEVICES}", "", ""),
@@ -908,12 +965,32 @@ def summarise(
         (
             "service CPU, every job held",
             f"{cpu_held:.1f} % of a core",
-            "<= 10 %",
+            f"<= {CPU_TARGET:g} %",
             verdict(cpu_ok),
         ),
         (
-            f"service CPU, adopting {plan.jobs} jobs",
-            f"{cpu_adopt:.0f} % ({times['adopted'] - times['service']:.1f} s)",
+            f"adopt {plan.jobs} held jobs, service start (up -> all tracked)",
+            f"{adopt_s:.1f} s",
+            f"<= {ADOPT_TARGET:g} s",
+            verdict(adopt_s <= ADOPT_TARGET),
+        ),
+        (
+            "  start -> up / -> every task created and polled",
+            f"{times['up'] - times['service']:.1f} / {times['adopted'] - times['service']:.1f} s "
+            f"(CPU {cpu_adopt:.0f} %)",
+            "",
+            "",
+        ),
+        (
+            f"adopt {plan.jobs} held jobs after a restart (up -> all tracked)",
+            f"{readopt_s:.1f} s",
+            f"<= {ADOPT_TARGET:g} s",
+            verdict(readopt_s <= ADOPT_TARGET),
+        ),
+        (
+            "  stop -> up / -> every task re-attached and polled",
+            f"{times['up2'] - times['restart']:.1f} / "
+            f"{times['readopted'] - times['restart']:.1f} s (CPU {cpu_readopt:.0f} %)",
             "",
             "",
         ),
@@ -926,9 +1003,9 @@ def summarise(
         ),
         (
             "  VmRSS held - idle, per held job",
-            f"{((rss_held or 0) - idle['rss_kb']) / plan.jobs:.1f} kB",
-            "",
-            "",
+            f"{per_job_kb:.1f} kB",
+            f"<= {KB_PER_JOB_TARGET:g} kB",
+            verdict(memory_ok),
         ),
         ("service CPU, idle (nothing held)", f"{idle['cpu_pct']:.1f} %", "", ""),
         ("broker rank 0 CPU, every job held", f"{broker_held:.1f} %", "", ""),
@@ -967,11 +1044,16 @@ def summarise(
         (
             "release lag p50 (front -> start)",
             f"{p50:.3f} s",
-            "<= 0.5 s",
-            verdict(p50 <= 0.5),
+            f"<= {LAG_P50_TARGET:g} s",
+            verdict(p50 <= LAG_P50_TARGET),
         ),
         ("release lag p90", f"{p90:.3f} s", "", ""),
-        ("release lag p99", f"{p99:.3f} s", "<= 2 s", verdict(p99 <= 2.0)),
+        (
+            "release lag p99",
+            f"{p99:.3f} s",
+            f"<= {LAG_P99_TARGET:g} s",
+            verdict(p99 <= LAG_P99_TARGET),
+        ),
         ("release lag max (min)", f"{max(lag):.3f} s ({min(lag):.3f})" if lag else "-", "", ""),
         (
             "  front -> detecting poll p50 / p99",
@@ -1006,11 +1088,20 @@ def summarise(
     free, free_done = rates("none")
     held, held_done = rates("plugin")
     bare, bare_done = rates("noplugin")
+    # The noise: how far the two phases with nothing held (first and last) differ.
+    nones = [statistics.median(p["batches"]) for name, p in phases if name == "none"]
+    noise = (max(nones) - min(nones)) / statistics.mean(nones) if len(nones) > 1 else 0.0
+    submit_ok = held / free >= 1.0 - noise
     rows += [
         (f"submit plain jobs, 0 held ({batches})", f"{free:.0f} jobs/s", "", ""),
         (f"submit plain jobs, {plan.jobs} held", f"{held:.0f} jobs/s", "", ""),
         ("  same, plugin unloaded (jobs still DEPEND)", f"{bare:.0f} jobs/s", "", ""),
-        ("  ratio held / 0 held", f"{held / free:.2f}", "", ""),
+        (
+            "  ratio held / 0 held (noise: the 0-held phases differ by)",
+            f"{held / free:.2f} ({noise:.0%})",
+            f">= {1 - noise:.2f}",
+            verdict(submit_ok),
+        ),
         ("  ratio plugin loaded / unloaded (held)", f"{held / bare:.2f}", "", ""),
         (
             "  submit -> all inactive: 0 / held / unloaded",
@@ -1022,7 +1113,9 @@ def summarise(
     ]
     if held_s < 15:
         rows.append(("NOTE: held window shorter than 15 s", "(raise --held-window)", "", ""))
-    result.ok = cpu_ok and calls_ok and p50 <= 0.5 and p99 <= 2.0 and not problems
+    result.ok = (
+        cpu_ok and memory_ok and adopt_ok and lag_ok and submit_ok and calls_ok and not problems
+    )
 
     lines = result.lines
     stall = (

@@ -14,7 +14,7 @@
  * Services (job-manager.quantum.METHOD, callable by guests; a job's
  * own user or the instance owner may act on a job, anyone else gets
  * EPERM and nothing changes):
- *   list     {}                                  -> {jobs:[...]}
+ *   list     {generation?}                       -> {jobs:[...], generation}
  *   release  {id|ids, task?, device?, info?, resources?}
  *                                                -> {released:[...]}
  *   fail     {id|ids, note}                      -> {failed:[...]}
@@ -23,6 +23,12 @@
  * A job may also ride another qpu job's task (fan-out across jobs):
  *   flux submit --dependency=qpu:JOBID ...
  * holds it the same way, and `list` reports the job it follows.
+ *
+ * `list` answers with the generation of the held set, a counter that
+ * moves whenever a job is held or leaves it; a caller that passes the
+ * generation it last saw gets {unchanged:true, generation} instead of
+ * the jobs when nothing moved (a service polling 10,000 held jobs then
+ * pays for one small message, not for 10,000 entries).
  *
  * SPDX-License-Identifier: LGPL-3.0
 \************************************************************/
@@ -34,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <flux/core.h>
 #include <flux/jobtap.h>
@@ -64,6 +71,7 @@ struct quantum_ctx {
     struct quantum_config conf;
     struct held_job *head; /* jobs currently held, newest first */
     int held;
+    uint64_t generation;   /* moves whenever head changes */
     uint64_t released;
     uint64_t failed;
     uint64_t cancelled;
@@ -100,6 +108,7 @@ static void held_unlink (struct held_job *job)
     job->prev = job->next = NULL;
     job->on_list = false;
     ctx->held--;
+    ctx->generation++;
 }
 
 static void held_link (struct held_job *job)
@@ -115,6 +124,7 @@ static void held_link (struct held_job *job)
     ctx->head = job;
     job->on_list = true;
     ctx->held++;
+    ctx->generation++;
 }
 
 static void held_job_destroy (void *arg)
@@ -603,10 +613,20 @@ static void list_cb (flux_t *h,
     struct flux_msg_cred cred;
     struct held_job *job;
     json_t *jobs = NULL;
+    json_int_t seen = -1;
 
-    if (flux_request_decode (msg, NULL, NULL) < 0
+    if (flux_request_unpack (msg, NULL, "{s?I}", "generation", &seen) < 0
         || flux_msg_get_cred (msg, &cred) < 0)
         goto error;
+    if (seen >= 0 && (uint64_t)seen == ctx->generation) {
+        if (flux_respond_pack (h,
+                               msg,
+                               "{s:b s:I}",
+                               "unchanged", 1,
+                               "generation", (json_int_t)ctx->generation) < 0)
+            flux_log_error (h, "quantum: error responding to list");
+        return;
+    }
     if (!(jobs = json_array ()))
         goto nomem;
     for (job = ctx->head; job != NULL; job = job->next) {
@@ -628,7 +648,11 @@ static void list_cb (flux_t *h,
             goto nomem;
         }
     }
-    if (flux_respond_pack (h, msg, "{s:O}", "jobs", jobs) < 0)
+    if (flux_respond_pack (h,
+                           msg,
+                           "{s:O s:I}",
+                           "jobs", jobs,
+                           "generation", (json_int_t)ctx->generation) < 0)
         flux_log_error (h, "quantum: error responding to list");
     json_decref (jobs);
     return;
@@ -1034,6 +1058,7 @@ static void quantum_ctx_destroy (void *arg)
 int flux_plugin_init (flux_plugin_t *p)
 {
     struct quantum_ctx *ctx;
+    struct timespec now;
 
     if (flux_plugin_set_name (p, PLUGIN_NAME) < 0)
         return -1;
@@ -1041,6 +1066,13 @@ int flux_plugin_init (flux_plugin_t *p)
         return -1;
     ctx->p = p;
     ctx->conf.release_priority = DEFAULT_RELEASE_PRIORITY;
+    /* Start from the load time (microseconds x 1024), so a generation
+     * seen from a plugin loaded earlier cannot match this one's unless
+     * that one saw a million changes per millisecond since.
+     */
+    if (clock_gettime (CLOCK_REALTIME, &now) == 0)
+        ctx->generation = ((uint64_t)now.tv_sec * 1000000
+                           + (uint64_t)now.tv_nsec / 1000) << 10;
     if (flux_plugin_aux_set (p, NULL, ctx, quantum_ctx_destroy) < 0) {
         quantum_ctx_destroy (ctx);
         return -1;

@@ -78,6 +78,15 @@ class FakeJob:
     ended: bool = False  # a released job that ran and finished (INACTIVE)
 
 
+def _outcome(call: Callable[..., Any], *args: Any) -> Exception | None:
+    """A pipelined request's outcome: None, or the error the single call raised."""
+    try:
+        call(*args)
+    except (CommandError, OSError) as exc:
+        return exc
+    return None
+
+
 class FakeFlux:
     """``FluxSide`` in memory."""
 
@@ -170,11 +179,21 @@ class FakeFlux:
         job.events.append(events.Event(name, self.clock(), dict(context)))
         self.journal.append(("event", (jobid, name)))
 
+    def post_events(
+        self, items: Sequence[tuple[int, str, Mapping[str, Any]]]
+    ) -> list[Exception | None]:
+        self.journal.append(("post_events", len(items)))
+        return [_outcome(self.post_event, *item) for item in items]
+
     def memo(self, jobid: int, memo: Mapping[str, Any]) -> None:
         job = self.jobs.get(jobid)
         if job is None or job.state == "cancelled":
             raise OSError(2, "no such job")
         job.memo.update(memo)
+
+    def memos(self, items: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Exception | None]:
+        self.journal.append(("memos", len(items)))
+        return [_outcome(self.memo, *item) for item in items]
 
     def annotate(self, jobid: int, memo: Mapping[str, Any]) -> None:
         job = self.jobs.get(jobid)

@@ -108,6 +108,30 @@ def test_cancel_while_held_cleans_up(inst):
     assert res.returncode != 0 and "not held for a QPU" in res.stderr
 
 
+def test_list_is_unchanged_until_the_held_set_moves(inst):
+    """A caller passing the generation it saw gets a small "unchanged" answer until a
+    job is held or leaves (the service lists every second)."""
+    import flux
+
+    from flux_quantum.plugin import PluginClient
+
+    client = PluginClient(flux.Flux(inst.uri))
+    jobs, generation = client.list_since(None)
+    assert jobs is not None and isinstance(generation, int)
+    assert client.list_since(generation) == (None, generation)
+    jobid = inst.submit("--setattr=qpu=sv1", "true")
+    inst.wait_event(jobid, "dependency-add")
+    moved, after_hold = client.list_since(generation)
+    assert after_hold != generation and jobid_int(inst, jobid) in [j.id for j in moved]
+    known = {j.id: j for j in moved}
+    again, same = client.list_since(None, known)
+    assert same == after_hold and all(j is known[j.id] for j in again)  # reused, not rebuilt
+    inst.run(["flux", "cancel", jobid])
+    inst.run(["flux", "job", "wait-event", "-t", "30", jobid, "clean"])
+    left, after_cancel = client.list_since(after_hold)
+    assert after_cancel != after_hold and jobid_int(inst, jobid) not in [j.id for j in left]
+
+
 def test_query_reports_counts_and_config(inst):
     q = query(inst)
     assert set(q) >= {"held", "released", "failed", "cancelled", "config"}

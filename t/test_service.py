@@ -33,6 +33,7 @@ from flux_quantum.service import (
     jobspec_size,
     read_program,
 )
+from flux_quantum.service.fluxside import limit_share
 from flux_quantum.service.runner import RepeatFilter
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
 
@@ -75,6 +76,33 @@ def test_cluster_view_from_flux_payloads():
     assert (view.cores_per_node, view.free_cores) == (4, 5)
     assert view.releases == ((200.0, 3), (math.inf, 1))
     assert view.wait_for(8, now=100.0) == 100.0
+
+
+def test_running_jobs_are_trusted_for_the_share_of_their_limits_finished_jobs_used():
+    # Finished jobs ran 30 % .. 100 % of their limits (one with no limit, one never ran).
+    finished = [
+        {"t_run": 100.0, "t_cleanup": 100.0 + r, "expiration": 200.0} for r in range(30, 101, 7)
+    ]
+    finished += [{"t_run": 100.0, "t_cleanup": 150.0, "expiration": 0.0}, {"t_run": 0.0}]
+    assert len(finished) == 13
+    share = limit_share(finished)
+    assert share == 0.37  # the 10th percentile of 0.30, 0.37, ... 0.93, 1.00
+    assert limit_share(finished[:9]) == 0.0  # too few: a job may end at any moment
+    every_core = {"execution": {"R_lite": [{"rank": "0", "children": {"core": "0-3"}}]}}
+    status = {"all": every_core, "allocated": every_core}
+    running = [{"t_run": 100.0, "expiration": 300.0, "ncores": 4}]
+    trusted = ClusterView.from_flux(status, running, t=100.0, share=share)
+    assert trusted.releases == ((174.0, 4),)
+    assert trusted.wait_for(4, now=120.0) == 54.0  # not 180 s: the limit is an upper bound
+    unknown = ClusterView.from_flux(status, running, t=100.0, share=0.0)
+    assert unknown.wait_for(4, now=120.0) == 0.0  # no lead without evidence
+
+
+def test_lead_share_option_bounds():
+    assert ServiceOptions(lead_share=0.5).lead_share == 0.5
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ServiceError, match=r"lead-share must be a number from 0"):
+            ServiceOptions(lead_share=bad)
 
 
 def test_options_round_trip_and_errors():

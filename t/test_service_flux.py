@@ -712,9 +712,11 @@ def test_run_refuses_a_second_service_and_status_reports(inst, qpu):
 def test_busy_instance_releases_early_and_the_released_job_overtakes(inst, qpu):
     """Item 7: every core is busy for ~8 s; the held job's task is predicted to reach
     its release point in ~2 s, so it is released now (its task still queued) and,
-    with the plugin's release priority, starts before an older ordinary job."""
-    qpu.start_service()
-    blocker = inst.submit("-N2", "--exclusive", "-t", "8s", "sleep", "6")
+    with the plugin's release priority, starts before an older ordinary job. The
+    blocker runs 7.5 s of its 8 s limit; the service is told running jobs run 90 % of
+    theirs (a fresh instance has no finished jobs to learn it from)."""
+    qpu.start_service("--lead-share=0.9")
+    blocker = inst.submit("-N2", "--exclusive", "-t", "8s", "sleep", "7.5")
     qpu.wait_event(blocker, "start")
     ordinary = inst.submit("-N2", "--exclusive", "true")
     held = qpu.submit("-N2", "--exclusive", "--setattr=qpu.device=local:q-zeta", "true")

@@ -146,6 +146,52 @@ def test_a_new_service_recovers_from_the_eventlogs_and_never_creates_twice():
         assert [r.milestone for r in h2.flux.decoded(job, events.QUEUE)] == [100, 10, 1]
 
 
+def test_adopting_a_full_queue_posts_and_memos_in_one_exchange_each():
+    """A service that starts on held jobs (a restart, with new jobs the old service never
+    saw) sends their events and memos to Flux in one pipelined exchange each, not a
+    round trip per job, and still gives every job what it lacks."""
+    h = Harness({"alpha": QueueModel(30), "beta": QueueModel(30)})
+    groups = [[h.flux.submit(at_front("alpha", group=f"g{g}")) for _ in range(3)] for g in range(4)]
+    leaders = [h.flux.submit(at_front("beta")) for _ in range(4)]
+    units = groups + [
+        [ld, h.flux.submit(None, follow=ld), h.flux.submit(None, follow=ld)] for ld in leaders
+    ]
+    jobs = [j for unit in units for j in unit]
+    h.until(lambda: all(h.flux.decoded(j, events.TASK) for j in jobs))
+    assert h.vendor.count("submit") == 8
+    # Submitted while no service runs: a group member and a follower it must join.
+    joiner = h.flux.submit(at_front("alpha", group="g0"))
+    follower = h.flux.submit(None, follow=leaders[0])
+    h2 = h.restart()
+    mark = len(h.flux.journal)
+    h2.service.adoption.scan()
+    exchanges = [(kind, n) for kind, n in h.flux.journal[mark:] if kind in ("post_events", "memos")]
+    # Two joins, each new job's qpu-submit and qpu-task; every job's memo.
+    assert exchanges == [("post_events", 6), ("memos", 26)]
+    for job, unit in ((joiner, groups[0]), (follower, units[4])):
+        assert h.flux.last(job, events.JOIN).via in ("group", "follow")
+        assert h.flux.last(job, events.TASK).task == h.flux.last(unit[0], events.TASK).task
+    everyone = [*jobs, joiner, follower]
+    h2.until(lambda: all(h2.state(j) == "released" for j in everyone), limit=3000)
+    assert h2.vendor.count("submit") == 8
+
+
+def test_queue_memos_move_at_most_every_two_seconds_and_the_release_at_once():
+    """A unit of 5 jobs polled every half second: its memos follow the queue every 2 s
+    at most (not 5 memos per poll), and the release is shown at once."""
+    options = ServiceOptions(**{**FAST.__dict__, "poll_max": 0.5, "poll_cold_max": 0.5})
+    h = Harness({"alpha": QueueModel(40, service=1.0)}, options=options)
+    jobs = [h.flux.submit(at_front("alpha", group="five")) for _ in range(5)]
+    h.until(lambda: all(h.flux.decoded(j, events.TASK) for j in jobs))
+    mark = len(h.flux.journal)
+    polls = h.vendor.count("poll")
+    took = h.until(lambda: all(h.state(j) == "released" for j in jobs))
+    assert h.vendor.count("poll") - polls >= 2 * took - 4  # polled every 0.5 s
+    sent = sum(n for kind, n in h.flux.journal[mark:] if kind == "memos")
+    assert sent <= 5 * (took / 2 + 2), (sent, took)
+    assert {h.flux.jobs[j].memo["qpu_state"] for j in jobs} == {"released"}
+
+
 def test_a_recorded_token_without_a_task_gets_the_same_task_back():
     """The service died between the vendor's create and recording qpu-task: its
     successor creates again with the recorded token and gets the same task."""

@@ -91,17 +91,36 @@ class PluginClient:
 
     def list(self) -> list[HeldJob]:
         """Held jobs the caller may see (a guest sees only their own)."""
-        resp = self._rpc("list", {})
-        return [
-            HeldJob(
-                int(j["id"]),
-                int(j["userid"]),
-                j.get("request"),
-                float(j["t_submit"]),
-                int(j["follow"]) if j.get("follow") else None,
-            )
-            for j in resp["jobs"]
-        ]
+        jobs, _ = self.list_since(None)
+        assert jobs is not None
+        return jobs
+
+    def list_since(
+        self, generation: int | None, known: Mapping[int, HeldJob] | None = None
+    ) -> tuple[list[HeldJob] | None, int | None]:
+        """Held jobs and the held set's generation; (None, generation) when the set has
+        not moved since ``generation``. Jobs in ``known`` (by id) are reused as they are
+        (a held job's request, submit time and leader never change). A plugin without
+        generations always answers with the jobs and None."""
+        payload = {} if generation is None else {"generation": generation}
+        resp = self._rpc("list", payload)
+        current = resp.get("generation")
+        if resp.get("unchanged"):
+            return None, current
+        known = known or {}
+        jobs = []
+        for j in resp["jobs"]:
+            job = known.get(j["id"])
+            if job is None:
+                job = HeldJob(
+                    int(j["id"]),
+                    int(j["userid"]),
+                    j.get("request"),
+                    float(j["t_submit"]),
+                    int(j["follow"]) if j.get("follow") else None,
+                )
+            jobs.append(job)
+        return jobs, current
 
     def release(
         self,
@@ -135,10 +154,31 @@ class PluginClient:
 
     def post_event(self, jobid: int, name: str, context: Mapping[str, Any] | None = None) -> None:
         """Record a ``qpu-*`` milestone in a held job's eventlog."""
-        payload: dict[str, Any] = {"id": jobid, "name": name}
-        if context is not None:
-            payload["context"] = dict(context)
-        self._rpc("event", payload)
+        error = self.post_events([(jobid, name, context)])[0]
+        if error is not None:
+            raise error
+
+    def post_events(
+        self, items: Iterable[tuple[int, str, Mapping[str, Any] | None]]
+    ) -> list[CommandError | None]:
+        """``post_event`` of many events, pipelined: every request is sent before the
+        first answer is read, so N events cost about one round trip, not N. Events to
+        one job are recorded in the order given. One outcome per item, in order: None
+        when it was recorded, else the error."""
+        futures = []
+        for jobid, name, context in items:
+            payload: dict[str, Any] = {"id": jobid, "name": name}
+            if context is not None:
+                payload["context"] = dict(context)
+            futures.append(self.handle.rpc(f"{SERVICE}.event", payload))
+        out: list[CommandError | None] = []
+        for future in futures:
+            try:
+                future.get()
+                out.append(None)
+            except OSError as exc:
+                out.append(_plugin_error("event", exc))
+        return out
 
     def query(self) -> dict[str, Any]:
         """Counters and configuration, as ``flux jobtap query quantum.so`` shows them."""

@@ -42,6 +42,12 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("group_linger", float, "seconds a released qpu.group stays joinable (60)"),
     ("tick", float, "seconds between the service's checks for due work (0.2)"),
     ("startup_default", float, "job start-up assumed by release_at=predict until measured (1)"),
+    (
+        "lead_share",
+        float,
+        "share of its time limit a running job is trusted to run, for the classical lead "
+        "(0: learned from finished jobs)",
+    ),
 )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import syslog
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from flux_quantum import events
@@ -114,20 +114,33 @@ class ServiceContext:
     def post(self, member: Member, record: events.QpuEvent) -> bool:
         """Post one event to one job; False if it could not be posted (the job most
         likely just left: the next scan sorts it out)."""
+        return self.post_many([(member, record)]) == 1
+
+    def post_many(self, posts: Sequence[tuple[Member, events.QpuEvent]]) -> int:
+        """Post events to jobs in one pipelined exchange with Flux (in order); returns
+        how many were posted. One that fails is logged and makes the next tick rescan."""
+        if not posts:
+            return 0
+        items = [(member.id, record.name, record.to_context()) for member, record in posts]
         try:
-            self.flux.post_event(member.id, record.name, record.to_context())
+            outcomes = self.flux.post_events(items)
         except (CommandError, OSError) as exc:
-            self.log(syslog.LOG_DEBUG, f"{member.id}: cannot post {record.name}: {exc}")
-            self.rescan = True
-            return False
-        index, attempt = getattr(record, "index", None), getattr(record, "attempt", None)
-        if isinstance(index, int) and isinstance(attempt, int):
-            member.facts.add((record.name, index, attempt))
-        return True
+            outcomes = [exc] * len(posts)
+        posted = 0
+        for (member, record), error in zip(posts, outcomes, strict=True):
+            if error is not None:
+                self.log(syslog.LOG_DEBUG, f"{member.id}: cannot post {record.name}: {error}")
+                self.rescan = True
+                continue
+            posted += 1
+            index, attempt = getattr(record, "index", None), getattr(record, "attempt", None)
+            if isinstance(index, int) and isinstance(attempt, int):
+                member.facts.add((record.name, index, attempt))
+        return posted
 
     def post_all(self, unit: Unit, record: events.QpuEvent) -> int:
         """Post one event on every job of the unit; returns how many took it."""
-        return sum(1 for member in list(unit.jobs.values()) if self.post(member, record))
+        return self.post_many([(member, record) for member in list(unit.jobs.values())])
 
     # -- blocking calls
 

@@ -46,6 +46,8 @@ from flux_quantum.vendors.base import Vendor
 class QuantumService:
     """The handlers' logic on one Flux side, catalog, set of workers and clock."""
 
+    WATCH = 1.0  # seconds between the checks that only time moves (lead, max_wait)
+
     def __init__(
         self,
         flux: FluxSide,
@@ -77,6 +79,7 @@ class QuantumService:
         self.started = clock()
         self._scan_due = 0.0
         self._cluster_due = 0.0
+        self._watch_due = 0.0
 
     @property
     def counters(self):  # noqa: ANN201 - a Counters record
@@ -89,6 +92,13 @@ class QuantumService:
         if now >= self._scan_due or ctx.rescan:
             self._scan_due = now + ctx.options.scan_interval
             self.adoption.scan()
+        # Every tick: the attempts whose next step is due (a poll, a retry). Once every
+        # WATCH seconds: the time-based checks between polls (the classical lead,
+        # max_wait) and a release a failed call left pending. A tick over 1,000 units
+        # with nothing due costs a loop over them and no more.
+        watch = now >= self._watch_due
+        if watch:
+            self._watch_due = now + self.WATCH
         need_cluster = False
         for unit in list(ctx.units.values()):
             for program in unit.programs:
@@ -97,13 +107,15 @@ class QuantumService:
                 attempt = program.attempt
                 if attempt.phase is Phase.TRACK:
                     need_cluster = True
-                self.tasks.watch(unit, program, now)
-                if not unit.active:
-                    break
-                attempt = program.attempt
+                    if watch:
+                        self.tasks.watch(unit, program, now)
+                        if not unit.active:
+                            break
+                        attempt = program.attempt
                 if not attempt.busy and attempt.due <= now:
                     self.tasks.step(unit, program)
-            self.release.maybe_release(unit)
+            if watch:
+                self.release.maybe_release(unit)
         if need_cluster and now >= self._cluster_due:
             self._cluster_due = now + ctx.options.cluster_interval
             try:

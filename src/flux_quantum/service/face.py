@@ -10,13 +10,17 @@ never calls a vendor and never decides anything.
 from __future__ import annotations
 
 import syslog
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from flux_quantum.service.context import ServiceContext
-from flux_quantum.service.state import Phase, Unit
+from flux_quantum.service.state import Member, Phase, Unit
 
 MEMO_KEYS = ("qpu_device", "qpu_task", "qpu_position", "qpu_wait", "qpu_state")
+# Keys that move with every poll of a queue: sent at most every QUEUE_MEMO_INTERVAL
+# seconds per unit (any other change goes at once, and takes them along).
+QUEUE_KEYS = frozenset({"qpu_position", "qpu_wait"})
+QUEUE_MEMO_INTERVAL = 2.0
 
 
 class Face:
@@ -59,21 +63,48 @@ class Face:
         self, unit: Unit, state: str | None = None, only: Iterable[int] | None = None
     ) -> None:
         """Send the unit's memo to its jobs (``only`` those), the changed keys only."""
+        self.send(self.memos_of(unit, state, only))
+
+    def memos_of(
+        self, unit: Unit, state: str | None = None, only: Iterable[int] | None = None
+    ) -> list[tuple[Member, dict[str, Any]]]:
+        """The memo changes ``update_memos`` would send, to be sent with others: none
+        when only the queue moved and the unit's memos moved less than
+        ``QUEUE_MEMO_INTERVAL`` seconds ago (a unit of many jobs polled often would
+        otherwise send a memo per job per poll)."""
         if not unit.active and state is None:
-            return
+            return []
         memo = self.memo_of(unit, state)
         wanted = None if only is None else set(only)
+        out = []
+        queue_only = True
         for member in list(unit.jobs.values()):
             if wanted is not None and member.id not in wanted:
                 continue
             changed = {k: v for k, v in memo.items() if member.memo.get(k, None) != v}
-            if not changed:
-                continue
-            try:
-                self.ctx.flux.memo(member.id, changed)
-                member.memo.update(changed)
-            except OSError as exc:
-                self.ctx.log(syslog.LOG_DEBUG, f"{member.id}: memo failed: {exc}")
+            if changed:
+                out.append((member, changed))
+                queue_only = queue_only and changed.keys() <= QUEUE_KEYS
+        now = self.ctx.clock()
+        if out and queue_only:
+            if now - unit.memo_at < QUEUE_MEMO_INTERVAL:
+                return []
+            unit.memo_at = now
+        return out
+
+    def send(self, changes: Sequence[tuple[Member, dict[str, Any]]]) -> None:
+        """Memo changes of any units' jobs, in one pipelined exchange with Flux."""
+        if not changes:
+            return
+        try:
+            outcomes = self.ctx.flux.memos([(member.id, memo) for member, memo in changes])
+        except OSError as exc:
+            outcomes = [exc] * len(changes)
+        for (member, memo), error in zip(changes, outcomes, strict=True):
+            if error is None:
+                member.memo.update(memo)
+            else:
+                self.ctx.log(syslog.LOG_DEBUG, f"{member.id}: memo failed: {error}")
 
     def mark_session(self, unit: Unit) -> None:
         """A persistent memo ``qpu_session`` (mode and fingerprint, never the id) on the

@@ -119,18 +119,47 @@ def _idset_count(text: Any) -> int:
         return 0
 
 
+# The classical lead trusts a running job to run at least this quantile of the share of
+# its time limit that finished jobs used, learned from this many of them at least.
+LEAD_QUANTILE = 0.1
+LEAD_MIN_SAMPLES = 10
+
+
+def limit_share(finished: Iterable[Mapping[str, Any]]) -> float:
+    """The share of its time limit a job runs at least, learned from finished jobs
+    (job-list's ``t_run``, ``t_cleanup``, ``expiration``): the ``LEAD_QUANTILE`` of
+    their run time / time limit; 0.0 (a running job may end at any moment) until
+    ``LEAD_MIN_SAMPLES`` jobs that ran with a limit are known.
+
+    Users' limits are upper bounds, often 1-3x the real run time: trusting them would
+    release held jobs onto nodes that free up long before their task is ready."""
+    shares = []
+    for job in finished:
+        t_run = float(job.get("t_run") or 0.0)
+        end = float(job.get("t_cleanup") or 0.0)
+        expiration = float(job.get("expiration") or 0.0)
+        if t_run > 0 and end >= t_run and expiration > t_run:
+            shares.append(min(1.0, (end - t_run) / (expiration - t_run)))
+    if len(shares) < LEAD_MIN_SAMPLES:
+        return 0.0
+    shares.sort()
+    return shares[int(LEAD_QUANTILE * (len(shares) - 1))]
+
+
 @dataclass(frozen=True)
 class ClusterView:
     """The instance's classical resources at time ``t``, as the scheduler sees them.
 
-    ``releases`` lists running jobs as (expiration, cores), soonest first; an
-    expiration of ``inf`` means the job has no time limit.
+    ``releases`` lists running jobs as (soonest expected end, cores), soonest first: a
+    job's start plus ``limit_share`` of its time limit (``limit_share``); ``inf`` means
+    the job has no time limit.
     """
 
     t: float
     cores_per_node: int
     free_cores: int
     releases: tuple[tuple[float, int], ...] = ()
+    limit_share: float = 1.0
 
     def cores_for(self, size: JobSize) -> int:
         if size.exclusive_nodes or (size.nodes and not size.cores):
@@ -138,8 +167,9 @@ class ClusterView:
         return max(1, size.cores)
 
     def wait_for(self, cores: int, now: float) -> float | None:
-        """Seconds until ``cores`` cores are free, if running jobs end at their limits;
-        0 when they are free now, None when no limit says when."""
+        """Seconds until ``cores`` cores are free at the soonest, as running jobs end no
+        sooner than ``limit_share`` of their limits; 0 when they are free now, None when
+        no limit says when."""
         available = self.free_cores
         if cores <= available:
             return 0.0
@@ -153,9 +183,14 @@ class ClusterView:
 
     @classmethod
     def from_flux(
-        cls, status: Mapping[str, Any], running: Sequence[Mapping[str, Any]], t: float
+        cls,
+        status: Mapping[str, Any],
+        running: Sequence[Mapping[str, Any]],
+        t: float,
+        share: float = 1.0,
     ) -> ClusterView:
-        """From ``sched.resource-status`` and job-list's running jobs."""
+        """From ``sched.resource-status`` and job-list's running jobs (``expiration``,
+        ``ncores`` and ``t_run``), each expected to run ``share`` of its limit at least."""
 
         def cores(rset: Any) -> tuple[int, int]:
             if not isinstance(rset, Mapping):
@@ -174,13 +209,21 @@ class ClusterView:
         releases = []
         for job in running:
             expiration = float(job.get("expiration") or 0.0)
-            releases.append((expiration if expiration > 0 else math.inf, int(job.get("ncores", 1))))
+            t_run = float(job.get("t_run") or 0.0)
+            if expiration <= 0:
+                end = math.inf
+            elif 0 < t_run < expiration:
+                end = t_run + share * (expiration - t_run)
+            else:
+                end = expiration
+            releases.append((end, int(job.get("ncores", 1))))
         releases.sort()
         return cls(
             t=t,
             cores_per_node=per_node,
             free_cores=max(0, total - busy - down),
             releases=tuple(releases),
+            limit_share=share,
         )
 
 
@@ -191,7 +234,10 @@ class FluxSide(Protocol):
     """What the service asks of Flux. Every method runs on the reactor thread; errors
     are ``OSError`` (an RPC failed) or ``CommandError`` (the plugin said no)."""
 
-    def held(self) -> list[HeldJob]: ...
+    def held(self) -> list[HeldJob]:
+        """The held jobs; may return the same list object as the call before when
+        nothing moved (the caller then skips its comparison)."""
+        ...
 
     def record(self, jobid: int) -> JobRecord | None: ...
 
@@ -199,7 +245,13 @@ class FluxSide(Protocol):
 
     def post_event(self, jobid: int, name: str, context: Mapping[str, Any]) -> None: ...
 
+    def post_events(
+        self, items: Sequence[tuple[int, str, Mapping[str, Any]]]
+    ) -> list[Exception | None]: ...
+
     def memo(self, jobid: int, memo: Mapping[str, Any]) -> None: ...
+
+    def memos(self, items: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Exception | None]: ...
 
     def annotate(self, jobid: int, memo: Mapping[str, Any]) -> None: ...
 
@@ -233,15 +285,30 @@ class FluxJobs:
     """``FluxSide`` on a real Flux handle."""
 
     GRAPH_CACHE_SECONDS = 10.0
+    SHARE_CACHE_SECONDS = 60.0
+    SHARE_JOBS = 200
     LOOKUP_BATCH = 256
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, lead_share: float = 0.0) -> None:
+        """``lead_share``: the share of its time limit a running job is trusted to run
+        at least (the classical lead); 0 learns it from the instance's finished jobs."""
         self.handle = handle
         self.plugin = PluginClient(handle)
+        self.lead_share = lead_share
         self._graph: tuple[float, frozenset[str]] = (-math.inf, frozenset())
+        self._share: tuple[float, float] = (-math.inf, 0.0)
+        self._held: tuple[int | None, list[HeldJob]] = (None, [])
+        self._held_by_id: dict[int, HeldJob] = {}
 
     def held(self) -> list[HeldJob]:
-        return self.plugin.list()
+        """The plugin's held jobs; the very same list object as last time when the held
+        set has not moved (one small RPC, however many jobs are held)."""
+        jobs, generation = self.plugin.list_since(self._held[0], self._held_by_id)
+        if jobs is None:
+            return self._held[1]
+        self._held = (generation, jobs)
+        self._held_by_id = {job.id: job for job in jobs}
+        return jobs
 
     def record(self, jobid: int) -> JobRecord | None:
         """Eventlog and current jobspec of a job; None if Flux does not know it."""
@@ -307,9 +374,38 @@ class FluxJobs:
             payload = {"id": jobid, "name": name, "context": dict(context)}
             self.handle.rpc("job-manager.post-event.post", payload).get()
 
+    def post_events(
+        self, items: Sequence[tuple[int, str, Mapping[str, Any]]]
+    ) -> list[Exception | None]:
+        """Events to held jobs (the plugin's), pipelined ``LOOKUP_BATCH`` at a time: a
+        unit of many jobs, or thousands adopted at once, costs a round trip per batch.
+        One outcome per item (None: posted)."""
+        out: list[Exception | None] = []
+        for start in range(0, len(items), self.LOOKUP_BATCH):
+            out.extend(self.plugin.post_events(items[start : start + self.LOOKUP_BATCH]))
+        return out
+
     def memo(self, jobid: int, memo: Mapping[str, Any]) -> None:
         payload = {"id": jobid, "volatile": True, "memo": dict(memo)}
         self.handle.rpc("job-manager.memo", payload).get()
+
+    def memos(self, items: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Exception | None]:
+        """Volatile memos to many jobs, pipelined as ``post_events``."""
+        out: list[Exception | None] = []
+        for start in range(0, len(items), self.LOOKUP_BATCH):
+            futures = [
+                self.handle.rpc(
+                    "job-manager.memo", {"id": jobid, "volatile": True, "memo": dict(memo)}
+                )
+                for jobid, memo in items[start : start + self.LOOKUP_BATCH]
+            ]
+            for future in futures:
+                try:
+                    future.get()
+                    out.append(None)
+                except OSError as exc:
+                    out.append(exc)
+        return out
 
     def annotate(self, jobid: int, memo: Mapping[str, Any]) -> None:
         """A persistent memo (an eventlog ``memo`` event, kept by job-list after the job
@@ -412,9 +508,32 @@ class FluxJobs:
         status = self.handle.rpc("sched.resource-status", {}).get()
         payload = {
             "max_entries": 0,
-            "attrs": ["expiration", "ncores"],
+            "attrs": ["expiration", "ncores", "t_run"],
             "since": 0.0,
             "constraint": {"states": [flux.constants.FLUX_JOB_STATE_RUNNING]},
         }
         running = self.handle.rpc("job-list.list", payload).get().get("jobs", [])
-        return ClusterView.from_flux(status, running, now)
+        return ClusterView.from_flux(status, running, now, self._limit_share())
+
+    def _limit_share(self) -> float:
+        """``lead_share``, or learned from the last ``SHARE_JOBS`` finished jobs (one
+        job-list RPC a minute)."""
+        import flux.constants
+
+        if self.lead_share > 0:
+            return self.lead_share
+        t, share = self._share
+        if time.monotonic() - t < self.SHARE_CACHE_SECONDS:
+            return share
+        payload = {
+            "max_entries": self.SHARE_JOBS,
+            "attrs": ["t_run", "t_cleanup", "expiration"],
+            "constraint": {"states": [flux.constants.FLUX_JOB_STATE_INACTIVE]},
+        }
+        try:
+            finished = self.handle.rpc("job-list.list", payload).get().get("jobs", [])
+            share = limit_share(finished)
+        except OSError:
+            share = 0.0
+        self._share = (time.monotonic(), share)
+        return share

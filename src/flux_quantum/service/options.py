@@ -42,6 +42,7 @@ class ServiceOptions:
     group_linger: float = 60.0
     tick: float = 0.2
     startup_default: float = 1.0
+    lead_share: float = 0.0  # classical lead: share of its limit a job runs (0: learn it)
     session_ttl: float = 28800.0  # look back this far for sessions left open (QRMI's max TTL)
 
     def __post_init__(self) -> None:
@@ -49,6 +50,10 @@ class ServiceOptions:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ServiceError(f"{arg_name(name)} must be a number > 0, got {value!r}")
+        if not (isinstance(self.lead_share, int | float) and 0 <= self.lead_share <= 1):
+            raise ServiceError(
+                f"lead-share must be a number from 0 (learn it) to 1, got {self.lead_share!r}"
+            )
         if self.group_linger < 0:
             raise ServiceError(f"group-linger must be >= 0, got {self.group_linger!r}")
         for name in _INT_OPTIONS:

@@ -100,9 +100,11 @@ class Release:
             return False
         vendor = max(0.0, attempt.expected_wait - (now - snap.t))
         if classical and vendor <= classical:
+            share = cluster.limit_share if cluster else 1.0
             why = (
-                f"classical lead: expected queue wait {vendor:.0f}s <= expected wait "
-                f"{classical:.0f}s for the job's cores"
+                f"classical lead: expected queue wait {vendor:.0f}s <= {classical:.0f}s "
+                f"before the job's cores can free up (running jobs run >= {share:.0%} "
+                "of their time limits)"
             )
         elif startup and vendor <= startup:
             why = (

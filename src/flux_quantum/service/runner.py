@@ -124,7 +124,7 @@ class ServiceRunner:
         self.site = site_policy(handle, catalog) if owner else None
         self.workers = VendorWorkers(options.workers)
         self.service = QuantumService(
-            FluxJobs(handle),
+            FluxJobs(handle, lead_share=options.lead_share),
             catalog,
             options,
             self.workers,

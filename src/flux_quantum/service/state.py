@@ -11,6 +11,7 @@ reactor thread.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -156,6 +157,7 @@ class Unit:
     release: dict[str, Any] | None = None
     session: UnitSession | None = None
     released_jobs: list[int] = field(default_factory=list)  # their tasks' costs reach them
+    memo_at: float = -math.inf  # when its jobs' memos last moved with the queue
 
     @property
     def active(self) -> bool:
