@@ -267,11 +267,14 @@ class Charges:
             task=billing.task.task_id,
             billed_seconds=record.billed_seconds,
         )
-        for jobid in billing.jobs:
-            try:
-                self.ctx.flux.post_event(jobid, cost.name, cost.to_context())
-            except (CommandError, OSError) as exc:
-                self.ctx.log(syslog.LOG_DEBUG, f"{jobid}: no {cost.name} event: {exc}")
+        jobs = list(billing.jobs)
+        try:
+            outcomes = self.ctx.flux.post_events([(j, cost.name, cost.to_context()) for j in jobs])
+        except (CommandError, OSError) as exc:
+            outcomes = [exc] * len(jobs)
+        for jobid, error in zip(jobs, outcomes, strict=True):
+            if error is not None:
+                self.ctx.log(syslog.LOG_DEBUG, f"{jobid}: no {cost.name} event: {error}")
         self.show(billing.unit, billing.jobs)
         self.ctx.log(
             syslog.LOG_INFO,
@@ -284,11 +287,14 @@ class Charges:
         if self.site is None:
             return
         amount = round(self.site.job_cost(unit_id), 6)
-        for jobid in jobs:
-            try:
-                self.ctx.flux.memo(jobid, {COST_MEMO: amount})
-            except OSError as exc:
-                self.ctx.log(syslog.LOG_DEBUG, f"{jobid}: memo failed: {exc}")
+        jobs = list(jobs)
+        try:
+            outcomes = self.ctx.flux.memos([(jobid, {COST_MEMO: amount}) for jobid in jobs])
+        except OSError as exc:
+            outcomes = [exc] * len(jobs)
+        for jobid, error in zip(jobs, outcomes, strict=True):
+            if error is not None:
+                self.ctx.log(syslog.LOG_DEBUG, f"{jobid}: memo failed: {error}")
 
     # -- tasks left behind
 

@@ -328,14 +328,43 @@ class FluxJobs:
         return JobRecord.from_lookup(jobid, rsp.get("eventlog"), rsp.get("jobspec"))
 
     def records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
-        """``record`` of many jobs, the lookups pipelined (all sent, then all read): a
+        """``record`` of many jobs, pipelined (all of a batch sent, then all read): a
         service adopting thousands of held jobs after a restart waits for one round
-        trip per batch, not per job. A job Flux does not know maps to None; one whose
-        lookup failed otherwise is left out (the caller tries again later)."""
+        trip per batch, not per job. Held jobs are active, so the job-manager has their
+        eventlog and current jobspec in memory (``job-manager.getattr``, the owner or
+        the job's user): no KVS read, about 5x faster than job-info's lookup, which is
+        the fallback for a job the job-manager does not answer for. A job Flux does not
+        know maps to None; one whose lookup failed otherwise is left out (the caller
+        tries again later)."""
+        out: dict[int, JobRecord | None] = {}
+        retry: list[int] = []
+        ids = list(ids)
+        for start in range(0, len(ids), self.LOOKUP_BATCH):
+            batch = ids[start : start + self.LOOKUP_BATCH]
+            futures = [
+                (
+                    jobid,
+                    self.handle.rpc(
+                        "job-manager.getattr", {"id": jobid, "attrs": ["jobspec", "eventlog"]}
+                    ),
+                )
+                for jobid in batch
+            ]
+            for jobid, future in futures:
+                try:
+                    rsp = future.get()
+                except OSError:
+                    retry.append(jobid)
+                    continue
+                out[jobid] = JobRecord.from_lookup(jobid, rsp.get("eventlog"), rsp.get("jobspec"))
+        out.update(self._lookups(retry))
+        return out
+
+    def _lookups(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
+        """``records`` through job-info (the KVS), pipelined the same way."""
         import flux.constants
 
         out: dict[int, JobRecord | None] = {}
-        ids = list(ids)
         for start in range(0, len(ids), self.LOOKUP_BATCH):
             batch = ids[start : start + self.LOOKUP_BATCH]
             futures = [
@@ -383,6 +412,28 @@ class FluxJobs:
         out: list[Exception | None] = []
         for start in range(0, len(items), self.LOOKUP_BATCH):
             out.extend(self.plugin.post_events(items[start : start + self.LOOKUP_BATCH]))
+        # Those that may come after the release, to released jobs: as ``post_event``.
+        late = [
+            i
+            for i, (error, item) in enumerate(zip(out, items, strict=True))
+            if isinstance(error, CommandError) and item[1] in AFTER_RELEASE
+        ]
+        futures = [
+            (
+                i,
+                self.handle.rpc(
+                    "job-manager.post-event.post",
+                    {"id": items[i][0], "name": items[i][1], "context": dict(items[i][2])},
+                ),
+            )
+            for i in late
+        ]
+        for i, future in futures:
+            try:
+                future.get()
+                out[i] = None
+            except OSError as exc:
+                out[i] = exc
         return out
 
     def memo(self, jobid: int, memo: Mapping[str, Any]) -> None:

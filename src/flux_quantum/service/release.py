@@ -197,9 +197,13 @@ class Release:
             for p in unit.programs
         )
         record = events.Ready(index=0, attempt=first.number, tasks=reasons)
-        for member in list(unit.jobs.values()):
-            if (events.READY, 0, first.number) not in member.facts:
-                ctx.post(member, record)
+        ctx.post_many(
+            [
+                (member, record)
+                for member in list(unit.jobs.values())
+                if (events.READY, 0, first.number) not in member.facts
+            ]
+        )
         task, device = first.task.task_id, first.device.name
         for ids, resources in self._release_calls(unit):
             try:
