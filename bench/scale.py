@@ -251,9 +251,9 @@ class Plan:
 
     @property
     def adopt_budget(self) -> float:
-        """Wall seconds allowed for the service to adopt every job and create every task
-        (about 6 s for 200 jobs, 25 s for 1,000 on 2 cores)."""
-        return 10.0 + 0.04 * self.jobs
+        """Wall seconds allowed for the service to adopt every job, create every task
+        and be restarted (about 8 s for 200 jobs on 2 cores)."""
+        return 10.0 + 0.02 * self.jobs
 
     def depth(self, k: int) -> int:
         """Backlog ahead of our first task on device k: it reaches the front about
@@ -924,8 +924,9 @@ def summarise(
     cpu_held = sampler.cpu_share("service", t_held, t_first)
     cpu_adopt = sampler.cpu_share("service", times["service"], times["adopted"])
     cpu_readopt = sampler.cpu_share("service", times["up2"], times["readopted"])
-    adopt_s = times["tracked"] - times["up"]
-    readopt_s = times["retracked"] - times["up2"]
+    # From the process's start (its imports included) to a status listing every job.
+    adopt_s = times["tracked"] - times["service"]
+    readopt_s = times["retracked"] - times["restart"]
     cpu_release = sampler.cpu_share("service", t_first, times["last_release"])
     broker_held = sampler.cpu_share("broker", t_held, t_first)
     rss_held, _ = sampler.memory_at("service", t_first)
@@ -969,28 +970,28 @@ def summarise(
             verdict(cpu_ok),
         ),
         (
-            f"adopt {plan.jobs} held jobs, service start (up -> all tracked)",
+            f"adopt {plan.jobs} held jobs, service start (start -> all tracked)",
             f"{adopt_s:.1f} s",
             f"<= {ADOPT_TARGET:g} s",
             verdict(adopt_s <= ADOPT_TARGET),
         ),
         (
-            "  start -> up / -> every task created and polled",
+            "  start -> status answers / -> every task created and polled",
             f"{times['up'] - times['service']:.1f} / {times['adopted'] - times['service']:.1f} s "
-            f"(CPU {cpu_adopt:.0f} %)",
+            f"(CPU {_pct(cpu_adopt)})",
             "",
             "",
         ),
         (
-            f"adopt {plan.jobs} held jobs after a restart (up -> all tracked)",
+            f"adopt {plan.jobs} held jobs after a restart (start -> all tracked)",
             f"{readopt_s:.1f} s",
             f"<= {ADOPT_TARGET:g} s",
             verdict(readopt_s <= ADOPT_TARGET),
         ),
         (
-            "  stop -> up / -> every task re-attached and polled",
+            "  start -> status answers / -> every task re-attached and polled",
             f"{times['up2'] - times['restart']:.1f} / "
-            f"{times['readopted'] - times['restart']:.1f} s (CPU {cpu_readopt:.0f} %)",
+            f"{times['readopted'] - times['restart']:.1f} s (CPU {_pct(cpu_readopt)})",
             "",
             "",
         ),
@@ -1088,16 +1089,20 @@ def summarise(
     free, free_done = rates("none")
     held, held_done = rates("plugin")
     bare, bare_done = rates("noplugin")
-    # The noise: how far the two phases with nothing held (first and last) differ.
-    nones = [statistics.median(p["batches"]) for name, p in phases if name == "none"]
-    noise = (max(nones) - min(nones)) / statistics.mean(nones) if len(nones) > 1 else 0.0
+    # The noise: how far two phases of the same kind (0 held first and last; held;
+    # plugin unloaded) differ, the largest of the three.
+    noise = 0.0
+    for kind in ("none", "plugin", "noplugin"):
+        medians = [statistics.median(p["batches"]) for name, p in phases if name == kind]
+        if len(medians) > 1:
+            noise = max(noise, (max(medians) - min(medians)) / statistics.mean(medians))
     submit_ok = held / free >= 1.0 - noise
     rows += [
         (f"submit plain jobs, 0 held ({batches})", f"{free:.0f} jobs/s", "", ""),
         (f"submit plain jobs, {plan.jobs} held", f"{held:.0f} jobs/s", "", ""),
         ("  same, plugin unloaded (jobs still DEPEND)", f"{bare:.0f} jobs/s", "", ""),
         (
-            "  ratio held / 0 held (noise: the 0-held phases differ by)",
+            "  ratio held / 0 held (noise: phases of one kind differ by)",
             f"{held / free:.2f} ({noise:.0%})",
             f">= {1 - noise:.2f}",
             verdict(submit_ok),
@@ -1178,6 +1183,10 @@ def summarise(
     )
     if problems:
         lines.append(f"PROBLEMS ({len(problems)} jobs): " + "; ".join(problems[:5]))
+
+
+def _pct(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.0f} %"
 
 
 def _mb(kb: int | None) -> str:

@@ -20,6 +20,7 @@ reactor thread and never block. The parts:
 
 from __future__ import annotations
 
+import math
 import syslog
 import time
 from collections.abc import Mapping
@@ -80,6 +81,9 @@ class QuantumService:
         self._scan_due = 0.0
         self._cluster_due = 0.0
         self._watch_due = 0.0
+        # The soonest step due after this tick (a poll, a retry): the runner wakes for
+        # it rather than at the next periodic tick, so a poll is never late by a tick.
+        self.next_due = math.inf
 
     @property
     def counters(self):  # noqa: ANN201 - a Counters record
@@ -100,6 +104,7 @@ class QuantumService:
         if watch:
             self._watch_due = now + self.WATCH
         need_cluster = False
+        next_due = math.inf
         for unit in list(ctx.units.values()):
             for program in unit.programs:
                 if not unit.active:
@@ -114,6 +119,9 @@ class QuantumService:
                         attempt = program.attempt
                 if not attempt.busy and attempt.due <= now:
                     self.tasks.step(unit, program)
+                    attempt = program.attempt
+                if not attempt.busy and now < attempt.due < next_due:
+                    next_due = attempt.due
             if watch:
                 self.release.maybe_release(unit)
         if need_cluster and now >= self._cluster_due:
@@ -129,6 +137,7 @@ class QuantumService:
         self.outcomes.expire_groups(now)
         self.sessions.check(now)
         self.release.measure_startup(now)
+        self.next_due = next_due
 
     def completions(self) -> None:
         """Run finished worker calls' handlers (reactor thread)."""

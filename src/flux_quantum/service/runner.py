@@ -136,6 +136,8 @@ class ServiceRunner:
             self.workers.fileno(), self._on_wake, events=flux.constants.FLUX_POLLIN
         )
         self._timer = handle.timer_watcher_create(0.0, self._on_tick, repeat=options.tick)
+        # One-shot, armed after each tick for a step due before the next periodic one.
+        self._soon = handle.timer_watcher_create(0.0, self._on_tick)
 
     def start(self) -> None:
         self._fd.start()
@@ -153,7 +155,7 @@ class ServiceRunner:
     def stop(self) -> None:
         """Stop watching; tasks keep running at the vendor and a later service
         re-attaches them from the eventlogs."""
-        for watcher in (self._timer, self._fd):
+        for watcher in (self._timer, self._soon, self._fd):
             with contextlib.suppress(Exception):
                 watcher.stop()
         self.workers.stop()
@@ -199,12 +201,22 @@ class ServiceRunner:
 
     def _on_tick(self, *args: Any) -> None:
         self._fenced(self.service.tick)
+        self._arm_soon()
 
     def _on_wake(self, *args: Any) -> None:
         self._fenced(self.service.completions)
         # A finished vendor call usually makes a next step due (create after select,
         # release after a poll): take it now rather than at the next tick.
         self._fenced(self.service.tick)
+        self._arm_soon()
+
+    def _arm_soon(self) -> None:
+        """Wake for the next due step when it comes before the next periodic tick."""
+        delay = self.service.next_due - self.service.ctx.clock()
+        if delay < self.options.tick:
+            self._soon.stop()
+            self._soon.reset(after=max(0.0, delay), repeat=0.0)
+            self._soon.start()
 
     def _fenced(self, call: Callable[[], None]) -> None:
         try:

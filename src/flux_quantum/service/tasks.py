@@ -659,12 +659,7 @@ class Tasks:
         if vendor is None:
             return
         if not attempt.attached:
-
-            def attach_and_poll() -> TaskSnapshot:
-                vendor.attach(task.task_id)
-                return vendor.poll(task)
-
-            self.ctx.call(unit, program, attach_and_poll, self._polled)
+            self.ctx.call(unit, program, lambda: vendor.attach_and_poll(task), self._polled)
         else:
             self.ctx.call(unit, program, lambda: vendor.poll(task), self._polled)
 

@@ -325,6 +325,12 @@ class Vendor(abc.ABC):
     def attach(self, task_id: str) -> TaskRef:
         """Find an existing task by its vendor id (after a restart)."""
 
+    def attach_and_poll(self, task: TaskRef) -> TaskSnapshot:
+        """Re-attach a task found in an eventlog and poll it (after a restart): one call
+        where the vendor's read of a task gives both (Braket)."""
+        self.attach(task.task_id)
+        return self.poll(task)
+
     # Optional verbs: the defaults suit a vendor whose create is idempotent by token,
     # that reports queue positions and that has no sessions (Braket).
 

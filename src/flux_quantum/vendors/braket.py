@@ -703,6 +703,11 @@ class BraketVendor(Vendor):
             ) from None
         return TaskResult(task=task, counts=counts, raw=json.loads(body))
 
+    def attach_and_poll(self, task: TaskRef) -> TaskSnapshot:
+        """One GetQuantumTask: it fails for a task that is not there (``attach``) and
+        carries the status and queue position (``poll``)."""
+        return self._task_snapshot(task, self._get_task(task.task_id))
+
     def attach(self, task_id: str) -> TaskRef:
         data = self._get_task(task_id)
         arn = str(data.get("deviceArn") or "")
