@@ -189,6 +189,9 @@ class Charges:
         if snap is not None and snap.terminal:
             self._finish(billing, snap.state)
             return
+        if snap is not None:
+            # Just seen running or queued: the next look is not due at once.
+            billing.due = snap.t + self.ctx.schedule.cold_max_interval
         self.watching[attempt.token] = billing
 
     def _billing(
@@ -317,9 +320,7 @@ class Charges:
         task, attached = billing.task, billing.attached
 
         def poll() -> TaskSnapshot:
-            if not attached:
-                vendor.attach(task.task_id)
-            return vendor.poll(task)
+            return vendor.poll(task) if attached else vendor.attach_and_poll(task)
 
         def done(snap: Any, error: BaseException | None) -> None:
             billing.busy = False

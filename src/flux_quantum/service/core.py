@@ -47,8 +47,6 @@ from flux_quantum.vendors.base import Vendor
 class QuantumService:
     """The handlers' logic on one Flux side, catalog, set of workers and clock."""
 
-    WATCH = 1.0  # seconds between the checks that only time moves (lead, max_wait)
-
     def __init__(
         self,
         flux: FluxSide,
@@ -96,13 +94,13 @@ class QuantumService:
         if now >= self._scan_due or ctx.rescan:
             self._scan_due = now + ctx.options.scan_interval
             self.adoption.scan()
-        # Every tick: the attempts whose next step is due (a poll, a retry). Once every
-        # WATCH seconds: the time-based checks between polls (the classical lead,
-        # max_wait) and a release a failed call left pending. A tick over 1,000 units
-        # with nothing due costs a loop over them and no more.
+        # Every tick: the attempts whose next step is due (a poll, a retry). With every
+        # scan (``scan_interval``): the checks only time moves between polls (the
+        # classical lead, max_wait) and a release a failed call left pending. A tick
+        # over 1,000 units with nothing due costs a loop over them and no more.
         watch = now >= self._watch_due
         if watch:
-            self._watch_due = now + self.WATCH
+            self._watch_due = now + ctx.options.scan_interval
         need_cluster = False
         next_due = math.inf
         for unit in list(ctx.units.values()):
