@@ -97,6 +97,7 @@ class FakeFlux:
         self.graph: frozenset[str] = frozenset()
         self.cluster_view: ClusterView | None = None
         self.list_error: Exception | None = None
+        self._held: list[HeldJob] = []
         self.before_release: Callable[[list[int]], Any] | None = None
         self.journal: list[tuple[str, Any]] = []  # shared with the vendor: call order
 
@@ -155,13 +156,18 @@ class FakeFlux:
     # -- FluxSide
 
     def held(self) -> list[HeldJob]:
+        """As the plugin with generations: the same list object while the held set has
+        not moved."""
         if self.list_error is not None:
             raise self.list_error
-        return [
+        jobs = [
             HeldJob(j.id, j.userid, j.request, j.t_submit, j.follow)
             for j in self.jobs.values()
             if j.state == "held"
         ]
+        if jobs != self._held:
+            self._held = jobs
+        return self._held
 
     def record(self, jobid: int) -> JobRecord | None:
         job = self.jobs.get(jobid)

@@ -132,6 +132,29 @@ def test_list_is_unchanged_until_the_held_set_moves(inst):
     assert after_cancel != after_hold and jobid_int(inst, jobid) not in [j.id for j in left]
 
 
+def test_pipelined_rpcs_answer_in_order_with_flux_errors(inst):
+    """fluxrpc.pipelined: every answer in the order asked, an error with Flux's errno
+    and message, more requests than one window."""
+    import errno
+
+    import flux
+
+    from flux_quantum.fluxrpc import RpcError, pipelined
+
+    h = flux.Flux(inst.uri)
+    jobid = jobid_int(inst, inst.submit("--setattr=qpu=sv1", "true"))
+    inst.wait_event(str(jobid), "dependency-add")
+    asks = [("job-manager.getattr", {"id": jobid, "attrs": ["eventlog"]})] * 300
+    asks.insert(7, ("job-manager.getattr", {"id": 1, "attrs": ["eventlog"]}))
+    answers = pipelined(h, asks, window=64)
+    assert len(answers) == 301
+    bad = answers.pop(7)
+    assert isinstance(bad, RpcError) and bad.errno == errno.EINVAL and "unknown job" in str(bad)
+    assert all(a["eventlog"][0]["name"] == "submit" for a in answers)
+    assert pipelined(h, []) == []
+    inst.run(["flux", "cancel", str(jobid)])
+
+
 def test_query_reports_counts_and_config(inst):
     q = query(inst)
     assert set(q) >= {"held", "released", "failed", "cancelled", "config"}

@@ -166,8 +166,12 @@ def test_adopting_a_full_queue_posts_and_memos_in_one_exchange_each():
     mark = len(h.flux.journal)
     h2.service.adoption.scan()
     exchanges = [(kind, n) for kind, n in h.flux.journal[mark:] if kind in ("post_events", "memos")]
-    # Two joins, each new job's qpu-submit and qpu-task; every job's memo.
-    assert exchanges == [("post_events", 6), ("memos", 26)]
+    # Two joins, each new job's qpu-submit and qpu-task; the memos come with each unit's
+    # first poll, not in the adoption.
+    assert exchanges == [("post_events", 6)]
+    assert len(h2.service.ctx.member_unit) == 26
+    h2.run(2)
+    assert all(h.flux.jobs[j].memo.get("qpu_task") for j in (joiner, follower))
     for job, unit in ((joiner, groups[0]), (follower, units[4])):
         assert h.flux.last(job, events.JOIN).via in ("group", "follow")
         assert h.flux.last(job, events.TASK).task == h.flux.last(unit[0], events.TASK).task

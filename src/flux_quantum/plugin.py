@@ -165,20 +165,18 @@ class PluginClient:
         first answer is read, so N events cost about one round trip, not N. Events to
         one job are recorded in the order given. One outcome per item, in order: None
         when it was recorded, else the error."""
-        futures = []
+        from flux_quantum.fluxrpc import pipelined
+
+        requests = []
         for jobid, name, context in items:
             payload: dict[str, Any] = {"id": jobid, "name": name}
             if context is not None:
                 payload["context"] = dict(context)
-            futures.append(self.handle.rpc(f"{SERVICE}.event", payload))
-        out: list[CommandError | None] = []
-        for future in futures:
-            try:
-                future.get()
-                out.append(None)
-            except OSError as exc:
-                out.append(_plugin_error("event", exc))
-        return out
+            requests.append((f"{SERVICE}.event", payload))
+        return [
+            _plugin_error("event", answer) if isinstance(answer, OSError) else None
+            for answer in pipelined(self.handle, requests)
+        ]
 
     def query(self) -> dict[str, Any]:
         """Counters and configuration, as ``flux jobtap query quantum.so`` shows them."""

@@ -18,6 +18,7 @@ request does not parse fails at once.
 from __future__ import annotations
 
 import syslog
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +50,8 @@ Adoptee = tuple[HeldJob, JobRecord, events.History]
 
 
 class Adoption:
+    SUMMARY_AT = 100  # adopting this many jobs at once is logged in one line
+
     def __init__(
         self,
         ctx: ServiceContext,
@@ -71,6 +74,7 @@ class Adoption:
         self._touched: dict[int, Unit] | None = None
         self._joins: list[tuple[Member, events.QpuEvent]] = []
         self._groups: dict[tuple[int, str], Unit] = {}
+        self._verbose = True
         # The last list whose every handled job is tracked, and their ids: the same list
         # again (nothing held or left since) needs no comparison.
         self._quiet: tuple[list[HeldJob] | None, list[int]] = (None, [])
@@ -130,24 +134,41 @@ class Adoption:
 
     def adopt(self, new: list[HeldJob]) -> None:
         """Adopt newly held jobs: their records are read in pipelined batches, and the
-        events and memos the whole batch needs are sent at the end in one pipelined
-        exchange, so 10,000 jobs after a restart cost a few hundred round trips."""
+        events the whole batch needs are sent at the end in one pipelined exchange, so
+        10,000 jobs after a restart cost a few hundred round trips. Their memos are not
+        sent here: the unit's first step (a device selection, a task's re-attaching
+        poll) sends them, so a large adoption is not held up by 10,000 memos (a volatile
+        memo outlives a service restart in the job-manager anyway)."""
         ctx = self.ctx
+        t0 = time.monotonic()
         try:
             found = ctx.flux.records([job.id for job in new])
         except Exception as exc:
             ctx.log(syslog.LOG_WARNING, f"cannot read eventlogs of {len(new)} job(s): {exc}")
             return
+        t1 = time.monotonic()
         self._touched, self._joins = {}, []
+        # A few jobs are logged one by one; a large batch in one line at the end.
+        self._verbose = len(new) < self.SUMMARY_AT
         self._groups = {u.group_key: u for u in ctx.active_units() if u.group_key is not None}
         try:
             self._adopt(new, found)
         finally:
             touched, joins = self._touched, self._joins
             self._touched, self._joins, self._groups = None, [], {}
+            t2 = time.monotonic()
             posts = joins + [p for unit in touched.values() for p in self.history_posts(unit)]
-            ctx.post_many(posts)
-            self.face.send([m for unit in touched.values() for m in self.face.memos_of(unit)])
+            posted = ctx.post_many(posts)
+            self._verbose = True
+            if len(new) >= self.SUMMARY_AT:
+                ctx.log(
+                    syslog.LOG_INFO,
+                    f"tracking {sum(1 for j in new if j.id in ctx.member_unit)} of {len(new)} "
+                    f"new held job(s) in "
+                    f"{len(touched)} unit(s) in {time.monotonic() - t0:.1f}s (records "
+                    f"{t1 - t0:.1f}s, units {t2 - t1:.1f}s, {posted} event(s) "
+                    f"{time.monotonic() - t2:.1f}s)",
+                )
 
     def _adopt(self, new: list[HeldJob], found: Mapping[int, JobRecord | None]) -> None:
         ctx = self.ctx
@@ -202,7 +223,8 @@ class Adoption:
         for job, record, history in members:
             self._add_member(unit, job, record, history, via=None)
         self._recount(unit)
-        self.ctx.log(syslog.LOG_INFO, f"unit {unit_id}: recovered {len(members)} job(s)")
+        level = syslog.LOG_INFO if self._verbose else syslog.LOG_DEBUG
+        self.ctx.log(level, f"unit {unit_id}: recovered {len(members)} job(s)")
         self._settle(unit)
 
     def _adopt_one(self, job: HeldJob, record: JobRecord, history: events.History) -> None:
@@ -384,7 +406,8 @@ class Adoption:
     ) -> None:
         self._add_member(unit, job, record, history, via=via)
         self._settle(unit)
-        self.ctx.log(syslog.LOG_INFO, f"{job.id}: rides unit {unit.id} ({via})")
+        level = syslog.LOG_INFO if self._verbose else syslog.LOG_DEBUG
+        self.ctx.log(level, f"{job.id}: rides unit {unit.id} ({via})")
 
     def _settle(self, unit: Unit) -> None:
         """The unit's jobs get the facts they lack and its memo: now, or at the end of

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.events import COST, Event, first, parse_eventlog
+from flux_quantum.fluxrpc import pipelined
 from flux_quantum.plugin import HeldJob, PluginClient
 
 # Events the service may post to a job it has released (its task ends later).
@@ -287,7 +288,6 @@ class FluxJobs:
     GRAPH_CACHE_SECONDS = 10.0
     SHARE_CACHE_SECONDS = 60.0
     SHARE_JOBS = 200
-    LOOKUP_BATCH = 256
 
     def __init__(self, handle: Any, lead_share: float = 0.0) -> None:
         """``lead_share``: the share of its time limit a running job is trusted to run
@@ -339,24 +339,15 @@ class FluxJobs:
         out: dict[int, JobRecord | None] = {}
         retry: list[int] = []
         ids = list(ids)
-        for start in range(0, len(ids), self.LOOKUP_BATCH):
-            batch = ids[start : start + self.LOOKUP_BATCH]
-            futures = [
-                (
-                    jobid,
-                    self.handle.rpc(
-                        "job-manager.getattr", {"id": jobid, "attrs": ["jobspec", "eventlog"]}
-                    ),
-                )
-                for jobid in batch
-            ]
-            for jobid, future in futures:
-                try:
-                    rsp = future.get()
-                except OSError:
-                    retry.append(jobid)
-                    continue
-                out[jobid] = JobRecord.from_lookup(jobid, rsp.get("eventlog"), rsp.get("jobspec"))
+        requests = [
+            ("job-manager.getattr", {"id": jobid, "attrs": ["jobspec", "eventlog"]})
+            for jobid in ids
+        ]
+        for jobid, rsp in zip(ids, pipelined(self.handle, requests), strict=True):
+            if isinstance(rsp, OSError) or not isinstance(rsp, Mapping):
+                retry.append(jobid)
+                continue
+            out[jobid] = JobRecord.from_lookup(jobid, rsp.get("eventlog"), rsp.get("jobspec"))
         out.update(self._lookups(retry))
         return out
 
@@ -365,29 +356,17 @@ class FluxJobs:
         import flux.constants
 
         out: dict[int, JobRecord | None] = {}
-        for start in range(0, len(ids), self.LOOKUP_BATCH):
-            batch = ids[start : start + self.LOOKUP_BATCH]
-            futures = [
-                (
-                    jobid,
-                    self.handle.rpc(
-                        "job-info.lookup",
-                        {
-                            "id": jobid,
-                            "keys": ["eventlog", "jobspec"],
-                            "flags": flux.constants.FLUX_JOB_LOOKUP_CURRENT,
-                        },
-                    ),
-                )
-                for jobid in batch
-            ]
-            for jobid, future in futures:
-                try:
-                    rsp = future.get()
-                except OSError as exc:
-                    if exc.errno in (errno.ENOENT, errno.EPERM):
-                        out[jobid] = None
-                    continue
+        flags = flux.constants.FLUX_JOB_LOOKUP_CURRENT
+        requests = [
+            ("job-info.lookup", {"id": jobid, "keys": ["eventlog", "jobspec"], "flags": flags})
+            for jobid in ids
+        ]
+        for jobid, rsp in zip(ids, pipelined(self.handle, requests), strict=True):
+            if isinstance(rsp, OSError):
+                if rsp.errno in (errno.ENOENT, errno.EPERM):
+                    out[jobid] = None
+                continue
+            if isinstance(rsp, Mapping):
                 out[jobid] = JobRecord.from_lookup(jobid, rsp.get("eventlog"), rsp.get("jobspec"))
         return out
 
@@ -406,34 +385,25 @@ class FluxJobs:
     def post_events(
         self, items: Sequence[tuple[int, str, Mapping[str, Any]]]
     ) -> list[Exception | None]:
-        """Events to held jobs (the plugin's), pipelined ``LOOKUP_BATCH`` at a time: a
+        """Events to held jobs (the plugin's), pipelined (``fluxrpc.pipelined``): a
         unit of many jobs, or thousands adopted at once, costs a round trip per batch.
         One outcome per item (None: posted)."""
-        out: list[Exception | None] = []
-        for start in range(0, len(items), self.LOOKUP_BATCH):
-            out.extend(self.plugin.post_events(items[start : start + self.LOOKUP_BATCH]))
+        out: list[Exception | None] = list(self.plugin.post_events(items))
         # Those that may come after the release, to released jobs: as ``post_event``.
         late = [
             i
             for i, (error, item) in enumerate(zip(out, items, strict=True))
             if isinstance(error, CommandError) and item[1] in AFTER_RELEASE
         ]
-        futures = [
+        requests = [
             (
-                i,
-                self.handle.rpc(
-                    "job-manager.post-event.post",
-                    {"id": items[i][0], "name": items[i][1], "context": dict(items[i][2])},
-                ),
+                "job-manager.post-event.post",
+                {"id": items[i][0], "name": items[i][1], "context": dict(items[i][2])},
             )
             for i in late
         ]
-        for i, future in futures:
-            try:
-                future.get()
-                out[i] = None
-            except OSError as exc:
-                out[i] = exc
+        for i, rsp in zip(late, pipelined(self.handle, requests), strict=True):
+            out[i] = rsp if isinstance(rsp, OSError) else None
         return out
 
     def memo(self, jobid: int, memo: Mapping[str, Any]) -> None:
@@ -442,21 +412,13 @@ class FluxJobs:
 
     def memos(self, items: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Exception | None]:
         """Volatile memos to many jobs, pipelined as ``post_events``."""
-        out: list[Exception | None] = []
-        for start in range(0, len(items), self.LOOKUP_BATCH):
-            futures = [
-                self.handle.rpc(
-                    "job-manager.memo", {"id": jobid, "volatile": True, "memo": dict(memo)}
-                )
-                for jobid, memo in items[start : start + self.LOOKUP_BATCH]
-            ]
-            for future in futures:
-                try:
-                    future.get()
-                    out.append(None)
-                except OSError as exc:
-                    out.append(exc)
-        return out
+        requests = [
+            ("job-manager.memo", {"id": jobid, "volatile": True, "memo": dict(memo)})
+            for jobid, memo in items
+        ]
+        return [
+            rsp if isinstance(rsp, OSError) else None for rsp in pipelined(self.handle, requests)
+        ]
 
     def annotate(self, jobid: int, memo: Mapping[str, Any]) -> None:
         """A persistent memo (an eventlog ``memo`` event, kept by job-list after the job
