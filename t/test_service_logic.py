@@ -146,7 +146,7 @@ def test_a_new_service_recovers_from_the_eventlogs_and_never_creates_twice():
         assert [r.milestone for r in h2.flux.decoded(job, events.QUEUE)] == [100, 10, 1]
 
 
-def test_adopting_a_full_queue_posts_and_memos_in_one_exchange_each():
+def test_adopting_a_full_queue_posts_its_events_in_one_exchange():
     """A service that starts on held jobs (a restart, with new jobs the old service never
     saw) sends their events and memos to Flux in one pipelined exchange each, not a
     round trip per job, and still gives every job what it lacks."""
