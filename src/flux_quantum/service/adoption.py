@@ -17,6 +17,7 @@ request does not parse fails at once.
 
 from __future__ import annotations
 
+import json
 import syslog
 import time
 from collections.abc import Mapping, Sequence
@@ -389,7 +390,11 @@ class Adoption:
         via: str | None,
     ) -> Member:
         member = Member(
-            job.id, job.userid, size=record.size, jobspec=record.jobspec, facts=set(history.facts)
+            job.id,
+            job.userid,
+            size=record.size,
+            spec=json.dumps(record.jobspec, separators=(",", ":")),
+            facts=set(history.facts),
         )
         unit.jobs[job.id] = member
         self.ctx.member_unit[job.id] = unit.id

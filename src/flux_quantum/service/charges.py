@@ -77,7 +77,7 @@ class Charges:
         """The unit's owner (the job's userid, from Flux) and the bank of the current
         jobspec of its first job."""
         assert self.site is not None
-        jobspec = next((m.jobspec for m in unit.jobs.values() if m.jobspec), {})
+        jobspec = next((m.jobspec for m in unit.jobs.values() if m.spec != "{}"), {})
         return self.site.requester(unit.userid, jobspec)
 
     def not_allowed(self, unit: Unit, devices: Iterable[Device]) -> dict[str, str]:

@@ -120,7 +120,11 @@ class QuantumService:
                     attempt = program.attempt
                 if not attempt.busy and now < attempt.due < next_due:
                     next_due = attempt.due
-            if watch:
+            if (
+                watch
+                and unit.programs
+                and all(p.attempt.phase is Phase.READY for p in unit.programs)
+            ):
                 self.release.maybe_release(unit)
         if need_cluster and now >= self._cluster_due:
             self._cluster_due = now + ctx.options.cluster_interval

@@ -167,20 +167,25 @@ class ClusterView:
             return max(size.cores, size.nodes * max(1, self.cores_per_node))
         return max(1, size.cores)
 
-    def wait_for(self, cores: int, now: float) -> float | None:
-        """Seconds until ``cores`` cores are free at the soonest, as running jobs end no
-        sooner than ``limit_share`` of their limits; 0 when they are free now, None when
-        no limit says when."""
+    def free_at(self, cores: int) -> float | None:
+        """When ``cores`` cores are free at the soonest (-inf: now), as ``wait_for``."""
         available = self.free_cores
         if cores <= available:
-            return 0.0
+            return -math.inf
         for expiration, freed in self.releases:
             if not math.isfinite(expiration):
                 return None
             available += freed
             if available >= cores:
-                return max(0.0, expiration - now)
+                return expiration
         return None
+
+    def wait_for(self, cores: int, now: float) -> float | None:
+        """Seconds until ``cores`` cores are free at the soonest, as running jobs end no
+        sooner than ``limit_share`` of their limits; 0 when they are free now, None when
+        no limit says when."""
+        at = self.free_at(cores)
+        return None if at is None else max(0.0, at - now)
 
     @classmethod
     def from_flux(

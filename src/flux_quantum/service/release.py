@@ -75,6 +75,9 @@ class Release:
         self.outcomes = outcomes
         self.startup = StartupMeter(ctx.options.startup_default)
         self._startup_due = 0.0
+        # free_at of the current cluster view by cores: one walk of the running jobs per
+        # size asked, not per unit (a thousand units mostly ask for the same sizes).
+        self._free_at: tuple[ClusterView | None, dict[int, float | None]] = (None, {})
 
     # -- the release point
 
@@ -94,7 +97,7 @@ class Release:
         cluster, snap = self.ctx.cluster, attempt.snapshot
         if snap is None or attempt.expected_wait is None:
             return False
-        classical = cluster.wait_for(self._unit_cores(unit, cluster), now) if cluster else None
+        classical = self._classical_wait(unit, cluster, now) if cluster else None
         startup = self.startup.estimate() if unit.request.release_at == RELEASE_PREDICT else 0.0
         if not classical and not startup:
             return False
@@ -158,6 +161,17 @@ class Release:
         """Between polls: the cluster may have filled up, or time passed."""
         if not attempt.busy and attempt.snapshot is not None:
             self.lead_reached(unit, attempt, now)
+
+    def _classical_wait(self, unit: Unit, cluster: ClusterView, now: float) -> float | None:
+        view, free_at = self._free_at
+        if view is not cluster:
+            free_at = {}
+            self._free_at = (cluster, free_at)
+        cores = self._unit_cores(unit, cluster)
+        if cores not in free_at:
+            free_at[cores] = cluster.free_at(cores)
+        at = free_at[cores]
+        return None if at is None else max(0.0, at - now)
 
     @staticmethod
     def _unit_cores(unit: Unit, cluster: ClusterView) -> int:

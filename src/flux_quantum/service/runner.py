@@ -136,14 +136,13 @@ class ServiceRunner:
             self.workers.fileno(), self._on_wake, events=flux.constants.FLUX_POLLIN
         )
         self._timer = handle.timer_watcher_create(0.0, self._on_tick, repeat=options.tick)
+        self._warming = False
         # One-shot, armed after each tick for a step due before the next periodic one.
         self._soon = handle.timer_watcher_create(0.0, self._on_tick)
 
     def start(self) -> None:
         self._fd.start()
         self._timer.start()
-        # The Braket SDK takes seconds to import: do it now, off the reactor.
-        self.workers.submit(_warm_up, lambda result, error: None)
         catalog = self.service.ctx.catalog
         ledger = f", ledger {self.site.ledger.path}" if self.site is not None else ""
         self._log(
@@ -202,6 +201,11 @@ class ServiceRunner:
     def _on_tick(self, *args: Any) -> None:
         self._fenced(self.service.tick)
         self._arm_soon()
+        if not self._warming:
+            # The Braket SDK takes seconds of CPU to import: in a worker, off the reactor,
+            # once the first tick has adopted the held jobs (not competing with it).
+            self._warming = True
+            self.workers.submit(_warm_up, lambda result, error: None)
 
     def _on_wake(self, *args: Any) -> None:
         self._fenced(self.service.completions)

@@ -11,8 +11,8 @@ reactor thread.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -116,9 +116,15 @@ class Member:
     id: int
     userid: int
     size: JobSize = JobSize()
-    jobspec: Mapping[str, Any] = field(default_factory=dict)
+    # The job's current jobspec as compact JSON (a tenth of the memory of the dict,
+    # which counts with 10,000 held jobs): read back by ``jobspec``.
+    spec: str = "{}"
     facts: set[tuple[str, int, int]] = field(default_factory=set)
     memo: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def jobspec(self) -> dict[str, Any]:
+        return json.loads(self.spec)
 
 
 @dataclass
