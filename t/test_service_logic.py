@@ -5,6 +5,7 @@ The flux tier keeps the same stories on real brokers."""
 
 from __future__ import annotations
 
+import math
 import syslog
 
 from service_fakes import FAST, Harness, QueueModel
@@ -194,6 +195,44 @@ def test_queue_memos_move_at_most_every_two_seconds_and_the_release_at_once():
     sent = sum(n for kind, n in h.flux.journal[mark:] if kind == "memos")
     assert sent <= 5 * (took / 2 + 2), (sent, took)
     assert {h.flux.jobs[j].memo["qpu_state"] for j in jobs} == {"released"}
+
+
+def test_between_ticks_only_what_completed_or_is_due_is_stepped():
+    """step_soon (the runner's wake after a vendor call, or for a poll due before the
+    next tick) takes the create right after the selection completed, and leaves the
+    other units alone."""
+    h = Harness({"alpha": QueueModel(10), "beta": QueueModel(10)})
+    ours = h.flux.submit(at_front("alpha"))
+    others = [h.flux.submit(at_front("beta")) for _ in range(3)]
+    h.run(5)  # every unit has its task and is tracked
+    assert all(h.flux.decoded(j, events.TASK) for j in [ours, *others])
+    late = h.flux.submit(at_front("alpha"))
+    h.clock.advance(1.0)
+    h.service.tick()  # the scan adopts it and its first step starts (a worker call)
+    assert not h.flux.decoded(late, events.TASK)
+    polls = h.vendor.count("poll")
+    for _ in range(6):  # no tick, no time: read, select, create follow one another
+        h.service.completions()
+        h.service.step_soon()
+    assert h.flux.decoded(late, events.TASK)
+    assert h.vendor.count("poll") <= polls + 1  # its own first poll at most
+    assert h.service.next_due > h.clock()
+
+
+def test_a_held_back_queue_memo_is_shown_within_the_interval_and_a_scan():
+    """The queue stops moving right after a memo was held back: the last position is
+    still shown within 2 s (the interval) and one scan, without another poll."""
+    h = Harness({"alpha": QueueModel(40, service=1.0)})
+    job = h.flux.submit(at_front("alpha"))
+    h.until(lambda: h.flux.jobs[job].memo.get("qpu_position") is not None)
+    unit = h.service.ctx.units[job]
+    h.until(lambda: unit.memo_pending, limit=60)
+    attempt = unit.programs[0].attempt
+    attempt.due = math.inf  # as if the poller had planned its next poll far ahead
+    h.run(2.0 + FAST.scan_interval + 0.25)
+    assert not attempt.busy and attempt.due == math.inf  # no poll since
+    assert h.flux.jobs[job].memo["qpu_position"] == attempt.snapshot.position
+    assert not unit.memo_pending
 
 
 def test_a_recorded_token_without_a_task_gets_the_same_task_back():

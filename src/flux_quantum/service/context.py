@@ -83,6 +83,13 @@ class ServiceContext:
         self.unit_ended: Callable[[Unit, UnitState, str], None] = lambda unit, state, why: None
         self.joined_late: Callable[[int, int], None] = lambda unit_id, jobid: None
         self.on_orphan_session: Callable[[VendorSession, str], None] = lambda s, why: None
+        self._completed: list[tuple[Unit, Program]] = []
+
+    def take_completed(self) -> list[tuple[Unit, Program]]:
+        """The attempts whose worker call completed since the last take (their next
+        step may be due now)."""
+        done, self._completed = self._completed, []
+        return done
 
     def log(self, level: int, msg: str) -> None:
         with contextlib.suppress(Exception):
@@ -159,6 +166,7 @@ class ServiceContext:
 
         def done(result: Any, error: BaseException | None) -> None:
             attempt.busy = False
+            self._completed.append((unit, program))
             if not unit.active or program.attempt is not attempt:
                 if isinstance(result, TaskRef):
                     self.on_cancel(result, "its jobs are gone")

@@ -37,7 +37,7 @@ from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.release import Release
 from flux_quantum.service.sessions import Sessions
-from flux_quantum.service.state import Phase
+from flux_quantum.service.state import Phase, Program, Unit
 from flux_quantum.service.tasks import Tasks
 from flux_quantum.service.workers import Workers
 from flux_quantum.site_policy import SitePolicy
@@ -82,6 +82,7 @@ class QuantumService:
         # The soonest step due after this tick (a poll, a retry): the runner wakes for
         # it rather than at the next periodic tick, so a poll is never late by a tick.
         self.next_due = math.inf
+        self._soon: list[tuple[Unit, Program]] = []
 
     @property
     def counters(self):  # noqa: ANN201 - a Counters record
@@ -91,6 +92,7 @@ class QuantumService:
         """Do whatever is due: scan for jobs, start vendor calls, release ready units."""
         ctx = self.ctx
         now = ctx.clock()
+        ctx.take_completed()  # this pass looks at every attempt
         if now >= self._scan_due or ctx.rescan:
             self._scan_due = now + ctx.options.scan_interval
             self.adoption.scan()
@@ -102,7 +104,8 @@ class QuantumService:
         if watch:
             self._watch_due = now + ctx.options.scan_interval
         need_cluster = False
-        next_due = math.inf
+        soon: list[tuple[Unit, Program]] = []
+        horizon = now + ctx.options.tick
         for unit in list(ctx.units.values()):
             for program in unit.programs:
                 if not unit.active:
@@ -118,14 +121,16 @@ class QuantumService:
                 if not attempt.busy and attempt.due <= now:
                     self.tasks.step(unit, program)
                     attempt = program.attempt
-                if not attempt.busy and now < attempt.due < next_due:
-                    next_due = attempt.due
+                if not attempt.busy and now < attempt.due < horizon:
+                    soon.append((unit, program))
             if (
                 watch
                 and unit.programs
                 and all(p.attempt.phase is Phase.READY for p in unit.programs)
             ):
                 self.release.maybe_release(unit)
+        if watch:
+            self.face.pending(u for u in ctx.units.values() if u.memo_pending and u.active)
         if need_cluster and now >= self._cluster_due:
             self._cluster_due = now + ctx.options.cluster_interval
             try:
@@ -139,7 +144,32 @@ class QuantumService:
         self.outcomes.expire_groups(now)
         self.sessions.check(now)
         self.release.measure_startup(now)
-        self.next_due = next_due
+        self._soon = soon
+        self.next_due = min((p.attempt.due for _, p in soon), default=math.inf)
+
+    def step_soon(self) -> None:
+        """Between ticks: step only the attempts due before the next tick (the runner
+        wakes for the first of them) and those whose vendor call just completed (a
+        create after a selection), not every tracked unit: with 1,000 units and polls
+        completing several times a second, a full pass each time would cost more
+        than the polls."""
+        ctx = self.ctx
+        now = ctx.clock()
+        pending = self._soon + ctx.take_completed()
+        self._soon = []
+        seen: set[int] = set()
+        horizon = now + ctx.options.tick
+        for unit, program in pending:
+            if id(program) in seen or not unit.active:
+                continue
+            seen.add(id(program))
+            attempt = program.attempt
+            if not attempt.busy and attempt.due <= now:
+                self.tasks.step(unit, program)
+                attempt = program.attempt
+            if unit.active and not attempt.busy and now < attempt.due < horizon:
+                self._soon.append((unit, program))
+        self.next_due = min((p.attempt.due for _, p in self._soon), default=math.inf)
 
     def completions(self) -> None:
         """Run finished worker calls' handlers (reactor thread)."""

@@ -88,9 +88,24 @@ class Face:
         now = self.ctx.clock()
         if out and queue_only:
             if now - unit.memo_at < QUEUE_MEMO_INTERVAL:
+                unit.memo_pending = True  # sent by ``pending`` once the interval is over
                 return []
             unit.memo_at = now
+        unit.memo_pending = False
         return out
+
+    def pending(self, units: Iterable[Unit]) -> None:
+        """Send the queue memos held back by the interval, for the units whose interval
+        is over, in one exchange."""
+        now = self.ctx.clock()
+        self.send(
+            [
+                change
+                for unit in units
+                if unit.memo_pending and now - unit.memo_at >= QUEUE_MEMO_INTERVAL
+                for change in self.memos_of(unit)
+            ]
+        )
 
     def send(self, changes: Sequence[tuple[Member, dict[str, Any]]]) -> None:
         """Memo changes of any units' jobs, in one pipelined exchange with Flux."""

@@ -138,7 +138,7 @@ class ServiceRunner:
         self._timer = handle.timer_watcher_create(0.0, self._on_tick, repeat=options.tick)
         self._warming = False
         # One-shot, armed after each tick for a step due before the next periodic one.
-        self._soon = handle.timer_watcher_create(0.0, self._on_tick)
+        self._soon = handle.timer_watcher_create(0.0, self._on_soon)
 
     def start(self) -> None:
         self._fd.start()
@@ -207,11 +207,16 @@ class ServiceRunner:
             self._warming = True
             self.workers.submit(_warm_up, lambda result, error: None)
 
+    def _on_soon(self, *args: Any) -> None:
+        self._fenced(self.service.step_soon)
+        self._arm_soon()
+
     def _on_wake(self, *args: Any) -> None:
         self._fenced(self.service.completions)
-        # A finished vendor call usually makes a next step due (create after select,
-        # release after a poll): take it now rather than at the next tick.
-        self._fenced(self.service.tick)
+        # A finished vendor call usually makes a next step due (create after select;
+        # a release after a poll happens in the completion): take it now rather than
+        # at the next tick.
+        self._fenced(self.service.step_soon)
         self._arm_soon()
 
     def _arm_soon(self) -> None:

@@ -164,6 +164,7 @@ class Unit:
     session: UnitSession | None = None
     released_jobs: list[int] = field(default_factory=list)  # their tasks' costs reach them
     memo_at: float = -math.inf  # when its jobs' memos last moved with the queue
+    memo_pending: bool = False  # a queue move not shown yet (sent when the interval ends)
 
     @property
     def active(self) -> bool:
