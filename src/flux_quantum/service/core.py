@@ -1,11 +1,12 @@
 """``QuantumService``: the handler service's parts put together, driven by ``tick()``.
 
 It owns nothing of its own but the order in which the parts run: ``tick()`` (every
-``options.tick`` seconds, and after each batch of worker completions) scans for held
-jobs when due, lets each tracked attempt take its next step, releases ready units, looks
-at the cluster's free cores, probes devices, retries cancels and measures job start-up;
-``completions()`` hands finished worker calls back to their part. Both run on the
-reactor thread and never block. The parts:
+``options.tick`` seconds) scans for held jobs when due, lets each tracked attempt take
+its next step, releases ready units, looks at the cluster's free cores, probes devices,
+retries cancels and measures job start-up; ``completions()`` hands finished worker
+calls back to their part, and ``step_soon()`` (after completions, and when a step falls
+due before the next tick) steps only those attempts. All run on the reactor thread and
+never block. The parts:
 
 - ``adoption``: discovery of held jobs, adoption and recovery from eventlogs
 - ``tasks``: the vendor task lifecycle (select, submit, track)
