@@ -523,6 +523,9 @@ devices:
     assert local.probe(twin).queue_depth == 3
     task = local.submit(twin, PROGRAM, 20, "fq-twin")
     assert task.vendor == "local" and not task.task_id.startswith("arn:")
+    # A restarted service re-attaches it through the IBM side (one call, not Braket's).
+    again = make_vendor("local", catalog, environ={})
+    assert again.attach_and_poll(task).state is TaskState.QUEUED
     clock.advance(60)
     assert local.poll(task).state is TaskState.COMPLETED
     assert local.result(task).counts == {"100": 20}

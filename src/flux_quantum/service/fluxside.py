@@ -233,6 +233,14 @@ class ClusterView:
         )
 
 
+def _lookup(jobid: int) -> tuple[str, dict[str, Any]]:
+    """job-info's lookup of a job's eventlog and current jobspec (from the KVS)."""
+    import flux.constants
+
+    flags = flux.constants.FLUX_JOB_LOOKUP_CURRENT
+    return ("job-info.lookup", {"id": jobid, "keys": ["eventlog", "jobspec"], "flags": flags})
+
+
 # --- the interface ------------------------------------------------------------------------
 
 
@@ -316,20 +324,13 @@ class FluxJobs:
         return jobs
 
     def record(self, jobid: int) -> JobRecord | None:
-        """Eventlog and current jobspec of a job; None if Flux does not know it."""
-        import flux.constants
-
-        payload = {
-            "id": jobid,
-            "keys": ["eventlog", "jobspec"],
-            "flags": flux.constants.FLUX_JOB_LOOKUP_CURRENT,
-        }
-        try:
-            rsp = self.handle.rpc("job-info.lookup", payload).get()
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.EPERM):
+        """Eventlog and current jobspec of a job, active or not (job-info); None if
+        Flux does not know it. Raises the lookup's other errors."""
+        rsp = pipelined(self.handle, [_lookup(jobid)])[0]
+        if isinstance(rsp, OSError):
+            if rsp.errno in (errno.ENOENT, errno.EPERM):
                 return None
-            raise
+            raise rsp
         return JobRecord.from_lookup(jobid, rsp.get("eventlog"), rsp.get("jobspec"))
 
     def records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
@@ -358,14 +359,8 @@ class FluxJobs:
 
     def _lookups(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
         """``records`` through job-info (the KVS), pipelined the same way."""
-        import flux.constants
-
         out: dict[int, JobRecord | None] = {}
-        flags = flux.constants.FLUX_JOB_LOOKUP_CURRENT
-        requests = [
-            ("job-info.lookup", {"id": jobid, "keys": ["eventlog", "jobspec"], "flags": flags})
-            for jobid in ids
-        ]
+        requests = [_lookup(jobid) for jobid in ids]
         for jobid, rsp in zip(ids, pipelined(self.handle, requests), strict=True):
             if isinstance(rsp, OSError):
                 if rsp.errno in (errno.ENOENT, errno.EPERM):
@@ -376,23 +371,19 @@ class FluxJobs:
         return out
 
     def post_event(self, jobid: int, name: str, context: Mapping[str, Any]) -> None:
-        """Through the plugin, which takes events for held jobs only; an event that may
-        come after the release (``qpu-cost``) goes to a released job through the
-        job-manager, which only the instance owner may call."""
-        try:
-            self.plugin.post_event(jobid, name, context)
-        except CommandError:
-            if name not in AFTER_RELEASE:
-                raise
-            payload = {"id": jobid, "name": name, "context": dict(context)}
-            self.handle.rpc("job-manager.post-event.post", payload).get()
+        """One event, as ``post_events``; raises its error."""
+        error = self.post_events([(jobid, name, context)])[0]
+        if error is not None:
+            raise error
 
     def post_events(
         self, items: Sequence[tuple[int, str, Mapping[str, Any]]]
     ) -> list[Exception | None]:
-        """Events to held jobs (the plugin's), pipelined (``fluxrpc.pipelined``): a
-        unit of many jobs, or thousands adopted at once, costs a round trip per batch.
-        One outcome per item (None: posted)."""
+        """Events through the plugin, which takes events for held jobs only, pipelined
+        (``fluxrpc.pipelined``): a unit of many jobs, or thousands adopted at once,
+        costs a round trip per batch. An event that may come after the release
+        (``qpu-cost``) goes to a released job through the job-manager, which only the
+        instance owner may call. One outcome per item (None: posted)."""
         out: list[Exception | None] = list(self.plugin.post_events(items))
         # Those that may come after the release, to released jobs: as ``post_event``.
         late = [
@@ -412,8 +403,10 @@ class FluxJobs:
         return out
 
     def memo(self, jobid: int, memo: Mapping[str, Any]) -> None:
-        payload = {"id": jobid, "volatile": True, "memo": dict(memo)}
-        self.handle.rpc("job-manager.memo", payload).get()
+        """One volatile memo, as ``memos``; raises its error."""
+        error = self.memos([(jobid, memo)])[0]
+        if error is not None:
+            raise error
 
     def memos(self, items: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Exception | None]:
         """Volatile memos to many jobs, pipelined as ``post_events``."""

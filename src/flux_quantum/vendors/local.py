@@ -196,6 +196,10 @@ class LocalVendor(BraketVendor):
         ibm = self._ibm_side(task_id)
         return ibm.attach(task_id) if ibm is not None else super().attach(task_id)
 
+    def attach_and_poll(self, task: TaskRef) -> TaskSnapshot:
+        ibm = self._ibm_side(task.task_id)
+        return ibm.attach_and_poll(task) if ibm is not None else super().attach_and_poll(task)
+
     def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
         ibm = self._ibm_side(device.id)
         return ibm.find_task(device, token, since=since) if ibm is not None else None
