@@ -511,6 +511,8 @@ class InlineWorkers:
         self.busy = 0
         self.queued = 0
         self._done: list[tuple[Callable[..., None], Any, BaseException | None]] = []
+        # Worker threads finish in any order: True hands completions back last first.
+        self.reverse = False
 
     def submit(self, call: Callable[[], Any], done: Callable[[Any, BaseException | None], None]):
         try:
@@ -521,7 +523,7 @@ class InlineWorkers:
 
     def drain(self) -> list[tuple[Callable[..., None], Any, BaseException | None]]:
         out, self._done = self._done, []
-        return out
+        return out[::-1] if self.reverse else out
 
     def stop(self) -> None:
         pass

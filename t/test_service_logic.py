@@ -290,6 +290,29 @@ def test_batch_is_released_only_when_every_program_is_ready(tmp_path):
     assert h.flux.jobs[job].release["info"]["tasks"] == [t.task for t in tasks]
 
 
+def test_batch_tasks_are_submitted_in_program_order_whatever_order_choices_complete(tmp_path):
+    """Both device choices come back in one drain, the second program's first (worker
+    threads finish in any order): the first program's qpu-submit is still recorded,
+    and its task created, first (its qpu-task follows whichever create ends first)."""
+    for name in ("a.qasm", "b.qasm"):
+        (tmp_path / name).write_text("OPENQASM 3.0;\nqubit[1] q;\n")
+    h = Harness()
+    job = h.flux.submit(
+        {"device": "local:alpha", "program": ["a.qasm", "b.qasm"], "release_at": 1},
+        cwd=str(tmp_path),
+    )
+    h.service.tick()  # adopted; both programs are read by workers
+    for i in range(6):  # the runner's wake: completions, then what they made due
+        h.workers.reverse = i == 1  # the choices (the second drain) come back reversed
+        h.service.completions()
+        h.service.step_soon()
+    submits = h.flux.decoded(job, events.SUBMIT)
+    assert [s.index for s in submits] == [0, 1]
+    assert [s.program for s in submits] == ["a.qasm", "b.qasm"]
+    creates = [what[1] for kind, what in h.flux.journal if kind == "vendor" and what[0] == "submit"]
+    assert creates == [s.token for s in submits]
+
+
 def test_group_members_ride_one_task_and_a_late_member_is_released_at_once():
     h = Harness()
     first = h.flux.submit(at_front("alpha", group="scan"))

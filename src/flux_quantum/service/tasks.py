@@ -178,11 +178,26 @@ class Tasks:
             self._start_select(unit, program)
         elif attempt.phase is Phase.SUBMIT:
             # A batch's tasks are submitted in program order (its eventlog reads in
-            # that order), whichever device choice came back first.
-            if not any(p.attempt.phase is Phase.SELECT for p in unit.programs[: program.index]):
-                self._start_submit(unit, program)
+            # that order), whichever device choice came back first: an earlier program
+            # chosen in the same moment goes first; one still choosing is waited for.
+            for earlier in unit.programs[: program.index]:
+                if not self._submitted_before(unit, earlier):
+                    return
+            self._start_submit(unit, program)
         elif attempt.phase is Phase.TRACK:
             self._start_poll(unit, program)
+
+    def _submitted_before(self, unit: Unit, earlier: Program) -> bool:
+        """Whether ``earlier`` (a program before the one to submit) has recorded its
+        qpu-submit, starting its submit first when it is due now."""
+        attempt = earlier.attempt
+        if attempt.phase is Phase.SELECT:
+            return False
+        if attempt.phase is not Phase.SUBMIT or attempt.submit_posted:
+            return True
+        if not attempt.busy and attempt.due <= self.ctx.clock():
+            self.step(unit, earlier)
+        return unit.active and earlier.attempt.submit_posted
 
     def watch(self, unit: Unit, program: Program, now: float) -> None:
         """Between calls: max_wait and the early release of a tracked task."""
