@@ -349,6 +349,26 @@ def test_a_restarted_service_counts_a_recovered_task_once(ledger):
     assert h2.vendor.count("submit") == 1
 
 
+def test_a_restart_adopts_recorded_tasks_without_a_memo_and_counts_them_at_the_end(ledger):
+    """The ledger already has the task (and its id): the restarted service's adoption
+    sends no memo (the qpu_cost memo outlived the restart), and the task it found is
+    still its to settle."""
+    h = SiteHarness(ledger)
+    jobs = [h.flux.submit(at_front("alpha", group="g")) for _ in range(3)]
+    h.until(lambda: h.flux.decoded(jobs[0], events.TASK))
+    h.run(2.0)
+    token = h.flux.last(jobs[0], events.TASK).token
+    assert [h.flux.jobs[j].memo["qpu_cost"] for j in jobs] == [pytest.approx(ALPHA)] * 3
+    h2 = h.restart_site()
+    mark = len(h2.flux.journal)
+    h2.service.tick()  # the scan adopts the three jobs and their unit
+    assert len(h2.service.ctx.member_unit) == 3
+    assert not [e for e in h2.flux.journal[mark:] if e[0] == "memos"]
+    h2.until(lambda: all(h2.state(j) == "released" for j in jobs))
+    h2.until(lambda: h2.rows()[token].state == "settled")
+    assert len(h2.rows()) == 1 and h2.vendor.count("submit") == 1
+
+
 def test_a_task_found_after_the_ledger_was_lost_is_recorded_past_the_quota(ledger, tmp_path):
     h = SiteHarness(ledger, limit(1.0, user=str(OWNER)))
     h.site.quota = h.site.quota.__class__()  # the first service ran without the limit

@@ -76,9 +76,11 @@ class Adoption:
         self._joins: list[tuple[Member, events.QpuEvent]] = []
         self._groups: dict[tuple[int, str], Unit] = {}
         self._verbose = True
-        # The last list whose every handled job is tracked, and their ids: the same list
-        # again (nothing held or left since) needs no comparison.
-        self._quiet: tuple[list[HeldJob] | None, list[int]] = (None, [])
+        # The last list whose every handled job was tracked, and how many jobs the
+        # service tracked then: the same list again, with no job forgotten since (only
+        # a scan adds jobs, so the count cannot fall and rise back in between), needs
+        # no comparison.
+        self._quiet: tuple[list[HeldJob] | None, int] = (None, -1)
 
     # -- discovery
 
@@ -102,8 +104,8 @@ class Adoption:
                 f"held jobs listed again after {self._scan_error_count} failed scan(s)",
             )
             self._scan_error = None
-        listed, (quiet, quiet_ids) = held, self._quiet
-        if listed is quiet and all(jobid in ctx.member_unit for jobid in quiet_ids):
+        listed, (quiet, tracked) = held, self._quiet
+        if listed is quiet and len(ctx.member_unit) == tracked:
             return
         held = self.handled(held)
         by_id = {job.id: job for job in held}
@@ -114,9 +116,8 @@ class Adoption:
             self.adopt(sorted(new, key=lambda j: (j.follow is not None, j.t_submit, j.id)))
         # After a restart: the ledger's reservations that no held job owns any more.
         self.charges.sweep(by_id)
-        ids = list(by_id)
-        settled = all(jobid in ctx.member_unit for jobid in ids)
-        self._quiet = (listed, ids) if settled else (None, [])
+        settled = all(jobid in ctx.member_unit for jobid in by_id)
+        self._quiet = (listed, len(ctx.member_unit)) if settled else (None, -1)
 
     def handled(self, held: list[HeldJob]) -> list[HeldJob]:
         """The held jobs this service handles: the instance owner's service its own and

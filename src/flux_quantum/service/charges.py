@@ -120,6 +120,11 @@ class Charges:
         if self.site is None or attempt.reserved:
             return None
         assert attempt.device is not None
+        if recovering and attempt.task is not None and self._recorded(unit, program, attempt):
+            # A restart finds the task where its predecessor left it: one read, no
+            # write and no memo (the job's qpu_cost memo outlived the restart).
+            attempt.reserved = True
+            return None
         request = unit.request
         charge = self.site.charge(
             attempt.device,
@@ -141,6 +146,15 @@ class Charges:
             self.attach(attempt)
         self.show(unit.id, list(unit.jobs))
         return None
+
+    def _recorded(self, unit: Unit, program: Program, attempt: Attempt) -> bool:
+        """Whether the ledger has the attempt's charge with its task id already."""
+        assert self.site is not None and attempt.task is not None
+        try:
+            record = self.site.ledger.record(self.token(unit, program, attempt))
+        except FluxQuantumError:
+            return False
+        return record is not None and record.task_id == attempt.task.task_id
 
     def attach(self, attempt: Attempt) -> None:
         """Note the vendor's task id beside its reservation."""

@@ -9,6 +9,7 @@ part never creates or releases anything.
 
 from __future__ import annotations
 
+import math
 import syslog
 from typing import Any
 
@@ -27,15 +28,22 @@ class Devices:
         self.outcomes = outcomes
         self.watches: dict[str, DeviceWatch] = {}
         self._up: dict[str, bool] = {}
+        # The devices with waiting tasks, found once per scan_interval (not at every
+        # tick: a walk over every unit).
+        self._watched: dict[str, Device] = {}
+        self._watched_due = -math.inf
 
     def check(self, now: float) -> None:
         """Probe each device that has waiting tasks every device_check_interval."""
         ctx = self.ctx
-        watched: dict[str, Device] = {}
-        for unit in ctx.units.values():
-            for attempt in unit.attempts():
-                if attempt.phase is Phase.TRACK and attempt.device is not None:
-                    watched[attempt.device.name] = attempt.device
+        if now >= self._watched_due:
+            self._watched_due = now + ctx.options.scan_interval
+            self._watched = {}
+            for unit in ctx.units.values():
+                for attempt in unit.attempts():
+                    if attempt.phase is Phase.TRACK and attempt.device is not None:
+                        self._watched[attempt.device.name] = attempt.device
+        watched = self._watched
         for name in [n for n in self.watches if n not in watched]:
             if not self.watches[name].busy:
                 del self.watches[name]

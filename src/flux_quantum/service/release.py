@@ -78,6 +78,9 @@ class Release:
         # free_at of the current cluster view by cores: one walk of the running jobs per
         # size asked, not per unit (a thousand units mostly ask for the same sizes).
         self._free_at: tuple[ClusterView | None, dict[int, float | None]] = (None, {})
+        # Cores of each unit's jobs, counted once per cluster view (every
+        # cluster_interval): a member joining or leaving shows at the next view.
+        self._cores: dict[int, int] = {}
 
     # -- the release point
 
@@ -167,7 +170,10 @@ class Release:
         if view is not cluster:
             free_at = {}
             self._free_at = (cluster, free_at)
-        cores = self._unit_cores(unit, cluster)
+            self._cores = {}
+        cores = self._cores.get(unit.id)
+        if cores is None:
+            cores = self._cores[unit.id] = self._unit_cores(unit, cluster)
         if cores not in free_at:
             free_at[cores] = cluster.free_at(cores)
         at = free_at[cores]
