@@ -19,6 +19,7 @@
  *                                                -> {released:[...]}
  *   fail     {id|ids, note}                      -> {failed:[...]}
  *   event    {id, name:"qpu-*", context?}        -> {}
+ *   records  {ids}                               -> {jobs:[...]}
  *
  * A job may also ride another qpu job's task (fan-out across jobs):
  *   flux submit --dependency=qpu:JOBID ...
@@ -29,6 +30,14 @@
  * generation it last saw gets {unchanged:true, generation} instead of
  * the jobs when nothing moved (a service polling 10,000 held jobs then
  * pays for one small message, not for 10,000 entries).
+ *
+ * `records` answers, for each held job it names whose qpu history this
+ * plugin saw from the job's submission, the job's current jobspec and
+ * its qpu-* eventlog entries (the very entries the job-manager keeps,
+ * shared, not copied).  A service adopting 10,000 held jobs after a
+ * restart reads them in a few messages instead of 10,000 lookups.  A
+ * job held before this plugin was loaded (a broker restart, a reload)
+ * is left out: the caller reads its eventlog.
  *
  * SPDX-License-Identifier: LGPL-3.0
 \************************************************************/
@@ -89,6 +98,8 @@ struct held_job {
     double t_submit;
     json_t *request;       /* attributes.system.qpu, or NULL for a follower */
     flux_jobid_t follow;   /* --dependency=qpu:JOBID: ride that job's task */
+    json_t *history;       /* its qpu-* eventlog entries while held, or NULL */
+    bool history_known;    /* seen since submission: history is complete */
     bool on_list;
     bool released;
 };
@@ -109,6 +120,10 @@ static void held_unlink (struct held_job *job)
     job->on_list = false;
     ctx->held--;
     ctx->generation++;
+    /* Nobody adopts a job that is no longer held: its history goes. */
+    json_decref (job->history);
+    job->history = NULL;
+    job->history_known = false;
 }
 
 static void held_link (struct held_job *job)
@@ -135,6 +150,7 @@ static void held_job_destroy (void *arg)
         int saved_errno = errno;
         held_unlink (job);
         json_decref (job->request);
+        json_decref (job->history);
         free (job);
         errno = saved_errno;
     }
@@ -326,6 +342,51 @@ static int new_cb (flux_plugin_t *p,
         job->released = true;
     else if (state == FLUX_JOB_STATE_DEPEND)
         held_link (job);
+    else if (state == FLUX_JOB_STATE_NEW) {
+        /* A new submission: every qpu-* event it will get passes
+         * job_event_cb, so its history here is complete.  (A job that
+         * was active before this plugin loaded is not subscribed.)
+         */
+        if (flux_jobtap_job_subscribe (p, id) == 0)
+            job->history_known = true;
+    }
+    return 0;
+}
+
+/* job.event.*: keep a held job's qpu-* eventlog entries (references to
+ * the job-manager's own) for `records`.
+ */
+static int job_event_cb (flux_plugin_t *p,
+                         const char *topic,
+                         flux_plugin_arg_t *args,
+                         void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    flux_jobid_t id;
+    json_t *entry;
+    struct held_job *job;
+
+    if (strncmp (topic, "job.event.qpu-", 14) != 0)
+        return 0;
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:I s:o}",
+                                "id", &id,
+                                "entry", &entry) < 0
+        || !(job = held_job_lookup (ctx, id))
+        || !job->history_known
+        || job->released)
+        return 0;
+    if ((!job->history && !(job->history = json_array ()))
+        || json_array_append (job->history, entry) < 0) {
+        /* Incomplete from now on: `records` leaves the job to the
+         * eventlog lookup.
+         */
+        json_decref (job->history);
+        job->history = NULL;
+        job->history_known = false;
+        flux_jobtap_job_unsubscribe (p, id);
+    }
     return 0;
 }
 
@@ -446,6 +507,8 @@ static int leave_depend_cb (flux_plugin_t *p,
         if (strcmp (topic, "job.state.cleanup") == 0)
             ctx->cancelled++;
     }
+    if (job)
+        flux_jobtap_job_unsubscribe (p, id);
     return 0;
 }
 
@@ -661,6 +724,102 @@ nomem:
 error:
     if (flux_respond_error (h, msg, errno, NULL) < 0)
         flux_log_error (h, "quantum: error responding to list");
+    json_decref (jobs);
+}
+
+/* The record of one held job for `records`: {id, jobspec, events}, or
+ * NULL with errno set (ENOENT: not held, or its history is not known
+ * here; EPERM: not the requester's).
+ */
+static json_t *job_record (struct quantum_ctx *ctx,
+                           struct flux_msg_cred cred,
+                           flux_jobid_t id)
+{
+    struct held_job *job;
+    flux_plugin_arg_t *args;
+    json_t *jobspec;
+    json_t *o = NULL;
+
+    if (!(job = held_job_lookup (ctx, id))
+        || !job->on_list
+        || !job->history_known) {
+        errno = ENOENT;
+        return NULL;
+    }
+    if (flux_msg_cred_authorize (cred, job->userid) < 0) {
+        errno = EPERM;
+        return NULL;
+    }
+    if (!(args = flux_jobtap_job_lookup (ctx->p, id)))
+        return NULL;
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:o}",
+                                "jobspec", &jobspec) < 0)
+        errno = EPROTO;
+    else if (!(o = json_pack ("{s:I s:O s:o}",
+                              "id", (json_int_t)id,
+                              "jobspec", jobspec,
+                              "events", job->history
+                                            ? json_incref (job->history)
+                                            : json_array ())))
+        errno = ENOMEM;
+    flux_plugin_arg_destroy (args);
+    return o;
+}
+
+/* records {ids}: the jobspec and qpu-* events of the named held jobs
+ * whose history this plugin knows; any other id is left out (the
+ * caller looks it up in the eventlog).
+ */
+static void records_cb (flux_t *h,
+                        flux_msg_handler_t *mh,
+                        const flux_msg_t *msg,
+                        void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    struct flux_msg_cred cred;
+    json_t *ids;
+    json_t *entry;
+    json_t *jobs = NULL;
+    size_t index;
+
+    if (flux_request_unpack (msg, NULL, "{s:o}", "ids", &ids) < 0
+        || flux_msg_get_cred (msg, &cred) < 0)
+        goto error;
+    if (!json_is_array (ids)) {
+        errno = EPROTO;
+        goto error;
+    }
+    if (!(jobs = json_array ()))
+        goto nomem;
+    json_array_foreach (ids, index, entry) {
+        json_t *o;
+        if (!json_is_integer (entry)) {
+            errno = EPROTO;
+            goto error;
+        }
+        if (!(o = job_record (ctx,
+                              cred,
+                              (flux_jobid_t)json_integer_value (entry)))) {
+            if (errno == ENOMEM)
+                goto nomem;
+            continue;
+        }
+        if (json_array_append_new (jobs, o) < 0) {
+            json_decref (o);
+            goto nomem;
+        }
+    }
+    if (flux_respond_pack (h, msg, "{s:O}", "jobs", jobs) < 0)
+        flux_log_error (h, "quantum: error responding to records");
+    json_decref (jobs);
+    return;
+nomem:
+    errno = ENOMEM;
+error:
+    if (flux_respond_error (h, msg, errno, NULL) < 0)
+        flux_log_error (h, "quantum: error responding to records");
     json_decref (jobs);
 }
 
@@ -1036,6 +1195,7 @@ static const struct flux_plugin_handler tab[] = {
     { "job.state.priority", priority_state_cb, NULL },
     { "job.priority.get", priority_cb, NULL },
     { "job.state.cleanup", leave_depend_cb, NULL },
+    { "job.event.*", job_event_cb, NULL },
     { "plugin.query", query_cb, NULL },
     { "conf.update", conf_update_cb, NULL },
     { 0 },
@@ -1094,6 +1254,11 @@ int flux_plugin_init (flux_plugin_t *p)
                                             "event",
                                             FLUX_ROLE_USER,
                                             event_cb,
+                                            ctx) < 0
+        || flux_jobtap_service_register_ex (p,
+                                            "records",
+                                            FLUX_ROLE_USER,
+                                            records_cb,
                                             ctx) < 0)
         return -1;
     return 0;

@@ -178,6 +178,9 @@ class FakeFlux:
     def records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
         return {jobid: self.record(jobid) for jobid in ids}
 
+    def held_records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
+        return self.records(ids)
+
     def post_event(self, jobid: int, name: str, context: Mapping[str, Any]) -> None:
         job = self.jobs.get(jobid)
         if job is None or job.state in ("cancelled", "failed"):

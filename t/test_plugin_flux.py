@@ -132,6 +132,36 @@ def test_list_is_unchanged_until_the_held_set_moves(inst):
     assert after_cancel != after_hold and jobid_int(inst, jobid) not in [j.id for j in left]
 
 
+def test_records_give_a_held_jobs_jobspec_and_the_qpu_events_of_its_eventlog(inst):
+    """``records``: what adoption needs of a held job the plugin saw from its
+    submission, the very qpu-* entries of its eventlog; anything else is left out."""
+    import flux
+
+    from flux_quantum.plugin import PluginClient
+    from flux_quantum.service.fluxside import FluxJobs
+
+    h = flux.Flux(inst.uri)
+    client = PluginClient(h)
+    held = jobid_int(inst, inst.submit("--setattr=qpu=sv1", "true"))
+    inst.wait_event(str(held), "dependency-add")
+    plain = jobid_int(inst, inst.submit("true"))
+    first = client.records([held, plain, 1])
+    assert list(first) == [held]
+    jobspec, entries = first[held]
+    assert jobspec["attributes"]["system"]["qpu"] == "sv1" and entries == []
+    errors = client.post_events([(held, "qpu-select", {"device": "sv1"}), (held, "qpu-x", None)])
+    assert errors == [None, None]
+    _, entries = client.records([held])[held]
+    eventlog = h.rpc("job-manager.getattr", {"id": held, "attrs": ["eventlog"]}).get()
+    assert entries == [e for e in eventlog["eventlog"] if e["name"].startswith("qpu-")]
+    assert [e["name"] for e in entries] == ["qpu-select", "qpu-x"]
+    record = FluxJobs(h).held_records([held])[held]
+    assert [e.name for e in record.events] == ["qpu-select", "qpu-x"] and record.size.cores == 1
+    inst.quantum("release", str(held), "--task", "arn:records")
+    inst.run(["flux", "job", "wait-event", "-t", "30", str(held), "clean"])
+    assert client.records([held]) == {}  # no longer held
+
+
 def test_pipelined_rpcs_answer_in_order_with_flux_errors(inst):
     """fluxrpc.pipelined: every answer in the order asked, an error with Flux's errno
     and message, more requests than one window."""
@@ -286,6 +316,18 @@ def test_job_manager_reload_keeps_held_jobs(tmp_path):
         inst.restart_job_manager()
         assert sorted(held_ids(inst)) == sorted(jobid_int(inst, j) for j in ids)
         assert all(inst.state(j) == "DEPEND" for j in ids)
+        # Held before this plugin loaded: records leaves them to the eventlog.
+        import flux
+
+        from flux_quantum.plugin import PluginClient
+        from flux_quantum.service.fluxside import FluxJobs
+
+        h = flux.Flux(inst.uri)
+        numbers = [jobid_int(inst, j) for j in ids]
+        assert PluginClient(h).records(numbers) == {}
+        found = FluxJobs(h).held_records(numbers)
+        assert sorted(found) == sorted(numbers)
+        assert all(r is not None and r.submitter() is not None for r in found.values())
         inst.quantum("release", ids[0], "--task", "arn:after-reload")
         inst.run(["flux", "job", "wait-event", "-t", "30", ids[0], "clean"])
         assert inst.run(["flux", "job", "attach", ids[0]]).stdout.split()[0] == "arn:after-reload"

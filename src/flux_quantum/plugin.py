@@ -10,7 +10,7 @@ package works on a machine without Flux.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -177,6 +177,29 @@ class PluginClient:
             _plugin_error("event", answer) if isinstance(answer, OSError) else None
             for answer in pipelined(self.handle, requests)
         ]
+
+    RECORDS_CHUNK = 1000  # job ids per ``records`` request
+
+    def records(self, ids: Sequence[int]) -> dict[int, tuple[dict[str, Any], list[Any]]]:
+        """The current jobspec and the qpu-* eventlog entries of the held jobs among
+        ``ids`` whose history the plugin saw from their submission, by id, in a few
+        pipelined requests. A job it leaves out (held before the plugin was loaded,
+        not held, not the caller's) must be looked up in its eventlog; a plugin
+        without ``records`` (an older build still loaded) leaves out every job."""
+        from flux_quantum.fluxrpc import pipelined
+
+        ids = list(ids)
+        requests = [
+            (f"{SERVICE}.records", {"ids": ids[i : i + self.RECORDS_CHUNK]})
+            for i in range(0, len(ids), self.RECORDS_CHUNK)
+        ]
+        out: dict[int, tuple[dict[str, Any], list[Any]]] = {}
+        for answer in pipelined(self.handle, requests):
+            if not isinstance(answer, Mapping):
+                continue  # an error: those jobs are looked up one by one
+            for entry in answer.get("jobs") or ():
+                out[int(entry["id"])] = (entry.get("jobspec") or {}, entry.get("events") or [])
+        return out
 
     def query(self) -> dict[str, Any]:
         """Counters and configuration, as ``flux jobtap query quantum.so`` shows them."""

@@ -144,7 +144,7 @@ class Adoption:
         ctx = self.ctx
         t0 = time.monotonic()
         try:
-            found = ctx.flux.records([job.id for job in new])
+            found = ctx.flux.held_records([job.id for job in new])
         except Exception as exc:
             ctx.log(syslog.LOG_WARNING, f"cannot read eventlogs of {len(new)} job(s): {exc}")
             return

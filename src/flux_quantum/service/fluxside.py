@@ -257,6 +257,8 @@ class FluxSide(Protocol):
 
     def records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]: ...
 
+    def held_records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]: ...
+
     def post_event(self, jobid: int, name: str, context: Mapping[str, Any]) -> None: ...
 
     def post_events(
@@ -333,6 +335,17 @@ class FluxJobs:
             raise rsp
         return JobRecord.from_lookup(jobid, rsp.get("eventlog"), rsp.get("jobspec"))
 
+    def held_records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
+        """``records`` of held jobs for their adoption, where only their jobspec and
+        qpu-* events matter: those the plugin saw from their submission come from its
+        ``records`` (a thousand jobs a message, no eventlog read), the others from
+        ``records``."""
+        out: dict[int, JobRecord | None] = {}
+        for jobid, (jobspec, entries) in self.plugin.records(ids).items():
+            out[jobid] = JobRecord.from_lookup(jobid, entries, jobspec)
+        out.update(self.records([jobid for jobid in ids if jobid not in out]))
+        return out
+
     def records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
         """``record`` of many jobs, pipelined (all of a batch sent, then all read): a
         service adopting thousands of held jobs after a restart waits for one round
@@ -345,6 +358,8 @@ class FluxJobs:
         out: dict[int, JobRecord | None] = {}
         retry: list[int] = []
         ids = list(ids)
+        if not ids:
+            return out
         requests = [
             ("job-manager.getattr", {"id": jobid, "attrs": ["jobspec", "eventlog"]})
             for jobid in ids
