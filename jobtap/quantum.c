@@ -19,6 +19,7 @@
  *                                                -> {released:[...]}
  *   fail     {id|ids, note}                      -> {failed:[...]}
  *   event    {id, name:"qpu-*", context?}        -> {}
+ *   events   {events:[{id, name, context?}...]}  -> {errors:[null|{errno,error}...]}
  *   records  {ids}                               -> {jobs:[...]}
  *
  * A job may also ride another qpu job's task (fan-out across jobs):
@@ -1041,6 +1042,63 @@ static bool valid_event_name (const char *name)
     return true;
 }
 
+/* Post one qpu-* event, {id, name, context?} (a request of `event`, or
+ * an item of `events`).  On error, errno is set and errbuf may say why.
+ */
+static int post_event (struct quantum_ctx *ctx,
+                       const flux_msg_t *msg,
+                       json_t *item,
+                       char *errbuf,
+                       size_t len)
+{
+    json_t *id = NULL;
+    const char *name;
+    json_t *context = NULL;
+    json_t *targets;
+    json_t *empty = NULL;
+    json_error_t error;
+    int rc = -1;
+
+    if (json_unpack_ex (item,
+                        &error,
+                        0,
+                        "{s:o s:s s?o}",
+                        "id", &id,
+                        "name", &name,
+                        "context", &context) < 0) {
+        snprintf (errbuf, len, "%s", error.text);
+        errno = EPROTO;
+        return -1;
+    }
+    if (!valid_event_name (name)) {
+        snprintf (errbuf,
+                  len,
+                  "event name must be 'qpu-' followed by lower-case "
+                  "letters, digits or '-' (at most %d characters)",
+                  MAX_EVENT_NAME);
+        errno = EINVAL;
+        return -1;
+    }
+    if (context && !json_is_object (context)) {
+        snprintf (errbuf, len, "'context' must be an object");
+        errno = EPROTO;
+        return -1;
+    }
+    if (!(targets = target_jobs (ctx, msg, id, NULL, errbuf, len)))
+        return -1;
+    if (!context && !(empty = json_object ()))
+        errno = ENOMEM;
+    else if (flux_jobtap_event_post_pack (ctx->p,
+                                          (flux_jobid_t)json_integer_value (id),
+                                          name,
+                                          "O",
+                                          context ? context : empty) == 0)
+        rc = 0;
+    json_decref (targets);
+    json_decref (empty);
+    return rc;
+}
+
 /* Record a handler milestone (device chosen, task submitted, queue
  * position, ...) in a held job's eventlog, where it persists across
  * restarts and the job's owner can read it.
@@ -1051,56 +1109,67 @@ static void event_cb (flux_t *h,
                       void *arg)
 {
     struct quantum_ctx *ctx = arg;
-    json_t *id = NULL;
-    const char *name;
-    json_t *context = NULL;
-    json_t *targets = NULL;
-    json_t *empty = NULL;
+    json_t *item;
     char errbuf[256] = "";
 
-    if (flux_request_unpack (msg,
-                             NULL,
-                             "{s:o s:s s?o}",
-                             "id", &id,
-                             "name", &name,
-                             "context", &context) < 0)
-        goto error;
-    if (!valid_event_name (name)) {
-        snprintf (errbuf,
-                  sizeof (errbuf),
-                  "event name must be 'qpu-' followed by lower-case "
-                  "letters, digits or '-' (at most %d characters)",
-                  MAX_EVENT_NAME);
-        errno = EINVAL;
-        goto error;
+    if (flux_request_unpack (msg, NULL, "o", &item) < 0
+        || post_event (ctx, msg, item, errbuf, sizeof (errbuf)) < 0) {
+        if (flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL) < 0)
+            flux_log_error (h, "quantum: error responding to event");
+        return;
     }
-    if (context && !json_is_object (context)) {
-        snprintf (errbuf, sizeof (errbuf), "'context' must be an object");
+    if (flux_respond (h, msg, NULL) < 0)
+        flux_log_error (h, "quantum: error responding to event");
+}
+
+/* events {events: [{id, name, context?}, ...]}: many `event`s in one
+ * message, each posted or refused on its own, in order.  The answer
+ * has one entry per event: null, or {errno, error} for a refused one.
+ */
+static void events_cb (flux_t *h,
+                       flux_msg_handler_t *mh,
+                       const flux_msg_t *msg,
+                       void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    json_t *items;
+    json_t *item;
+    json_t *errors = NULL;
+    size_t index;
+
+    if (flux_request_unpack (msg, NULL, "{s:o}", "events", &items) < 0)
+        goto error;
+    if (!json_is_array (items)) {
         errno = EPROTO;
         goto error;
     }
-    if (!(targets = target_jobs (ctx, msg, id, NULL, errbuf, sizeof (errbuf))))
-        goto error;
-    if (!context && !(empty = json_object ())) {
-        errno = ENOMEM;
-        goto error;
+    if (!(errors = json_array ()))
+        goto nomem;
+    json_array_foreach (items, index, item) {
+        char errbuf[256] = "";
+        json_t *o;
+
+        if (post_event (ctx, msg, item, errbuf, sizeof (errbuf)) == 0)
+            o = json_null ();
+        else
+            o = json_pack ("{s:i s:s}",
+                           "errno", errno,
+                           "error", errbuf[0] ? errbuf : strerror (errno));
+        if (!o || json_array_append_new (errors, o) < 0) {
+            json_decref (o);
+            goto nomem;
+        }
     }
-    if (flux_jobtap_event_post_pack (ctx->p,
-                                     (flux_jobid_t)json_integer_value (id),
-                                     name,
-                                     "O",
-                                     context ? context : empty) < 0)
-        goto error;
-    if (flux_respond (h, msg, NULL) < 0)
-        flux_log_error (h, "quantum: error responding to event");
-    json_decref (targets);
-    json_decref (empty);
+    if (flux_respond_pack (h, msg, "{s:O}", "errors", errors) < 0)
+        flux_log_error (h, "quantum: error responding to events");
+    json_decref (errors);
     return;
+nomem:
+    errno = ENOMEM;
 error:
-    if (flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL) < 0)
-        flux_log_error (h, "quantum: error responding to event");
-    json_decref (targets);
-    json_decref (empty);
+    if (flux_respond_error (h, msg, errno, NULL) < 0)
+        flux_log_error (h, "quantum: error responding to events");
+    json_decref (errors);
 }
 
 /*  Configuration: load arguments, e.g.
@@ -1254,6 +1323,11 @@ int flux_plugin_init (flux_plugin_t *p)
                                             "event",
                                             FLUX_ROLE_USER,
                                             event_cb,
+                                            ctx) < 0
+        || flux_jobtap_service_register_ex (p,
+                                            "events",
+                                            FLUX_ROLE_USER,
+                                            events_cb,
                                             ctx) < 0
         || flux_jobtap_service_register_ex (p,
                                             "records",

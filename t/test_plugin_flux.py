@@ -155,8 +155,18 @@ def test_records_give_a_held_jobs_jobspec_and_the_qpu_events_of_its_eventlog(ins
     eventlog = h.rpc("job-manager.getattr", {"id": held, "attrs": ["eventlog"]}).get()
     assert entries == [e for e in eventlog["eventlog"] if e["name"].startswith("qpu-")]
     assert [e["name"] for e in entries] == ["qpu-select", "qpu-x"]
+    # In one ``events`` message each event is posted or refused on its own.
+    outcomes = client.post_events(
+        [(held, "qpu-y", {"n": 1}), (held, "start", None), (plain, "qpu-z", None)]
+    )
+    assert outcomes[0] is None
+    assert "event name must be 'qpu-'" in str(outcomes[1])
+    assert "is not held for a QPU" in str(outcomes[2])
+    _, entries = client.records([held])[held]
+    assert [e["name"] for e in entries] == ["qpu-select", "qpu-x", "qpu-y"]
     record = FluxJobs(h).held_records([held])[held]
-    assert [e.name for e in record.events] == ["qpu-select", "qpu-x"] and record.size.cores == 1
+    assert [e.name for e in record.events] == ["qpu-select", "qpu-x", "qpu-y"]
+    assert record.size.cores == 1
     inst.quantum("release", str(held), "--task", "arn:records")
     inst.run(["flux", "job", "wait-event", "-t", "30", str(held), "clean"])
     assert client.records([held]) == {}  # no longer held
