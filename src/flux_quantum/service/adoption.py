@@ -76,6 +76,7 @@ class Adoption:
         self._joins: list[tuple[Member, events.QpuEvent]] = []
         self._groups: dict[tuple[int, str], Unit] = {}
         self._verbose = True
+        self._last_spec: tuple[Mapping[str, Any] | None, str] = (None, "{}")
         # The last list whose every handled job was tracked, and how many jobs the
         # service tracked then: the same list again, with no job forgotten since (only
         # a scan adds jobs, so the count cannot fall and rise back in between), needs
@@ -394,7 +395,7 @@ class Adoption:
             job.id,
             job.userid,
             size=record.size,
-            spec=json.dumps(record.jobspec, separators=(",", ":")),
+            spec=self._spec(record.jobspec),
             facts=set(history.facts),
         )
         unit.jobs[job.id] = member
@@ -406,6 +407,16 @@ class Adoption:
             else:
                 self.ctx.post(member, join)
         return member
+
+    def _spec(self, jobspec: Mapping[str, Any]) -> str:
+        """The jobspec as compact JSON; the same string as the last one when the
+        jobspec is the same (a unit's jobs usually are: one string shared, not
+        encoded again)."""
+        last, text = self._last_spec
+        if jobspec != last:
+            text = json.dumps(jobspec, separators=(",", ":"))
+            self._last_spec = (jobspec, text)
+        return text
 
     def _join(
         self, unit: Unit, job: HeldJob, record: JobRecord, history: events.History, via: str

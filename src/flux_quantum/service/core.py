@@ -80,6 +80,8 @@ class QuantumService:
         self._scan_due = 0.0
         self._cluster_due = 0.0
         self._watch_due = 0.0
+        self._lead_due = 0.0
+        self._need_cluster = False
         # The soonest step due after this tick (a poll, a retry): the runner wakes for
         # it rather than at the next periodic tick, so a poll is never late by a tick.
         self.next_due = math.inf
@@ -90,49 +92,27 @@ class QuantumService:
         return self.ctx.counters
 
     def tick(self) -> None:
-        """Do whatever is due: scan for jobs, start vendor calls, release ready units."""
+        """Do whatever is due: scan for jobs, start vendor calls, release ready units.
+
+        Every ``scan_interval`` (and after a scan) a full pass looks at every tracked
+        attempt: it steps those due, runs the checks only time moves between polls
+        (the classical lead and ``max_wait``, at most every ``cluster_interval``, the
+        pace of the cluster view they compare with), retries a release a failed call
+        left pending, and notes every attempt due before the next full pass. The ticks
+        in between step only those and the attempts whose vendor call completed
+        (``step_soon``), not 1,000 units five times a second."""
         ctx = self.ctx
         now = ctx.clock()
-        ctx.take_completed()  # this pass looks at every attempt
+        scanned = False
         if now >= self._scan_due or ctx.rescan:
             self._scan_due = now + ctx.options.scan_interval
             self.adoption.scan()
-        # Every tick: the attempts whose next step is due (a poll, a retry). With every
-        # scan (``scan_interval``): the checks only time moves between polls (the
-        # classical lead, max_wait) and a release a failed call left pending. A tick
-        # over 1,000 units with nothing due costs a loop over them and no more.
-        watch = now >= self._watch_due
-        if watch:
-            self._watch_due = now + ctx.options.scan_interval
-        need_cluster = False
-        soon: list[tuple[Unit, Program]] = []
-        horizon = now + ctx.options.tick
-        for unit in list(ctx.units.values()):
-            for program in unit.programs:
-                if not unit.active:
-                    break
-                attempt = program.attempt
-                if attempt.phase is Phase.TRACK:
-                    need_cluster = True
-                    if watch:
-                        self.tasks.watch(unit, program, now)
-                        if not unit.active:
-                            break
-                        attempt = program.attempt
-                if not attempt.busy and attempt.due <= now:
-                    self.tasks.step(unit, program)
-                    attempt = program.attempt
-                if not attempt.busy and now < attempt.due < horizon:
-                    soon.append((unit, program))
-            if (
-                watch
-                and unit.programs
-                and all(p.attempt.phase is Phase.READY for p in unit.programs)
-            ):
-                self.release.maybe_release(unit)
-        if watch:
-            self.face.pending(u for u in ctx.units.values() if u.memo_pending and u.active)
-        if need_cluster and now >= self._cluster_due:
+            scanned = True
+        if scanned or now >= self._watch_due:
+            self._full_pass(now)
+        else:
+            self.step_soon()
+        if self._need_cluster and now >= self._cluster_due:
             self._cluster_due = now + ctx.options.cluster_interval
             try:
                 ctx.cluster = ctx.flux.cluster(now)
@@ -145,21 +125,54 @@ class QuantumService:
         self.outcomes.expire_groups(now)
         self.sessions.check(now)
         self.release.measure_startup(now)
+
+    def _full_pass(self, now: float) -> None:
+        ctx = self.ctx
+        ctx.take_completed()  # this pass looks at every attempt
+        self._watch_due = now + ctx.options.scan_interval
+        lead = now >= self._lead_due
+        if lead:
+            self._lead_due = now + max(ctx.options.scan_interval, ctx.options.cluster_interval)
+        need_cluster = False
+        soon: list[tuple[Unit, Program]] = []
+        horizon = self._watch_due
+        for unit in list(ctx.units.values()):
+            for program in unit.programs:
+                if not unit.active:
+                    break
+                attempt = program.attempt
+                if attempt.phase is Phase.TRACK:
+                    need_cluster = True
+                    if lead:
+                        self.tasks.watch(unit, program, now)
+                        if not unit.active:
+                            break
+                        attempt = program.attempt
+                if not attempt.busy and attempt.due <= now:
+                    self.tasks.step(unit, program)
+                    attempt = program.attempt
+                if unit.active and not attempt.busy and attempt.due < horizon:
+                    soon.append((unit, program))
+            if unit.programs and all(p.attempt.phase is Phase.READY for p in unit.programs):
+                self.release.maybe_release(unit)
+        self.face.pending(u for u in ctx.units.values() if u.memo_pending and u.active)
+        self._need_cluster = need_cluster
         self._soon = soon
-        self.next_due = min((p.attempt.due for _, p in soon), default=math.inf)
+        self._next_due(now)
 
     def step_soon(self) -> None:
-        """Between ticks: step only the attempts due before the next tick (the runner
-        wakes for the first of them) and those whose vendor call just completed (a
-        create after a selection), not every tracked unit: with 1,000 units and polls
-        completing several times a second, a full pass each time would cost more
-        than the polls."""
+        """Between full passes: step only the attempts due before the next one (the
+        runner wakes for the first of them), those whose vendor call just completed (a
+        create after a selection) and those that found nothing to start yet (a batch's
+        program waiting for the one before it), not every tracked unit: with 1,000
+        units and polls completing several times a second, a full pass each time would
+        cost more than the polls."""
         ctx = self.ctx
         now = ctx.clock()
         pending = self._soon + ctx.take_completed()
         self._soon = []
         seen: set[int] = set()
-        horizon = now + ctx.options.tick
+        horizon = self._watch_due
         for unit, program in pending:
             if id(program) in seen or not unit.active:
                 continue
@@ -168,9 +181,16 @@ class QuantumService:
             if not attempt.busy and attempt.due <= now:
                 self.tasks.step(unit, program)
                 attempt = program.attempt
-            if unit.active and not attempt.busy and now < attempt.due < horizon:
+            if unit.active and not attempt.busy and attempt.due < horizon:
                 self._soon.append((unit, program))
-        self.next_due = min((p.attempt.due for _, p in self._soon), default=math.inf)
+        self._next_due(now)
+
+    def _next_due(self, now: float) -> None:
+        """The soonest future step (one that found nothing to start is tried again at
+        the next tick, not at once: the runner must not spin on it)."""
+        self.next_due = min(
+            (due for _, p in self._soon if (due := p.attempt.due) > now), default=math.inf
+        )
 
     def completions(self) -> None:
         """Run finished worker calls' handlers (reactor thread)."""

@@ -63,22 +63,46 @@ class JobRecord:
         return userid if isinstance(userid, int) else None
 
     @classmethod
-    def from_lookup(cls, jobid: int, eventlog: Any, jobspec: Any) -> JobRecord:
-        """A record from job-info's ``eventlog`` and (current) ``jobspec`` values."""
+    def from_lookup(
+        cls, jobid: int, eventlog: Any, jobspec: Any, *, qpu_only: bool = False
+    ) -> JobRecord:
+        """A record from job-info's ``eventlog`` and (current) ``jobspec`` values;
+        ``qpu_only``: keep only the ``qpu-*`` events (all an adoption reads)."""
         if isinstance(jobspec, str):
             jobspec = json.loads(jobspec)
         jobspec = jobspec if isinstance(jobspec, Mapping) else {}
         attributes = jobspec.get("attributes")
         system = attributes.get("system", {}) if isinstance(attributes, Mapping) else {}
         system = system if isinstance(system, Mapping) else {}
+        if qpu_only and isinstance(eventlog, list):
+            eventlog = [
+                e
+                for e in eventlog
+                if isinstance(e, Mapping) and str(e.get("name")).startswith("qpu-")
+            ]
         return cls(
             id=jobid,
             events=tuple(parse_eventlog(eventlog)),
             system=system,
             cwd=system.get("cwd"),
-            size=jobspec_size(jobspec.get("resources")),
+            size=_size_of(jobspec.get("resources")),
             jobspec=jobspec,
         )
+
+
+# The last resources counted and their size: the jobs of one unit (or one user's
+# batch) ask for the same, and 10,000 adopted at once need not be walked one by one.
+_last_size: tuple[Any, JobSize] = (None, JobSize())
+
+
+def _size_of(resources: Any) -> JobSize:
+    global _last_size
+    last, size = _last_size
+    if resources is not None and resources == last:
+        return size
+    size = jobspec_size(resources)
+    _last_size = (resources, size)
+    return size
 
 
 def jobspec_size(resources: Any) -> JobSize:
@@ -343,11 +367,11 @@ class FluxJobs:
         out: dict[int, JobRecord | None] = {}
         for jobid, (jobspec, entries) in self.plugin.records(ids).items():
             out[jobid] = JobRecord.from_lookup(jobid, entries, jobspec)
-        out.update(self.records([jobid for jobid in ids if jobid not in out]))
+        out.update(self.records([jobid for jobid in ids if jobid not in out], qpu_only=True))
         return out
 
-    def records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
-        """``record`` of many jobs, pipelined (all of a batch sent, then all read): a
+    def records(self, ids: Sequence[int], *, qpu_only: bool = False) -> dict[int, JobRecord | None]:
+        """``record`` of many jobs (``qpu_only``: their ``qpu-*`` events only), pipelined (all of a batch sent, then all read): a
         service adopting thousands of held jobs after a restart waits for one round
         trip per batch, not per job. Held jobs are active, so the job-manager has their
         eventlog and current jobspec in memory (``job-manager.getattr``, the owner or
@@ -368,7 +392,9 @@ class FluxJobs:
             if isinstance(rsp, OSError) or not isinstance(rsp, Mapping):
                 retry.append(jobid)
                 continue
-            out[jobid] = JobRecord.from_lookup(jobid, rsp.get("eventlog"), rsp.get("jobspec"))
+            out[jobid] = JobRecord.from_lookup(
+                jobid, rsp.get("eventlog"), rsp.get("jobspec"), qpu_only=qpu_only
+            )
         out.update(self._lookups(retry))
         return out
 
