@@ -323,21 +323,26 @@ def test_job_manager_reload_keeps_held_jobs(tmp_path):
         ids = [inst.submit("--setattr=qpu=sv1", "sh", "-c", CONSUMER) for _ in range(3)]
         for jobid in ids:
             inst.wait_event(jobid, "dependency-add")
-        inst.restart_job_manager()
-        assert sorted(held_ids(inst)) == sorted(jobid_int(inst, j) for j in ids)
-        assert all(inst.state(j) == "DEPEND" for j in ids)
-        # Held before this plugin loaded: records leaves them to the eventlog.
         import flux
 
         from flux_quantum.plugin import PluginClient
         from flux_quantum.service.fluxside import FluxJobs
 
-        h = flux.Flux(inst.uri)
         numbers = [jobid_int(inst, j) for j in ids]
+        assert PluginClient(flux.Flux(inst.uri)).post_events([(numbers[1], "qpu-x", None)]) == [
+            None
+        ]
+        inst.restart_job_manager()
+        assert sorted(held_ids(inst)) == sorted(numbers)
+        assert all(inst.state(j) == "DEPEND" for j in ids)
+        # Held before this plugin loaded: records leaves them to their eventlogs, of
+        # which an adoption keeps the qpu-* events.
+        h = flux.Flux(inst.uri)
         assert PluginClient(h).records(numbers) == {}
         found = FluxJobs(h).held_records(numbers)
         assert sorted(found) == sorted(numbers)
-        assert all(r is not None and r.submitter() is not None for r in found.values())
+        assert [[e.name for e in found[n].events] for n in numbers] == [[], ["qpu-x"], []]
+        assert found[numbers[0]].system["qpu"] == "sv1"
         inst.quantum("release", ids[0], "--task", "arn:after-reload")
         inst.run(["flux", "job", "wait-event", "-t", "30", ids[0], "clean"])
         assert inst.run(["flux", "job", "attach", ids[0]]).stdout.split()[0] == "arn:after-reload"
