@@ -428,3 +428,26 @@ def test_status_shows_a_guest_only_their_own_units():
     assert [u["unit"] for u in status["units"]] == [mine] and "counters" in status
     guest = h.service.status(userid=4242)
     assert guest["units"] == [] and "counters" not in guest and "options" not in guest
+
+
+def test_a_poll_due_between_the_next_full_pass_and_the_tick_after_it_is_woken_for():
+    """The full pass runs at the first tick after its due time: a poll due in between
+    must be noted for a wake of its own, not left for that pass (up to a tick late)."""
+    h = Harness({"alpha": QueueModel(10)})
+    job = h.flux.submit(at_front("alpha"))
+    h.until(lambda: h.flux.decoded(job, events.TASK))
+    h.run(3.0)
+    svc = h.service
+    attempt = svc.ctx.units[job].programs[0].attempt
+    h.until(lambda: not attempt.busy, limit=5)
+    pass_due = h.clock() + FAST.scan_interval  # no full pass before this
+    h.clock.advance(FAST.scan_interval)
+    svc.tick()  # a full pass now; the next one is due a scan interval later
+    svc.completions()
+    svc.step_soon()
+    h.until(lambda: not attempt.busy, limit=5)
+    late = h.clock() + FAST.scan_interval + FAST.tick / 2  # after the next pass is due
+    attempt.due = late
+    svc.ctx._completed.append((svc.ctx.units[job], svc.ctx.units[job].programs[0]))
+    svc.step_soon()  # as the runner does after the poll that planned it completed
+    assert pass_due < late and svc.next_due == late

@@ -135,7 +135,7 @@ class QuantumService:
             self._lead_due = now + max(ctx.options.scan_interval, ctx.options.cluster_interval)
         need_cluster = False
         soon: list[tuple[Unit, Program]] = []
-        horizon = self._watch_due
+        horizon = self._horizon()
         for unit in list(ctx.units.values()):
             for program in unit.programs:
                 if not unit.active:
@@ -172,7 +172,7 @@ class QuantumService:
         pending = self._soon + ctx.take_completed()
         self._soon = []
         seen: set[int] = set()
-        horizon = self._watch_due
+        horizon = self._horizon()
         for unit, program in pending:
             if id(program) in seen or not unit.active:
                 continue
@@ -184,6 +184,11 @@ class QuantumService:
             if unit.active and not attempt.busy and attempt.due < horizon:
                 self._soon.append((unit, program))
         self._next_due(now)
+
+    def _horizon(self) -> float:
+        """Steps due before this are noted for the ticks until the next full pass:
+        that pass runs at the first tick after ``_watch_due``, up to a tick later."""
+        return self._watch_due + self.ctx.options.tick
 
     def _next_due(self, now: float) -> None:
         """The soonest future step (one that found nothing to start is tried again at
