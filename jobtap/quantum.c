@@ -728,6 +728,25 @@ error:
     json_decref (jobs);
 }
 
+/* Answer a release, fail, records or events request: {KEY: [ids]} on success (targets
+ * non-NULL), else errno with the message in errbuf if there is one.
+ */
+static void respond_jobs (flux_t *h,
+                          const flux_msg_t *msg,
+                          const char *key,
+                          json_t *targets,
+                          const char *errbuf)
+{
+    int rc;
+
+    if (targets)
+        rc = flux_respond_pack (h, msg, "{s:O}", key, targets);
+    else
+        rc = flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL);
+    if (rc < 0)
+        flux_log_error (h, "quantum: error responding to %s request", key);
+}
+
 /* The record of one held job for `records`: {id, jobspec, events}, or
  * NULL with errno set (ENOENT: not held, or its history is not known
  * here; EPERM: not the requester's).
@@ -812,35 +831,14 @@ static void records_cb (flux_t *h,
             goto nomem;
         }
     }
-    if (flux_respond_pack (h, msg, "{s:O}", "jobs", jobs) < 0)
-        flux_log_error (h, "quantum: error responding to records");
+    respond_jobs (h, msg, "jobs", jobs, "");
     json_decref (jobs);
     return;
 nomem:
     errno = ENOMEM;
 error:
-    if (flux_respond_error (h, msg, errno, NULL) < 0)
-        flux_log_error (h, "quantum: error responding to records");
+    respond_jobs (h, msg, "jobs", NULL, "");
     json_decref (jobs);
-}
-
-/* Answer a release or fail request: {KEY: [ids]} on success (targets
- * non-NULL), else errno with the message in errbuf if there is one.
- */
-static void respond_jobs (flux_t *h,
-                          const flux_msg_t *msg,
-                          const char *key,
-                          json_t *targets,
-                          const char *errbuf)
-{
-    int rc;
-
-    if (targets)
-        rc = flux_respond_pack (h, msg, "{s:O}", key, targets);
-    else
-        rc = flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL);
-    if (rc < 0)
-        flux_log_error (h, "quantum: error responding to %s request", key);
 }
 
 static int release_one (struct quantum_ctx *ctx,
@@ -1160,15 +1158,13 @@ static void events_cb (flux_t *h,
             goto nomem;
         }
     }
-    if (flux_respond_pack (h, msg, "{s:O}", "errors", errors) < 0)
-        flux_log_error (h, "quantum: error responding to events");
+    respond_jobs (h, msg, "errors", errors, "");
     json_decref (errors);
     return;
 nomem:
     errno = ENOMEM;
 error:
-    if (flux_respond_error (h, msg, errno, NULL) < 0)
-        flux_log_error (h, "quantum: error responding to events");
+    respond_jobs (h, msg, "errors", NULL, "");
     json_decref (errors);
 }
 

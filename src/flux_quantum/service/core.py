@@ -147,12 +147,7 @@ class QuantumService:
                         self.tasks.watch(unit, program, now)
                         if not unit.active:
                             break
-                        attempt = program.attempt
-                if not attempt.busy and attempt.due <= now:
-                    self.tasks.step(unit, program)
-                    attempt = program.attempt
-                if unit.active and not attempt.busy and attempt.due < horizon:
-                    soon.append((unit, program))
+                self._step_due(unit, program, now, horizon, soon)
             if unit.programs and all(p.attempt.phase is Phase.READY for p in unit.programs):
                 self.release.maybe_release(unit)
         self.face.pending(u for u in ctx.units.values() if u.memo_pending and u.active)
@@ -177,13 +172,25 @@ class QuantumService:
             if id(program) in seen or not unit.active:
                 continue
             seen.add(id(program))
-            attempt = program.attempt
-            if not attempt.busy and attempt.due <= now:
-                self.tasks.step(unit, program)
-                attempt = program.attempt
-            if unit.active and not attempt.busy and attempt.due < horizon:
-                self._soon.append((unit, program))
+            self._step_due(unit, program, now, horizon, self._soon)
         self._next_due(now)
+
+    def _step_due(
+        self,
+        unit: Unit,
+        program: Program,
+        now: float,
+        horizon: float,
+        soon: list[tuple[Unit, Program]],
+    ) -> None:
+        """Step the attempt if it is due; note it in ``soon`` if its next step comes
+        before ``horizon`` (or found nothing to start yet)."""
+        attempt = program.attempt
+        if not attempt.busy and attempt.due <= now:
+            self.tasks.step(unit, program)
+            attempt = program.attempt
+        if unit.active and not attempt.busy and attempt.due < horizon:
+            soon.append((unit, program))
 
     def _horizon(self) -> float:
         """Steps due before this are noted for the ticks until the next full pass:
