@@ -257,6 +257,25 @@ def test_validator_refuses_a_denied_device_at_submit(tmp_path: Path) -> None:
     assert open_site.validate(JobInfo({"qpu": "garnet", "bank": "biology"}, uid)) is None
 
 
+def test_a_credential_in_the_environment_is_refused_only_for_a_guest(tmp_path: Path) -> None:
+    """The jobspec (with the submit environment) is readable by the instance owner: a
+    guest's key would reach another user, the owner's own stays the owner's."""
+    plugin = make_validator({"quantum": {}})
+    env = {"AWS_SECRET_ACCESS_KEY": "s3cr3t", "ibm_fez_QRMI_IBM_QCS_IAM_APIKEY": "k", "HOME": "/h"}
+    system = {"qpu": "local:local-garnet", "environment": env}
+    owner = os.getuid()
+    assert plugin.validate(JobInfo(system, owner)) is None
+    refused = plugin.validate(JobInfo(system, owner + 1))
+    assert refused is not None and refused[0] == errno.EPERM
+    assert refused[1].startswith(
+        "qpu: the job's environment holds AWS_SECRET_ACCESS_KEY, "
+        "ibm_fez_QRMI_IBM_QCS_IAM_APIKEY, which Flux would store in the jobspec"
+    )
+    assert "s3cr3t" not in refused[1]
+    # A plain job of a guest is none of the plugin's business.
+    assert plugin.validate(JobInfo({"environment": env}, owner + 1)) is None
+
+
 FLUX = shutil.which("flux")
 
 

@@ -13,16 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_fakes import OWNER, Harness
+from service_fakes import OWNER, Harness, InlineWorkers
 
 from flux_quantum import events
 from flux_quantum.accounts import AccountsConfigError, SiteAccounts, request_account
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.ledger import GuestError
 from flux_quantum.service.fluxside import JobRecord
-from flux_quantum.service.taskread import checked_request, readable_ref
+from flux_quantum.service.taskread import TaskReads, checked_request, readable_ref
 from flux_quantum.service.tasks import ProgramError, read_program
 from flux_quantum.site_policy import SitePolicy
+from flux_quantum.vendors.errors import VendorUnavailable
 
 ALICE, BOB = 1001, 1002
 
@@ -99,12 +100,14 @@ def test_a_guests_site_account_job_goes_only_to_what_the_site_pays_for(tmp_path)
     assert probed == {"beta"}
 
 
-def test_the_owners_own_job_may_go_anywhere_and_reads_its_task_itself(tmp_path):
+def test_the_owners_own_job_may_go_anywhere_and_reads_its_task_through_the_service(tmp_path):
     h = harness(tmp_path, {"site": ["local:beta"]})
     job = h.flux.submit(front("local:alpha"))
     h.until(lambda: h.state(job) == "released")
     assert h.flux.jobs[job].release["device"] == "alpha"
-    assert "read_via" not in h.flux.jobs[job].release["info"]
+    info = h.flux.jobs[job].release["info"]
+    assert info["read_via"] == "qpu_handlers"
+    assert "account" not in info
 
 
 def test_a_guests_job_no_site_account_pays_for_fails_at_once_saying_what_to_configure(tmp_path):
@@ -173,6 +176,95 @@ def test_only_the_jobs_user_or_the_owner_reads_its_task_through_the_service(tmp_
         readable_ref(record, job, "arn:somebody-elses-task", ALICE, OWNER)
     with pytest.raises(ValueError, match="is not known"):
         readable_ref(None, job, None, ALICE, OWNER)
+
+
+class Answers:
+    """What each reader was answered, in order."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, Any]] = []
+
+    def __call__(self, number: int, value: Any) -> None:
+        self.got.append((number, value))
+
+
+def _drain(workers: InlineWorkers) -> None:
+    for done, result, error in workers.drain():
+        done(result, error)
+
+
+def test_every_rank_reading_one_finished_task_costs_one_vendor_call_each_for_state_and_counts(
+    tmp_path,
+):
+    """A 64-rank fan-out: every rank polls, then fetches the counts. The service asks the
+    vendor once for each, and answers a later reader from memory."""
+    h = harness(tmp_path, {"site": ["local"]})
+    job = h.flux.submit(front("local:alpha"), userid=ALICE)
+    h.until(lambda: h.state(job) == "released")
+    ref = readable_ref(released_record(h, job), job, None, ALICE, OWNER)
+    h.run(600)  # the task completes at the vendor
+    before = {op: h.vendor.count(op) for op in ("poll", "result")}
+    workers = InlineWorkers()
+    reads = TaskReads(workers.submit)
+    answers = Answers()
+    for _ in range(64):
+        reads.read("poll", ref, h.vendor, answers)
+    _drain(workers)
+    for _ in range(64):
+        reads.read("result", ref, h.vendor, answers)
+    _drain(workers)
+    reads.read("result", ref, h.vendor, answers)  # a late rank, nothing to drain
+    assert h.vendor.count("poll") - before["poll"] == 1
+    assert h.vendor.count("result") - before["result"] == 1
+    assert reads.calls == 2 and reads.answered == 129
+    polls, results = answers.got[:64], answers.got[64:]
+    assert {(n, v["state"]) for n, v in polls} == {(0, "COMPLETED")}
+    assert all(n == 0 and v["counts"] == {"00": 5, "11": 5} for n, v in results)
+    assert len(results) == 65
+
+
+def test_a_task_still_queued_or_a_failed_read_is_asked_again(tmp_path):
+    h = harness(tmp_path, {"site": ["local"]})
+    job = h.flux.submit(front("local:alpha", release_at=5), userid=ALICE)
+    h.until(lambda: h.state(job) == "released")
+    ref = readable_ref(released_record(h, job), job, None, ALICE, OWNER)
+    workers = InlineWorkers()
+    reads = TaskReads(workers.submit)
+    answers = Answers()
+    reads.read("poll", ref, h.vendor, answers)
+    _drain(workers)
+    reads.read("poll", ref, h.vendor, answers)
+    _drain(workers)
+    assert [v["state"] for _, v in answers.got] == ["QUEUED", "QUEUED"]
+    assert reads.calls == 2
+    h.vendor.fail("result", VendorUnavailable("down", vendor="local", vendor_code="503"))
+    reads.read("result", ref, h.vendor, answers)
+    reads.read("result", ref, h.vendor, answers)
+    _drain(workers)
+    assert [n for n, _ in answers.got[2:]] == [5, 5]  # EIO to both waiting readers
+    assert "result of task" in answers.got[2][1] and "down" in answers.got[2][1]
+    reads.read("result", ref, h.vendor, answers)
+    _drain(workers)
+    assert answers.got[-1] == (0, {"task": ref.to_dict(), "counts": {"00": 5, "11": 5}})
+    assert reads.calls == 4
+
+
+def test_counts_over_the_relay_limit_are_refused_naming_the_direct_read(tmp_path):
+    h = harness(tmp_path, {"site": ["local"]})
+    job = h.flux.submit(front("local:alpha"), userid=ALICE)
+    h.until(lambda: h.state(job) == "released")
+    ref = readable_ref(released_record(h, job), job, None, ALICE, OWNER)
+    workers = InlineWorkers()
+    reads = TaskReads(workers.submit, max_bytes=32)
+    answers = Answers()
+    reads.read("result", ref, h.vendor, answers)
+    _drain(workers)
+    reads.read("result", ref, h.vendor, answers)
+    number, sentence = answers.got[0]
+    assert number == 27  # EFBIG
+    assert "over the 32 bytes the handler service relays" in sentence
+    assert "flux quantum task --direct" in sentence
+    assert answers.got[1] == answers.got[0] and reads.calls == 1
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,8 @@ DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_MAX_INTERVAL = 15.0
 DEFAULT_VENDOR_TIMEOUT = 30.0
 DEFAULT_MAX_ERROR_TIME = 120.0  # vendor errors in a row a wait rides out
+# FLUX_QPU_READ=vendor: read tasks from the vendor with the job's own credentials.
+READ_VARIABLE = "FLUX_QPU_READ"
 
 
 class NoTaskError(CommandError):
@@ -115,6 +117,11 @@ class JobTask:
     def refs(self) -> list[TaskRef]:
         """References of every task of the job, in release order."""
         return [self.ref(task_id) for task_id in self.tasks]
+
+    @property
+    def site_paid(self) -> bool:
+        """Paid by the site's accounts: the job holds no credential for its tasks."""
+        return self.info.get("account") == "site"
 
     def environment(self) -> dict[str, str]:
         """The FLUX_QPU_* variables the job-shell plugin sets for this task."""
@@ -440,21 +447,37 @@ def wait_release(
 # --- the vendor side ----------------------------------------------------------------------
 
 
+def reads_direct(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the job asked to read its tasks from the vendor with its own credentials
+    (``FLUX_QPU_READ=vendor``; ``flux quantum task --direct`` sets it) rather than
+    through the handler service."""
+    env = os.environ if environ is None else environ
+    return env.get(READ_VARIABLE, "").strip().lower() == "vendor"
+
+
 def open_vendor(
     task: JobTask,
     *,
     environ: Mapping[str, str] | None = None,
     timeout: float | None = DEFAULT_VENDOR_TIMEOUT,
+    direct: bool | None = None,
 ) -> Vendor:
-    """The vendor object that can poll TASK, configured from the catalog its release used
-    (``qpu_info.catalog``), else the usual catalog lookup. A guest's job on the site's
-    accounts (``qpu_info.read_via``) reads its task through the site's handler service,
-    with no credential of its own."""
+    """The vendor object that can poll TASK.
+
+    A job released by the instance owner's service (``qpu_info.read_via``) reads its
+    task through that service, which asks the vendor once for all its ranks and needs
+    no credential in the job. ``direct`` (default: ``FLUX_QPU_READ=vendor``) reads the
+    vendor itself with the job's own credentials, configured from the catalog its
+    release used (``qpu_info.catalog``), else the usual catalog lookup; a guest's job on
+    the site's accounts (``qpu_info.account = site``) has none and always reads through
+    the service."""
     from flux_quantum.catalog import CatalogError, load_catalog
     from flux_quantum.vendors import make_vendor
 
     read_via = task.info.get("read_via")
-    if isinstance(read_via, str) and read_via:
+    if direct is None:
+        direct = reads_direct(environ)
+    if isinstance(read_via, str) and read_via and not (direct and not task.site_paid):
         import flux
 
         from flux_quantum.vendors.relayed import RelayedVendor
@@ -608,7 +631,8 @@ def session_environment(task: JobTask, vendor: Vendor | None = None) -> dict[str
     session id is a secret that flux-quantum never records. Put it only into this job's
     environment. Raises CommandError when the task rode no session.
     """
-    vendor = vendor if vendor is not None else open_vendor(task)
+    # The session id is the job's secret to read with its own credentials: never relayed.
+    vendor = vendor if vendor is not None else open_vendor(task, direct=True)
     ref = task.ref()
     try:
         session = vendor.session_of(ref)

@@ -20,6 +20,7 @@ after submit) is left to the handlers too.
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,14 +50,16 @@ def _catalog_facts(path: str | None) -> dict[str, access.DeviceFacts]:
 
 
 class Validator(ValidatorPlugin):
-    """Reject jobs whose ``attributes.system.qpu`` does not parse, that carry a vendor
-    credential in their environment, or that name a device the site's access rules deny
-    them whatever their bank."""
+    """Reject jobs whose ``attributes.system.qpu`` does not parse, a guest's job that
+    carries a vendor credential in its environment (the instance owner could read it),
+    or jobs that name a device the site's access rules deny them whatever their bank."""
 
     def __init__(self, parser: object) -> None:
         super().__init__(parser)
         self.rules = access.AccessRules()
         self.facts: dict[str, access.DeviceFacts] = {}
+        # job-ingest runs its validators as the instance owner.
+        self.owner = os.getuid()
 
     def configure(self, args: object) -> None:
         # A bad table fails the validator's start: flux-core logs it and refuses jobs,
@@ -78,7 +81,10 @@ class Validator(ValidatorPlugin):
             return (errno.EINVAL, str(exc))
         if request is None:
             return None
-        secrets = qpu_request.credential_variables(system)
+        # A credential in the environment lands in the jobspec, which the instance owner
+        # can read. In one's own instance (flux start, alloc, batch) that is oneself: no
+        # one else learns it. A guest's job would hand it to another user.
+        secrets = qpu_request.credential_variables(system) if args.userid != self.owner else []
         if secrets:
             return (errno.EPERM, qpu_request.credential_refusal(secrets))
         if request.device is None or not self.rules.rules:

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from flux_quantum.consumer import (
     DEFAULT_POLL_INTERVAL,
+    READ_VARIABLE,
     JobTask,
     TaskFailedError,
     current_task,
@@ -181,10 +182,10 @@ def cmd_task(args: argparse.Namespace) -> int:
             job_task = wait_release(args.jobid, timeout=remaining(), on_held=progress.held)
         else:
             job_task = current_task(args.jobid)
-        vendor = open_vendor(job_task)
         if args.session_env:
-            print(format_environment(session_environment(job_task, vendor), args.json))
+            print(format_environment(session_environment(job_task), args.json))
             return 0
+        vendor = open_vendor(job_task, direct=args.direct or None)
         reports = []
         for ref in job_task.refs():
             if args.wait:
@@ -232,6 +233,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="wait for the release (if held) and for the task to finish; progress on stderr",
     )
     p.add_argument("--json", action="store_true", help="print JSON for machines")
+    p.add_argument(
+        "--direct",
+        action="store_true",
+        help="read the task from the vendor with your own credentials instead of "
+        f"through the handler service (also {READ_VARIABLE}=vendor); a job paid by the "
+        "site's accounts always reads through the service",
+    )
     p.add_argument(
         "--session-env",
         action="store_true",

@@ -203,11 +203,14 @@ class Release:
             "devices": [a.device.name for a in attempts if a.device is not None],
             "catalog": ctx.catalog.path,
         }
-        if unit.userid != ctx.userid:
-            # A guest's job on the site's accounts: it has no credentials of its own and
-            # reads its task through the service (flux_quantum.service.taskread).
-            info["account"] = "site"
+        if ctx.instance_owner:
+            # Every rank of the job reads its task through the service, which asks the
+            # vendor once per task (flux_quantum.service.taskread): the job needs no
+            # credentials of its own. A guest's own service registers no endpoint.
             info["read_via"] = ctx.module_name
+        if unit.userid != ctx.userid:
+            # A guest's job on the site's accounts: it has no credentials of its own.
+            info["account"] = "site"
         reasons = tuple(
             {
                 "index": p.index,

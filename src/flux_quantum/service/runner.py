@@ -38,8 +38,8 @@ from flux_quantum.service.fluxside import FluxJobs
 from flux_quantum.service.options import ServiceError, ServiceOptions
 from flux_quantum.service.workers import VendorWorkers
 from flux_quantum.site_policy import SitePolicy
+from flux_quantum.vendors.relayed import SERVICE_SUFFIX
 
-SERVICE_SUFFIX = "-service"
 READY_LINE = "@ready"
 EXIT_SETUP = 2
 EXIT_RUNNING = 3
@@ -123,6 +123,7 @@ class ServiceRunner:
         # The site's policy is the instance owner's: a guest's own service has none.
         self.site = site_policy(handle, catalog) if owner else None
         self.workers = VendorWorkers(options.workers)
+        self.reads = taskread.TaskReads(self.workers.submit)
         self.service = QuantumService(
             FluxJobs(handle, lead_share=options.lead_share),
             catalog,
@@ -185,18 +186,7 @@ class ServiceRunner:
         ctx = self.service.ctx
         record = ctx.flux.records([jobid]).get(jobid)
         ref = taskread.readable_ref(record, jobid, task, caller, os.getuid())
-        vendor = ctx.vendor(ref.vendor)
-
-        def call() -> Any:
-            return vendor.poll(ref) if op == "poll" else vendor.result(ref)
-
-        def done(value: Any, error: BaseException | None) -> None:
-            if error is not None:
-                reply(errno.EIO, f"{op} of task {ref.task_id}: {error}")
-            else:
-                reply(0, taskread.answer(op, ref, value))
-
-        self.workers.submit(call, done)
+        self.reads.read(op, ref, ctx.vendor(ref.vendor), reply)
 
     def _on_tick(self, *args: Any) -> None:
         self._fenced(self.service.tick)

@@ -1,27 +1,43 @@
-"""Reading a task through the service: how a guest's job on the site's accounts gets its
-task's state and result without the site's credentials.
+"""Reading a task through the service: how a released job gets its task's state and
+result without credentials of its own, and without every rank asking the vendor.
 
-The service holds the vendor credentials; the job's user holds none. ``flux quantum
-task`` (and the consumer library) in such a job asks the supervisor module
-(``qpu_handlers.task``), which relays the request with the caller's userid; this part
-checks that the job is the caller's (the instance owner may read any) and that the task
-is one the service released the job with, then polls or fetches the result in a worker.
-The answer carries the state, position and counts: never a credential, a presigned URL
-or the vendor's raw result document.
+The service holds the vendor credentials; the job may hold none (a guest's job on the
+site's accounts never does). ``flux quantum task`` (and the consumer library) in a
+released job asks the supervisor module (``qpu_handlers.task``), which relays the
+request with the caller's userid; this part checks that the job is the caller's (the
+instance owner may read any) and that the task is one the service released the job
+with, then polls or fetches the result in a worker. ``TaskReads`` makes that one vendor
+call per task however many ranks ask: requests for a task already being read wait for
+that read, and a finished task's last state and counts are answered from memory. The
+answer carries the state, position and counts: never a credential, a presigned URL or
+the vendor's raw result document. It never blocks the reactor (the vendor calls run in
+the workers) and never calls a vendor for a caller it has not checked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import errno
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flux_quantum.consumer import encode_jobid, job_task_from_jobspec
 from flux_quantum.errors import CommandError
 from flux_quantum.ledger import GuestError
 from flux_quantum.service.fluxside import JobRecord
-from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot
+from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot, TaskState
 
 OPS = ("poll", "result")
+# The largest answer the service relays, as JSON. A result's counts grow with shots and
+# qubits (a bitstring each); above this the job reads them from the vendor itself.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# How many finished tasks' answers are kept (least recently read dropped first).
+KEPT_TASKS = 512
+TERMINAL = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
+
+Reply = Callable[[int, Any], None]
+Submit = Callable[[Callable[[], Any], Callable[[Any, BaseException | None], None]], None]
 
 
 def checked_request(payload: Mapping[str, Any]) -> tuple[int, str | None, str]:
@@ -65,3 +81,81 @@ def answer(op: str, ref: TaskRef, value: Any) -> dict[str, Any]:
         return value.to_dict()
     assert isinstance(value, TaskResult)
     return {"task": ref.to_dict(), "counts": dict(value.counts)}
+
+
+def _bytes(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size} bytes"
+
+
+def too_large(ref: TaskRef, size: int, limit: int = MAX_ANSWER_BYTES) -> str:
+    """The sentence a reader gets for counts over the relay's limit."""
+    return (
+        f"the counts of task {ref.task_id} are {_bytes(size)}, over the {_bytes(limit)} "
+        "the handler service relays: read them from the vendor with your own "
+        "credentials (flux quantum task --direct)"
+    )
+
+
+class TaskReads:
+    """One vendor call per task for every reader: in-flight reads are joined, finished
+    tasks answered from memory (their last poll and their counts, the ``KEPT_TASKS``
+    most recently read). ``submit(call, done)`` runs ``call`` in a worker and ``done``
+    back on the reactor; ``calls`` counts the vendor calls it made."""
+
+    def __init__(
+        self, submit: Submit, *, kept: int = KEPT_TASKS, max_bytes: int = MAX_ANSWER_BYTES
+    ) -> None:
+        self._submit = submit
+        self._kept = kept
+        self.max_bytes = max_bytes
+        self._answers: OrderedDict[tuple[str, str], tuple[int, Any]] = OrderedDict()
+        self._waiting: dict[tuple[str, str], list[Reply]] = {}
+        self.calls = 0
+        self.answered = 0
+
+    def read(self, op: str, ref: TaskRef, vendor: Any, reply: Reply) -> None:
+        """Answer ``reply(0, answer)`` or ``reply(errno, sentence)`` for a checked
+        caller: from memory, by joining a read under way, or by one vendor call."""
+        key = (op, ref.task_id)
+        kept = self._answers.get(key)
+        if kept is not None:
+            self._answers.move_to_end(key)
+            self.answered += 1
+            reply(*kept)
+            return
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            waiting.append(reply)
+            return
+        self._waiting[key] = [reply]
+        self.calls += 1
+
+        def call() -> Any:
+            return vendor.poll(ref) if op == "poll" else vendor.result(ref)
+
+        def done(value: Any, error: BaseException | None) -> None:
+            outcome, keep = self._outcome(op, ref, value, error)
+            if keep:
+                self._answers[key] = outcome
+                while len(self._answers) > self._kept:
+                    self._answers.popitem(last=False)
+            for waiter in self._waiting.pop(key, []):
+                self.answered += 1
+                waiter(*outcome)
+
+        self._submit(call, done)
+
+    def _outcome(
+        self, op: str, ref: TaskRef, value: Any, error: BaseException | None
+    ) -> tuple[tuple[int, Any], bool]:
+        """The reply's arguments, and whether they hold for good (a finished task's
+        poll, a result): errors and a task still under way are asked again."""
+        if error is not None:
+            return (errno.EIO, f"{op} of task {ref.task_id}: {error}"), False
+        body = answer(op, ref, value)
+        if op == "poll":
+            return (0, body), isinstance(value, TaskSnapshot) and value.state in TERMINAL
+        size = len(json.dumps(body, separators=(",", ":")))
+        if size > self.max_bytes:
+            return (errno.EFBIG, too_large(ref, size, self.max_bytes)), True
+        return (0, body), True

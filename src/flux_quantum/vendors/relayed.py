@@ -1,18 +1,23 @@
-"""A task read through the site's handler service (``qpu_handlers.task``).
+"""A task read through the instance owner's handler service (``qpu_handlers.task``).
 
-A guest's job on the site's accounts holds no vendor credential: the service that
-created its task reads it for it, after checking that the job is the caller's
-(``flux_quantum.service.taskread``). This ``Vendor`` polls and fetches results that way;
-every other verb is the service's alone.
+A released job needs no vendor credential (a guest's job on the site's accounts holds
+none): the service that created its task reads it for it, once for all the job's ranks,
+after checking that the job is the caller's (``flux_quantum.service.taskread``). This
+``Vendor`` polls and fetches results that way; every other verb is the service's alone.
 """
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot, TaskState, Vendor
 from flux_quantum.vendors.errors import NotSupported, VendorError
+
+# The service process's name beside its supervisor module's (runner.service_name;
+# qpu_handlers.py, standard library only, keeps its own copy).
+SERVICE_SUFFIX = "-service"
 
 
 class RelayedVendor(Vendor):
@@ -26,17 +31,33 @@ class RelayedVendor(Vendor):
 
     def _ask(self, op: str, task: TaskRef) -> dict[str, Any]:
         payload = {"id": self.jobid, "task": task.task_id, "op": op}
+        topic = f"{self.module}.task"
         try:
-            return self.handle.rpc(f"{self.module}.task", payload).get()
+            try:
+                return self.handle.rpc(topic, payload).get()
+            except OSError as exc:
+                if exc.errno != errno.ENOSYS:
+                    raise
+                # No supervisor module: a service started with `flux quantum service
+                # run` answers under its own name.
+                topic = f"{self.module}{SERVICE_SUFFIX}.task"
+                return self.handle.rpc(topic, payload).get()
         except OSError as exc:
+            hint = ""
+            if exc.errno == errno.ENOSYS:
+                hint = (
+                    " (no handler service runs: start it with `flux quantum service "
+                    "start`, or read the vendor with your own credentials: flux quantum "
+                    "task --direct)"
+                )
             raise VendorError(
-                f"{op} of task {task.task_id} through the site's handler service "
-                f"({self.module}.task): {exc.strerror or exc}",
+                f"{op} of task {task.task_id} through the handler service "
+                f"({topic}): {exc.strerror or exc}{hint}",
                 vendor=self.name,
                 vendor_code=f"errno {exc.errno}",
                 operation=op,
                 # The service restarting, or the vendor throttling it: wait it out.
-                retryable=exc.errno in (11, 5, 110),
+                retryable=exc.errno in (errno.EAGAIN, errno.EIO, errno.ETIMEDOUT),
             ) from None
 
     def poll(self, task: TaskRef) -> TaskSnapshot:
