@@ -3,7 +3,8 @@
 Every part of flux-quantum that reads what a user asked for (the ingest validator, the
 handlers, the policy, the CLI and the tests) goes through :func:`parse_request` and gets
 a :class:`QpuRequest`; a second parser anywhere else is a bug. This module is imported
-inside Flux's own Python by the ingest validator, so it must stay standard-library only
+inside Flux's own Python by the ingest validator and by the CLI plugin of ``flux submit``
+(``flux_quantum/cliplugin/qpu.py``), so it must stay standard-library only
 (no yaml, no third-party or ``flux`` imports), must never do I/O, never look at the
 catalog and never block: it checks the shape of a request, not whether the device exists.
 Every rejection is one short sentence naming the field as the user wrote it, what is
@@ -60,9 +61,13 @@ TABLE_KEYS: tuple[str, ...] = (
 ACCOUNTS: tuple[str, ...] = ("site", "user")
 DEFAULT_ACCOUNT = "site"
 
-# Set by flux-quantum on release; a user who sets them could point a consumer at
-# somebody else's task, so they are refused at submit.
-RESERVED_ATTRIBUTES: tuple[str, ...] = ("qpu_task", "qpu_device")
+# Written into attributes.system by flux-quantum at release (jobtap/quantum.c); a user
+# who set them could point a consumer at somebody else's task, or make the plugin take
+# the job for released after a restart, so they are refused at submit. Every other
+# ``qpu_*`` key of attributes.system is kept for flux-quantum too (``qpu_shots`` is a
+# typo of ``qpu.shots`` that Flux would otherwise store without a word).
+RESERVED_ATTRIBUTES: tuple[str, ...] = ("qpu_task", "qpu_device", "qpu_info")
+RESERVED_PREFIX = "qpu_"
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)
 _NAME_RULE = "lower-case letters, digits, '-', '_', '.' (at most 64, first a letter or digit)"
@@ -445,9 +450,12 @@ def parse_request(value: object) -> QpuRequest:
 
 
 def check_jobspec_attributes(system: Mapping[str, object]) -> QpuRequest | None:
-    """Submit-time check of a jobspec's ``attributes.system``, used by the ingest validator.
+    """Submit-time check of a jobspec's ``attributes.system``, used by the ingest validator
+    and, before the job is sent, by the CLI plugin of ``flux submit``.
 
-    Returns the parsed request, or None for a job that did not ask for a QPU.
+    Refuses the attributes flux-quantum writes at release (and any other ``qpu_*`` key),
+    then parses ``qpu``. Returns the parsed request, or None for a job that did not ask
+    for a QPU.
     """
     for key in RESERVED_ATTRIBUTES:
         if key in system:
@@ -456,6 +464,19 @@ def check_jobspec_attributes(system: Mapping[str, object]) -> QpuRequest | None:
                 f"attributes.system.{key} is set by flux-quantum at release"
                 " and may not be given at submit",
             )
+    reserved = sorted(
+        key for key in system if isinstance(key, str) and key.startswith(RESERVED_PREFIX)
+    )
+    if reserved:
+        key = reserved[0]
+        shown = _shown(key)[1:-1]
+        rest = key[len(RESERVED_PREFIX) :]
+        hint = f" (did you mean qpu.{rest}?)" if rest in TABLE_KEYS else ""
+        raise RequestError(
+            key,
+            f"attributes.system.{shown} is reserved for flux-quantum"
+            f" and may not be given at submit{hint}",
+        )
     if "qpu" not in system:
         return None
     return parse_request(system["qpu"])

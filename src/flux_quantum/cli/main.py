@@ -17,6 +17,7 @@ from flux_quantum.errors import CommandError
 # Modules that contribute subcommands, in help order.
 SUBCOMMAND_MODULES = (
     "flux_quantum.cli.plugin",
+    "flux_quantum.cli.cliplugin",
     "flux_quantum.cli.backends",
     "flux_quantum.cli.emulator",
     "flux_quantum.cli.graph",

@@ -166,7 +166,9 @@ def cmd_validator_path(args: argparse.Namespace) -> int:
 
 def instance_config(plugin_conf: dict[str, int] | None = None) -> str:
     """TOML that loads the plugin and the validator into an instance (site or test),
-    followed by comments saying how to load the job-shell plugin (TOML cannot)."""
+    followed by comments saying how to load the job-shell plugin and the CLI plugin of
+    ``flux submit`` (TOML cannot)."""
+    from flux_quantum.cli.cliplugin import cli_plugin_comment
     from flux_quantum.consumer import shell_site_config
 
     conf = ", ".join(f'"{k}" = {v}' for k, v in (plugin_conf or {}).items())
@@ -180,7 +182,7 @@ def instance_config(plugin_conf: dict[str, int] | None = None) -> str:
         "\n"
         "[sched-fluxion-resource]\n"
         'match-format = "rv1"\n'
-        "\n" + shell_site_config()
+        "\n" + shell_site_config() + "\n" + cli_plugin_comment()
     )
 
 
