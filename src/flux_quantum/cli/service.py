@@ -235,6 +235,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         for row in rows:
             cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)]
             print("  " + "  ".join(cells) + "  " + row[-1])
+    for unit in status["units"]:
+        for task in unit["tasks"]:
+            if task.get("waiting"):
+                print(f"  {_jobid(unit['unit'])} waiting: {task['waiting']}")
     return 0
 
 

@@ -62,6 +62,8 @@ class Devices:
             def done(snapshot: Any, error: Any, watch: DeviceWatch = watch) -> None:
                 watch.busy = False
                 watch.due = ctx.clock() + ctx.options.device_check_interval
+                if error is not None or snapshot.status is DeviceStatus.UNREACHABLE:
+                    ctx.counters.vendor_errors += 1
                 if error is None:
                     watch.snapshot = snapshot
                     ctx.device_snapshots[snapshot.device] = snapshot

@@ -41,8 +41,13 @@ class Face:
             and (a.snapshot.position is not None or a.estimated_position is not None)
         ]
         waits = [a.expected_wait for a in waiting if a.expected_wait is not None]
+        holding = [a.holding for a in waiting if a.holding]
         if state is None:
-            if any(a.phase is Phase.SELECT for a in attempts):
+            if holding:
+                # Why the job is held, until the obstacle passes: a vendor that does
+                # not answer, an error retried, all slots busy.
+                state = f"waiting: {holding[0]}"
+            elif any(a.phase is Phase.SELECT for a in attempts):
                 state = "selecting a device"
             elif any(a.phase is Phase.SUBMIT for a in attempts):
                 state = "submitting"
@@ -162,6 +167,7 @@ class Face:
                             if p.attempt.expected_wait is None
                             else round(p.attempt.expected_wait, 1),
                             "ready": p.attempt.ready_reason,
+                            "waiting": p.attempt.holding,
                         }
                         for p in unit.programs
                     ],

@@ -73,6 +73,7 @@ class Attempt:
     unexpected: int = 0  # errors in a row that were not vendor errors (a bug, a setup)
     retry_posted: bool = False
     wait_posted: str | None = None
+    holding: str | None = None  # why it waits now (a vendor's error, no slot) and the next try
     last_poll: float = 0.0
     since: float | None = None  # taken before the create (qpu-submit): find_task's window
     ahead: int | None = None  # the device's pending count seen before the create

@@ -262,7 +262,8 @@ class Tasks:
                 attempt=attempt.number,
             )
             ctx.post_all(unit, record)
-        self.face.update_memos(unit, state=f"{operation} failed ({code}), retrying")
+        attempt.holding = f"{operation} failed ({code}: {text}); next try in {delay:g}s"
+        self.face.update_memos(unit)
         # Said once per attempt and failure, not at every retry.
         level = syslog.LOG_WARNING if first else syslog.LOG_DEBUG
         ctx.log(level, f"unit {unit.id}: {operation}: {text}; retry in {delay:g}s")
@@ -271,6 +272,7 @@ class Tasks:
         attempt.errors = 0
         attempt.unexpected = 0
         attempt.retry_posted = False
+        attempt.holding = None
 
     def _vendor(self, unit: Unit, program: Program, name: str, operation: str) -> Any:
         """The vendor object, or None after routing the failure (unknown vendor: fail;
@@ -347,6 +349,8 @@ class Tasks:
             self._failed_call(unit, program, "select", error)
             return
         for snapshot in snapshots.values():
+            if snapshot.status is DeviceStatus.UNREACHABLE:
+                ctx.counters.vendor_errors += 1  # what qpu-wait will say
             ctx.estimator.observe(snapshot)
             ctx.device_snapshots[snapshot.device] = snapshot
         request = self.request_for(unit, attempt)
@@ -377,6 +381,7 @@ class Tasks:
             return
         attempt.device = chosen
         attempt.wait_posted = None
+        attempt.holding = None
         attempt.errors = 0
         chosen_snapshot = snapshots.get(chosen.name)
         attempt.ahead = chosen_snapshot.queue_depth if chosen_snapshot is not None else None
@@ -447,7 +452,8 @@ class Tasks:
             record = events.Wait(index=program.index, reason=reason, retry_in=round(delay, 1))
             self.ctx.post_all(unit, record)
         attempt.due = self.ctx.clock() + delay
-        self.face.update_memos(unit, state=f"waiting: {reason}")
+        attempt.holding = f"{reason}; next try in {delay:g}s"
+        self.face.update_memos(unit)
 
     def _older_waiters(self, unit: Unit, device: Device) -> int:
         """Older units still choosing a device that can only be this one."""
