@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from flux_quantum.request import (
 )
 
 SRC = Path(request_module.__file__).resolve().parents[1]
+ROOT = SRC.parent
 VALIDATOR = Path(request_module.__file__).with_name("validator.py")
 
 RULE = "lower-case letters, digits, '-', '_', '.' (at most 64, first a letter or digit)"
@@ -602,10 +604,23 @@ def test_check_jobspec_attributes_rejects_bad_qpu() -> None:
     assert str(info.value) == TOP + "1"
 
 
-@pytest.mark.parametrize("key", ["qpu_task", "qpu_device"])
+RELEASE_WRITES = re.compile(r'"attributes\.system\.(qpu_\w+)"')
+
+
+def test_every_attribute_the_plugin_writes_at_release_is_reserved() -> None:
+    # jobtap/quantum.c's release is the one writer of attributes.system at release.
+    written = set(RELEASE_WRITES.findall((ROOT / "jobtap" / "quantum.c").read_text()))
+    assert written == {"qpu_task", "qpu_device", "qpu_info"}
+    assert written <= set(request_module.RESERVED_ATTRIBUTES)
+
+
+@pytest.mark.parametrize("key", ["qpu_task", "qpu_device", "qpu_info"])
 @pytest.mark.parametrize("qpu", [None, "sv1", {"shots": "abc"}])
-def test_check_jobspec_attributes_rejects_reserved_keys(key: str, qpu: object) -> None:
-    system: dict[str, object] = {key: "arn:aws:braket:::task/x"}
+@pytest.mark.parametrize("value", ["arn:aws:braket:::task/x", {"tasks": ["x"]}, ""])
+def test_check_jobspec_attributes_rejects_reserved_keys(
+    key: str, qpu: object, value: object
+) -> None:
+    system: dict[str, object] = {key: value}
     if qpu is not None:
         system["qpu"] = qpu
     with pytest.raises(RequestError) as info:
@@ -614,6 +629,54 @@ def test_check_jobspec_attributes_rejects_reserved_keys(key: str, qpu: object) -
         f"attributes.system.{key} is set by flux-quantum at release and may not be given at submit"
     )
     assert info.value.field == key
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (
+            "qpu_shots",
+            "attributes.system.qpu_shots is reserved for flux-quantum and may not be given"
+            " at submit (did you mean qpu.shots?)",
+        ),
+        (
+            "qpu_release_at",
+            "attributes.system.qpu_release_at is reserved for flux-quantum and may not be"
+            " given at submit (did you mean qpu.release_at?)",
+        ),
+        (
+            "qpu_cost",
+            "attributes.system.qpu_cost is reserved for flux-quantum and may not be given"
+            " at submit",
+        ),
+        (
+            "qpu_" + "x" * 60,
+            "attributes.system.qpu_" + "x" * 31 + "... is reserved for flux-quantum and may"
+            " not be given at submit",
+        ),
+    ],
+)
+def test_check_jobspec_attributes_rejects_other_qpu_keys(key: str, message: str) -> None:
+    for qpu in (None, "sv1"):
+        system: dict[str, object] = {key: 1} if qpu is None else {key: 1, "qpu": qpu}
+        with pytest.raises(RequestError) as info:
+            check_jobspec_attributes(system)
+        assert str(info.value) == message
+        assert info.value.field == key
+
+
+def test_check_jobspec_attributes_names_a_written_attribute_first() -> None:
+    with pytest.raises(RequestError) as info:
+        check_jobspec_attributes({"qpu_aaa": 1, "qpu_info": {}, "qpu": "sv1"})
+    assert info.value.field == "qpu_info"
+    with pytest.raises(RequestError) as info:
+        check_jobspec_attributes({"qpu_zz": 1, "qpu_b": 2})
+    assert info.value.field == "qpu_b"
+
+
+def test_check_jobspec_attributes_leaves_other_attributes_alone() -> None:
+    system = {"qpu": "sv1", "qpux": 1, "QPU_TASK": 1, "user_qpu_task": 1, "queue": "batch"}
+    assert check_jobspec_attributes(system) == QpuRequest(device="sv1")
 
 
 def test_request_module_uses_only_the_standard_library() -> None:
