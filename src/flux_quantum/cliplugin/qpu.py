@@ -56,6 +56,7 @@ except (ImportError, OSError):  # imported outside Flux (the unit tier): the fun
     CLIPlugin = object  # type: ignore[assignment,misc]
 
 PACKAGE = "flux_quantum"
+WARNED = "_flux_quantum_cli_plugin_warned"
 
 # (option, argparse dest, qpu table key, value read as JSON first like --setattr)
 OPTIONS: tuple[tuple[str, str, str, bool], ...] = (
@@ -118,10 +119,15 @@ def _load_request() -> ModuleType:
 qpu_request: Any
 try:
     qpu_request = _load_request()
-except (ImportError, OSError) as exc:
-    # A broken install must not stop every user's flux submit: say it, offer no options.
+except Exception as exc:
+    # A broken install must not stop every user's flux submit: say it (once, though Flux
+    # imports this file twice a command), offer no options.
     qpu_request = None
-    print(f"flux-quantum: WARNING: {__file__}: --qpu options unavailable: {exc}", file=sys.stderr)
+    if WARNED not in sys.modules:  # the one process-wide mark there is: a module entry
+        sys.modules[WARNED] = ModuleType(WARNED)
+        print(
+            f"flux-quantum: WARNING: {__file__}: --qpu options unavailable: {exc}", file=sys.stderr
+        )
 
 
 def _flux_value(text: str | None) -> object:
