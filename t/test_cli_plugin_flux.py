@@ -225,6 +225,26 @@ def test_without_the_plugin_the_mixed_form_fails_in_flux() -> None:
     assert "unrecognized arguments: --qpu=sv1" in proc.stderr
 
 
+API = """\
+import json
+from flux.job import JobspecV1
+spec = JobspecV1.from_submit(["true"], qpu="sv1", qpu_shots=10, qpu_program=["a.qasm"])
+print(json.dumps(spec.jobspec["attributes"]["system"]["qpu"]))
+try:
+    JobspecV1.from_submit(["true"], qpu="sv1", qpu_shots=0)
+except ValueError as exc:
+    print(exc)
+"""
+
+
+def test_flux_python_api_takes_the_options(plugin_env) -> None:
+    proc = flux(["python", "-c", API], plugin_env)
+    assert proc.returncode == 0, proc.stderr
+    made, refused = proc.stdout.splitlines()
+    assert json.loads(made) == {"device": "sv1", "shots": 10, "program": "a.qasm"}
+    assert refused == "--qpu-shots " + SHOTS + "0"
+
+
 PROBE = """\
 import json, sys
 before = list(sys.path)
