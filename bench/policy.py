@@ -44,7 +44,7 @@ model (``PriceModel.cost``, the one ``select_device`` ranks with) at the task's 
 its emulated run time (ended - started): per task + per shot for QPUs, per minute of
 run time with Braket's 3 s minimum for the managed simulators.
 
-The fleet (prices: /work/shared/VENDORS.md, i.e. the Amazon Braket pricing page, as in
+The fleet (prices: the Amazon Braket pricing page as of 2026, as in
 etc/flux-quantum/backends.yaml; queue shapes after etc/flux-quantum/scenarios/*.yaml).
 Each device is the emulator's FIFO single-server queue: ``depth`` tasks waiting at t=0,
 Poisson background arrivals, seeded service times (exp = exponential, unif = uniform
@@ -68,7 +68,7 @@ on Forte-1 (us-east-1), 2-47 on Aria-1 (us-east-1), 0-21 on Garnet (eu-north-1).
 Ankaa-3 (us-west-1) serves 45 minutes of every hour (OFFLINE /
 OUTSIDE_AVAILABILITY_WINDOW the rest, as in default.yaml; * rho against its capacity
 inside the windows): its queue builds while closed (40-115 tasks when a window opens)
-and it is not eligible then. Left out: IQM Emerald (no price in VENDORS.md) and QuEra
+and it is not eligible then. Left out: IQM Emerald (no price on that page) and QuEra
 Aquila (analog Hamiltonian simulation only: it cannot run an OpenQASM circuit).
 
 Calibration of the emulated QPUs (median one-qubit, two-qubit and readout fidelity; the

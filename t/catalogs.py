@@ -1,6 +1,6 @@
 """Catalog devices the policy, access, quota and ledger tests share, as the real Braket
-devices are priced (shared/VENDORS.md): ``catalog_of("sv1", "forte1")`` parses a catalog of
-just those, in that order."""
+devices are priced (the Amazon Braket pricing page, 2026): ``catalog_of("sv1", "forte1")``
+parses a catalog of just those, in that order."""
 
 from __future__ import annotations
 

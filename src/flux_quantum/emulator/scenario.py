@@ -700,7 +700,8 @@ def _parse_fault(raw: Any, source: str, device: str | None, prefix: str, top_lev
 
 
 # ---------------------------------------------------------------------------------------------
-# The default scenario: the real Braket ARNs with VENDORS.md prices, plus two local devices.
+# The default scenario: the real Braket ARNs at the Braket pricing page's 2026 prices, plus
+# two local devices.
 # One copy: etc/flux-quantum/scenarios/default.yaml, shipped in the package as data.
 
 

@@ -20,7 +20,7 @@ Decisions worth knowing:
   ``endpoint_url``/``s3_endpoint_url`` is handed to each boto3 client, which beats the
   environment, so one process can talk to real Braket and to the emulator at once.
   ``AwsQuantumTask(arn)``/``AwsDevice`` are not used: they copy sessions and lose such
-  clients (see VENDORS.md).
+  clients.
 - Heavy SDK modules (``braket.aws`` takes seconds to import) load only when a task is
   created or a result is read, so ``flux quantum backends`` stays quick.
 """
