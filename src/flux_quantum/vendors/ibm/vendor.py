@@ -1,0 +1,456 @@
+"""``IbmVendor``: IBM Quantum backends and jobs behind the vendor interface, through QRMI.
+
+This module owns the vendor's verbs and what they remember between calls: the task verbs
+go through the real ``qrmi`` client (``status``, ``task_start``, ``task_status``,
+``task_stop``, ``task_result``, ``acquire``/``release``), the rest through
+``RestReader``; every call runs under the ``RetryBudget`` with its errors translated in
+``errors``. It must never change ``os.environ``, never retry outside its ``RetryBudget``,
+never write an API key or a session id into a message, a log line or a ``to_dict()``, and
+never import qiskit.
+
+- Idempotency: IBM's job create has no idempotency field and QRMI passes no tags, so the
+  token rides in the circuit's comment (IBM keeps a job's params as sent).
+  ``find_task(device, token, since)`` lists the backend's jobs created after ``since``
+  (minus a clock-skew margin) and returns the one carrying the token. ``submit`` looks
+  before it creates whenever this process already tried that token.
+- Queue: IBM reports a backend's pending jobs, never a job's position: ``poll`` gives
+  ``position=None``; the release rule for that lives in ``flux_quantum.poller``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from flux_quantum.catalog import Device
+from flux_quantum.vendors.base import (
+    Calibration,
+    Clock,
+    DeviceSnapshot,
+    DeviceStatus,
+    RetryBudget,
+    SessionOpening,
+    Sleep,
+    TaskRef,
+    TaskResult,
+    TaskSnapshot,
+    TaskState,
+    Vendor,
+    VendorSession,
+)
+from flux_quantum.vendors.errors import (
+    AccessDenied,
+    InvalidRequest,
+    NotFound,
+    VendorError,
+    VendorUnavailable,
+)
+from flux_quantum.vendors.ibm.calibration import CALIBRATION_TTL, read_calibration
+from flux_quantum.vendors.ibm.errors import PLAN_REFUSED, translate_error
+from flux_quantum.vendors.ibm.payload import counts_from_result, program_token, sampler_input
+from flux_quantum.vendors.ibm.settings import (
+    SESSION_MODES,
+    SETTING_PREFIX,
+    IbmSettings,
+    resource_config,
+    session_environment,
+)
+from flux_quantum.vendors.ibm.transport import QrmiResource, RestReader
+
+LIST_PAGE = 200
+LIST_PAGES_MAX = 20
+_STATES = {
+    "Queued": TaskState.QUEUED,
+    "Running": TaskState.RUNNING,
+    "Completed": TaskState.COMPLETED,
+    "Failed": TaskState.FAILED,
+    "Cancelled": TaskState.CANCELLED,
+}
+
+
+class IbmVendor(Vendor):
+    """IBM Quantum backends and jobs through QRMI."""
+
+    name = "ibm"
+
+    def __init__(
+        self,
+        settings: IbmSettings | None = None,
+        *,
+        devices: Iterable[Device] = (),
+        retry: RetryBudget | None = None,
+        clock: Clock = time.time,
+        sleep: Sleep = time.sleep,
+        environ: Mapping[str, str] | None = None,
+        name: str = "ibm",
+    ) -> None:
+        self.name = name
+        self.settings = settings or IbmSettings()
+        self.retry = retry or RetryBudget()
+        self._clock = clock
+        self._sleep = sleep
+        self._environ = dict(os.environ if environ is None else environ)
+        self._devices = {d.name: d for d in devices if d.vendor == name}
+        self._lock = threading.Lock()
+        self._resources: dict[tuple[str, str | None], QrmiResource] = {}
+        self._readers: dict[str, RestReader] = {}
+        self._tried: dict[str, float] = {}  # token -> when this process first created with it
+        self._calibrations: dict[str, tuple[float, Calibration | None]] = {}
+
+    # -- plumbing
+
+    def backend_of(self, device_name: str) -> str:
+        device = self._devices.get(device_name)
+        return device.id if device is not None else device_name
+
+    def _device_name(self, backend: str) -> str:
+        return next((d.name for d in self._devices.values() if d.id == backend), backend)
+
+    def _config(self, backend: str, session_id: str | None = None) -> dict[str, str]:
+        config = resource_config(backend, self.settings, self._environ)
+        if session_id is not None:
+            config[SETTING_PREFIX + "SESSION_ID"] = session_id
+        return config
+
+    def _resource(self, backend: str, session_id: str | None = None) -> QrmiResource:
+        """QRMI's resource for ``backend`` (one per session it rides), built once."""
+        key = (backend, session_id)
+        with self._lock:
+            resource = self._resources.get(key)
+        if resource is not None:
+            return resource
+        config = self._config(backend, session_id)
+        import qrmi
+
+        try:
+            created = qrmi.QuantumResource.from_config(
+                backend, qrmi.ResourceType.IBMQuantumComputeService, config
+            )
+        except Exception as exc:  # qrmi raises ConfigError for settings it refuses
+            raise translate_error(
+                exc, vendor=self.name, operation="configure", subject=backend
+            ) from None
+        with self._lock:
+            return self._resources.setdefault(key, QrmiResource(created))
+
+    def _reader(self, backend: str) -> RestReader:
+        with self._lock:
+            reader = self._readers.get(backend)
+            if reader is None:
+                reader = RestReader(self._config(backend), self.settings.timeout, time.time)
+                self._readers[backend] = reader
+            return reader
+
+    def _call(self, operation: str, subject: str, call: Callable[[], Any]) -> Any:
+        """One vendor call under the retry budget, errors translated."""
+
+        def attempt() -> Any:
+            try:
+                return call()
+            except VendorError:
+                raise
+            except Exception as exc:  # qrmi's errors are RuntimeErrors; ours are HttpError
+                raise translate_error(
+                    exc, vendor=self.name, operation=operation, subject=subject
+                ) from None
+
+        return self.retry.run(attempt, clock=self._clock, sleep=self._sleep)
+
+    # -- the interface
+
+    def probe(self, device: Device) -> DeviceSnapshot:
+        try:
+            status = self._call("status", device.name, lambda: self._resource(device.id).status())
+        except VendorError as exc:
+            attempts = f" after {exc.attempts} attempts" if exc.attempts > 1 else ""
+            return DeviceSnapshot(
+                device=device.name,
+                status=DeviceStatus.UNREACHABLE,
+                reason=f"{exc.vendor_code}{attempts}",
+                price=device.price,
+                t=self._clock(),
+            )
+        # qrmi's ResourceStatusCode: Online, Paused (jobs queue, none runs), Offline.
+        raw = str(getattr(status, "status", "") or "").split(".")[-1].upper()
+        state = DeviceStatus.ONLINE if raw == "ONLINE" else DeviceStatus.OFFLINE
+        pending = getattr(status, "pending_job_count", None)
+        return DeviceSnapshot(
+            device=device.name,
+            status=state,
+            reason=None if raw == "ONLINE" else raw or "UNKNOWN",
+            queue_depth=pending if isinstance(pending, int) and pending >= 0 else None,
+            price=device.price,
+            t=self._clock(),
+            calibration=self._calibration(device),
+        )
+
+    def _calibration(self, device: Device) -> Calibration | None:
+        """The backend's calibration (QRMI ``target``: its properties), read at most once
+        per ``CALIBRATION_TTL`` seconds; None when IBM does not give it."""
+        now = self._clock()
+        with self._lock:
+            cached = self._calibrations.get(device.id)
+        if cached is not None and now - cached[0] < CALIBRATION_TTL:
+            return cached[1]
+        try:
+            target = self._call("target", device.name, lambda: self._resource(device.id).target())
+            calibration = read_calibration(json.loads(target.value).get("properties"))
+        except (VendorError, ValueError, AttributeError):
+            calibration = None
+        with self._lock:
+            self._calibrations[device.id] = (now, calibration)
+        return calibration
+
+    def reports_positions(self, device: Device) -> bool:
+        return False  # IBM gives a backend's pending count, never a job's place
+
+    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+        return self._create(device, program_text, shots, token, None)
+
+    def submit_in(
+        self, session: VendorSession, device: Device, program_text: str, shots: int, token: str
+    ) -> TaskRef:
+        return self._create(device, program_text, shots, token, session)
+
+    def _create(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        session: VendorSession | None,
+    ) -> TaskRef:
+        try:
+            payload_input = sampler_input(program_text, shots, token)
+        except ValueError as exc:
+            raise InvalidRequest(
+                f"{self.name} create for {device.name}: {exc}",
+                vendor=self.name,
+                vendor_code="InvalidProgram",
+                operation="create",
+            ) from None
+        import qrmi
+
+        payload = qrmi.Payload.QiskitPrimitive(input=payload_input, program_id="sampler")
+        resource = self._resource(device.id, session.session_id if session else None)
+        with self._lock:
+            since = self._tried.get(token)
+            first = since is None
+            if first:
+                since = self._tried[token] = self._clock()
+        assert since is not None
+
+        def create() -> str:
+            nonlocal first
+            if not first:
+                # This process created with this token before and the outcome is not
+                # known (an error after the request may have left): look first.
+                found = self._find(device, token, since)
+                if found is not None:
+                    return found.task_id
+            first = False
+            return str(resource.task_start(payload))
+
+        job_id = self._call("create", device.name, create)
+        return TaskRef(vendor=self.name, device=device.name, task_id=job_id, token=token)
+
+    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        """The job an earlier create with ``token`` made on ``device`` at or after ``since``
+        (seconds since the epoch, recorded before that create), or None when IBM has none.
+
+        Raises ``VendorUnavailable`` (retryable) before ``since + settings.settle``: a
+        create in flight when the caller died may not be listed yet.
+        """
+        wait = since + self.settings.settle - self._clock()
+        if wait > 0:
+            raise VendorUnavailable(
+                f"{self.name} find for {device.name}: a create made at {since:.0f} may still "
+                f"be landing; look again in {wait:.0f}s",
+                vendor=self.name,
+                vendor_code="CreateMaySettle",
+                operation="find",
+            )
+        with self._lock:
+            self._tried.setdefault(token, since)
+        return self._call("find", device.name, lambda: self._find(device, token, since))
+
+    def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
+        after = datetime.fromtimestamp(since - self.settings.skew, UTC)
+        query = {
+            "backend": device.id,
+            "created_after": after.isoformat().replace("+00:00", "Z"),
+            "exclude_params": "false",
+            "sort": "ASC",
+            "limit": str(LIST_PAGE),
+        }
+        reader = self._reader(device.id)
+        for page in range(LIST_PAGES_MAX):
+            answer = reader.get("/jobs", {**query, "offset": str(page * LIST_PAGE)})
+            jobs = answer.get("jobs") or []
+            for job in jobs:
+                pubs = (job.get("params") or {}).get("pubs") or []
+                if any(isinstance(p, list) and p and program_token(p[0]) == token for p in pubs):
+                    return TaskRef(self.name, device.name, str(job["id"]), token)
+            if len(jobs) < LIST_PAGE:
+                return None
+        raise VendorUnavailable(
+            f"{self.name} find for {device.name}: more than {LIST_PAGE * LIST_PAGES_MAX} jobs "
+            "since the recorded create; not sure the task is absent, so not creating another",
+            vendor=self.name,
+            vendor_code="TooManyJobs",
+            operation="find",
+        )
+
+    def poll(self, task: TaskRef) -> TaskSnapshot:
+        resource = self._resource(self.backend_of(task.device))
+        status = self._call("status", task.task_id, lambda: resource.task_status(task.task_id))
+        state = _STATES.get(getattr(status, "name", str(status)).split(".")[-1])
+        if state is None:
+            raise VendorUnavailable(
+                f"{self.name} status of {task.task_id} is {status!r}, which flux-quantum does "
+                "not know; it keeps polling",
+                vendor=self.name,
+                vendor_code="UnknownStatus",
+                operation="status",
+            )
+        message = None
+        if state in (TaskState.FAILED, TaskState.CANCELLED):
+            message = self._reason(task)
+        return TaskSnapshot(task=task, state=state, message=message, t=self._clock())
+
+    def _reason(self, task: TaskRef) -> str | None:
+        """The job's failure or cancellation reason (best effort: None if unreadable)."""
+        try:
+            job = self._job(task.task_id, self.backend_of(task.device))
+        except VendorError:
+            return None
+        state = job.get("state") or {}
+        reason = state.get("reason")
+        code = state.get("reason_code")
+        if not reason:
+            return None
+        return f"{reason} ({code})" if code else str(reason)
+
+    def _job(self, job_id: str, backend: str) -> dict[str, Any]:
+        reader = self._reader(backend)
+        quoted = urllib.parse.quote(job_id, safe="")
+        return self._call(
+            "job", job_id, lambda: reader.get(f"/jobs/{quoted}", {"exclude_params": "true"})
+        )
+
+    def cancel(self, task: TaskRef) -> None:
+        resource = self._resource(self.backend_of(task.device))
+        self._call("cancel", task.task_id, lambda: resource.task_stop(task.task_id))
+
+    def billed_seconds(self, task: TaskRef) -> float | None:
+        """What IBM bills a finished job: its ``usage`` (``quantum_seconds``, else
+        ``seconds``) in ``GET /jobs/{id}``; None when the job does not say."""
+        usage = self._job(task.task_id, self.backend_of(task.device)).get("usage")
+        if not isinstance(usage, dict):
+            return None
+        for key in ("quantum_seconds", "seconds"):
+            value = usage.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+                return float(value)
+        return None
+
+    def result(self, task: TaskRef) -> TaskResult:
+        resource = self._resource(self.backend_of(task.device))
+        value = self._call("result", task.task_id, lambda: resource.task_result(task.task_id)).value
+        try:
+            counts = counts_from_result(value)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise InvalidRequest(
+                f"{self.name} result of {task.task_id} is not a sampler result flux-quantum "
+                f"can read: {exc}",
+                vendor=self.name,
+                vendor_code="UnreadableResult",
+                operation="result",
+            ) from None
+        return TaskResult(task=task, counts=counts, raw=json.loads(value))
+
+    def attach(self, task_id: str) -> TaskRef:
+        backend = next(iter(self._devices.values())).id if self._devices else "ibm"
+        job = self._job(task_id, backend)
+        return TaskRef(self.name, self._device_name(str(job.get("backend") or "")), task_id)
+
+    # -- sessions
+
+    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+        """Open a session (QRMI ``acquire``) on ``device``: ``dedicated`` or ``batch``
+        (default: the settings'). An Open-plan refusal of a dedicated session (1352) falls
+        back to batch, and a refusal of that to job mode; ``reason`` says so in one line."""
+        requested = mode or self.settings.session_mode
+        if requested not in SESSION_MODES:
+            raise InvalidRequest(
+                f"{self.name} session mode must be one of {', '.join(SESSION_MODES)}, "
+                f"got {requested!r}",
+                vendor=self.name,
+                vendor_code="InvalidSessionMode",
+                operation="acquire",
+            )
+        reasons = []
+        for attempt in SESSION_MODES[SESSION_MODES.index(requested) :]:
+            try:
+                session_id = self._acquire(device, attempt)
+            except AccessDenied as exc:
+                if exc.vendor_code != str(PLAN_REFUSED):
+                    raise
+                reasons.append(
+                    f"IBM refused a {attempt} session on {device.name} ({exc.vendor_code}: the Open plan runs no {attempt} sessions)"
+                )
+                continue
+            session = VendorSession(self.name, device.name, attempt, session_id)
+            reason = None if attempt == requested else f"{reasons[-1]}; using a {attempt} session"
+            return SessionOpening(requested, attempt, session, reason)
+        return SessionOpening(requested, "job", None, f"{reasons[-1]}; tasks run as single jobs")
+
+    def _acquire(self, device: Device, mode: str) -> str:
+        import qrmi
+
+        config = self._config(device.id)
+        config[SETTING_PREFIX + "SESSION_MODE"] = mode
+        config.pop(SETTING_PREFIX + "SESSION_ID", None)
+
+        def acquire() -> str:
+            resource = qrmi.QuantumResource.from_config(
+                device.id, qrmi.ResourceType.IBMQuantumComputeService, config
+            )
+            return str(resource.acquire())
+
+        return self._call("acquire", device.name, acquire)
+
+    def close_session(self, session: VendorSession) -> None:
+        """Release ``session`` (QRMI ``release``: closed at once if jobs are still pending,
+        else told to accept no more). Releasing one IBM no longer knows is not an error."""
+        resource = self._resource(self.backend_of(session.device))
+        try:
+            self._call("release", session.device, lambda: resource.release(session.session_id))
+        except NotFound:
+            return
+        with self._lock:
+            for key in [k for k in self._resources if k[1] == session.session_id]:
+                del self._resources[key]
+
+    def session_of(self, task: TaskRef) -> VendorSession | None:
+        """The session ``task`` rode, read back from IBM (after a restart nothing else
+        knows it: flux-quantum never records a session id)."""
+        backend = self.backend_of(task.device)
+        session_id = self._job(task.task_id, backend).get("session_id")
+        if not session_id:
+            return None
+        reader = self._reader(backend)
+        quoted = urllib.parse.quote(str(session_id), safe="")
+        doc = self._call("session", task.device, lambda: reader.get(f"/sessions/{quoted}"))
+        mode = str(doc.get("mode") or "dedicated")
+        closed = doc.get("state") == "closed" or doc.get("accepting_jobs") is False
+        return VendorSession(self.name, task.device, mode, str(session_id), closed=closed)
+
+    def session_environment(self, session: VendorSession) -> dict[str, str]:
+        return session_environment(session, self.backend_of(session.device))
