@@ -634,6 +634,8 @@ def test_cli_serves_until_sigterm(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert env_file.exists(), proc.stderr.read() if proc.poll() is not None else "timeout"
         exported = {}
         for line in env_file.read_text().splitlines():
+            if line.startswith("#"):
+                continue
             key, _, value = line.removeprefix("export ").partition("=")
             exported[key] = value
         assert exported["AWS_ENDPOINT_URL_BRAKET"].startswith("http://127.0.0.1:")
@@ -649,8 +651,69 @@ def test_cli_serves_until_sigterm(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
-    assert out.splitlines() == env_file.read_text().splitlines()
+    pid_line, *exports = env_file.read_text().splitlines()
+    assert pid_line == f"# pid {proc.pid}"
+    assert out.splitlines() == exports
     assert "GetDevice arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet 200" in err
+
+
+def test_cli_in_the_background_returns_once_it_serves_and_stops_by_its_env_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_file = tmp_path / "emulator.env"
+    started = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flux_quantum.cli.emulator",
+            "--env-file",
+            str(env_file),
+            "--background",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 0, started.stderr
+    # It serves when the command returns: no wait on a clock.
+    pid = int(env_file.read_text().splitlines()[0].removeprefix("# pid "))
+    exported = dict(
+        line.removeprefix("export ").split("=", 1) for line in started.stdout.splitlines()
+    )
+    for key, value in exported.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    try:
+        assert AwsDevice(GARNET).name == "Garnet"
+        assert f"--stop --env-file {env_file}" in started.stderr
+    finally:
+        stopped = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "flux_quantum.cli.emulator",
+                "--env-file",
+                str(env_file),
+                "--stop",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert stopped.returncode == 0, stopped.stderr
+    assert not env_file.exists()
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    again = subprocess.run(
+        [sys.executable, "-m", "flux_quantum.cli.emulator", "--background"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode != 0
+    assert again.stderr.strip() == (
+        "flux-quantum: ERROR: --background needs --env-file FILE (where the emulator's pid is)"
+    )
 
 
 @pytest.mark.parametrize(

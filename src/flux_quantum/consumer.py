@@ -175,6 +175,26 @@ def shell_initrc_line(path: Path | None = None) -> str:
     return f'plugin.load {{ file = "{path or shell_plugin_path()}" }}'
 
 
+def shell_broker_option() -> str:
+    """``-Sconf.shell_pluginpath=BUILTIN:DIR``: the broker option that makes one instance's
+    job shells load the job-shell plugin (``flux start``, ``flux alloc/batch
+    --broker-opts``). CommandError when the plugin is not built or Flux cannot say its
+    built-in path."""
+    import subprocess
+
+    path = shell_plugin_path()
+    try:
+        builtin = subprocess.run(
+            ["flux", "config", "builtin", "shell_pluginpath"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise CommandError(f"cannot ask Flux for its shell plugin path ({exc})") from None
+    return f"-Sconf.shell_pluginpath={builtin}:{path.parent}"
+
+
 def shell_site_config() -> str:
     """TOML comment lines telling a site how to load the job-shell plugin.
 
@@ -195,7 +215,8 @@ def shell_site_config() -> str:
         "# from its initrc, not from this TOML. For every instance on this system, once:\n"
         f"#   echo '{shell_initrc_line(path)}' > {dropin}\n"
         "# or, for one instance only, on its broker command line (flux start, or\n"
-        "# flux alloc/batch --broker-opts=...):\n"
+        "# flux alloc/batch --broker-opts=...), as $(flux quantum config --broker-opts)\n"
+        "# prints it:\n"
         "#   -S conf.shell_pluginpath=$(flux config builtin shell_pluginpath):"
         f"{path.parent}\n"
     )

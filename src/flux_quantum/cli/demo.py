@@ -199,13 +199,10 @@ def run_demo(args: argparse.Namespace) -> int:
         (work / "consumer.py").write_text(CONSUMER)
         broker_opts = []
         try:
-            from flux_quantum.consumer import shell_plugin_path
+            from flux_quantum.consumer import shell_broker_option
 
-            pluginpath = subprocess.run(
-                ["flux", "config", "builtin", "shell_pluginpath"], capture_output=True, text=True
-            ).stdout.strip()
-            broker_opts.append(f"-Sconf.shell_pluginpath={pluginpath}:{shell_plugin_path().parent}")
-        except (CommandError, ImportError, OSError):
+            broker_opts.append(shell_broker_option())
+        except CommandError:
             pass  # no job-shell plugin built: consumers still read the jobspec
 
         # Frozen until the job is submitted: the queue starts draining when the story does.

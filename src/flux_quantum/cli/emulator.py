@@ -1,20 +1,24 @@
-"""``flux quantum emulator``: run the local Braket and IBM Quantum emulator in the foreground.
+"""``flux quantum emulator``: run the local Braket and IBM Quantum emulator.
 
 This module owns the command's options and output: it prints the ``export K=V`` lines a
-client needs (and writes them to ``--env-file``), logs one line per call to stderr with
-``-v``, and stops cleanly on SIGTERM or SIGINT. It must never listen on anything but
-loopback and never print anything but the export lines on stdout.
+client needs (and writes them to ``--env-file``, with the emulator's pid in a comment),
+logs one line per call to stderr with ``-v``, and stops cleanly on SIGTERM or SIGINT.
+``--background`` returns once the emulator serves (no wait on a clock) and ``--stop``
+ends the one an env file names. It must never listen on anything but loopback and
+never print anything but the export lines on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import signal
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -50,6 +54,16 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--speed", type=float, default=1.0, help="emulated seconds per real second (default 1)"
     )
     parser.add_argument("--env-file", metavar="FILE", help="also write the export lines here")
+    parser.add_argument(
+        "--background",
+        action="store_true",
+        help="serve from a background process and return once it serves (needs --env-file)",
+    )
+    parser.add_argument(
+        "--stop",
+        action="store_true",
+        help="stop the emulator that wrote --env-file, wait until it is gone, remove the file",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of queues and faults")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each call to stderr")
 
@@ -80,7 +94,98 @@ def _write_env_file(path: Path, lines: list[str]) -> None:
         raise CommandError(f"--env-file {path}: cannot write it ({exc.strerror})") from exc
 
 
-def run_emulator(args: argparse.Namespace) -> int:
+PID_PREFIX = "# pid "
+STOP_TIMEOUT = 15.0
+
+
+def _pid_of(path: Path) -> int:
+    """The pid an env file records, or CommandError naming the file."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise CommandError(f"--env-file {path}: cannot read it ({exc.strerror})") from None
+    for line in lines:
+        if line.startswith(PID_PREFIX) and line[len(PID_PREFIX) :].strip().isdigit():
+            return int(line[len(PID_PREFIX) :])
+    raise CommandError(f"--env-file {path} names no emulator process (no '{PID_PREFIX}N' line)")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours (a test that started it) is gone for every purpose.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_emulator(path: Path, timeout: float = STOP_TIMEOUT) -> int:
+    """SIGTERM the emulator ``path`` names, wait until it is gone, remove ``path``."""
+    pid = _pid_of(path)
+    if _alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(pid):  # not our child: nothing to wait on but the process table
+            if time.monotonic() >= deadline:
+                raise CommandError(f"the emulator (pid {pid}) did not stop within {timeout:g}s")
+            time.sleep(0.05)
+    path.unlink(missing_ok=True)
+    print(f"flux-quantum-emulator: pid {pid} stopped, {path} removed", file=sys.stderr)
+    return 0
+
+
+def _background(args: argparse.Namespace) -> int:
+    """Fork before any thread exists; the parent returns once the child serves (it says
+    so on a pipe) or says why it could not."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the emulator's process
+        os.close(read_fd)
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        status = 1
+        try:
+            status = run_emulator(args, ready_fd=write_fd)
+        except CommandError as exc:
+            with contextlib.suppress(OSError):
+                os.write(write_fd, str(exc).encode())
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        said = pipe.read().decode(errors="replace")
+    if said != "ok":
+        raise CommandError(said or f"the emulator (pid {pid}) ended before it served")
+    env_file = Path(args.env_file)
+    print(
+        "\n".join(line for line in env_file.read_text().splitlines() if line.startswith("export")),
+        flush=True,
+    )
+    print(
+        f"flux-quantum-emulator: serving in the background (pid {pid}); stop it with "
+        f"flux quantum emulator --stop --env-file {env_file}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
+    if args.stop or args.background:
+        if not args.env_file:
+            what = "--stop" if args.stop else "--background"
+            raise CommandError(f"{what} needs --env-file FILE (where the emulator's pid is)")
+        if args.stop:
+            return stop_emulator(Path(args.env_file))
+        if ready_fd is None:
+            args.background = False
+            return _background(args)
     try:
         host = check_loopback(args.host)
     except ValueError as exc:
@@ -117,8 +222,11 @@ def run_emulator(args: argparse.Namespace) -> int:
             raise CommandError(f"cannot listen on {host}:{args.port}: {exc.strerror}") from exc
         lines = export_lines(emulator.env())
         if args.env_file:
-            _write_env_file(Path(args.env_file), lines)
+            _write_env_file(Path(args.env_file), [f"{PID_PREFIX}{os.getpid()}", *lines])
         print("\n".join(lines), flush=True)
+        if ready_fd is not None:
+            os.write(ready_fd, b"ok")
+            os.close(ready_fd)
         print(
             f"flux-quantum-emulator: serving {len(scenario.devices)} Braket devices from "
             f"{scenario.source} and {len(emulator.ibm_scenario.backends)} IBM backends from "

@@ -187,6 +187,11 @@ def instance_config(plugin_conf: dict[str, int] | None = None) -> str:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.broker_opts:
+        from flux_quantum.consumer import shell_broker_option
+
+        print(shell_broker_option())
+        return 0
     conf: dict[str, int] = {}
     if args.release_priority is not None:
         conf["release-priority"] = args.release_priority
@@ -261,6 +266,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="print instance TOML that loads the plugin and validator")
     p.add_argument("--release-priority", type=int, help="priority of released qpu jobs")
     p.add_argument("--max-held-per-user", type=int, help="most held qpu jobs per user")
+    p.add_argument(
+        "--broker-opts",
+        action="store_true",
+        help="print instead the broker option that loads the job-shell plugin (FLUX_QPU_*) "
+        "in one instance: flux start ... $(flux quantum config --broker-opts)",
+    )
     p.set_defaults(func=cmd_config)
 
     p = sub.add_parser("jobs", help="list jobs held for a QPU")

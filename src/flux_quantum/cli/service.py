@@ -189,8 +189,42 @@ def _short(task: str | None) -> str:
     return task.rsplit("/", 1)[-1][:8]
 
 
+def _busy(status: dict[str, Any]) -> list[str]:
+    """What the service still has in hand: held jobs, open sessions, tasks settling."""
+    busy = []
+    if status.get("jobs"):
+        busy.append(f"{status['jobs']} held job(s)")
+    if status.get("sessions_open"):
+        busy.append(f"{status['sessions_open']} open session(s)")
+    settling = (status.get("ledger") or {}).get("settling")
+    if settling:
+        busy.append(f"{settling} task(s) settling in the ledger")
+    return busy
+
+
+def _wait_idle(name: str, timeout: float) -> dict[str, Any]:
+    """The status once the service holds no job, keeps no session open and settles no
+    task; CommandError saying what is left after ``timeout`` seconds."""
+    import flux
+
+    handle = flux.Flux()
+    deadline = time.monotonic() + timeout
+    while True:
+        status = _status(name, handle)
+        busy = _busy(status) if status.get("running") else []
+        if not busy:
+            return status
+        if time.monotonic() >= deadline:
+            raise CommandError(
+                f"the qpu handler service '{name}' still has {', '.join(busy)} after {timeout:g}s"
+            )
+        time.sleep(0.2)  # the service says when it is idle only when asked
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    status = _status(args.name)
+    if args.wait_idle is not None and not args.wait_idle > 0:
+        raise CommandError(f"--wait-idle must be a number of seconds > 0, got {args.wait_idle:g}")
+    status = _status(args.name) if args.wait_idle is None else _wait_idle(args.name, args.wait_idle)
     if args.json:
         print(json.dumps(status))
         return 0
@@ -211,6 +245,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     counters = status.get("counters")
     if counters:
         print("  " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counters.items()))
+    if status.get("sessions_open"):
+        print(f"  open vendor sessions: {status['sessions_open']}")
     if status.get("last_error"):
         print(f"  last error: {status['last_error']}")
     rows = [("UNIT", "JOBS", "PROG", "PHASE", "DEVICE", "TASK", "POS", "WAIT", "REQUEST")]
@@ -313,6 +349,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = verbs.add_parser("status", help="what the service tracks")
     p.add_argument("--json", action="store_true", help="print JSON for machines")
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        metavar="SECONDS",
+        help="first wait until the service holds no job, keeps no vendor session open and "
+        "settles no task in the ledger (exit 1 saying what is left after SECONDS)",
+    )
     p.add_argument("--name", default=MODULE_NAME, help=f"service name (default {MODULE_NAME})")
     p.set_defaults(func=cmd_status)
 

@@ -224,6 +224,9 @@ class QuantumService:
             "jobs": sum(len(u["jobs"]) for u in units),
         }
         if userid is None:
+            # Sessions kept for released jobs still running, or being closed.
+            out["sessions_open"] = len(self.sessions.leases)
+        if userid is None:
             out.update(
                 counters=ctx.counters.__dict__.copy(),
                 workers={"busy": ctx.workers.busy, "queued": ctx.workers.queued},
