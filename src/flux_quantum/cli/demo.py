@@ -212,8 +212,8 @@ def run_demo(args: argparse.Namespace) -> int:
         inst = None
         try:
             _say(
-                f"flux quantum demo: emulated QPU '{DEVICE}' with {args.depth + 1} tasks ahead, "
-                f"{SERVICE:g}s each (time x{args.speed:g}), at {emulator.url}"
+                f"flux quantum demo: emulated QPU '{DEVICE}' running one task with "
+                f"{args.depth} waiting (--depth), {SERVICE:g}s each (time x{args.speed:g}), at {emulator.url}"
             )
             _say(f"starting flux start --test-size={NODES} with Fluxion and the quantum plugin")
             inst = Instance(work, NODES, broker_opts)

@@ -74,13 +74,26 @@ def readable_ref(
     return ref
 
 
+# Of a Braket result document's taskMetadata, what a reader may see (times and shots:
+# no output location, no account).
+RELAYED_METADATA = ("id", "status", "shots", "createdAt", "endedAt")
+
+
 def answer(op: str, ref: TaskRef, value: Any) -> dict[str, Any]:
-    """The reply: a snapshot's fields for ``poll``, the counts for ``result``."""
+    """The reply: a snapshot's fields for ``poll``, the counts for ``result`` (with the
+    task's times when the vendor's document has them)."""
     if op == "poll":
         assert isinstance(value, TaskSnapshot)
         return value.to_dict()
     assert isinstance(value, TaskResult)
-    return {"task": ref.to_dict(), "counts": dict(value.counts)}
+    body: dict[str, Any] = {"task": ref.to_dict(), "counts": dict(value.counts)}
+    raw = value.raw if isinstance(value.raw, Mapping) else {}
+    metadata = raw.get("taskMetadata")
+    if isinstance(metadata, Mapping):
+        kept = {k: metadata[k] for k in RELAYED_METADATA if isinstance(metadata.get(k), str | int)}
+        if kept:
+            body["task_metadata"] = kept
+    return body
 
 
 def _bytes(size: int) -> str:

@@ -73,8 +73,17 @@ class RelayedVendor(Vendor):
         )
 
     def result(self, task: TaskRef) -> TaskResult:
-        counts = self._ask("result", task).get("counts") or {}
-        return TaskResult(task=task, counts={str(k): int(v) for k, v in counts.items()})
+        """The counts; ``raw`` holds only the task's times and shots the service relays
+        (``{"taskMetadata": {...}}``, as in a Braket result document), never the
+        vendor's whole document."""
+        reply = self._ask("result", task)
+        counts = reply.get("counts") or {}
+        metadata = reply.get("task_metadata")
+        return TaskResult(
+            task=task,
+            counts={str(k): int(v) for k, v in counts.items()},
+            raw={"taskMetadata": metadata} if isinstance(metadata, dict) else None,
+        )
 
     def _not_here(self, verb: str) -> NotSupported:
         return NotSupported(
