@@ -109,14 +109,12 @@ class Ibm(Qpu):
             os.environ.clear()
             os.environ.update(saved)
         self.handle = flux.Flux(self.inst.uri)
-        # A job's environment holds no credential (a QPU job carrying one is refused at
-        # submit): the service has them; a job that calls IBM itself sources a file.
-        secret = {k: v for k, v in self.emu.ibm_env().items() if k.endswith("_IAM_APIKEY")}
-        self.inst.env = {k: v for k, v in self.inst.env.items() if k not in secret}
-        credentials = workdir / "ibm-credentials.env"
-        credentials.write_text("".join(f"export {k}={v}\n" for k, v in secret.items()))
-        credentials.chmod(0o600)
-        settings = {k: v for k, v in self.emu.ibm_env().items() if k not in secret}
+        # The jobs get QRMI's settings but no key: they read their tasks through the
+        # service, which has the credentials. A job that calls IBM itself (a session's
+        # later task) carries the key, as it may in its owner's own instance.
+        self.secret = {k: v for k, v in self.emu.ibm_env().items() if k.endswith("_IAM_APIKEY")}
+        self.inst.env = {k: v for k, v in self.inst.env.items() if k not in self.secret}
+        settings = {k: v for k, v in self.emu.ibm_env().items() if k not in self.secret}
         self.job_env = {**settings, "FLUX_QUANTUM_BACKENDS": str(self.catalog)}
 
     def status(self) -> dict[str, Any]:
@@ -154,9 +152,11 @@ def test_held_while_pending_released_at_the_estimated_front_consumer_reads_count
         "--setattr=qpu.release_at=1",
         "--setattr=qpu.program=bell.qasm",
         "--setattr=qpu.shots=100",
-        "sh",
-        "-c",
-        ". ./ibm-credentials.env && flux quantum task --wait --json",
+        "flux",
+        "quantum",
+        "task",
+        "--wait",
+        "--json",
     )
     ibm.inst.wait_event(jobid, "qpu-task", timeout=40)
     submit = ibm.context(jobid, "qpu-submit")
@@ -183,10 +183,11 @@ def test_session_ridden_by_the_jobs_own_task_and_closed_when_it_ends(service):
     ibm = service
     stop = ibm.inst.workdir / "stop-ride"
     consumer = (
-        '. ./ibm-credentials.env && eval "$(flux quantum task --session-env)" && '
+        'eval "$(flux quantum task --session-env)" && '
         f"python3 ride.py && while [ ! -e {stop} ]; do sleep 0.1; done"
     )
     jobid = ibm.submit(
+        *(f"--env={k}={v}" for k, v in ibm.secret.items()),  # its own key: it calls IBM
         "--setattr=qpu.device=ibm:ride",
         "--setattr=qpu.session=dedicated",
         "--setattr=qpu.release_at=running",

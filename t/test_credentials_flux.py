@@ -1,0 +1,118 @@
+"""Flux tier: a vendor credential in a QPU job's environment, in one's own instance and
+from a guest.
+
+``flux submit`` copies the submitter's environment into the jobspec, which the instance
+owner can read. In one's own instance (``flux start``, ``flux alloc``, ``flux batch``)
+the owner is the submitter: the stand-in keys the emulator's env file exports are
+accepted and the job runs. A guest's job carrying one is refused at submit by the
+ingest validator, naming the variables and never their values, so the key never reaches
+another user's KVS. The guest's submission is signed for the guest the way flux-core's
+own tests sign one (security mechanism ``none``, accepted by a test instance from its
+owner) and sent with ``FLUX_HANDLE_USERID``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from fluxinstance import FluxInstance
+from test_service_flux import Qpu, _catalog_text
+
+pytestmark = pytest.mark.flux
+
+GUEST = os.getuid() + 4242
+
+SIGN_AS = (
+    "import sys; from flux.security import SecurityContext; "
+    "sys.stdout.write(SecurityContext().sign_wrap_as(int(sys.argv[1]), sys.stdin.read(), "
+    'mech_type="none").decode())'
+)
+
+
+@pytest.fixture(scope="module")
+def inst(tmp_path_factory) -> Iterator[FluxInstance]:
+    instance = FluxInstance(tmp_path_factory.mktemp("credentials"), size=2).start()
+    yield instance
+    assert instance.stop() == 0, instance.broker_log()
+
+
+@pytest.fixture
+def qpu(inst: FluxInstance) -> Iterator[Qpu]:
+    catalog = inst.workdir / "backends.yaml"
+    catalog.write_text(_catalog_text())
+    q = Qpu(inst, catalog)
+    # What the emulator's env file exports: its stand-in AWS and IBM keys among them.
+    q.job_env = {**q.job_env, **q.emu.env(), **q.emu.ibm_env()}
+    yield q
+    q.close()
+
+
+def test_keys_in_the_environment_are_accepted_in_ones_own_instance(qpu: Qpu) -> None:
+    assert "AWS_SECRET_ACCESS_KEY" in qpu.job_env
+    qpu.start_service()
+    jobid = qpu.submit("--setattr=qpu.device=local:q-delta", "true")
+    qpu.wait_event(jobid, "qpu-release")
+    qpu.wait_event(jobid, "clean", timeout=60)
+    assert qpu.inst.run(["flux", "job", "status", jobid], check=False).returncode == 0
+
+
+def test_a_guests_job_with_keys_is_refused_at_submit_naming_them(qpu: Qpu) -> None:
+    env = {**qpu.inst.env, **qpu.job_env}
+    spec = subprocess.run(
+        ["flux", "submit", "--dry-run", "--setattr=qpu.device=local:q-delta", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    signed = subprocess.run(
+        ["flux", "python", "-c", SIGN_AS, str(GUEST)],
+        input=spec,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path = qpu.inst.workdir / "guest.signed"
+    path.write_text(signed)
+    res = subprocess.run(
+        ["flux", "job", "submit", "--flags=signed", str(path)],
+        env={**env, "FLUX_HANDLE_USERID": str(GUEST)},
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode != 0, res.stdout
+    message = res.stderr.strip()
+    assert "the job's environment holds AWS_SECRET_ACCESS_KEY" in message, message
+    assert "--env=-AWS_SECRET_ACCESS_KEY" in message, message
+    for name in ("AWS_SECRET_ACCESS_KEY", "QRMI_IBM_QCS_IAM_APIKEY"):
+        assert qpu.job_env[name] not in message
+    # The same job without its keys is the guest's to submit.
+    clean = {k: v for k, v in env.items() if "SECRET" not in k and "APIKEY" not in k}
+    spec = subprocess.run(
+        ["flux", "submit", "--dry-run", "--setattr=qpu.device=local:q-delta", "true"],
+        env=clean,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    signed = subprocess.run(
+        ["flux", "python", "-c", SIGN_AS, str(GUEST)],
+        input=spec,
+        env=clean,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path.write_text(signed)
+    ok = subprocess.run(
+        ["flux", "job", "submit", "--flags=signed", str(path)],
+        env={**clean, "FLUX_HANDLE_USERID": str(GUEST)},
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0, ok.stderr
+    qpu.inst.run(["flux", "cancel", ok.stdout.strip()], check=False)
