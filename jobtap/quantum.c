@@ -197,11 +197,12 @@ static int check_request (json_t *system, char *errbuf, size_t len)
     json_t *qpu = json_object_get (system, "qpu");
 
     if (json_object_get (system, "qpu_task")
-        || json_object_get (system, "qpu_device")) {
+        || json_object_get (system, "qpu_device")
+        || json_object_get (system, "qpu_info")) {
         snprintf (errbuf,
                   len,
-                  "attributes.system.qpu_task and qpu_device are set by "
-                  "flux-quantum at release and may not be given at submit");
+                  "attributes.system.qpu_task, qpu_device and qpu_info are set "
+                  "by flux-quantum at release and may not be given at submit");
         return -1;
     }
     if (!qpu)

@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from fluxinstance import FluxInstance
+from fluxinstance import FluxInstance, quantum_config
 
 pytestmark = pytest.mark.flux
 
@@ -242,6 +242,27 @@ def test_qpu_task_cannot_be_forged_at_submit(inst):
     )
     assert res.returncode != 0
     assert "qpu_task is set by flux-quantum at release" in res.stderr
+
+
+def test_without_the_validator_the_plugin_still_refuses_what_release_writes(tmp_path):
+    """A site that loads the plugin but not the validator: the plugin itself refuses a
+    job that brings its own release record."""
+    config = quantum_config()
+    start = config.index("[ingest.validator]")
+    end = config.index("\n\n", start)
+    plain = FluxInstance(tmp_path, config=config[:start] + config[end + 2 :]).start()
+    try:
+        for attr in ("qpu_task=arn:fake", "qpu_device=sv1", 'qpu_info={"vendor":"braket"}'):
+            res = plain.run(
+                ["flux", "submit", "--setattr=qpu=sv1", f"--setattr={attr}", "true"], check=False
+            )
+            assert res.returncode != 0, attr
+            assert (
+                "attributes.system.qpu_task, qpu_device and qpu_info are set by flux-quantum "
+                "at release and may not be given at submit"
+            ) in res.stderr, res.stderr
+    finally:
+        assert plain.stop() == 0, plain.broker_log()
 
 
 def test_guest_cannot_act_on_another_users_job(inst):
