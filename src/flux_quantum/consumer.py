@@ -485,16 +485,13 @@ def open_vendor(
 ) -> Vendor:
     """The vendor object that can poll TASK.
 
-    A job released by the instance owner's service (``qpu_info.read_via``) reads its
-    task through that service, which asks the vendor once for all its ranks and needs
-    no credential in the job. ``direct`` (default: ``FLUX_QPU_READ=vendor``) reads the
-    vendor itself with the job's own credentials, configured from the catalog its
-    release used (``qpu_info.catalog``), else the usual catalog lookup; a guest's job on
-    the site's accounts (``qpu_info.account = site``) has none and always reads through
-    the service."""
-    from flux_quantum.catalog import CatalogError, load_catalog
-    from flux_quantum.vendors import make_vendor
-
+    A job released by the instance owner's service (``qpu_info.read_via``) reads the
+    tasks it was released with through that service, which asks the vendor once for all
+    its ranks and needs no credential in the job; anything else (a task the job creates
+    itself, a session) goes to the job's own vendor, made when first needed. ``direct``
+    (default: ``FLUX_QPU_READ=vendor``) reads the vendor itself with the job's own
+    credentials; a guest's job on the site's accounts (``qpu_info.account = site``) has
+    none for its released tasks and always reads them through the service."""
     read_via = task.info.get("read_via")
     if direct is None:
         direct = reads_direct(environ)
@@ -503,7 +500,27 @@ def open_vendor(
 
         from flux_quantum.vendors.relayed import RelayedVendor
 
-        return RelayedVendor(flux.Flux(), task.jobid, task.vendor or "", read_via)
+        return RelayedVendor(
+            flux.Flux(),
+            task.jobid,
+            task.vendor or "",
+            read_via,
+            tasks=task.tasks,
+            own=lambda: own_vendor(task, environ=environ, timeout=timeout),
+        )
+    return own_vendor(task, environ=environ, timeout=timeout)
+
+
+def own_vendor(
+    task: JobTask,
+    *,
+    environ: Mapping[str, str] | None = None,
+    timeout: float | None = DEFAULT_VENDOR_TIMEOUT,
+) -> Vendor:
+    """The vendor of TASK with the caller's own credentials, configured from the catalog
+    its release used (``qpu_info.catalog``), else the usual catalog lookup."""
+    from flux_quantum.catalog import CatalogError, load_catalog
+    from flux_quantum.vendors import make_vendor
 
     try:
         catalog = load_catalog(task.catalog, environ=environ)
@@ -653,7 +670,7 @@ def session_environment(task: JobTask, vendor: Vendor | None = None) -> dict[str
     environment. Raises CommandError when the task rode no session.
     """
     # The session id is the job's secret to read with its own credentials: never relayed.
-    vendor = vendor if vendor is not None else open_vendor(task, direct=True)
+    vendor = vendor if vendor is not None else own_vendor(task)
     ref = task.ref()
     try:
         session = vendor.session_of(ref)
