@@ -29,9 +29,10 @@ pytestmark = pytest.mark.flux
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def blocks(section: str) -> list[str]:
-    """The indented command blocks of README.md's ``section`` (a heading), in order."""
-    text = README.read_text()
+def blocks(section: str, path: Path = README) -> list[str]:
+    """The indented command blocks of ``section`` (a heading) of README.md, or of the
+    Markdown file ``path``, in order."""
+    text = path.read_text()
     start = text.index(f"\n{section}\n")
     following = re.search(r"\n#+ ", text[start + len(section) + 2 :])
     body = text[start : start + len(section) + 2 + (following.start() if following else len(text))]

@@ -1,0 +1,195 @@
+"""Flux tier: the walkthroughs of docs/ run as written, from a fresh login shell.
+
+The same machinery as README.md's (``test_walkthroughs_flux``): each walkthrough's
+indented command blocks are read from its page and typed, in order, into a login shell
+on a pseudo-terminal with a clean environment; the commands after ``flux start`` (or a
+subshell's ``bash``) go to that shell until its ``exit``. The only change made to the
+text is its scratch directory (``/tmp/fq`` becomes a temporary one). The checks are what
+the page tells the reader to expect, and that nothing is left running or exported
+afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from test_walkthroughs_flux import Terminal, _no_emulator_left, blocks, commands, run_walkthrough
+
+pytestmark = pytest.mark.flux
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def walk(parts: list[str], scratch: Path, run=run_walkthrough) -> str:
+    """The walkthrough's screen, without the colours Flux gives a terminal; checks that
+    nothing is left exported in the login shell and that no emulator runs."""
+    out = ANSI.sub("", run(parts, scratch))
+    assert "\nleft: 0\n" in out, out
+    assert "Traceback" not in out, out
+    _no_emulator_left(scratch)
+    return out
+
+
+HEREDOC = re.compile(r"<<-?\s*'?(\w+)'?")
+
+
+def with_heredocs(text: str) -> list[str]:
+    """A block's commands (``commands``), a here-document typed with its command."""
+    out: list[str] = []
+    delimiter = None
+    for command in commands(text):
+        if delimiter is not None:
+            out[-1] += "\n" + command
+            if command == delimiter:
+                delimiter = None
+            continue
+        out.append(command)
+        found = HEREDOC.search(command)
+        delimiter = found.group(1) if found else None
+    return out
+
+
+def run_with_heredocs(parts: list[str], scratch: Path) -> str:
+    """``run_walkthrough`` for blocks that hold a here-document."""
+    term = Terminal(scratch)
+    try:
+        for part in parts:
+            for command in with_heredocs(part.replace("/tmp/fq", str(scratch))):
+                term.type(command)
+        term.type("echo \"left: $(env | grep -c -E '^(AWS_|QRMI_|FLUX_QUANTUM|FLUX_URI)')\"")
+        return term.output
+    finally:
+        term.close()
+
+
+def json_lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith('{"id"')]
+
+
+def test_plugin_quick_start(tmp_path: Path) -> None:
+    found = blocks("## Quick start: hold and release a job by hand", DOCS / "plugin.md")
+    assert len(found) == 2, found
+    out = walk(found, tmp_path)
+    # Held in DEPEND on the dependency qpu, listed by flux quantum jobs.
+    assert re.search(r"^\S+ DEPEND qpu$", out, re.M), out
+    assert re.search(r"DEPEND .* braket:sv1 shots=1000 release_at=done$", out, re.M), out
+    # Released: the job saw its task through the shell plugin and in its jobspec.
+    example = "arn:aws:braket:us-east-1:123456789012:quantum-task/example"
+    assert f"\ntask {example} on sv1\n" in out, out
+    assert f'"qpu_task": "{example}"' in out, out
+    # The eventlog tells the story, in that order.
+    log = out[out.index("$ flux job eventlog") :]
+    story = ["dependency-add", "jobspec-update", "qpu-release", "dependency-remove", "alloc"]
+    positions = [log.index(f" {name} ") for name in story]
+    assert positions == sorted(positions), out
+    assert "priority priority=4294967295" in log, out
+
+
+def test_graph_try_it(tmp_path: Path) -> None:
+    found = blocks("## Try it", DOCS / "graph.md")
+    assert len(found) == 3, found
+    out = walk(found, tmp_path)
+    # The first load adds every vertex, the second nothing.
+    added = re.findall(r"qpu slots from \S+: (\d+) vertices added, (\d+) already present", out)
+    assert len(added) == 2 and added[1] == ("0", added[0][0]) and added[0][1] == "0", out
+    # One row per slot vertex, up and free; forte1 down, then up again.
+    assert re.search(r"^forte1\s+0 up\s+free\s+braket", out, re.M), out
+    assert '{"graph": {"nodes": [' in out, out
+    assert re.search(r"^forte1 0 down free$", out, re.M), out
+    assert "forte1: 2 vertices marked up" in out, out
+    # The static graph: the instance lists the vertices with no load.
+    static = out[out.rindex("DEVICE ") :]
+    assert re.search(r"^sv1\s+3 up\s+free\s+braket", static, re.M), out
+    assert "ERROR" not in out, out
+
+
+def test_catalog_backends_and_select(tmp_path: Path) -> None:
+    catalog = DOCS / "catalog.md"
+    backends = blocks("## `flux quantum backends`", catalog)
+    select = blocks("## `flux quantum select`: which device a request would get, and why", catalog)
+    assert len(backends) == 2 and len(select) == 1, (backends, select)
+    out = walk([*backends, *select], tmp_path)
+    assert re.search(r"^sv1\s+braket simulator\s+34 ONLINE", out, re.M), out
+    assert re.search(r"^fez\s+ibm\s+qpu\s+156 ONLINE", out, re.M), out
+    assert re.search(r"^local-maintenance\s+OFFLINE\s+0\s+MAINTENANCE$", out, re.M), out
+    assert "UNREACHABLE" not in out, out
+    assert re.search(r"^chosen: \S+$", out, re.M), out
+    assert "dropped: class simulator, request asks for qpu" in out, out
+    assert re.search(r"select braket:sv1\nsv1\n", out), out
+    assert (
+        "flux-quantum: ERROR: no device satisfies qpu request 'local-maintenance': "
+        "local-maintenance offline (MAINTENANCE)" in out
+    ), out
+
+
+def test_emulator_start_and_point_a_client(tmp_path: Path) -> None:
+    # The first block; the later indented lines are the Python example's.
+    found = blocks("## Start it and point a client at it", DOCS / "emulator.md")[:1]
+    assert found[0].startswith("flux quantum emulator --env-file"), found
+    assert found[0].endswith("flux quantum emulator --stop --env-file /tmp/fq/emulator.env")
+    out = walk(found, tmp_path)
+    assert re.search(r"^export AWS_ENDPOINT_URL_BRAKET=http://127\.0\.0\.1:\d+$", out, re.M), out
+    assert "flux-quantum-emulator: serving in the background (pid" in out, out
+    assert "QueueDepthInfo(quantum_tasks={<QueueType.NORMAL: 'Normal'>: '40'" in out, out
+    assert re.search(r"flux-quantum-emulator: pid \d+ stopped, \S+emulator\.env removed", out)
+
+
+def test_consumers_try_it(tmp_path: Path) -> None:
+    found = blocks("## Try it", DOCS / "consumers.md")
+    assert len(found) == 4, found
+    out = walk(found, tmp_path)
+    # Held: no task yet.
+    assert re.search(r"has no quantum task yet: it is still held \(DEPEND\)", out), out
+    # Released by hand: both ranks saw the task and read its counts directly.
+    ranks = re.findall(r"^rank (\d): (\S+) on local-sv1$", out, re.M)
+    assert sorted(r for r, _ in ranks) == ["0", "1"] and len({t for _, t in ranks}) == 1, out
+    counts = re.findall(r"^counts:\s+(.*)$", out, re.M)
+    assert len(counts) >= 2, out
+    for line in counts:
+        assert set(re.findall(r"(\d+)=", line)) <= {"00", "11"}, out
+    report = json_lines(out)[0]
+    assert report["task"] == ranks[0][1] and report["tasks"][0]["state"] == "COMPLETED", out
+    assert "ordinary job: no FLUX_QPU_TASK" in out, out
+    # Through the service, then refused once it is stopped, and read --direct.
+    service = out[out.index("$ flux quantum service start") :]
+    assert len(re.findall(r"^counts:\s+", service, re.M)) >= 3, out
+    assert "no handler service runs" in service and "--direct" in service, out
+    direct = service[service.index("$ flux quantum task --direct") :]
+    assert re.search(r"^state:\s+COMPLETED$", direct, re.M), out
+
+
+def test_requests_try_it(tmp_path: Path) -> None:
+    found = blocks("## Try it", DOCS / "requests.md")
+    assert len(found) == 2, found
+    out = walk(found, tmp_path)
+    assert "[Errno 22] qpu.shots must be an integer from 1 to 100000, got 'abc'" in out, out
+    assert "'str' object does not support item assignment" in out, out
+    assert "qpu_shots is reserved for flux-quantum" in out and "did you mean qpu.shots?" in out
+    assert "flux-submit: ERROR: --qpu-shots must be an integer from 1 to 100000" in out, out
+    assert re.search(r"DEPEND braket:sv1 shots=500 release_at=done$", out, re.M), out
+    assert re.search(r"DEPEND local:any policy=min-wait shots=10 release_at=running$", out, re.M)
+
+
+def test_site_policy_try_it(tmp_path: Path) -> None:
+    found = blocks("## Try it", DOCS / "site-policy.md")
+    assert len(found) == 3, found
+    out = walk(found, tmp_path, run_with_heredocs)
+    # Refused at submit by the access rule.
+    assert re.search(
+        r"\[Errno 1\] qpu: .* may not use device local-forte1: \[quantum.access\] rule 1 "
+        r"'qpu-otherwise' denies class qpu to everyone",
+        out,
+    ), out
+    # The first simulator job ran; the second is over the daily task limit.
+    assert re.search(r"^state:\s+COMPLETED$", out, re.M), out
+    assert "[quantum.quota] limit 1 'user-daily'" in out, out
+    # Usage: the one task, settled.
+    assert re.search(r"^\S+\s+\S+\s+-?\s*local-sv1\s+1\s+\$", out, re.M), out
+    # The figures: fidelity columns, the highest expected success chosen.
+    assert re.search(r"^forte1\s+99\.98%\s+99\.50%\s+99\.40%$", out, re.M), out
+    assert re.search(r"^chosen: \S*forte1$", out, re.M), out
+    assert "qpu handler service 'qpu_handlers' stopped" in out, out
