@@ -39,7 +39,7 @@ from flux_quantum.vendors.base import (
     Vendor,
     VendorSession,
 )
-from flux_quantum.vendors.errors import NotFound, VendorUnavailable
+from flux_quantum.vendors.errors import AccessDenied, NotFound, VendorUnavailable
 
 OWNER = 1000
 
@@ -504,6 +504,50 @@ class IbmLikeVendor(ScriptedVendor):
         return [sid for sid, info in self.sessions.items() if info["open"]]
 
 
+class NoCredentials(Vendor):
+    """A vendor the service has no credentials for, answering as the real ones then do:
+    a probe says UNREACHABLE (NoCredentials), every task verb is refused. The real vendor
+    object would read the process's environment and, if it found credentials there,
+    reach the network on the wall clock (retries, timeouts): outside a unit test's world,
+    and with the vendor's device answering, a policy choice that differs."""
+
+    def __init__(self, name: str, clock: Clock) -> None:
+        self.name = name
+        self.clock = clock
+        self.calls: list[tuple[str, str]] = []
+
+    def _refuse(self, operation: str, what: str) -> AccessDenied:
+        self.calls.append((operation, what))
+        return AccessDenied(
+            f"{self.name}: no credentials", vendor=self.name, vendor_code="NoCredentials"
+        )
+
+    def probe(self, device: Device) -> DeviceSnapshot:
+        self.calls.append(("probe", device.name))
+        return DeviceSnapshot(
+            device=device.name,
+            status=DeviceStatus.UNREACHABLE,
+            reason="NoCredentials",
+            price=device.price,
+            t=self.clock(),
+        )
+
+    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+        raise self._refuse("submit", token)
+
+    def poll(self, task: TaskRef) -> TaskSnapshot:
+        raise self._refuse("poll", task.task_id)
+
+    def cancel(self, task: TaskRef) -> None:
+        raise self._refuse("cancel", task.task_id)
+
+    def result(self, task: TaskRef) -> TaskResult:
+        raise self._refuse("result", task.task_id)
+
+    def attach(self, task_id: str) -> TaskRef:
+        raise self._refuse("attach", task_id)
+
+
 # --- threads --------------------------------------------------------------------------------
 
 
@@ -581,8 +625,9 @@ class Harness:
     ) -> None:
         """``site``: the site policy the service enforces; ``userid`` and
         ``instance_owner``: who the service runs as (a guest's own service: not the
-        instance owner); ``vendor_names``: which of the fakes it has (any other vendor is
-        the real one, which has no credentials here)."""
+        instance owner); ``vendor_names``: which of the fakes it has (the service has
+        ``NoCredentials`` for the others, never the real vendor, whose answers would
+        depend on the environment, the network and the wall clock)."""
         self.clock = clock or Clock()
         self.flux = flux or FakeFlux(self.clock)
         default = {"alpha": QueueModel(3), "beta": QueueModel(5), "solo": QueueModel(1)}
@@ -603,9 +648,8 @@ class Harness:
             options,
             self.workers,
             vendors={
-                name: fake
+                name: fake if name in vendor_names else NoCredentials(name, self.clock)
                 for name, fake in (("local", self.vendor), ("ibm", self.ibm))
-                if name in vendor_names
             },
             clock=self.clock,
             log=lambda level, msg: self.logs.append((level, msg)),

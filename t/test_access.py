@@ -217,6 +217,13 @@ class JobInfo:
 def make_validator(config: dict):
     import argparse
 
+    # The validator is a Flux plugin: its module subclasses flux-core's ValidatorPlugin,
+    # which needs libflux. Without Flux built there is nothing to load: skipped, not failed.
+    pytest.importorskip(
+        "flux.job.validator",
+        reason="no flux-core Python bindings (libflux): the validator plugin cannot load",
+        exc_type=ImportError,
+    )
     sys.path.insert(0, str(VALIDATOR.parent))
     from flux_quantum.validator import Validator
 

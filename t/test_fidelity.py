@@ -411,7 +411,11 @@ def test_backends_and_select_show_the_calibration(
     catalog.write_text(
         "devices:\n" + "".join(f"  - {DEVICES[n]}\n" for n in ("sv1", "forte1", "garnet"))
     )
-    assert main(["backends", "--catalog", str(catalog), "-o", "{name} {f1q} {f2q} {fro}"]) == 0
+    # The probes' deadline is real seconds: only a hang may reach it here, not a loaded
+    # machine's answer a few seconds late (the deadline is tested in test_backends_cli).
+    wait = ["--timeout", "300"]
+    out = ["-o", "{name} {f1q} {f2q} {fro}"]
+    assert main(["backends", "--catalog", str(catalog), *wait, *out]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "NAME F1Q F2Q FRO",
         "sv1 - - -",
@@ -421,7 +425,7 @@ def test_backends_and_select_show_the_calibration(
     program = tmp_path / "ghz.qasm"
     program.write_text("OPENQASM 3; qubit[3] q; h q[0]; cnot q[0], q[1]; cnot q[1], q[2];")
     words = ["policy=max-fidelity", "class=qpu", f"program={program}"]
-    assert main(["select", "--catalog", str(catalog), "--explain", *words]) == 0
+    assert main(["select", "--catalog", str(catalog), "--explain", *wait, *words]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "program: 3 qubits, 1 1q + 2 2q gates, 3 measured"
     success = 0.9998 * 0.995**2 * 0.994**3

@@ -85,14 +85,21 @@ def probe_devices(
     At most ``per_vendor`` probes run against one vendor at a time. Each runs in a
     daemon thread: one stuck in a vendor call is abandoned (its socket timeout ends it
     later) and never delays the caller or interpreter exit.
+
+    The deadline is read from ``monotonic`` alone: the caller waits for the answers
+    until that clock says it has passed, however the threads are scheduled (a caller on
+    a manual clock that stands still during the call gets every answer).
     """
     devices = list(devices)
     results: dict[str, DeviceSnapshot] = {}
-    lock = threading.Lock()
+    answered = threading.Condition()
     # Vendor APIs throttle bursts (and small servers drop connects beyond their listen
     # backlog), so each vendor sees at most ``per_vendor`` probes at a time.
     gates = {name: threading.BoundedSemaphore(per_vendor) for name in vendors}
     deadline = monotonic() + timeout
+
+    def remaining() -> float:
+        return max(0.0, deadline - monotonic())
 
     def probe(device: Device) -> None:
         vendor = vendors.get(device.vendor)
@@ -100,8 +107,9 @@ def probe_devices(
         try:
             if vendor is None or gate is None:
                 raise LookupError(f"no vendor {device.vendor!r}")
-            if not gate.acquire(timeout=max(0.0, deadline - monotonic())):
-                return  # reported as "no answer" below
+            while not gate.acquire(timeout=remaining()):
+                if not remaining():
+                    return  # reported as "no answer" below
             try:
                 snapshot = vendor.probe(device)
             finally:
@@ -114,19 +122,18 @@ def probe_devices(
                 price=device.price,
                 t=clock(),
             )
-        with lock:
+        with answered:
             results[device.name] = snapshot
+            answered.notify()
 
-    threads = []
+    names = {device.name for device in devices}
     for device in devices:
-        thread = threading.Thread(
+        threading.Thread(
             target=probe, args=(device,), name=f"probe-{device.name}", daemon=True
-        )
-        thread.start()
-        threads.append(thread)
-    for thread in threads:
-        thread.join(max(0.0, deadline - monotonic()))
-    with lock:
+        ).start()
+    with answered:
+        while len(results) < len(names) and (wait := remaining()):
+            answered.wait(wait)
         snapshots = dict(results)
     for device in devices:
         if device.name not in snapshots:
