@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,21 @@ pytestmark = pytest.mark.flux
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(autouse=True)
+def _stop_a_left_emulator(tmp_path: Path) -> Iterator[None]:
+    """A walkthrough that failed before its last step leaves its emulator serving: stop
+    it by its env file while the file is there (pytest removes old scratch directories)."""
+    yield
+    env_file = tmp_path / "emulator.env"
+    if env_file.exists():
+        flux_quantum = Path(sys.executable).parent / "flux-quantum"
+        subprocess.run(
+            [str(flux_quantum), "emulator", "--stop", "--env-file", str(env_file)],
+            capture_output=True,
+            timeout=60,
+        )
 
 
 def walk(parts: list[str], scratch: Path, run=run_walkthrough) -> str:
