@@ -53,7 +53,7 @@ image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 # with one loud line when Docker cannot be had.
 require_docker() {
     if ! command -v docker >/dev/null 2>&1 || ! command -v dockerd >/dev/null 2>&1; then
-        echo "!!!!! containers: SKIPPED: Docker is not installed (apt-get install -y docker.io debootstrap) !!!!!" >&2
+        echo "!!!!! containers: SKIPPED: Docker is not installed (apt-get install -y docker.io docker-compose debootstrap) !!!!!" >&2
         exit "$EXIT_NO_DOCKER"
     fi
     if docker info >/dev/null 2>&1; then
