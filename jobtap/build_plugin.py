@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# Both plugins include qpu_protocol.h from this directory.
 PLUGIN_SOURCE = HERE / "quantum.c"
 PLUGIN_FILE = "quantum.so"
 SHELL_PLUGIN_SOURCE = HERE / "shell_quantum.c"
@@ -160,6 +161,7 @@ def build_shell(outdir: Path) -> tuple[Path | None, str]:
             "-std=gnu11",
             "-Wall",
             "-Werror",
+            f"-I{HERE}",  # qpu_protocol.h
             *[f"-I{d}" for d in flags.include_dirs],
             str(SHELL_PLUGIN_SOURCE),
             "-o",

@@ -56,12 +56,14 @@
 #include <flux/jobtap.h>
 #include <jansson.h>
 
-#define PLUGIN_NAME       "quantum"
-#define DEPENDENCY_NAME   "qpu"
-#define AUX_JOB           "flux-quantum::job"
-#define EXCEPTION_TYPE    "qpu"
-#define MAX_SHORT_REQUEST 256
-#define MAX_EVENT_NAME    64
+#include "qpu_protocol.h"
+
+#define PLUGIN_NAME        "quantum"
+#define AUX_JOB            "flux-quantum::job"
+#define EXCEPTION_TYPE     "qpu"
+#define MAX_SHORT_REQUEST  256
+#define MAX_EVENT_NAME     64
+#define EVENT_TOPIC_PREFIX "job.event." QPU_EVENT_PREFIX
 
 /* Released qpu jobs are scheduled ahead of ordinary work by default,
  * so a quantum result never waits for nodes (the two-queue problem the
@@ -194,15 +196,16 @@ static json_t *jobspec_system (json_t *jobspec)
  */
 static int check_request (json_t *system, char *errbuf, size_t len)
 {
-    json_t *qpu = json_object_get (system, "qpu");
+    json_t *qpu = json_object_get (system, QPU_REQUEST_ATTR);
 
-    if (json_object_get (system, "qpu_task")
-        || json_object_get (system, "qpu_device")
-        || json_object_get (system, "qpu_info")) {
+    if (json_object_get (system, QPU_TASK_ATTR)
+        || json_object_get (system, QPU_DEVICE_ATTR)
+        || json_object_get (system, QPU_INFO_ATTR)) {
         snprintf (errbuf,
                   len,
-                  "attributes.system.qpu_task, qpu_device and qpu_info are set "
-                  "by flux-quantum at release and may not be given at submit");
+                  QPU_SYSTEM_PREFIX QPU_TASK_ATTR ", " QPU_DEVICE_ATTR
+                  " and " QPU_INFO_ATTR " are set by flux-quantum at release "
+                  "and may not be given at submit");
         return -1;
     }
     if (!qpu)
@@ -241,7 +244,7 @@ static int follow_target (json_t *system, flux_jobid_t *leader)
     json_array_foreach (deps, index, dep) {
         const char *scheme = json_string_value (json_object_get (dep, "scheme"));
         const char *value = json_string_value (json_object_get (dep, "value"));
-        if (!scheme || strcmp (scheme, DEPENDENCY_NAME) != 0)
+        if (!scheme || strcmp (scheme, QPU_DEPENDENCY_SCHEME) != 0)
             continue;
         if (!value || flux_job_id_parse (value, leader) < 0)
             return -1;
@@ -285,7 +288,8 @@ static int validate_cb (flux_plugin_t *p,
     system = jobspec_system (jobspec);
     if (check_request (system, errbuf, sizeof (errbuf)) < 0)
         return flux_jobtap_reject_job (p, args, "%s", errbuf);
-    if (json_object_get (system, "qpu") && ctx->conf.max_held_per_user > 0
+    if (json_object_get (system, QPU_REQUEST_ATTR)
+        && ctx->conf.max_held_per_user > 0
         && count_held_for_user (ctx, userid) >= ctx->conf.max_held_per_user)
         return flux_jobtap_reject_job (p,
                                        args,
@@ -328,7 +332,7 @@ static int new_cb (flux_plugin_t *p,
     flux_jobid_t leader = 0;
 
     system = jobspec_system (jobspec);
-    request = json_object_get (system, "qpu");
+    request = json_object_get (system, QPU_REQUEST_ATTR);
     if (follow_target (system, &leader) < 0)
         leader = 0; /* rejected in job.dependency.qpu */
     if (!request && !leader)
@@ -340,7 +344,7 @@ static int new_cb (flux_plugin_t *p,
         held_job_destroy (job);
         return flux_jobtap_error (p, args, "quantum: cannot track job");
     }
-    if (json_object_get (system, "qpu_task"))
+    if (json_object_get (system, QPU_TASK_ATTR))
         job->released = true;
     else if (state == FLUX_JOB_STATE_DEPEND)
         held_link (job);
@@ -368,7 +372,7 @@ static int job_event_cb (flux_plugin_t *p,
     json_t *entry;
     struct held_job *job;
 
-    if (strncmp (topic, "job.event.qpu-", 14) != 0)
+    if (strncmp (topic, EVENT_TOPIC_PREFIX, strlen (EVENT_TOPIC_PREFIX)) != 0)
         return 0;
     if (flux_plugin_arg_unpack (args,
                                 FLUX_PLUGIN_ARG_IN,
@@ -397,7 +401,7 @@ static int job_event_cb (flux_plugin_t *p,
  */
 static int hold_job (flux_plugin_t *p, struct held_job *job)
 {
-    if (flux_jobtap_dependency_add (p, job->id, DEPENDENCY_NAME) < 0
+    if (flux_jobtap_dependency_add (p, job->id, QPU_DEPENDENCY_SCHEME) < 0
         && errno != EEXIST)
         return -1;
     held_link (job);
@@ -456,7 +460,7 @@ static int dependency_cb (flux_plugin_t *p,
                                 "dependency",
                                   "value", &value) < 0)
         return flux_jobtap_reject_job (p, args, "quantum: cannot unpack dependency");
-    if (json_object_get (jobspec_system (jobspec), "qpu"))
+    if (json_object_get (jobspec_system (jobspec), QPU_REQUEST_ATTR))
         return flux_jobtap_reject_job (p,
                                        args,
                                        "give either --setattr=qpu=... or "
@@ -862,19 +866,20 @@ static int release_one (struct quantum_ctx *ctx,
     }
     if ((task
          && (json_object_set_new (update,
-                                  "attributes.system.qpu_task",
+                                  QPU_SYSTEM_PREFIX QPU_TASK_ATTR,
                                   json_string (task)) < 0
-             || json_object_set_new (context, "task", json_string (task))
-                    < 0))
+             || json_object_set_new (context,
+                                     QPU_RELEASE_TASK,
+                                     json_string (task)) < 0))
         || (device
             && (json_object_set_new (update,
-                                     "attributes.system.qpu_device",
+                                     QPU_SYSTEM_PREFIX QPU_DEVICE_ATTR,
                                      json_string (device)) < 0
                 || json_object_set_new (context,
-                                        "device",
+                                        QPU_RELEASE_DEVICE,
                                         json_string (device)) < 0))
         || (info
-            && json_object_set (update, "attributes.system.qpu_info", info)
+            && json_object_set (update, QPU_SYSTEM_PREFIX QPU_INFO_ATTR, info)
                    < 0)
         || (resources && json_object_set (update, "resources", resources) < 0)) {
         errno = ENOMEM;
@@ -885,20 +890,20 @@ static int release_one (struct quantum_ctx *ctx,
      */
     if (!task
         && json_object_set_new (update,
-                                "attributes.system.qpu_task",
+                                QPU_SYSTEM_PREFIX QPU_TASK_ATTR,
                                 json_string ("")) < 0) {
         errno = ENOMEM;
         goto out;
     }
     if (flux_jobtap_jobspec_update_id_pack (p, id, "O", update) < 0
-        || flux_jobtap_event_post_pack (p, id, "qpu-release", "O", context)
+        || flux_jobtap_event_post_pack (p, id, QPU_EVENT_RELEASE, "O", context)
                < 0)
         goto out;
     job->released = true;
     held_unlink (job);
     ctx->released++;
     /* May run the job through PRIORITY and SCHED before returning. */
-    if (flux_jobtap_dependency_remove (p, id, DEPENDENCY_NAME) < 0)
+    if (flux_jobtap_dependency_remove (p, id, QPU_DEPENDENCY_SCHEME) < 0)
         goto out;
     rc = 0;
 out:
@@ -1030,8 +1035,10 @@ error:
 static bool valid_event_name (const char *name)
 {
     size_t n = strlen (name);
+    size_t prefix = strlen (QPU_EVENT_PREFIX);
 
-    if (n <= 4 || n > MAX_EVENT_NAME || strncmp (name, "qpu-", 4) != 0)
+    if (n <= prefix || n > MAX_EVENT_NAME
+        || strncmp (name, QPU_EVENT_PREFIX, prefix) != 0)
         return false;
     for (const char *c = name; *c; c++) {
         if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9')
@@ -1072,8 +1079,8 @@ static int post_event (struct quantum_ctx *ctx,
     if (!valid_event_name (name)) {
         snprintf (errbuf,
                   len,
-                  "event name must be 'qpu-' followed by lower-case "
-                  "letters, digits or '-' (at most %d characters)",
+                  "event name must be '" QPU_EVENT_PREFIX "' followed by "
+                  "lower-case letters, digits or '-' (at most %d characters)",
                   MAX_EVENT_NAME);
         errno = EINVAL;
         return -1;
@@ -1257,7 +1264,7 @@ static const struct flux_plugin_handler tab[] = {
     { "job.validate", validate_cb, NULL },
     { "job.new", new_cb, NULL },
     { "job.state.depend", depend_cb, NULL },
-    { "job.dependency.qpu", dependency_cb, NULL },
+    { "job.dependency." QPU_DEPENDENCY_SCHEME, dependency_cb, NULL },
     { "job.state.priority", priority_state_cb, NULL },
     { "job.priority.get", priority_cb, NULL },
     { "job.state.cleanup", leave_depend_cb, NULL },

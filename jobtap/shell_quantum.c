@@ -49,10 +49,10 @@
 #include <flux/shell.h>
 #include <jansson.h>
 
-#define DEPENDENCY_SCHEME "qpu"
-#define AUX_WATCH         "flux-quantum::eventlog-watch"
-#define SYSTEM_PREFIX     "attributes.system."
-#define WATCH_TIMEOUT     10.0
+#include "qpu_protocol.h"
+
+#define AUX_WATCH     "flux-quantum::eventlog-watch"
+#define WATCH_TIMEOUT 10.0
 
 /* Return attributes.system of a jobspec, or NULL.
  */
@@ -70,12 +70,12 @@ static bool is_qpu_job (json_t *system)
     json_t *dep;
     size_t index;
 
-    if (json_object_get (system, "qpu"))
+    if (json_object_get (system, QPU_REQUEST_ATTR))
         return true;
     json_array_foreach (deps, index, dep) {
         const char *scheme;
         scheme = json_string_value (json_object_get (dep, "scheme"));
-        if (scheme && strcmp (scheme, DEPENDENCY_SCHEME) == 0)
+        if (scheme && strcmp (scheme, QPU_DEPENDENCY_SCHEME) == 0)
             return true;
     }
     return false;
@@ -141,11 +141,11 @@ static void set_task_environment (flux_shell_t *shell, json_t *system)
                         &error,
                         0,
                         "{s?s s?s s?{s?s s?o}}",
-                        "qpu_task", &task,
-                        "qpu_device", &device,
-                        "qpu_info",
-                          "vendor", &vendor,
-                          "tasks", &tasks) < 0) {
+                        QPU_TASK_ATTR, &task,
+                        QPU_DEVICE_ATTR, &device,
+                        QPU_INFO_ATTR,
+                          QPU_INFO_VENDOR, &vendor,
+                          QPU_INFO_TASKS, &tasks) < 0) {
         shell_warn ("unexpected qpu fields in jobspec: %s", error.text);
         return;
     }
@@ -154,17 +154,18 @@ static void set_task_environment (flux_shell_t *shell, json_t *system)
         return;
     }
     if (json_array_size (tasks) > 0 && !(task_list = join_tasks (tasks)))
-        shell_warn ("ignoring malformed attributes.system.qpu_info.tasks");
-    if (setenv_or_unset (shell, "FLUX_QPU_TASK", task) < 0
+        shell_warn ("ignoring malformed " QPU_SYSTEM_PREFIX QPU_INFO_ATTR
+                    "." QPU_INFO_TASKS);
+    if (setenv_or_unset (shell, QPU_ENV_TASK, task) < 0
         || setenv_or_unset (shell,
-                            "FLUX_QPU_TASKS",
+                            QPU_ENV_TASKS,
                             task_list ? task_list : task) < 0
-        || setenv_or_unset (shell, "FLUX_QPU_DEVICE", device) < 0
-        || setenv_or_unset (shell, "FLUX_QPU_VENDOR", vendor) < 0) {
+        || setenv_or_unset (shell, QPU_ENV_DEVICE, device) < 0
+        || setenv_or_unset (shell, QPU_ENV_VENDOR, vendor) < 0) {
         shell_log_errno ("failed to set FLUX_QPU_* environment");
     }
     else {
-        shell_debug ("FLUX_QPU_TASK=%s FLUX_QPU_DEVICE=%s",
+        shell_debug (QPU_ENV_TASK "=%s " QPU_ENV_DEVICE "=%s",
                      task ? task : "",
                      device ? device : "");
     }
@@ -178,10 +179,10 @@ static int apply_update (json_t *system, json_t *context)
 {
     const char *key;
     json_t *value;
-    size_t n = strlen (SYSTEM_PREFIX);
+    size_t n = strlen (QPU_SYSTEM_PREFIX);
 
     json_object_foreach (context, key, value) {
-        if (strncmp (key, SYSTEM_PREFIX, n) == 0
+        if (strncmp (key, QPU_SYSTEM_PREFIX, n) == 0
             && json_object_set (system, key + n, value) < 0)
             return -1;
     }

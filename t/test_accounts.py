@@ -19,6 +19,7 @@ from flux_quantum import events
 from flux_quantum.accounts import AccountsConfigError, SiteAccounts, request_account
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.ledger import GuestError
+from flux_quantum.protocol import SITE_ACCOUNT, Released, ReleaseInfo
 from flux_quantum.service.fluxside import JobRecord
 from flux_quantum.service.taskread import TaskReads, checked_request, readable_ref
 from flux_quantum.service.tasks import ProgramError, read_program
@@ -94,8 +95,9 @@ def test_a_guests_site_account_job_goes_only_to_what_the_site_pays_for(tmp_path)
     release = h.flux.jobs[job].release
     assert release["device"] == "beta"
     # It has no credentials: its task is read through the service.
-    assert release["info"]["read_via"] == "qpu_handlers"
-    assert release["info"]["account"] == "site"
+    info = ReleaseInfo.decode(release["info"])
+    assert info.read_via == "qpu_handlers"
+    assert info.account == SITE_ACCOUNT and info.site_paid
     probed = {what for op, what in h.vendor.calls if op == "probe"}
     assert probed == {"beta"}
 
@@ -105,9 +107,9 @@ def test_the_owners_own_job_may_go_anywhere_and_reads_its_task_through_the_servi
     job = h.flux.submit(front("local:alpha"))
     h.until(lambda: h.state(job) == "released")
     assert h.flux.jobs[job].release["device"] == "alpha"
-    info = h.flux.jobs[job].release["info"]
-    assert info["read_via"] == "qpu_handlers"
-    assert "account" not in info
+    info = ReleaseInfo.decode(h.flux.jobs[job].release["info"])
+    assert info.read_via == "qpu_handlers"
+    assert info.account is None
 
 
 def test_a_guests_job_no_site_account_pays_for_fails_at_once_saying_what_to_configure(tmp_path):
@@ -144,7 +146,7 @@ def test_a_guests_own_service_handles_only_that_guests_user_account_jobs(tmp_pat
     assert h.flux.names(site) == ["submit"] and h.flux.names(bobs) == ["submit"]
     assert events.TASK in h.flux.names(mine)
     # Paid by alice, read by alice: no relay.
-    assert "read_via" not in h.flux.jobs[mine].release["info"]
+    assert ReleaseInfo.decode(h.flux.jobs[mine].release["info"]).read_via is None
 
 
 # --- reading a task through the service ---------------------------------------------------------
@@ -153,11 +155,8 @@ def test_a_guests_own_service_handles_only_that_guests_user_account_jobs(tmp_pat
 def released_record(h: Harness, job: int) -> JobRecord:
     fake = h.flux.jobs[job]
     system = fake.jobspec["attributes"]["system"]
-    system.update(
-        qpu_task=fake.release["task"],
-        qpu_device=fake.release["device"],
-        qpu_info=fake.release["info"],
-    )
+    info = ReleaseInfo.decode(fake.release["info"])
+    system.update(Released(fake.release["task"], fake.release["device"], info).to_system())
     return JobRecord(job, tuple(fake.events), system, jobspec=fake.jobspec)
 
 

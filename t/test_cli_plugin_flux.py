@@ -288,10 +288,16 @@ def test_plugin_runs_in_fluxs_python_without_the_venv(plugin_env) -> None:
         "--qpu-opt",
     ]
     # Only the package's standard-library modules, from the directory next to the plugin.
-    assert found["modules"] == ["flux_quantum", "flux_quantum.errors", "flux_quantum.request"]
+    assert found["modules"] == [
+        "flux_quantum",
+        "flux_quantum.errors",
+        "flux_quantum.protocol",
+        "flux_quantum.request",
+    ]
     assert found["files"] == [
         str(PACKAGE / "__init__.py"),
         str(PACKAGE / "errors.py"),
+        str(PACKAGE / "protocol.py"),
         str(PACKAGE / "request.py"),
     ]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -28,6 +29,7 @@ from flux_quantum.consumer import (
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.errors import CommandError
 from flux_quantum.events import parse_eventlog
+from flux_quantum.protocol import Released, ReleaseInfo
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
 from flux_quantum.vendors.local import LocalVendor
 
@@ -54,14 +56,14 @@ def event(name: str, **context) -> dict:
 
 
 def test_released_job_task_with_info():
-    info = {
-        "vendor": "local",
-        "device_id": "arn:aws:braket:::device/quantum-simulator/amazon/sv1",
-        "region": "us-east-1",
-        "tasks": [TASK, TASK + "b"],
-        "catalog": "/etc/flux/quantum/backends.yaml",
-    }
-    spec = jobspec(qpu="local-sv1", qpu_task=TASK, qpu_device="local-sv1", qpu_info=info)
+    info = ReleaseInfo(
+        vendor="local",
+        device_id="arn:aws:braket:::device/quantum-simulator/amazon/sv1",
+        region="us-east-1",
+        tasks=(TASK, TASK + "b"),
+        catalog="/etc/flux/quantum/backends.yaml",
+    )
+    spec = jobspec(qpu="local-sv1", **Released(TASK, "local-sv1", info).to_system())
     task = job_task_from_jobspec(JOBID, spec)
     assert task == JobTask(
         jobid=JOBID,
@@ -69,10 +71,11 @@ def test_released_job_task_with_info():
         device="local-sv1",
         tasks=(TASK, TASK + "b"),
         vendor="local",
-        device_id=info["device_id"],
+        device_id=info.device_id,
         region="us-east-1",
-        catalog=info["catalog"],
+        catalog=info.catalog,
     )
+    assert task.info == info and not task.site_paid
     assert task.environment() == {
         "FLUX_QPU_TASK": TASK,
         "FLUX_QPU_TASKS": f"{TASK} {TASK}b",
@@ -89,16 +92,21 @@ def test_released_job_task_with_info():
         JOBID,
         jobspec(
             qpu="local-sv1",
-            qpu_task=TASK,
-            qpu_device="local-sv1",
-            qpu_info={**info, "devices": ["local-sv1", "local-garnet"]},
+            **Released(
+                TASK, "local-sv1", replace(info, devices=("local-sv1", "local-garnet"))
+            ).to_system(),
         ),
     )
     assert [r.device for r in spanning.refs()] == ["local-sv1", "local-garnet"]
+    # A device the release did not name usably is the job's device.
+    gap = jobspec(qpu="local-sv1", qpu_task=TASK, qpu_device="local-sv1")
+    gap["attributes"]["system"]["qpu_info"] = {"tasks": [TASK, TASK + "b"], "devices": [1, "g"]}
+    assert [r.device for r in job_task_from_jobspec(JOBID, gap).refs()] == ["local-sv1", "g"]
 
 
 def test_release_without_info_still_names_the_task():
-    spec = jobspec(qpu="sv1", qpu_task=TASK, qpu_device="sv1")
+    spec = jobspec(qpu="sv1", **Released(TASK, "sv1").to_system())
+    assert "qpu_info" not in spec["attributes"]["system"]
     task = job_task_from_jobspec(JOBID, spec)
     assert task.tasks == (TASK,) and task.vendor is None and task.catalog is None
     assert "FLUX_QPU_VENDOR" not in task.environment()
@@ -192,18 +200,14 @@ def vendor(emulator, catalog) -> LocalVendor:
 
 def released(catalog: Catalog, ref: TaskRef) -> JobTask:
     device = catalog.get(ref.device)
-    spec = jobspec(
-        qpu=device.name,
-        qpu_task=ref.task_id,
-        qpu_device=device.name,
-        qpu_info={
-            "vendor": device.vendor,
-            "device_id": device.id,
-            "region": device.region,
-            "tasks": [ref.task_id],
-            "catalog": catalog.path,
-        },
+    info = ReleaseInfo(
+        vendor=device.vendor,
+        device_id=device.id,
+        region=device.region,
+        tasks=(ref.task_id,),
+        catalog=catalog.path,
     )
+    spec = jobspec(qpu=device.name, **Released(ref.task_id, device.name, info).to_system())
     return job_task_from_jobspec(JOBID, spec)
 
 

@@ -24,6 +24,7 @@ from fluxinstance import FluxInstance
 from flux_quantum.catalog import Catalog, load_catalog, packaged_catalog_path
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.plugin import PluginClient
+from flux_quantum.protocol import ReleaseInfo
 from flux_quantum.vendors.base import TaskRef
 from flux_quantum.vendors.local import LocalVendor
 
@@ -126,15 +127,15 @@ def release(
     """Release a held job the way the handlers do, with real emulator tasks."""
     inst.wait_event(jobid, "dependency-add")
     device = catalog.get(refs[0].device)
-    info = {
-        "vendor": device.vendor,
-        "device_id": device.id,
-        "region": device.region,
-        "tasks": [r.task_id for r in refs],
-        "catalog": catalog.path,
-    }
+    info = ReleaseInfo(
+        vendor=device.vendor,
+        device_id=device.id,
+        region=device.region,
+        tasks=tuple(r.task_id for r in refs),
+        catalog=catalog.path,
+    )
     released = plugin.release(
-        jobid_int(inst, jobid), task=refs[0].task_id, device=device.name, info=info
+        jobid_int(inst, jobid), task=refs[0].task_id, device=device.name, info=info.to_dict()
     )
     assert released == [jobid_int(inst, jobid)]
 

@@ -22,6 +22,7 @@ import pytest
 
 import flux_quantum.request as request_module
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.protocol import RELEASE_ATTRIBUTES
 from flux_quantum.request import (
     QpuRequest,
     RequestError,
@@ -604,17 +605,21 @@ def test_check_jobspec_attributes_rejects_bad_qpu() -> None:
     assert str(info.value) == TOP + "1"
 
 
-RELEASE_WRITES = re.compile(r'"attributes\.system\.(qpu_\w+)"')
+RELEASE_WRITES = re.compile(r"QPU_SYSTEM_PREFIX\s+(QPU_\w+)")
+HEADER_NAMES = re.compile(r'^#define\s+(QPU_\w+)\s+"([^"]*)"', re.MULTILINE)
 
 
 def test_every_attribute_the_plugin_writes_at_release_is_reserved() -> None:
-    # jobtap/quantum.c's release is the one writer of attributes.system at release.
-    written = set(RELEASE_WRITES.findall((ROOT / "jobtap" / "quantum.c").read_text()))
-    assert written == {"qpu_task", "qpu_device", "qpu_info"}
+    # jobtap/quantum.c's release is the one writer of attributes.system at release; it
+    # spells the keys with jobtap/qpu_protocol.h's names (test_protocol.py checks those).
+    names = dict(HEADER_NAMES.findall((ROOT / "jobtap" / "qpu_protocol.h").read_text()))
+    code = (ROOT / "jobtap" / "quantum.c").read_text()
+    written = {names[name] for name in RELEASE_WRITES.findall(code)}
+    assert written == set(RELEASE_ATTRIBUTES) == {"qpu_task", "qpu_device", "qpu_info"}
     assert written <= set(request_module.RESERVED_ATTRIBUTES)
 
 
-@pytest.mark.parametrize("key", ["qpu_task", "qpu_device", "qpu_info"])
+@pytest.mark.parametrize("key", RELEASE_ATTRIBUTES)
 @pytest.mark.parametrize("qpu", [None, "sv1", {"shots": "abc"}])
 @pytest.mark.parametrize("value", ["arn:aws:braket:::task/x", {"tasks": ["x"]}, ""])
 def test_check_jobspec_attributes_rejects_reserved_keys(

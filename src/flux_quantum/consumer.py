@@ -2,10 +2,11 @@
 
 This module owns the consumer's side of a release: reading the task the quantum jobtap
 plugin recorded in the job's jobspec (``attributes.system.qpu_task``, ``qpu_device``,
-``qpu_info``) into a ``JobTask``, saying in one sentence why a job has none (not a qpu
-job, still held, ended before release), waiting for the task through the vendor layer
-(``wait_result``), and knowing where the job-shell plugin that puts ``FLUX_QPU_TASK``,
-``FLUX_QPU_TASKS``, ``FLUX_QPU_DEVICE`` and ``FLUX_QPU_VENDOR`` into every task lives.
+``qpu_info``, decoded by ``flux_quantum.protocol``) into a ``JobTask``, saying in one
+sentence why a job has none (not a qpu job, still held, ended before release), waiting
+for the task through the vendor layer (``wait_result``), and knowing where the job-shell
+plugin that puts ``FLUX_QPU_TASK``, ``FLUX_QPU_TASKS``, ``FLUX_QPU_DEVICE`` and
+``FLUX_QPU_VENDOR`` into every task lives.
 It only reads: it never releases, fails or changes a job, never submits or cancels a
 vendor task, and sees no credential beyond what the vendor layer reads from the caller's
 own environment. Flux is imported lazily, so the pure parts work without Flux.
@@ -31,6 +32,13 @@ from typing import Any
 
 from flux_quantum.errors import CommandError
 from flux_quantum.events import Event, ends_hold, parse_eventlog
+from flux_quantum.protocol import (
+    DEPENDENCY_SCHEME,
+    REQUEST_ATTRIBUTE,
+    Released,
+    ReleaseInfo,
+    system_of,
+)
 from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot, TaskState, Vendor
 from flux_quantum.vendors.errors import VendorError
 
@@ -45,7 +53,6 @@ CATCH_UP_TIMEOUT = 10.0
 
 SHELL_PLUGIN_DIR = "shell"
 SHELL_PLUGIN_FILE = "shell_quantum.so"
-DEPENDENCY_SCHEME = "qpu"
 
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_MAX_INTERVAL = 15.0
@@ -81,7 +88,8 @@ class JobTask:
 
     ``task_id`` is the job's task (the first of a batch); ``tasks`` holds every task id
     of the job (one for a single task). ``vendor``, ``device_id``, ``region`` and
-    ``catalog`` come from ``qpu_info`` and are None when the release did not say.
+    ``catalog`` come from ``qpu_info`` (``info``) and are None when the release did not
+    say.
     """
 
     jobid: int
@@ -92,7 +100,7 @@ class JobTask:
     device_id: str | None = None
     region: str | None = None
     catalog: str | None = None
-    info: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    info: ReleaseInfo = field(default_factory=ReleaseInfo, compare=False, repr=False)
 
     def ref(self, task_id: str | None = None) -> TaskRef:
         """The vendor-layer reference of ``task_id`` (default: the job's task)."""
@@ -107,11 +115,9 @@ class JobTask:
     def device_of(self, task_id: str) -> str:
         """The device TASK_ID runs on: ``qpu_info.devices`` (one per task, when a batch
         spans devices) if the release listed them, else the job's device."""
-        devices = self.info.get("devices")
-        if isinstance(devices, list) and len(devices) == len(self.tasks):
-            device = devices[self.tasks.index(task_id)]
-            if isinstance(device, str) and device:
-                return device
+        devices = self.info.devices
+        if len(devices) == len(self.tasks):
+            return devices[self.tasks.index(task_id)] or self.device
         return self.device
 
     def refs(self) -> list[TaskRef]:
@@ -121,7 +127,7 @@ class JobTask:
     @property
     def site_paid(self) -> bool:
         """Paid by the site's accounts: the job holds no credential for its tasks."""
-        return self.info.get("account") == "site"
+        return self.info.site_paid
 
     def environment(self) -> dict[str, str]:
         """The FLUX_QPU_* variables the job-shell plugin sets for this task."""
@@ -266,15 +272,10 @@ def resolve_jobid(jobid: str | int | None = None, environ: Mapping[str, str] | N
 # --- reading the jobspec ----------------------------------------------------------------
 
 
-def _system(jobspec: Mapping[str, Any]) -> Mapping[str, Any]:
-    system = (jobspec.get("attributes") or {}).get("system") or {}
-    return system if isinstance(system, Mapping) else {}
-
-
 def is_qpu_job(jobspec: Mapping[str, Any]) -> bool:
     """The job asked for a QPU, or rides another job's task (``--dependency=qpu:JOBID``)."""
-    system = _system(jobspec)
-    if system.get("qpu") is not None:
+    system = system_of(jobspec)
+    if system.get(REQUEST_ATTRIBUTE) is not None:
         return True
     deps = system.get("dependencies") or []
     return any(isinstance(d, Mapping) and d.get("scheme") == DEPENDENCY_SCHEME for d in deps)
@@ -314,42 +315,31 @@ def job_task_from_jobspec(
     ``events`` (the job's eventlog) only refines the reason when there is no task.
     """
     name = encode_jobid(jobid)
-    system = _system(jobspec)
     if not is_qpu_job(jobspec):
         raise NoTaskError(
             f"job {name} did not ask for a QPU (it has no attributes.system.qpu)", "not-qpu"
         )
-    task = system.get("qpu_task")
-    if task is None:
+    release = Released.decode(system_of(jobspec))
+    if release is None:
         raise _no_task_reason(jobid, events or [])
-    if not isinstance(task, str) or not task:
+    if not release.task:
         raise NoTaskError(
             f"job {name} was released without a quantum task (flux quantum release without "
             "--task?)",
             "no-task",
         )
-    info = system.get("qpu_info")
-    info = info if isinstance(info, Mapping) else {}
-    listed = info.get("tasks")
-    tasks = tuple(t for t in listed if isinstance(t, str) and t) if isinstance(listed, list) else ()
-    if task not in tasks:
-        tasks = (task, *tasks)
-
-    def text(key: str) -> str | None:
-        value = info.get(key)
-        return value if isinstance(value, str) and value else None
-
-    device = system.get("qpu_device")
+    info = release.info
+    tasks = info.tasks if release.task in info.tasks else (release.task, *info.tasks)
     return JobTask(
         jobid=jobid,
-        task_id=task,
-        device=device if isinstance(device, str) else "",
+        task_id=release.task,
+        device=release.device,
         tasks=tasks,
-        vendor=text("vendor"),
-        device_id=text("device_id"),
-        region=text("region"),
-        catalog=text("catalog"),
-        info=dict(info),
+        vendor=info.vendor,
+        device_id=info.device_id,
+        region=info.region,
+        catalog=info.catalog,
+        info=info,
     )
 
 
@@ -492,10 +482,10 @@ def open_vendor(
     (default: ``FLUX_QPU_READ=vendor``) reads the vendor itself with the job's own
     credentials; a guest's job on the site's accounts (``qpu_info.account = site``) has
     none for its released tasks and always reads them through the service."""
-    read_via = task.info.get("read_via")
+    read_via = task.info.read_via
     if direct is None:
         direct = reads_direct(environ)
-    if isinstance(read_via, str) and read_via and not (direct and not task.site_paid):
+    if read_via and not (direct and not task.site_paid):
         import flux
 
         from flux_quantum.vendors.relayed import RelayedVendor

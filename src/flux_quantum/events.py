@@ -7,7 +7,9 @@ on. This module is the one home of that protocol: the event names, one frozen re
 event that turns into its eventlog context and back (``to_context``/``decode``), the one
 parser of eventlog text (``parse_eventlog``) and the one replay (``replay``) that folds a
 job's events into what the service needs to continue. The service, the CLI, the consumer
-and the benchmarks all read events through it.
+and the benchmarks all read events through it. The other half of the protocol, what
+flux-quantum writes into a job's jobspec at release and the memos on a held job, is
+``protocol.py``'s.
 
 It never talks to Flux and never sees a credential: a context holds device names, task
 ids, tokens and reasons only. ``qpu-release`` is posted by the jobtap plugin

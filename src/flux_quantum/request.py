@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.protocol import RELEASE_ATTRIBUTES
 
 VENDORS: tuple[str, ...] = ("braket", "ibm", "local")
 POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait", "max-fidelity")
@@ -61,12 +62,12 @@ TABLE_KEYS: tuple[str, ...] = (
 ACCOUNTS: tuple[str, ...] = ("site", "user")
 DEFAULT_ACCOUNT = "site"
 
-# Written into attributes.system by flux-quantum at release (jobtap/quantum.c); a user
+# Written into attributes.system by flux-quantum at release (``protocol.py``); a user
 # who set them could point a consumer at somebody else's task, or make the plugin take
 # the job for released after a restart, so they are refused at submit. Every other
 # ``qpu_*`` key of attributes.system is kept for flux-quantum too (``qpu_shots`` is a
 # typo of ``qpu.shots`` that Flux would otherwise store without a word).
-RESERVED_ATTRIBUTES: tuple[str, ...] = ("qpu_task", "qpu_device", "qpu_info")
+RESERVED_ATTRIBUTES: tuple[str, ...] = RELEASE_ATTRIBUTES
 RESERVED_PREFIX = "qpu_"
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)

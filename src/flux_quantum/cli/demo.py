@@ -28,6 +28,7 @@ from typing import Any
 
 from flux_quantum import events
 from flux_quantum.errors import CommandError
+from flux_quantum.protocol import HeldMemo
 
 NODES = 4
 DEVICE = "demo-qpu"
@@ -161,10 +162,10 @@ def _why(inst: Instance, jobid: str) -> str:
     return f"task {why}" if why else "task ready"
 
 
-def _progress(handle: Any, jobid: int) -> tuple[str, dict[str, Any]]:
+def _progress(handle: Any, jobid: int) -> tuple[str, HeldMemo]:
     payload = {"id": jobid, "attrs": ["state", "annotations", "nnodes", "ranks"]}
     job = handle.rpc("job-list.list-id", payload).get()["job"]
-    memo = (job.get("annotations") or {}).get("user") or {}
+    memo = HeldMemo.decode((job.get("annotations") or {}).get("user"))
     from flux.job.info import statetostr
 
     return statetostr(job["state"]), memo
@@ -278,15 +279,15 @@ def _watch(inst: Instance, jobid: str, timeout: float) -> None:
                 f"Fluxion allocates {NODES} nodes now"
             )
             return
-        line = (state, memo.get("qpu_position"), memo.get("qpu_state"))
-        if line != shown and memo.get("qpu_task"):
+        line = (state, memo.position, memo.state)
+        if line != shown and memo.task:
             shown = line
-            wait = memo.get("qpu_wait")
-            wait_text = "-" if wait is None else f"{wait}s"
+            wait_text = "-" if memo.wait is None else f"{memo.wait}s"
+            position = "-" if memo.position is None else memo.position
             _say(
-                f"  {time.monotonic() - start:5.1f}s  {state:<7} device {memo.get('qpu_device')}"
-                f"  position {memo.get('qpu_position', '-')}  expected wait {wait_text}"
-                f"  ({memo.get('qpu_state')})  nodes allocated: {_allocated_nodes(handle)}"
+                f"  {time.monotonic() - start:5.1f}s  {state:<7} device {memo.device}"
+                f"  position {position}  expected wait {wait_text}"
+                f"  ({memo.state})  nodes allocated: {_allocated_nodes(handle)}"
             )
         time.sleep(0.25)
     raise CommandError(

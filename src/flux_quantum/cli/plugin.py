@@ -14,6 +14,7 @@ from typing import Any
 from flux_quantum.cli import table
 from flux_quantum.events import parse_eventlog, replay
 from flux_quantum.plugin import HeldJob, PluginClient, plugin_path, validator_path
+from flux_quantum.protocol import HeldMemo
 
 JOBS_FORMAT = (
     "{id:>12} {user:<8} {state:<7} {held:>8} {device:<12} {task:<8} {position:>5} {wait:>6}"
@@ -127,14 +128,14 @@ def _qpu_progress(handle: Any, jobs: list[HeldJob]) -> dict[int, dict[str, Any]]
     except OSError:
         rows = []
     for row in rows:
-        memo = (row.get("annotations") or {}).get("user") or {}
-        if row.get("id") in progress and memo.get("qpu_state"):
+        memo = HeldMemo.decode((row.get("annotations") or {}).get("user"))
+        if row.get("id") in progress and memo.state:
             progress[row["id"]] = {
-                "device": memo.get("qpu_device"),
-                "task": memo.get("qpu_task"),
-                "position": memo.get("qpu_position"),
-                "expected_wait": memo.get("qpu_wait"),
-                "qpu_state": memo.get("qpu_state"),
+                "device": memo.device,
+                "task": memo.task,
+                "position": memo.position,
+                "expected_wait": memo.wait,
+                "qpu_state": memo.state,
             }
     for jobid, found in progress.items():
         if found:

@@ -28,6 +28,7 @@ from flux_quantum.accounts import request_account
 from flux_quantum.errors import CommandError
 from flux_quantum.plugin import HeldJob
 from flux_quantum.poller import AdaptivePoller
+from flux_quantum.protocol import Released
 from flux_quantum.request import QpuRequest, RequestError, parse_request
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
@@ -269,13 +270,12 @@ class Adoption:
         (ride its task now) or ended without a task (fail)."""
         assert job.follow is not None
         leader = self._safe_record(job.follow)
-        system = leader.system if leader else {}
-        task = system.get("qpu_task")
-        if task:
+        released = Released.decode(leader.system) if leader else None
+        if released is not None and released.task:
             release = {
-                "task": task,
-                "device": system.get("qpu_device"),
-                "info": dict(system.get("qpu_info") or {}),
+                "task": released.task,
+                "device": released.device or None,
+                "info": released.info.to_dict(),
             }
             self.release.release_late(job, job.follow, release, via="follow")
             return

@@ -31,13 +31,12 @@ from flux_quantum.access import Requester
 from flux_quantum.catalog import Device
 from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.ledger import ChargeRecord
+from flux_quantum.protocol import COST_MEMO
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.state import Attempt, Program, Unit
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
 from flux_quantum.vendors.errors import NotFound
-
-COST_MEMO = "qpu_cost"
 
 
 @dataclass

@@ -13,13 +13,13 @@ import syslog
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from flux_quantum.protocol import POSITION_MEMO, WAIT_MEMO, HeldMemo, session_memo
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.state import Member, Phase, Unit
 
-MEMO_KEYS = ("qpu_device", "qpu_task", "qpu_position", "qpu_wait", "qpu_state")
 # Keys that move with every poll of a queue: sent at most every QUEUE_MEMO_INTERVAL
 # seconds per unit (any other change goes at once, and takes them along).
-QUEUE_KEYS = frozenset({"qpu_position", "qpu_wait"})
+QUEUE_KEYS = frozenset({POSITION_MEMO, WAIT_MEMO})
 QUEUE_MEMO_INTERVAL = 2.0
 
 
@@ -56,13 +56,13 @@ class Face:
             else:
                 states = sorted({a.snapshot.state.value for a in waiting if a.snapshot})
                 state = ",".join(states) or "submitted"
-        return {
-            "qpu_device": ",".join(devices) or None,
-            "qpu_task": first_task,
-            "qpu_position": max(positions) if positions else None,
-            "qpu_wait": round(max(waits)) if waits else (0 if not waiting else None),
-            "qpu_state": state,
-        }
+        return HeldMemo(
+            device=",".join(devices) or None,
+            task=first_task,
+            position=max(positions) if positions else None,
+            wait=round(max(waits)) if waits else (0 if not waiting else None),
+            state=state,
+        ).to_memo()
 
     def update_memos(
         self, unit: Unit, state: str | None = None, only: Iterable[int] | None = None
@@ -135,9 +135,7 @@ class Face:
             return
         for member in list(unit.jobs.values()):
             try:
-                self.ctx.flux.annotate(
-                    member.id, {"qpu_session": f"{session.mode} {session.fingerprint}"}
-                )
+                self.ctx.flux.annotate(member.id, session_memo(session.mode, session.fingerprint))
             except OSError as exc:
                 self.ctx.log(syslog.LOG_DEBUG, f"{member.id}: session memo failed: {exc}")
 

@@ -22,6 +22,7 @@ from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.events import COST, Event, first, parse_eventlog
 from flux_quantum.fluxrpc import pipelined
 from flux_quantum.plugin import HeldJob, PluginClient
+from flux_quantum.protocol import SESSION_MEMO
 
 # Events the service may post to a job it has released (its task ends later).
 AFTER_RELEASE = frozenset({COST})
@@ -498,7 +499,7 @@ class FluxJobs:
         return [
             int(job["id"])
             for job in jobs
-            if ((job.get("annotations") or {}).get("user") or {}).get("qpu_session")
+            if ((job.get("annotations") or {}).get("user") or {}).get(SESSION_MEMO)
         ]
 
     def release(

@@ -26,6 +26,7 @@ from flux_quantum.poller import (
     unpositioned_poll_interval,
     unpositioned_release,
 )
+from flux_quantum.protocol import SITE_ACCOUNT, ReleaseInfo
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import ClusterView
@@ -195,22 +196,20 @@ class Release:
             return
         first = attempts[0]
         assert first.task is not None and first.device is not None
-        info = {
-            "vendor": first.device.vendor,
-            "device_id": first.device.id,
-            "region": first.device.region,
-            "tasks": [a.task.task_id for a in attempts if a.task is not None],
-            "devices": [a.device.name for a in attempts if a.device is not None],
-            "catalog": ctx.catalog.path,
-        }
-        if ctx.instance_owner:
+        info = ReleaseInfo(
+            vendor=first.device.vendor,
+            device_id=first.device.id,
+            region=first.device.region,
+            tasks=tuple(a.task.task_id for a in attempts if a.task is not None),
+            devices=tuple(a.device.name for a in attempts if a.device is not None),
+            catalog=ctx.catalog.path,
             # Every rank of the job reads its task through the service, which asks the
             # vendor once per task (flux_quantum.service.taskread): the job needs no
             # credentials of its own. A guest's own service registers no endpoint.
-            info["read_via"] = ctx.module_name
-        if unit.userid != ctx.userid:
+            read_via=ctx.module_name if ctx.instance_owner else None,
             # A guest's job on the site's accounts: it has no credentials of its own.
-            info["account"] = "site"
+            account=SITE_ACCOUNT if unit.userid != ctx.userid else None,
+        ).to_dict()
         reasons = tuple(
             {
                 "index": p.index,
