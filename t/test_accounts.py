@@ -21,8 +21,8 @@ from flux_quantum.catalog import parse_catalog
 from flux_quantum.ledger import GuestError
 from flux_quantum.protocol import SITE_ACCOUNT, Released, ReleaseInfo
 from flux_quantum.service.fluxside import JobRecord
+from flux_quantum.service.programs import ProgramError, read_program
 from flux_quantum.service.taskread import TaskReads, checked_request, readable_ref
-from flux_quantum.service.tasks import ProgramError, read_program
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.errors import VendorUnavailable
 

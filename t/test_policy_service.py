@@ -362,7 +362,7 @@ def test_a_restart_adopts_recorded_tasks_without_a_memo_and_counts_them_at_the_e
     h2 = h.restart_site()
     mark = len(h2.flux.journal)
     h2.service.tick()  # the scan adopts the three jobs and their unit
-    assert len(h2.service.ctx.member_unit) == 3
+    assert h2.service.units.job_count == 3
     assert not [e for e in h2.flux.journal[mark:] if e[0] == "memos"]
     h2.until(lambda: all(h2.state(j) == "released" for j in jobs))
     h2.until(lambda: h2.rows()[token].state == "settled")

@@ -50,8 +50,8 @@ def test_default_release_waits_until_the_task_is_done():
     job = h.flux.submit({"device": "local:alpha"})
     h.until(
         lambda: (
-            h.service.ctx.units
-            and h.service.ctx.units[job].programs[0].attempt.snapshot is not None
+            (unit := h.service.units.get(job)) is not None
+            and unit.programs[0].attempt.snapshot is not None
         )
     )
     took = h.until(lambda: h.state(job) == "released")
@@ -86,7 +86,7 @@ def test_failover_fail_fails_the_job_with_the_vendors_reason():
     h.until(lambda: h.state(job) == "failed")
     note = h.flux.jobs[job].note
     assert "device error 17" in note and "qpu.failover=fail" in note
-    assert not h.service.ctx.units
+    assert not len(h.service.units)
 
 
 def test_max_wait_cancels_the_stranded_task_then_fails_over_to_a_simulator():
@@ -170,7 +170,7 @@ def test_adopting_a_full_queue_posts_its_events_in_one_exchange():
     # Two joins, each new job's qpu-submit and qpu-task; the memos come with each unit's
     # first poll, not in the adoption.
     assert exchanges == [("post_events", 6)]
-    assert len(h2.service.ctx.member_unit) == 26
+    assert h2.service.units.job_count == 26
     h2.run(2)
     assert all(h.flux.jobs[j].memo.get("qpu_task") for j in (joiner, follower))
     for job, unit in ((joiner, groups[0]), (follower, units[4])):
@@ -225,7 +225,8 @@ def test_a_held_back_queue_memo_is_shown_within_the_interval_and_a_scan():
     h = Harness({"alpha": QueueModel(40, service=1.0)})
     job = h.flux.submit(at_front("alpha"))
     h.until(lambda: h.flux.jobs[job].memo.get("qpu_position") is not None)
-    unit = h.service.ctx.units[job]
+    unit = h.service.units.get(job)
+    assert unit is not None
     h.until(lambda: unit.memo_pending, limit=60)
     attempt = unit.programs[0].attempt
     attempt.due = math.inf  # as if the poller had planned its next poll far ahead
@@ -350,7 +351,7 @@ def test_every_job_gone_cancels_the_task():
     h.until(lambda: h.flux.decoded(job, events.TASK))
     h.flux.cancel(job)
     h.until(lambda: h.vendor.count("cancel") == 1)
-    assert not h.service.ctx.units
+    assert not len(h.service.units)
 
 
 def test_device_offline_while_waiting_cancels_and_fails_over():
@@ -430,24 +431,24 @@ def test_status_shows_a_guest_only_their_own_units():
     assert guest["units"] == [] and "counters" not in guest and "options" not in guest
 
 
-def test_a_poll_due_between_the_next_full_pass_and_the_tick_after_it_is_woken_for():
-    """The full pass runs at the first tick after its due time: a poll due in between
-    must be noted for a wake of its own, not left for that pass (up to a tick late)."""
+def test_a_poll_is_stepped_when_it_is_due_not_at_the_next_full_pass():
+    """Between full passes the queue of what is due when drives the steps: the runner
+    wakes for the soonest (``next_due``) and steps it then, however far the next full
+    pass is."""
     h = Harness({"alpha": QueueModel(10)})
     job = h.flux.submit(at_front("alpha"))
     h.until(lambda: h.flux.decoded(job, events.TASK))
-    h.run(3.0)
     svc = h.service
-    attempt = svc.ctx.units[job].programs[0].attempt
-    h.until(lambda: not attempt.busy, limit=5)
-    pass_due = h.clock() + FAST.scan_interval  # no full pass before this
-    h.clock.advance(FAST.scan_interval)
-    svc.tick()  # a full pass now; the next one is due a scan interval later
-    svc.completions()
+    unit = svc.units.get(job)
+    assert unit is not None
+    attempt = unit.programs[0].attempt
+    h.until(lambda: not attempt.busy and attempt.due > h.clock(), limit=5)
+    polls = h.vendor.count("poll")
+    assert svc.next_due == attempt.due
+    h.clock.advance(attempt.due - h.clock())  # the wake, before any tick
     svc.step_soon()
-    h.until(lambda: not attempt.busy, limit=5)
-    late = h.clock() + FAST.scan_interval + FAST.tick / 2  # after the next pass is due
-    attempt.due = late
-    svc.ctx._completed.append((svc.ctx.units[job], svc.ctx.units[job].programs[0]))
-    svc.step_soon()  # as the runner does after the poll that planned it completed
-    assert pass_due < late and svc.next_due == late
+    svc.completions()
+    assert h.vendor.count("poll") == polls + 1
+    # The completed poll is queued again for its own next due time.
+    svc.step_soon()
+    assert not attempt.busy and svc.next_due == attempt.due > h.clock()

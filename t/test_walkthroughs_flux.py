@@ -134,6 +134,7 @@ def commands(text: str) -> list[str]:
 def run_walkthrough(parts: list[str], scratch: Path) -> str:
     """Type every command of ``parts`` (``/tmp/fq`` as ``scratch``); the whole screen."""
     term = Terminal(scratch)
+    env_file = scratch / "emulator.env"
     try:
         for part in parts:
             for command in commands(part.replace("/tmp/fq", str(scratch))):
@@ -143,6 +144,19 @@ def run_walkthrough(parts: list[str], scratch: Path) -> str:
         return term.output
     finally:
         term.close()
+        if env_file.exists():  # a walkthrough that failed before its last step
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "flux_quantum.cli.emulator",
+                    "--stop",
+                    "--env-file",
+                    str(env_file),
+                ],
+                capture_output=True,
+                timeout=60,
+            )
 
 
 def _no_emulator_left(scratch: Path) -> None:

@@ -460,8 +460,8 @@ def wait_release(
 
 def reads_direct(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the job asked to read its tasks from the vendor with its own credentials
-    (``FLUX_QPU_READ=vendor``; ``flux quantum task --direct`` sets it) rather than
-    through the handler service."""
+    (``FLUX_QPU_READ=vendor`` in its environment; ``flux quantum task --direct`` asks
+    the same for one command) rather than through the handler service."""
     env = os.environ if environ is None else environ
     return env.get(READ_VARIABLE, "").strip().lower() == "vendor"
 

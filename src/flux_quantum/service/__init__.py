@@ -17,16 +17,23 @@ supervises that process. Where each concern lives:
 ``qpu_handlers.py``  the broker-side supervisor: start, restart, stop, relay status
 ``runner.py``        the service process: connect, register, serve status, run
 ``core.py``          ``QuantumService``: the parts below, driven by ``tick()``
+``due.py``           the queue of what is due when, which drives the steps
 ``adoption.py``      discovery of held jobs, adoption, recovery from eventlogs
-``tasks.py``         the vendor task lifecycle: read, select, submit, track
+``tasks.py``         the vendor task lifecycle: submit, track
+``selection.py``     choosing a device for an attempt, and the explanation
+``programs.py``      reading a job's program file (as the job's user may)
+``attempts.py``      an attempt's calls in workers; what a failed one means
+``retry.py``         the one retry policy: back-off, limits, what is said once
 ``outcomes.py``      fail-over, fail, finish, cancel
 ``release.py``       release decisions (release point, early release), the release
 ``devices.py``       device status, and the Fluxion graph following it
-``sessions.py``      vendor sessions: kept while a job may use them, always closed
+``sessions.py``      vendor sessions: recorded, kept while a job may use them, closed
 ``charges.py``       the site policy: access, reserve before create, settle at the end
 ``face.py``          what users see: memos and status
-``state.py``         the records: units, programs, attempts, members
-``context.py``       what the parts share: the outside world and the tracked units
+``taskread.py``      a released job's task read through the service, once per task
+``state.py``         the records: units, programs, attempts (phases), members
+``units.py``         the tracked units and their indexes, kept in step
+``context.py``       what the parts share: the outside world, the units, the counters
 ``fluxside.py``      everything asked of Flux (``FluxJobs``), and its records
 ``workers.py``       worker threads for blocking calls
 ``options.py``       ``ServiceOptions``
@@ -42,14 +49,10 @@ second task for a recorded token.
 from flux_quantum.service.core import QuantumService
 from flux_quantum.service.fluxside import ClusterView, FluxJobs, JobRecord, JobSize, jobspec_size
 from flux_quantum.service.options import ServiceError, ServiceOptions
+from flux_quantum.service.programs import DEFAULT_PROGRAM, ProgramError, read_program
 from flux_quantum.service.release import StartupMeter
 from flux_quantum.service.runner import ServiceRunner, service_name
-from flux_quantum.service.tasks import (
-    DEFAULT_PROGRAM,
-    ProgramError,
-    compact_explanation,
-    read_program,
-)
+from flux_quantum.service.selection import compact_explanation
 from flux_quantum.service.workers import VendorWorkers
 
 __all__ = [

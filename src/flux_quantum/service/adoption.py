@@ -27,7 +27,6 @@ from flux_quantum import events
 from flux_quantum.accounts import request_account
 from flux_quantum.errors import CommandError
 from flux_quantum.plugin import HeldJob
-from flux_quantum.poller import AdaptivePoller
 from flux_quantum.protocol import Released
 from flux_quantum.request import QpuRequest, RequestError, parse_request
 from flux_quantum.service.charges import Charges
@@ -35,17 +34,17 @@ from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import JobRecord
 from flux_quantum.service.outcomes import Outcomes
+from flux_quantum.service.programs import programs_of
 from flux_quantum.service.release import Release
 from flux_quantum.service.state import (
     Attempt,
     Member,
-    Phase,
     Program,
     Unit,
     UnitSession,
     UnitState,
 )
-from flux_quantum.service.tasks import Tasks, programs_of
+from flux_quantum.service.tasks import Tasks
 from flux_quantum.vendors.base import TaskRef
 
 Adoptee = tuple[HeldJob, JobRecord, events.History]
@@ -89,7 +88,7 @@ class Adoption:
     def scan(self) -> None:
         """Compare the plugin's held jobs with the tracked ones; adopt and forget."""
         ctx = self.ctx
-        ctx.rescan = False
+        ctx.rescanning()
         try:
             held = ctx.flux.held()
         except (CommandError, OSError) as exc:
@@ -107,19 +106,19 @@ class Adoption:
             )
             self._scan_error = None
         listed, (quiet, tracked) = held, self._quiet
-        if listed is quiet and len(ctx.member_unit) == tracked:
+        if listed is quiet and ctx.units.job_count == tracked:
             return
         held = self.handled(held)
         by_id = {job.id: job for job in held}
-        for jobid in [j for j in ctx.member_unit if j not in by_id]:
+        for jobid in [j for j in ctx.units.job_ids() if j not in by_id]:
             self.job_left(jobid)
-        new = [job for job in held if job.id not in ctx.member_unit]
+        new = [job for job in held if not ctx.units.tracks(job.id)]
         if new:
             self.adopt(sorted(new, key=lambda j: (j.follow is not None, j.t_submit, j.id)))
         # After a restart: the ledger's reservations that no held job owns any more.
         self.charges.sweep(by_id)
-        settled = all(jobid in ctx.member_unit for jobid in by_id)
-        self._quiet = (listed, len(ctx.member_unit)) if settled else (None, -1)
+        settled = all(ctx.units.tracks(jobid) for jobid in by_id)
+        self._quiet = (listed, ctx.units.job_count) if settled else (None, -1)
 
     def handled(self, held: list[HeldJob]) -> list[HeldJob]:
         """The held jobs this service handles: the instance owner's service its own and
@@ -167,7 +166,7 @@ class Adoption:
             if len(new) >= self.SUMMARY_AT:
                 ctx.log(
                     syslog.LOG_INFO,
-                    f"tracking {sum(1 for j in new if j.id in ctx.member_unit)} of {len(new)} "
+                    f"tracking {sum(1 for j in new if ctx.units.tracks(j.id))} of {len(new)} "
                     f"new held job(s) in "
                     f"{len(touched)} unit(s) in {time.monotonic() - t0:.1f}s (records "
                     f"{t1 - t0:.1f}s, units {t2 - t1:.1f}s, {posted} event(s) "
@@ -194,15 +193,15 @@ class Adoption:
             try:
                 self._recover_unit(unit_id, [adoptees[i] for i in ids])
             except Exception as exc:
-                ctx.last_error = f"{type(exc).__name__}: {exc}"
+                ctx.note_error(f"{type(exc).__name__}: {exc}")
                 ctx.log(syslog.LOG_ERR, f"unit {unit_id}: cannot recover: {ctx.last_error}")
         for jobid, (job, record, history) in adoptees.items():
-            if jobid in ctx.member_unit:
+            if ctx.units.tracks(jobid):
                 continue
             try:
                 self._adopt_one(job, record, history)
             except Exception as exc:
-                ctx.last_error = f"{type(exc).__name__}: {exc}"
+                ctx.note_error(f"{type(exc).__name__}: {exc}")
                 ctx.log(syslog.LOG_ERR, f"{job.id}: cannot adopt: {ctx.last_error}")
 
     def _recover_unit(self, unit_id: int, members: list[Adoptee]) -> None:
@@ -239,9 +238,9 @@ class Adoption:
             self._join(recorded, job, record, history, via="eventlog")
             return
         if job.follow is not None:
-            unit_id = ctx.member_unit.get(job.follow)
-            if unit_id is not None:
-                self._join(ctx.units[unit_id], job, record, history, via="follow")
+            leader = ctx.units.of_job(job.follow)
+            if leader is not None:
+                self._join(leader, job, record, history, via="follow")
                 return
             self._follow_untracked(job)
             return
@@ -254,7 +253,7 @@ class Adoption:
             if joined is not None and joined.active:
                 self._join(joined, job, record, history, via="group")
                 return
-            late = ctx.released_groups.get(key)
+            late = ctx.units.released_group(key)
             if late is not None and late.release is not None:
                 self.release.release_late(job, late.id, late.release, via="group")
                 return
@@ -306,7 +305,7 @@ class Adoption:
     ) -> Unit:
         programs = [Program(index=i, path=p) for i, p in enumerate(programs_of(request))]
         unit = Unit(unit_id, userid, t_submit, request, cwd, programs)
-        self.ctx.units[unit_id] = unit
+        self.ctx.units.add(unit)
         if unit.group_key is not None:
             self._groups[unit.group_key] = unit
         return unit
@@ -332,26 +331,14 @@ class Adoption:
                 continue
             if h.token is None or device is None:
                 continue
-            attempt.device = device
-            attempt.token = h.token
-            attempt.submit_posted = True
-            attempt.queued_at = h.queued_at
-            attempt.since, attempt.ahead = h.since, h.ahead
+            # Recorded, maybe created: look for the task by its token first (IBM,
+            # since the recorded time), else the same token gets the same task.
+            attempt.resumed(device, h.token, since=h.since, ahead=h.ahead)
             if h.task:
-                attempt.task = TaskRef(device.vendor, device.name, h.task, h.token)
-                attempt.attached = False
-                attempt.phase = Phase.TRACK
-                attempt.poller = AdaptivePoller(
-                    device,
-                    unit.request.release_at,
-                    estimator=ctx.estimator,
-                    schedule=ctx.schedule,
+                task = TaskRef(device.vendor, device.name, h.task, h.token)
+                self.tasks.start_tracking(
+                    unit, attempt, task, queued_at=h.queued_at, attached=False
                 )
-            else:
-                # Recorded, maybe created: look for the task by its token first (IBM,
-                # since the recorded time), else the same token gets the same task.
-                attempt.phase = Phase.SUBMIT
-                attempt.look_first = True
 
     def _restore_session(self, unit: Unit, histories: Sequence[events.History]) -> None:
         """The unit's session as its eventlogs recorded it (its id is read back from a task
@@ -398,8 +385,7 @@ class Adoption:
             spec=self._spec(record.jobspec),
             facts=set(history.facts),
         )
-        unit.jobs[job.id] = member
-        self.ctx.member_unit[job.id] = unit.id
+        self.ctx.units.add_member(unit, member)
         if via is not None and unit.id != job.id:
             join = events.Join(unit=unit.id, via=via)
             if self._touched is not None:
@@ -459,11 +445,10 @@ class Adoption:
     def job_left(self, jobid: int) -> None:
         """A tracked job is no longer held: released or failed elsewhere, or cancelled."""
         ctx = self.ctx
-        unit_id = ctx.member_unit.pop(jobid)
-        unit = ctx.units.get(unit_id)
+        unit = ctx.units.job_left(jobid)
         if unit is None:
             return
-        unit.jobs.pop(jobid, None)
+        unit_id = unit.id
         record = self._safe_record(jobid)
         elsewhere = record is not None and record.has_event(events.RELEASE)
         how = "released elsewhere" if elsewhere else "ended"

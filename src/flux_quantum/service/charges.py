@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import syslog
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum import events
@@ -33,6 +33,7 @@ from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.ledger import ChargeRecord
 from flux_quantum.protocol import COST_MEMO
 from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.retry import Retries
 from flux_quantum.service.state import Attempt, Program, Unit
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
@@ -55,7 +56,7 @@ class Billing:
     attached: bool = True
     due: float = 0.0
     busy: bool = False
-    errors: int = 0
+    retry: Retries = field(default_factory=Retries)
 
 
 class Charges:
@@ -342,10 +343,14 @@ class Charges:
                 self.release(billing.token, f"the vendor does not know task {task.task_id}")
                 return
             if error is not None:
-                billing.errors += 1
-                billing.due = ctx.clock() + ctx.options.backoff(billing.errors)
+                # A settlement never gives up: the ledger must end with the vendor's bill.
+                decision = ctx.retry.failed_call(billing.retry, error, other_limit=None)
+                billing.due = ctx.clock() + decision.delay
+                level = syslog.LOG_WARNING if decision.first else syslog.LOG_DEBUG
+                ctx.log(level, f"task {task.task_id}: not settled yet, will retry: {error}")
                 return
-            billing.attached, billing.errors = True, 0
+            billing.attached = True
+            billing.retry.clear()
             if snap.terminal:
                 self._finish(billing, snap.state)
             else:
@@ -362,13 +367,11 @@ class Charges:
             return
         self.swept = True
         held_ids = set(held)
-        tracked = {
-            a.token for u in self.ctx.units.values() for a in u.attempts() if a.token is not None
-        }
+        tracked = {a.token for u in self.ctx.units for a in u.attempts() if a.token is not None}
         for record in self.site.ledger.open_reservations():
             if record.token in tracked or record.token in self.watching:
                 continue
-            if record.jobid in held_ids or record.jobid in self.ctx.member_unit:
+            if record.jobid in held_ids or self.ctx.units.tracks(record.jobid):
                 continue
             self._orphan(record)
 

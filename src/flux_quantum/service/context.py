@@ -1,9 +1,10 @@
 """What every part of the handler service shares: the world it acts on and what it tracks.
 
 ``ServiceContext`` holds the outside world (the Flux side, the vendors, the workers, the
-clock, the log), the catalog and options, and the tracked units; and the few verbs every
-part uses: post an event to a unit's jobs, hand a blocking call to a worker and get its
-answer back on the reactor only if it still matters, get a vendor. It decides nothing.
+clock, the log), the catalog, the options and who the service runs as, all given at
+construction; the tracked units (``Units``, which keeps its own indexes); the counters;
+and the few verbs every part uses: post an event to a unit's jobs, get a vendor, ask for
+a rescan, note an error. It decides nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import contextlib
 import os
 import syslog
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from flux_quantum import events
 from flux_quantum.catalog import Catalog
@@ -20,21 +20,17 @@ from flux_quantum.errors import CommandError
 from flux_quantum.policy import DrainEstimator
 from flux_quantum.service.fluxside import ClusterView, FluxSide
 from flux_quantum.service.options import ServiceOptions
-from flux_quantum.service.state import Attempt, Counters, Member, Program, Unit, UnitState
+from flux_quantum.service.retry import RetryPolicy
+from flux_quantum.service.state import Counters, Member, Unit
+from flux_quantum.service.units import Units
 from flux_quantum.service.workers import Workers
 from flux_quantum.vendors import make_vendor
-from flux_quantum.vendors.base import (
-    DeviceSnapshot,
-    RetryBudget,
-    SessionOpening,
-    TaskRef,
-    Vendor,
-    VendorSession,
-)
+from flux_quantum.vendors.base import DeviceSnapshot, RetryBudget, Vendor
 
 Log = Callable[[int, str], None]
 Clock = Callable[[], float]
-Handler = Callable[[Unit, Program, Attempt, Any, BaseException | None], None]
+# The supervisor module a released job reads its task through (taskread).
+MODULE_NAME = "qpu_handlers"
 
 
 class ServiceContext:
@@ -51,6 +47,8 @@ class ServiceContext:
         clock: Clock,
         log: Log | None = None,
         userid: int | None = None,
+        instance_owner: bool = True,
+        module_name: str | None = MODULE_NAME,
     ) -> None:
         self.flux = flux
         self.catalog = catalog
@@ -63,33 +61,38 @@ class ServiceContext:
         # own jobs and on guests' jobs paid by the site's accounts; a guest's own
         # service (not the instance owner's) only on that guest's qpu.account=user jobs.
         self.userid = os.getuid() if userid is None else userid
-        self.instance_owner = True
-        # The supervisor module a guest's job reads its task through (taskread).
-        self.module_name = "qpu_handlers"
+        self.instance_owner = instance_owner
+        # The supervisor module released jobs read their tasks through (taskread);
+        # None: this service answers no such read (a guest's own service).
+        self.module_name = module_name if instance_owner else None
         self.estimator = DrainEstimator()
         self.schedule = options.schedule()
-        self.units: dict[int, Unit] = {}
-        self.member_unit: dict[int, int] = {}
-        self.released_groups: dict[tuple[int, str], Unit] = {}
+        # The one retry policy of every loop that calls a vendor, Flux or the ledger.
+        self.retry = RetryPolicy(options.retry_base, options.retry_max, options.error_limit)
+        self.units = Units()
         self.counters = Counters()
         self.cluster: ClusterView | None = None
-        self.rescan = False  # something changed under us: list held jobs at once
+        self._rescan = False  # something changed under us: list held jobs at once
         self.last_error: str | None = None
-        self.on_cancel: Callable[[TaskRef, str], None] = lambda task, why: None
         # The latest probe of each device (a vendor without positions is estimated from it).
         self.device_snapshots: dict[str, DeviceSnapshot] = {}
-        # Set by the sessions part: a unit ended (released, failed, abandoned) and why;
-        # a job joined a released unit; a session opened for an attempt gone meanwhile.
-        self.unit_ended: Callable[[Unit, UnitState, str], None] = lambda unit, state, why: None
-        self.joined_late: Callable[[int, int], None] = lambda unit_id, jobid: None
-        self.on_orphan_session: Callable[[VendorSession, str], None] = lambda s, why: None
-        self._completed: list[tuple[Unit, Program]] = []
 
-    def take_completed(self) -> list[tuple[Unit, Program]]:
-        """The attempts whose worker call completed since the last take (their next
-        step may be due now)."""
-        done, self._completed = self._completed, []
-        return done
+    @property
+    def rescan_requested(self) -> bool:
+        return self._rescan
+
+    def request_rescan(self) -> None:
+        """Something changed under us (a job left, a call found it gone): list the held
+        jobs at the next tick."""
+        self._rescan = True
+
+    def rescanning(self) -> None:
+        """A scan starts: the request is served."""
+        self._rescan = False
+
+    def note_error(self, text: str) -> None:
+        """The last unexpected error, for ``status``."""
+        self.last_error = text
 
     def log(self, level: int, msg: str) -> None:
         with contextlib.suppress(Exception):
@@ -114,7 +117,7 @@ class ServiceContext:
         return vendor
 
     def active_units(self) -> list[Unit]:
-        return [u for u in self.units.values() if u.active]
+        return self.units.active()
 
     # -- events
 
@@ -137,7 +140,7 @@ class ServiceContext:
         for (member, record), error in zip(posts, outcomes, strict=True):
             if error is not None:
                 self.log(syslog.LOG_DEBUG, f"{member.id}: cannot post {record.name}: {error}")
-                self.rescan = True
+                self._rescan = True
                 continue
             posted += 1
             index, attempt = getattr(record, "index", None), getattr(record, "attempt", None)
@@ -148,31 +151,3 @@ class ServiceContext:
     def post_all(self, unit: Unit, record: events.QpuEvent) -> int:
         """Post one event on every job of the unit; returns how many took it."""
         return self.post_many([(member, record) for member in list(unit.jobs.values())])
-
-    # -- blocking calls
-
-    def call(
-        self,
-        unit: Unit,
-        program: Program,
-        call: Callable[[], Any],
-        handler: Handler,
-    ) -> None:
-        """Run ``call`` in a worker; ``handler`` gets its answer on the reactor only if
-        the attempt is still the program's current one and its unit is still active.
-        A task created for an attempt that no longer matters is cancelled."""
-        attempt = program.attempt
-        attempt.busy = True
-
-        def done(result: Any, error: BaseException | None) -> None:
-            attempt.busy = False
-            self._completed.append((unit, program))
-            if not unit.active or program.attempt is not attempt:
-                if isinstance(result, TaskRef):
-                    self.on_cancel(result, "its jobs are gone")
-                elif isinstance(result, SessionOpening) and result.session is not None:
-                    self.on_orphan_session(result.session, "its jobs are gone")
-                return
-            handler(unit, program, attempt, result, error)
-
-        self.workers.submit(call, done)

@@ -39,7 +39,7 @@ class Devices:
         if now >= self._watched_due:
             self._watched_due = now + ctx.options.scan_interval
             self._watched = {}
-            for unit in ctx.units.values():
+            for unit in ctx.units:
                 for attempt in unit.attempts():
                     if attempt.phase is Phase.TRACK and attempt.device is not None:
                         self._watched[attempt.device.name] = attempt.device
@@ -64,6 +64,14 @@ class Devices:
                 watch.due = ctx.clock() + ctx.options.device_check_interval
                 if error is not None or snapshot.status is DeviceStatus.UNREACHABLE:
                     ctx.counters.vendor_errors += 1
+                    # Probed again at the next check, later while it keeps failing.
+                    decision = ctx.retry.failed(watch.retry, retryable=True)
+                    watch.due = max(watch.due, ctx.clock() + decision.delay)
+                    why = error if error is not None else snapshot.reason
+                    level = syslog.LOG_WARNING if decision.first else syslog.LOG_DEBUG
+                    ctx.log(level, f"device {watch.device.name}: probe failed: {why}")
+                else:
+                    watch.retry.clear()
                 if error is None:
                     watch.snapshot = snapshot
                     ctx.device_snapshots[snapshot.device] = snapshot
@@ -80,7 +88,7 @@ class Devices:
         if snapshot.available:
             return
         status = snapshot.describe_status()
-        for unit in list(self.ctx.units.values()):
+        for unit in self.ctx.units:
             for program in unit.programs:
                 if not unit.active:
                     break

@@ -41,7 +41,7 @@ class Face:
             and (a.snapshot.position is not None or a.estimated_position is not None)
         ]
         waits = [a.expected_wait for a in waiting if a.expected_wait is not None]
-        holding = [a.holding for a in waiting if a.holding]
+        holding = [a.retry.holding for a in waiting if a.retry.holding]
         if state is None:
             if holding:
                 # Why the job is held, until the obstacle passes: a vendor that does
@@ -142,7 +142,7 @@ class Face:
     def units(self, userid: int | None = None) -> list[dict[str, Any]]:
         """The tracked units (only ``userid``'s when given), for ``status``."""
         out = []
-        for unit in self.ctx.units.values():
+        for unit in self.ctx.units:
             if userid is not None and unit.userid != userid:
                 continue
             out.append(
@@ -165,7 +165,7 @@ class Face:
                             if p.attempt.expected_wait is None
                             else round(p.attempt.expected_wait, 1),
                             "ready": p.attempt.ready_reason,
-                            "waiting": p.attempt.holding,
+                            "waiting": p.attempt.retry.holding,
                         }
                         for p in unit.programs
                     ],

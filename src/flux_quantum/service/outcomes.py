@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import syslog
+from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum import events
@@ -20,20 +21,33 @@ from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
+from flux_quantum.service.retry import Retries
+from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitState
 from flux_quantum.vendors.base import TaskRef
-from flux_quantum.vendors.errors import VendorError
 
-CANCEL_TRIES = 5
+CANCEL_TRIES = 5  # retryable failures of a cancel before it is left to the vendor
+
+
+@dataclass
+class PendingCancel:
+    """A cancel the vendor could not take yet: tried again when ``due``."""
+
+    task: TaskRef
+    why: str
+    due: float = 0.0
+    retry: Retries = field(default_factory=Retries)
 
 
 class Outcomes:
-    def __init__(self, ctx: ServiceContext, face: Face, charges: Charges) -> None:
+    def __init__(
+        self, ctx: ServiceContext, face: Face, charges: Charges, sessions: Sessions
+    ) -> None:
         self.ctx = ctx
         self.face = face
         self.charges = charges
-        self._pending_cancels: list[tuple[TaskRef, int, float]] = []
-        ctx.on_cancel = self.cancel
+        self.sessions = sessions
+        self._pending_cancels: list[PendingCancel] = []
 
     # -- a program's attempt
 
@@ -92,7 +106,7 @@ class Outcomes:
             task = attempt.live_task()
             if task is not None:
                 self.cancel(task, "its jobs failed")
-        self.ctx.unit_ended(unit, UnitState.FAILED, note)  # before its jobs leave
+        self.sessions.unit_ended(unit, UnitState.FAILED, note)  # before its jobs leave
         ids = list(unit.jobs)
         if ids:
             self.fail_ids(ids, note)
@@ -120,37 +134,34 @@ class Outcomes:
     def finish(self, unit: Unit, state: UnitState) -> None:
         """Stop tracking the unit; a released qpu.group stays joinable for a while."""
         ctx = self.ctx
-        unit.state = state
         why = {UnitState.ABANDONED: "every job riding it is gone"}.get(state, state.value)
-        ctx.unit_ended(unit, state, why)
         riders = [*unit.jobs, *unit.released_jobs]
+        ctx.units.end(unit, state)
+        self.sessions.unit_ended(unit, state, why)
         for program in unit.programs:
             attempt = program.attempt
             self.charges.leave(unit, program, attempt, riders)
-            attempt.phase = Phase.DONE
+            attempt.ended()
             if attempt.task is not None and attempt.device is not None:
                 ctx.estimator.forget_task(attempt.device.name, attempt.task.task_id)
-        for jobid in list(unit.jobs):
-            ctx.member_unit.pop(jobid, None)
-        ctx.units.pop(unit.id, None)
-        if state is UnitState.RELEASED and unit.group_key is not None:
-            ctx.released_groups[unit.group_key] = unit
         # A device slot may have freed up: selections waiting for one try again now.
-        for other in ctx.units.values():
+        for other in ctx.units:
             for attempt in other.attempts():
                 if attempt.phase is Phase.SELECT and attempt.wait_posted:
                     attempt.due = 0.0
 
     def expire_groups(self, now: float) -> None:
-        for key, unit in list(self.ctx.released_groups.items()):
-            if unit.released_at is None or now - unit.released_at > self.ctx.options.group_linger:
-                del self.ctx.released_groups[key]
+        self.ctx.units.expire_groups(now, self.ctx.options.group_linger)
 
     # -- cancels
 
-    def cancel(self, task: TaskRef, why: str, tries: int = 0) -> None:
+    def cancel(self, task: TaskRef, why: str) -> None:
         """Cancel a vendor task in a worker; a retryable vendor error is retried later."""
+        self._cancel(PendingCancel(task, why))
+
+    def _cancel(self, pending: PendingCancel) -> None:
         ctx = self.ctx
+        task = pending.task
         try:
             vendor = ctx.vendor(task.vendor)
         except (ValueError, FluxQuantumError):
@@ -159,20 +170,26 @@ class Outcomes:
         def done(result: Any, error: BaseException | None) -> None:
             if error is None:
                 ctx.counters.tasks_cancelled += 1
-                ctx.log(syslog.LOG_INFO, f"cancelled task {task.task_id} ({why})")
-            elif isinstance(error, VendorError) and error.retryable and tries < CANCEL_TRIES:
-                due = ctx.clock() + 5.0 * (tries + 1)
-                self._pending_cancels.append((task, tries + 1, due))
-            else:
+                ctx.log(syslog.LOG_INFO, f"cancelled task {task.task_id} ({pending.why})")
+                return
+            decision = ctx.retry.failed_call(
+                pending.retry, error, retryable_limit=CANCEL_TRIES, other_limit=1
+            )
+            if decision.give_up:
                 ctx.log(syslog.LOG_WARNING, f"cannot cancel task {task.task_id}: {error}")
+                return
+            pending.due = ctx.clock() + decision.delay
+            self._pending_cancels.append(pending)
+            level = syslog.LOG_INFO if decision.first else syslog.LOG_DEBUG
+            ctx.log(level, f"cannot cancel task {task.task_id} yet, will retry: {error}")
 
         ctx.workers.submit(lambda: vendor.cancel(task), done)
 
     def retry_cancels(self, now: float) -> None:
-        due = [c for c in self._pending_cancels if c[2] <= now]
-        self._pending_cancels = [c for c in self._pending_cancels if c[2] > now]
-        for task, tries, _ in due:
-            self.cancel(task, "retry", tries)
+        due = [c for c in self._pending_cancels if c.due <= now]
+        self._pending_cancels = [c for c in self._pending_cancels if c.due > now]
+        for pending in due:
+            self._cancel(pending)
 
 
 def _with(record: events.TaskProblem, **changes: Any) -> events.TaskProblem:

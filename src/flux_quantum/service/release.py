@@ -31,6 +31,7 @@ from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import ClusterView
 from flux_quantum.service.outcomes import Outcomes
+from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Member, Phase, Unit, UnitState
 from flux_quantum.vendors.base import TaskSnapshot
 
@@ -70,10 +71,13 @@ class StartupMeter:
 
 
 class Release:
-    def __init__(self, ctx: ServiceContext, face: Face, outcomes: Outcomes) -> None:
+    def __init__(
+        self, ctx: ServiceContext, face: Face, outcomes: Outcomes, sessions: Sessions
+    ) -> None:
         self.ctx = ctx
         self.face = face
         self.outcomes = outcomes
+        self.sessions = sessions
         self.startup = StartupMeter(ctx.options.startup_default)
         self._startup_due = 0.0
         # free_at of the current cluster view by cores: one walk of the running jobs per
@@ -87,8 +91,7 @@ class Release:
 
     def ready(self, unit: Unit, attempt: Attempt, reason: str) -> None:
         """The attempt reached its release point; release the unit if all did."""
-        attempt.phase = Phase.READY
-        attempt.ready_reason = reason
+        attempt.ready(reason)
         if attempt.device is not None and attempt.task is not None:
             self.ctx.estimator.forget_task(attempt.device.name, attempt.task.task_id)
         self.maybe_release(unit)
@@ -206,7 +209,7 @@ class Release:
             # Every rank of the job reads its task through the service, which asks the
             # vendor once per task (flux_quantum.service.taskread): the job needs no
             # credentials of its own. A guest's own service registers no endpoint.
-            read_via=ctx.module_name if ctx.instance_owner else None,
+            read_via=ctx.module_name,
             # A guest's job on the site's accounts: it has no credentials of its own.
             account=SITE_ACCOUNT if unit.userid != ctx.userid else None,
         ).to_dict()
@@ -233,15 +236,14 @@ class Release:
             except (CommandError, OSError) as exc:
                 # All-or-nothing per call: a job left since the scan; rescan, retry.
                 ctx.log(syslog.LOG_INFO, f"unit {unit.id}: release deferred: {exc}")
-                ctx.rescan = True
+                ctx.request_rescan()
                 return
             unit.release = {"task": task, "device": device, "info": info}
             self.startup.released(ids[0], ctx.clock())
             self.face.update_memos(unit, state="released", only=ids)
             unit.released_jobs.extend(ids)
             for jobid in ids:
-                unit.jobs.pop(jobid, None)
-                ctx.member_unit.pop(jobid, None)
+                ctx.units.job_left(jobid)
             ctx.counters.released += len(ids)
         unit.released_at = ctx.clock()
         ctx.log(syslog.LOG_INFO, f"unit {unit.id}: released")
@@ -281,7 +283,7 @@ class Release:
                 [job.id], task=release["task"], device=release["device"], info=release["info"]
             )
             self.ctx.counters.released += 1
-            self.ctx.joined_late(unit_id, job.id)
+            self.sessions.joined_late(unit_id, job.id)
         except (CommandError, OSError) as exc:
             self.ctx.log(syslog.LOG_WARNING, f"{job.id}: late release failed: {exc}")
 

@@ -32,7 +32,7 @@ from flux_quantum.catalog import Catalog, load_catalog
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.ledger import GuestError, serve_usage
 from flux_quantum.service import taskread
-from flux_quantum.service.context import Log
+from flux_quantum.service.context import MODULE_NAME, Log
 from flux_quantum.service.core import QuantumService
 from flux_quantum.service.fluxside import FluxJobs
 from flux_quantum.service.options import ServiceError, ServiceOptions
@@ -109,7 +109,13 @@ class ServiceRunner:
     reactor."""
 
     def __init__(
-        self, handle: Any, options: ServiceOptions, log: Log, *, owner: bool = True
+        self,
+        handle: Any,
+        options: ServiceOptions,
+        log: Log,
+        *,
+        owner: bool = True,
+        module_name: str | None = MODULE_NAME,
     ) -> None:
         import flux.constants
 
@@ -132,6 +138,7 @@ class ServiceRunner:
             log=log,
             site=self.site,
             instance_owner=owner,
+            module_name=module_name,
         )
         self._fd = handle.fd_watcher_create(
             self.workers.fileno(), self._on_wake, events=flux.constants.FLUX_POLLIN
@@ -144,7 +151,7 @@ class ServiceRunner:
     def start(self) -> None:
         self._fd.start()
         self._timer.start()
-        catalog = self.service.ctx.catalog
+        catalog = self.service.catalog
         ledger = f", ledger {self.site.ledger.path}" if self.site is not None else ""
         self._log(
             syslog.LOG_INFO,
@@ -183,10 +190,9 @@ class ServiceRunner:
         payload = dict(msg.payload) if isinstance(msg.payload, dict) else {}
         caller = _caller(msg, payload.pop("caller", None))
         jobid, task, op = taskread.checked_request(payload)
-        ctx = self.service.ctx
-        record = ctx.flux.records([jobid]).get(jobid)
+        record = self.service.record(jobid)
         ref = taskread.readable_ref(record, jobid, task, caller, os.getuid())
-        self.reads.read(op, ref, ctx.vendor(ref.vendor), reply)
+        self.reads.read(op, ref, self.service.vendor(ref.vendor), reply)
 
     def _on_tick(self, *args: Any) -> None:
         self._fenced(self.service.tick)
@@ -211,7 +217,7 @@ class ServiceRunner:
 
     def _arm_soon(self) -> None:
         """Wake for the next due step when it comes before the next periodic tick."""
-        delay = self.service.next_due - self.service.ctx.clock()
+        delay = self.service.next_due - self.service.now()
         if delay < self.options.tick:
             self._soon.stop()
             self._soon.reset(after=max(0.0, delay), repeat=0.0)
@@ -221,9 +227,10 @@ class ServiceRunner:
         try:
             call()
         except Exception as exc:
-            self.service.ctx.last_error = f"{type(exc).__name__}: {exc}"
+            text = f"{type(exc).__name__}: {exc}"
+            self.service.note_error(text)
             with contextlib.suppress(Exception):
-                self._log(syslog.LOG_ERR, f"qpu handlers: {self.service.ctx.last_error}")
+                self._log(syslog.LOG_ERR, f"qpu handlers: {text}")
 
 
 def site_policy(handle: Any, catalog: Catalog) -> SitePolicy:
@@ -329,12 +336,16 @@ def serve(
                 return EXIT_RUNNING
             registered = False
     try:
-        runner = ServiceRunner(handle, options, log, owner=registered)
+        runner = ServiceRunner(
+            handle,
+            options,
+            log,
+            owner=registered,
+            module_name=name.removesuffix(SERVICE_SUFFIX) if registered else None,
+        )
     except ServiceError as exc:
         log(syslog.LOG_ERR, f"error: {exc}")
         return EXIT_SETUP
-
-    runner.service.ctx.module_name = name.removesuffix(SERVICE_SUFFIX)
     watchers = []
 
     def on_status(h: Any, typemask: int, msg: Any, arg: Any) -> None:

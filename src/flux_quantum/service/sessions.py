@@ -1,7 +1,8 @@
-"""Vendor sessions of units (``qpu.session``): kept open while a job may use them, and
-always closed.
+"""Vendor sessions of units (``qpu.session``): recorded when opened, kept open while a
+job may use them, and always closed.
 
-A unit that asked for a session gets one with its first task (``tasks``). This part
+A unit that asked for a session gets one with its first task (``tasks`` asks the vendor
+and hands over what it gave: ``opened``). This part
 closes it when the last job that could use it is gone: at once when the unit fails (the
 held jobs get ``qpu-session-closed`` first) or every job left while held (cancelled), and
 for a released unit once its last job has ended (INACTIVE), so a variational job's own
@@ -10,7 +11,7 @@ service restart, the sessions a predecessor left open: the jobs whose persistent
 a session (``FluxSide.session_jobs``) are read back from their eventlogs (``qpu-session``
 and a task that rode it), and the session id from the vendor through that task
 (``Vendor.session_of``): flux-quantum never records a session id. A close the vendor could
-not take is retried. This part never opens a session, never calls a vendor on the reactor
+not take is retried. This part never asks a vendor to open a session, never calls a vendor on the reactor
 thread, and never releases or fails a job.
 """
 
@@ -21,14 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum import events
+from flux_quantum.catalog import Device
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.face import Face
+from flux_quantum.service.retry import Retries
 from flux_quantum.service.state import Unit, UnitSession, UnitState
-from flux_quantum.vendors.base import TaskRef, VendorSession
-from flux_quantum.vendors.errors import VendorError
+from flux_quantum.vendors.base import SessionOpening, TaskRef, VendorSession
 
-CLOSE_TRIES = 5
-RETRY_SECONDS = 5.0
+CLOSE_TRIES = 5  # retryable failures of a close before the vendor's time limit is left to end it
 
 
 @dataclass
@@ -43,7 +45,7 @@ class Lease:
     closing: bool = False
     busy: bool = False
     due: float = 0.0
-    tries: int = 0
+    retry: Retries = field(default_factory=Retries)
     why: str = ""
 
 
@@ -57,16 +59,46 @@ def task_on(unit: Unit, device: str) -> TaskRef | None:
 
 
 class Sessions:
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext, face: Face) -> None:
         self.ctx = ctx
+        self.face = face
         self.leases: dict[str, Lease] = {}  # by the session's fingerprint
         self._recovered = False
         self._due = 0.0
-        ctx.unit_ended = self.unit_ended
-        ctx.joined_late = self.joined_late
-        ctx.on_orphan_session = self.orphan
 
-    # -- hooks from the other parts
+    # -- what the other parts tell it (Tasks, Outcomes, Release, AttemptCalls)
+
+    def opened(self, unit: Unit, device: Device, opening: SessionOpening) -> None:
+        """The unit's first task asked for a session on ``device``: record what the
+        vendor gave (a session, or why the tasks run as single jobs) on the unit, in its
+        jobs' eventlogs and in a persistent memo that outlives a restart."""
+        ctx = self.ctx
+        session = opening.session
+        unit.session = UnitSession(
+            device=device.name,
+            vendor=device.vendor,
+            requested=opening.requested,
+            mode=opening.mode,
+            fingerprint=session.fingerprint if session is not None else None,
+            handle=session,
+        )
+        record = events.Session(
+            device=device.name,
+            requested=opening.requested,
+            mode=opening.mode,
+            fingerprint=unit.session.fingerprint,
+            reason=opening.reason,
+        )
+        ctx.post_all(unit, record)
+        if session is not None:
+            ctx.counters.sessions_opened += 1
+            self.face.mark_session(unit)
+            ctx.log(
+                syslog.LOG_INFO,
+                f"unit {unit.id}: {opening.mode} session {session.fingerprint} on {device.name}",
+            )
+        elif opening.reason:
+            ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: {opening.reason}")
 
     def unit_ended(self, unit: Unit, state: UnitState, why: str) -> None:
         """A unit was released (keep its session while its jobs run), failed or abandoned
@@ -134,7 +166,7 @@ class Sessions:
         ctx = self.ctx
         try:
             ids = ctx.flux.session_jobs(ctx.userid, now - ctx.options.session_ttl)
-            ids = [i for i in ids if i not in ctx.member_unit]
+            ids = [i for i in ids if not ctx.units.tracks(i)]
             records = ctx.flux.records(ids) if ids else {}
             alive = ctx.flux.alive(ids) if ids else set()
         except Exception as exc:
@@ -142,7 +174,7 @@ class Sessions:
             return
         self._recovered = True
         known = set(self.leases) | {
-            u.session.fingerprint for u in ctx.units.values() if u.session is not None
+            u.session.fingerprint for u in ctx.units if u.session is not None
         }
         found: dict[str, Lease] = {}
         for jobid, record in records.items():
@@ -231,11 +263,13 @@ class Sessions:
                 ctx.counters.sessions_closed += 1
                 ctx.log(syslog.LOG_INFO, f"closed {what} ({why})")
                 return
-            retry = isinstance(error, VendorError) and error.retryable
-            if retry and lease.tries < CLOSE_TRIES:
-                lease.tries += 1
-                lease.due = ctx.clock() + RETRY_SECONDS * lease.tries
-                ctx.log(syslog.LOG_INFO, f"cannot close {what} yet, will retry: {error}")
+            decision = ctx.retry.failed_call(
+                lease.retry, error, retryable_limit=CLOSE_TRIES, other_limit=1
+            )
+            if not decision.give_up:
+                lease.due = ctx.clock() + decision.delay
+                level = syslog.LOG_INFO if decision.first else syslog.LOG_DEBUG
+                ctx.log(level, f"cannot close {what} yet, will retry: {error}")
                 return
             code = getattr(error, "vendor_code", type(error).__name__)
             ctx.log(

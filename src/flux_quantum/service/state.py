@@ -22,6 +22,7 @@ from flux_quantum.poller import AdaptivePoller
 from flux_quantum.qasm import ProgramCounts
 from flux_quantum.request import QpuRequest
 from flux_quantum.service.fluxside import JobSize
+from flux_quantum.service.retry import Retries
 from flux_quantum.vendors.base import DeviceSnapshot, TaskRef, TaskSnapshot, VendorSession
 
 
@@ -46,17 +47,24 @@ class Attempt:
 
     ``number`` counts the program's attempts (0 first); ``exclude`` and ``device_class``
     constrain the choice of device after fail-overs. ``due``/``busy`` schedule the
-    attempt's next step; ``errors`` counts its failed calls in a row.
+    attempt's next step; ``retry`` is its record of failed calls in a row. Its phase
+    changes only through the methods below (SELECT -> SUBMIT -> TRACK -> READY, any ->
+    DONE), each setting what that phase needs together.
     """
 
     number: int = 0
     exclude: frozenset[str] = frozenset()
     device_class: str | None = None
     phase: Phase = Phase.SELECT
+    # What was submitted: the device chosen, the token recorded before the create.
     device: Device | None = None
     token: str | None = None
     submit_posted: bool = False  # the token is in the eventlog
     reserved: bool = False  # its estimate is reserved in the site's ledger
+    since: float | None = None  # taken before the create (qpu-submit): find_task's window
+    ahead: int | None = None  # the device's pending count seen before the create
+    look_first: bool = False  # token recorded by an earlier service: find before creating
+    # What is tracked: the vendor task and what its polls said.
     task: TaskRef | None = None
     attached: bool = True  # False: found in the eventlog, not yet polled by this service
     snapshot: TaskSnapshot | None = None
@@ -66,19 +74,63 @@ class Attempt:
     milestones: set[int] = field(default_factory=set)
     expected_wait: float | None = None
     running_seen: float | None = None  # first poll that saw the task RUNNING
+    estimated_position: int | None = None  # a vendor without positions (IBM): estimated
+    last_poll: float = 0.0
     ready_reason: str | None = None
+    # Its scheduling and its retry record.
     due: float = 0.0
     busy: bool = False
-    errors: int = 0
-    unexpected: int = 0  # errors in a row that were not vendor errors (a bug, a setup)
-    retry_posted: bool = False
-    wait_posted: str | None = None
-    holding: str | None = None  # why it waits now (a vendor's error, no slot) and the next try
-    last_poll: float = 0.0
-    since: float | None = None  # taken before the create (qpu-submit): find_task's window
-    ahead: int | None = None  # the device's pending count seen before the create
-    look_first: bool = False  # token recorded by an earlier service: find before creating
-    estimated_position: int | None = None  # a vendor without positions (IBM): estimated
+    retry: Retries = field(default_factory=Retries)
+    wait_posted: str | None = None  # the last qpu-wait reason posted (said once)
+
+    # -- phases
+
+    def chosen(self, device: Device, token: str, ahead: int | None) -> None:
+        """SELECT -> SUBMIT: ``device`` chosen, ``token`` to record before the create."""
+        self.device, self.token, self.ahead = device, token, ahead
+        self.wait_posted = None
+        self.retry.clear()
+        self.submit_posted = False
+        self.phase = Phase.SUBMIT
+        self.due = 0.0
+
+    def resumed(
+        self, device: Device, token: str, *, since: float | None, ahead: int | None
+    ) -> None:
+        """-> SUBMIT after a restart: the token was recorded, the task maybe created
+        (looked for by its token first)."""
+        self.device, self.token = device, token
+        self.since, self.ahead = since, ahead
+        self.submit_posted = True
+        self.look_first = True
+        self.phase = Phase.SUBMIT
+
+    def tracked(
+        self,
+        task: TaskRef,
+        poller: AdaptivePoller,
+        *,
+        queued_at: float | None,
+        attached: bool,
+    ) -> None:
+        """-> TRACK: ``task`` exists (created now, found again, or recorded in the
+        eventlog and ``attached`` at its first poll), polled by ``poller``."""
+        self.task = task
+        self.poller = poller
+        self.queued_at = queued_at
+        self.attached = attached
+        self.look_first = False
+        self.phase = Phase.TRACK
+        self.due = 0.0
+
+    def ready(self, reason: str) -> None:
+        """TRACK -> READY: at its release point, for ``reason``."""
+        self.phase = Phase.READY
+        self.ready_reason = reason
+
+    def ended(self) -> None:
+        """-> DONE: its unit was released, failed or abandoned."""
+        self.phase = Phase.DONE
 
     def following(self, failed: str | None, device_class: str | None) -> Attempt:
         """The next attempt after a fail-over away from ``failed``."""
@@ -187,6 +239,7 @@ class DeviceWatch:
     due: float = 0.0
     busy: bool = False
     snapshot: DeviceSnapshot | None = None
+    retry: Retries = field(default_factory=Retries)
 
 
 @dataclass

@@ -87,16 +87,16 @@ class RelayedVendor(Vendor):
                 topic = f"{self.module}{SERVICE_SUFFIX}.task"
                 return self.handle.rpc(topic, payload).get()
         except OSError as exc:
-            hint = ""
             if exc.errno == errno.ENOSYS:
-                hint = (
-                    " (no handler service runs: start it with `flux quantum service "
-                    "start`, or read the vendor with your own credentials: flux quantum "
-                    "task --direct)"
+                what = (
+                    f"no handler service answers {self.module}.task: start it with "
+                    "`flux quantum service start`, or read the vendor with your own "
+                    "credentials (flux quantum task --direct)"
                 )
+            else:
+                what = f"the handler service ({topic}): {exc.strerror or exc}"
             raise VendorError(
-                f"{op} of task {task.task_id} through the handler service "
-                f"({topic}): {exc.strerror or exc}{hint}",
+                f"{op} through {what}" if exc.errno != errno.ENOSYS else f"{op}: {what}",
                 vendor=self.name,
                 vendor_code=f"errno {exc.errno}",
                 operation=op,
