@@ -4,8 +4,8 @@ and the real Braket SDK against the emulator (a ManualClock the tests advance).
 Each test starts its own instance whose configuration carries the ``[quantum.access]``,
 ``[quantum.quota]`` and ``[quantum.ledger]`` tables it needs. Jobs are all submitted
 by the test's own user (Flux refuses a job signed for somebody else); a second user is
-simulated the way ``MULTIUSER.md`` says: their past tasks are in the ledger, and their
-RPCs carry ``FLUX_HANDLE_USERID`` with the guest role.
+simulated as Flux allows for RPCs (not for submitting): their past tasks are in the
+ledger, and their RPCs carry ``FLUX_HANDLE_USERID`` with the guest role.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ def test_harness_finds_a_planted_marker():
     jobid = submit_qpu("alice", "true")
     wait_event(jobid, "dependency-add")
     run("alice", "flux", "job", "memo", jobid, f"note={PLANTED}")
+    # The job-manager answers before the memo event reaches the KVS (its writes are
+    # batched): wait for the event, or the dump may run first.
+    wait_event(jobid, "memo")
     try:
         hits = scan(collect(), [PLANTED])
         where = {h.artifact.split()[0] for h in hits}
