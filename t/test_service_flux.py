@@ -515,6 +515,37 @@ def test_vendor_throttling_is_retried_and_the_job_stays_held(inst, qpu):
     assert qpu.emu.task_arns() == [arn]  # throttled creates made no task; one did
 
 
+def test_a_vendor_that_does_not_answer_is_said_in_flux_quantum_jobs_and_the_memo(inst, qpu):
+    """Nothing listens where the vendor should be: the job waits held, and why is in
+    its memo, in ``flux quantum jobs`` and in the service's counters, not only in the
+    eventlog."""
+    inst.quantum(
+        "service",
+        "start",
+        f"--catalog={qpu.catalog}",
+        "--emulator-url=http://127.0.0.1:9",  # the discard port: nothing answers
+        *FAST,
+    )
+    jobid = qpu.submit("--setattr=qpu.device=local:q-alpha", "true")
+    qpu.wait_event(jobid, "qpu-wait", timeout=60)
+    assert "q-alpha did not answer" in qpu.context(jobid, "qpu-wait")["reason"]
+    qpu.until(lambda: qpu.memo(jobid).get("qpu_state", "").startswith("waiting"))
+    state = qpu.memo(jobid)["qpu_state"]
+    assert "q-alpha did not answer" in state and "next try in" in state
+    rows = inst.quantum("jobs").stdout.splitlines()
+    assert "QPU_STATE" in rows[0]
+    row = next(line for line in rows if jobid in line)
+    assert "waiting: q-alpha did not answer" in row
+    listed = json.loads(inst.quantum("jobs", "--json").stdout)
+    shown = next(j for j in listed if j["jobid"] == jobid)["qpu_state"]
+    assert shown.startswith("waiting: q-alpha did not answer")
+    status = json.loads(inst.quantum("service", "status", "--json").stdout)
+    assert status["counters"]["vendor_errors"] >= 1
+    [task] = status["units"][0]["tasks"]
+    assert task["waiting"].startswith("q-alpha did not answer")
+    inst.run(["flux", "cancel", jobid])
+
+
 def test_recorded_token_without_a_task_gets_the_same_task_back(inst, qpu, catalog):
     """The service died after the vendor created the task but before qpu-task was
     recorded: a new service creates again with the recorded token, and the vendor

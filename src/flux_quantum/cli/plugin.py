@@ -16,9 +16,11 @@ from flux_quantum.events import parse_eventlog, replay
 from flux_quantum.plugin import HeldJob, PluginClient, plugin_path, validator_path
 from flux_quantum.protocol import HeldMemo
 
+# QPU_STATE says why a job is held (its queue, or a vendor that does not answer and
+# when the service tries again): the request, often long, comes last.
 JOBS_FORMAT = (
     "{id:>12} {user:<8} {state:<7} {held:>8} {device:<12} {task:<8} {position:>5} {wait:>6}"
-    "  {request}"
+    "  {qpu_state:<18}  {request}"
 )
 JOBS_HEADERS = {
     "id": "JOBID",
