@@ -652,6 +652,7 @@ class Harness:
                 for name, fake in (("local", self.vendor), ("ibm", self.ibm))
             },
             clock=self.clock,
+            monotonic=self.clock,  # a probe's deadline on the manual clock too
             log=lambda level, msg: self.logs.append((level, msg)),
             userid=userid,
             site=site,

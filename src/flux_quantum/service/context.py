@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import syslog
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from flux_quantum import events
@@ -45,6 +46,7 @@ class ServiceContext:
         *,
         vendors: Mapping[str, Vendor] | None = None,
         clock: Clock,
+        monotonic: Clock = time.monotonic,
         log: Log | None = None,
         userid: int | None = None,
         instance_owner: bool = True,
@@ -55,6 +57,8 @@ class ServiceContext:
         self.options = options
         self.workers = workers
         self.clock = clock
+        # Deadlines of calls in workers (a probe of many devices) are timed on it.
+        self.monotonic = monotonic
         self._log = log or (lambda level, msg: None)
         self._vendors: dict[str, Vendor] = dict(vendors or {})
         # Credentials stay with their owner. The instance owner's service acts on its

@@ -130,9 +130,12 @@ class Selection:
                 return
             vendors[device.vendor] = vendor
         timeout = self.ctx.options.probe_timeout
+        clock, monotonic = self.ctx.clock, self.ctx.monotonic
 
         def probe() -> dict[str, DeviceSnapshot]:
-            return probe_devices(candidates, vendors, timeout=timeout)
+            return probe_devices(
+                candidates, vendors, timeout=timeout, clock=clock, monotonic=monotonic
+            )
 
         self.calls.call(unit, program, probe, self._selected)
 
