@@ -33,7 +33,7 @@ from flux_quantum.request import (
 )
 
 SRC = Path(request_module.__file__).resolve().parents[1]
-ROOT = SRC.parent
+ROOT = Path(__file__).resolve().parents[1]  # the repository (the package may be installed)
 VALIDATOR = Path(request_module.__file__).with_name("validator.py")
 
 RULE = "lower-case letters, digits, '-', '_', '.' (at most 64, first a letter or digit)"
