@@ -215,7 +215,9 @@ def test_supervisor_compiles_on_the_oldest_python_a_broker_may_have():
 def test_options_know_the_error_limit_and_back_off():
     options = ServiceOptions.from_args(["error-limit=2", "retry-base=1", "retry-max=4"])
     assert options.error_limit == 2
-    assert [options.backoff(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 4, 4, 4]
+    policy = options.retry_policy()
+    assert [policy.delay(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 4, 4, 4]
+    assert policy.error_limit == 2
     with pytest.raises(ServiceError, match="error-limit must be an integer >= 1"):
         ServiceOptions(error_limit=0)
     with pytest.raises(ServiceError, match="error-limit must be an integer, got 'x'"):

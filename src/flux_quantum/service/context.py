@@ -72,7 +72,7 @@ class ServiceContext:
         self.estimator = DrainEstimator()
         self.schedule = options.schedule()
         # The one retry policy of every loop that calls a vendor, Flux or the ledger.
-        self.retry = RetryPolicy(options.retry_base, options.retry_max, options.error_limit)
+        self.retry: RetryPolicy = options.retry_policy()
         self.units = Units()
         self.counters = Counters()
         self.cluster: ClusterView | None = None

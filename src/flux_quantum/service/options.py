@@ -14,6 +14,7 @@ from typing import Any
 
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.poller import PollSchedule
+from flux_quantum.service.retry import RetryPolicy
 
 
 class ServiceError(FluxQuantumError):
@@ -74,9 +75,10 @@ class ServiceOptions:
             cold_max_interval=min(self.poll_cold_max, self.poll_max),
         )
 
-    def backoff(self, errors: int) -> float:
-        """Seconds to wait after the ``errors``-th failure in a row (doubling, capped)."""
-        return min(self.retry_max, self.retry_base * 2 ** max(0, errors - 1))
+    def retry_policy(self) -> RetryPolicy:
+        """The service's one retry policy: ``retry_base`` doubling to ``retry_max``, at
+        most ``error_limit`` failures in a row that are not retryable."""
+        return RetryPolicy(self.retry_base, self.retry_max, self.error_limit)
 
     @classmethod
     def names(cls) -> list[str]:
