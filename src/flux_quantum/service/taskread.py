@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,6 +35,9 @@ OPS = ("poll", "result")
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 # How many finished tasks' answers are kept (least recently read dropped first).
 KEPT_TASKS = 512
+# How long a poll of a task still under way answers other readers (they poll every
+# second or more: a rank's view is at most this much older than the vendor's).
+FRESH_SECONDS = 1.0
 TERMINAL = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
 
 Reply = Callable[[int, Any], None]
@@ -112,16 +116,27 @@ def too_large(ref: TaskRef, size: int, limit: int = MAX_ANSWER_BYTES) -> str:
 class TaskReads:
     """One vendor call per task for every reader: in-flight reads are joined, finished
     tasks answered from memory (their last poll and their counts, the ``KEPT_TASKS``
-    most recently read). ``submit(call, done)`` runs ``call`` in a worker and ``done``
-    back on the reactor; ``calls`` counts the vendor calls it made."""
+    most recently read), and a task still under way from its poll of the last
+    ``fresh_for`` seconds (ranks polling a running task every second or so share one
+    poll). ``submit(call, done)`` runs ``call`` in a worker and ``done`` back on the
+    reactor; ``calls`` counts the vendor calls it made."""
 
     def __init__(
-        self, submit: Submit, *, kept: int = KEPT_TASKS, max_bytes: int = MAX_ANSWER_BYTES
+        self,
+        submit: Submit,
+        *,
+        kept: int = KEPT_TASKS,
+        max_bytes: int = MAX_ANSWER_BYTES,
+        fresh_for: float = FRESH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._submit = submit
         self._kept = kept
         self.max_bytes = max_bytes
+        self.fresh_for = fresh_for
+        self._clock = clock
         self._answers: OrderedDict[tuple[str, str], tuple[int, Any]] = OrderedDict()
+        self._recent: dict[tuple[str, str], tuple[float, tuple[int, Any]]] = {}
         self._waiting: dict[tuple[str, str], list[Reply]] = {}
         self.calls = 0
         self.answered = 0
@@ -136,6 +151,11 @@ class TaskReads:
             self.answered += 1
             reply(*kept)
             return
+        recent = self._recent.get(key)
+        if recent is not None and self._clock() - recent[0] < self.fresh_for:
+            self.answered += 1
+            reply(*recent[1])
+            return
         waiting = self._waiting.get(key)
         if waiting is not None:
             waiting.append(reply)
@@ -148,15 +168,24 @@ class TaskReads:
 
         def done(value: Any, error: BaseException | None) -> None:
             outcome, keep = self._outcome(op, ref, value, error)
+            self._recent.pop(key, None)
             if keep:
                 self._answers[key] = outcome
                 while len(self._answers) > self._kept:
                     self._answers.popitem(last=False)
+            elif outcome[0] == 0:  # a task under way: good for the next few readers
+                self._forget_stale()
+                self._recent[key] = (self._clock(), outcome)
             for waiter in self._waiting.pop(key, []):
                 self.answered += 1
                 waiter(*outcome)
 
         self._submit(call, done)
+
+    def _forget_stale(self) -> None:
+        now = self._clock()
+        for key in [k for k, (t, _) in self._recent.items() if now - t >= self.fresh_for]:
+            del self._recent[key]
 
     def _outcome(
         self, op: str, ref: TaskRef, value: Any, error: BaseException | None
