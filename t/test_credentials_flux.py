@@ -59,8 +59,9 @@ def test_keys_in_the_environment_are_accepted_in_ones_own_instance(qpu: Qpu) -> 
     assert qpu.inst.run(["flux", "job", "status", jobid], check=False).returncode == 0
 
 
-def test_a_guests_job_with_keys_is_refused_at_submit_naming_them(qpu: Qpu) -> None:
-    env = {**qpu.inst.env, **qpu.job_env}
+def submit_as_guest(qpu: Qpu, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``flux submit --setattr=qpu.device=local:q-delta true`` from ``env``, signed for
+    ``GUEST`` and sent with that userid."""
     spec = subprocess.run(
         ["flux", "submit", "--dry-run", "--setattr=qpu.device=local:q-delta", "true"],
         env=env,
@@ -78,12 +79,17 @@ def test_a_guests_job_with_keys_is_refused_at_submit_naming_them(qpu: Qpu) -> No
     ).stdout
     path = qpu.inst.workdir / "guest.signed"
     path.write_text(signed)
-    res = subprocess.run(
+    return subprocess.run(
         ["flux", "job", "submit", "--flags=signed", str(path)],
         env={**env, "FLUX_HANDLE_USERID": str(GUEST)},
         capture_output=True,
         text=True,
     )
+
+
+def test_a_guests_job_with_keys_is_refused_at_submit_naming_them(qpu: Qpu) -> None:
+    env = {**qpu.inst.env, **qpu.job_env}
+    res = submit_as_guest(qpu, env)
     assert res.returncode != 0, res.stdout
     message = res.stderr.strip()
     assert "the job's environment holds AWS_SECRET_ACCESS_KEY" in message, message
@@ -92,27 +98,6 @@ def test_a_guests_job_with_keys_is_refused_at_submit_naming_them(qpu: Qpu) -> No
         assert qpu.job_env[name] not in message
     # The same job without its keys is the guest's to submit.
     clean = {k: v for k, v in env.items() if "SECRET" not in k and "APIKEY" not in k}
-    spec = subprocess.run(
-        ["flux", "submit", "--dry-run", "--setattr=qpu.device=local:q-delta", "true"],
-        env=clean,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    signed = subprocess.run(
-        ["flux", "python", "-c", SIGN_AS, str(GUEST)],
-        input=spec,
-        env=clean,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path.write_text(signed)
-    ok = subprocess.run(
-        ["flux", "job", "submit", "--flags=signed", str(path)],
-        env={**clean, "FLUX_HANDLE_USERID": str(GUEST)},
-        capture_output=True,
-        text=True,
-    )
+    ok = submit_as_guest(qpu, clean)
     assert ok.returncode == 0, ok.stderr
     qpu.inst.run(["flux", "cancel", ok.stdout.strip()], check=False)
