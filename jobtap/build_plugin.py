@@ -129,7 +129,11 @@ def build(outdir: Path) -> tuple[Path | None, str]:
         except Exception as exc:  # compiler errors surface as distutils exceptions
             return None, f"compiling {PLUGIN_SOURCE} failed: {exc}"
         dest = outdir / PLUGIN_FILE
-        shutil.copyfile(built, dest)
+        # Replace, never rewrite in place: a job-manager may have it loaded (writing
+        # into a mapped plugin crashed a broker with "Illegal instruction").
+        partial = outdir / f".{PLUGIN_FILE}.tmp"
+        shutil.copyfile(built, partial)
+        os.replace(partial, dest)
     return dest, f"built {dest} against flux-core found via {flags.origin}"
 
 
