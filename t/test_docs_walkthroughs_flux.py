@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_walkthroughs_flux import Terminal, _no_emulator_left, blocks, commands, run_walkthrough
+from test_walkthroughs_flux import _no_emulator_left, blocks, commands, run_walkthrough
 
 pytestmark = pytest.mark.flux
 
@@ -27,25 +25,10 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-@pytest.fixture(autouse=True)
-def _stop_a_left_emulator(tmp_path: Path) -> Iterator[None]:
-    """A walkthrough that failed before its last step leaves its emulator serving: stop
-    it by its env file while the file is there (pytest removes old scratch directories)."""
-    yield
-    env_file = tmp_path / "emulator.env"
-    if env_file.exists():
-        flux_quantum = Path(sys.executable).parent / "flux-quantum"
-        subprocess.run(
-            [str(flux_quantum), "emulator", "--stop", "--env-file", str(env_file)],
-            capture_output=True,
-            timeout=60,
-        )
-
-
-def walk(parts: list[str], scratch: Path, run=run_walkthrough) -> str:
+def walk(parts: list[str], scratch: Path, split: Callable[[str], list[str]] = commands) -> str:
     """The walkthrough's screen, without the colours Flux gives a terminal; checks that
     nothing is left exported in the login shell and that no emulator runs."""
-    out = ANSI.sub("", run(parts, scratch))
+    out = ANSI.sub("", run_walkthrough(parts, scratch, split))
     assert "\nleft: 0\n" in out, out
     assert "Traceback" not in out, out
     _no_emulator_left(scratch)
@@ -69,19 +52,6 @@ def with_heredocs(text: str) -> list[str]:
         found = HEREDOC.search(command)
         delimiter = found.group(1) if found else None
     return out
-
-
-def run_with_heredocs(parts: list[str], scratch: Path) -> str:
-    """``run_walkthrough`` for blocks that hold a here-document."""
-    term = Terminal(scratch)
-    try:
-        for part in parts:
-            for command in with_heredocs(part.replace("/tmp/fq", str(scratch))):
-                term.type(command)
-        term.type("echo \"left: $(env | grep -c -E '^(AWS_|QRMI_|FLUX_QUANTUM|FLUX_URI)')\"")
-        return term.output
-    finally:
-        term.close()
 
 
 def json_lines(out: str) -> list[dict]:
@@ -195,7 +165,7 @@ def test_requests_try_it(tmp_path: Path) -> None:
 def test_site_policy_try_it(tmp_path: Path) -> None:
     found = blocks("## Try it", DOCS / "site-policy.md")
     assert len(found) == 3, found
-    out = walk(found, tmp_path, run_with_heredocs)
+    out = walk(found, tmp_path, with_heredocs)
     # Refused at submit by the access rule.
     assert re.search(
         r"\[Errno 1\] qpu: .* may not use device local-forte1: \[quantum.access\] rule 1 "

@@ -20,6 +20,7 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -131,13 +132,17 @@ def commands(text: str) -> list[str]:
     return out
 
 
-def run_walkthrough(parts: list[str], scratch: Path) -> str:
-    """Type every command of ``parts`` (``/tmp/fq`` as ``scratch``); the whole screen."""
+def run_walkthrough(
+    parts: list[str], scratch: Path, split: Callable[[str], list[str]] = commands
+) -> str:
+    """Type every command of ``parts`` (``/tmp/fq`` as ``scratch``; ``split`` cuts a
+    block into commands); the whole screen. An emulator a failed walkthrough left is
+    stopped by its env file."""
     term = Terminal(scratch)
     env_file = scratch / "emulator.env"
     try:
         for part in parts:
-            for command in commands(part.replace("/tmp/fq", str(scratch))):
+            for command in split(part.replace("/tmp/fq", str(scratch))):
                 term.type(command)
         # What a reader's login shell still has from it.
         term.type("echo \"left: $(env | grep -c -E '^(AWS_|QRMI_|FLUX_QUANTUM|FLUX_URI)')\"")
