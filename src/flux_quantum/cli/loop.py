@@ -1,0 +1,426 @@
+"""``flux quantum loop``: variational loops as chains of held steps.
+
+``submit`` writes the loop's directory (``flux_quantum.loop``) and submits its first
+step; ``status`` lists loops (iteration, state, device, best value, spend) and, for
+one, its steps; ``cancel`` ends a loop and cancels its live step; ``wait`` returns when
+a loop ended (rc 0 when it converged or did its iterations); ``step`` is the command of
+every step job (``flux_quantum.loopsteps.run_step``). Each step is an ordinary Flux job
+named ``ID.K`` with ``{user.qpu_loop}`` and ``{user.qpu_iteration}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from flux_quantum.cli import table
+from flux_quantum.consumer import encode_jobid
+from flux_quantum.errors import CommandError
+from flux_quantum.loop import (
+    DEFAULT_MAX_ITERATIONS,
+    SUCCESSFUL,
+    LoopDir,
+    LoopHistory,
+    LoopSpec,
+    Resources,
+    check_loop_id,
+    default_root,
+    known_loops,
+    new_loop_id,
+    resolve,
+)
+from flux_quantum.quota import format_money
+
+FIELDS = ("id", "iteration", "state", "device", "best", "spent", "job", "reason")
+DEFAULT_FORMAT = None  # sized to the rows
+
+
+def _handle() -> Any:
+    try:
+        import flux
+    except ImportError:
+        raise CommandError(
+            "the flux Python bindings are not importable: run it as 'flux quantum loop'"
+        ) from None
+    try:
+        return flux.Flux()
+    except OSError as exc:
+        raise CommandError(f"cannot connect to Flux: {exc} (run it inside an instance)") from None
+
+
+# --- submit ----------------------------------------------------------------------------------
+
+
+def _qpu_attrs(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("qpu.") or len(key) <= 4:
+            raise CommandError(f"--setattr {pair!r}: use qpu.KEY=VALUE (a key of the qpu request)")
+        try:
+            out[key[4:]] = json.loads(value)
+        except ValueError:
+            out[key[4:]] = value
+    return out
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from flux_quantum.loopsteps import submit_step
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise CommandError(
+            "loop submit: give the step command (the classical part of one iteration)"
+        )
+    try:
+        program_text = Path(args.program).read_text()
+    except OSError as exc:
+        raise CommandError(f"--program {args.program}: {exc.strerror or exc}") from None
+    request = _qpu_attrs(args.setattr)
+    request["device"] = args.qpu
+    for key, value in (
+        ("shots", args.shots),
+        ("session", args.session),
+        ("policy", args.policy),
+        ("failover", args.failover),
+    ):
+        if value is not None:
+            request[key] = value
+    loop_id = check_loop_id(args.name) if args.name else new_loop_id()
+    spec = LoopSpec(
+        id=loop_id,
+        request=request,
+        command=tuple(command),
+        resources=Resources(
+            nodes=args.nodes,
+            ntasks=args.ntasks or 1,
+            cores=args.cores_per_task,
+            gpus=args.gpus_per_task,
+            time_limit=args.time_limit,
+            queue=args.queue,
+            bank=args.bank,
+        ),
+        max_iterations=args.max_iterations,
+        max_cost=args.max_cost,
+        goal="max" if args.maximize else "min",
+        cwd=os.getcwd(),
+        created=time.time(),
+    )
+    root = default_root()
+    link = root / loop_id
+    if link.exists() or link.is_symlink():
+        raise CommandError(f"a loop named {loop_id} exists ({link}); choose another --name")
+    directory = Path(args.dir).absolute() if args.dir else link
+    handle = _handle()
+    loop = LoopDir.create(directory, spec, program_text)
+    try:
+        if directory != link:
+            root.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(directory)
+        with loop.locked():
+            submitted = submit_step(handle, loop, 0, None, spec.max_cost, os.environ)
+    except (CommandError, OSError) as exc:
+        # Nothing half-done: no step runs, so nothing of the loop is kept.
+        with contextlib.suppress(OSError):
+            if link.is_symlink():
+                link.unlink()
+        shutil.rmtree(directory, ignore_errors=True)
+        raise CommandError(str(exc)) from None
+    if args.verbose:
+        print(
+            f"loop {loop_id}: directory {directory}, step 0 is job {encode_jobid(submitted.jobid)}",
+            file=sys.stderr,
+        )
+    print(loop_id)
+    return 0
+
+
+# --- status --------------------------------------------------------------------------------
+
+
+def summary(loop: LoopDir, history: LoopHistory, job_state: str | None) -> dict[str, Any]:
+    """One loop as ``status`` shows it (and ``--json`` prints it)."""
+    best = history.best
+    k = history.iteration
+    if history.ended is not None:
+        state = history.ended.outcome
+    elif k < 0:
+        state = "new"
+    elif k in history.started:
+        state = "running"
+    elif job_state in ("DEPEND", "PRIORITY", "SCHED", None):
+        state = "held" if job_state in ("DEPEND", None) else "starting"
+    else:
+        state = job_state.lower()
+    spec = loop.spec
+    return {
+        "id": spec.id,
+        "directory": str(loop.path),
+        "iteration": k,
+        "max_iterations": spec.max_iterations,
+        "state": state,
+        "device": history.device or str(spec.request.get("device", "any")),
+        "best": best[0] if best else None,
+        "best_iteration": best[1] if best else None,
+        "goal": spec.goal,
+        "spent": round(history.spent, 6),
+        "max_cost": spec.max_cost,
+        "unsettled": history.unsettled,
+        "job": encode_jobid(history.submitted[k]) if k >= 0 else None,
+        "reason": history.ended.reason if history.ended else None,
+        "moves": [
+            {"iteration": m.iteration, "from": m.previous, "to": m.device} for m in history.moves
+        ],
+        "steps": [
+            {
+                "iteration": i,
+                "job": encode_jobid(j),
+                "device": history.steps[i].device if i in history.steps else None,
+                "task": history.steps[i].task if i in history.steps else None,
+                "value": history.steps[i].value if i in history.steps else None,
+                "cost": history.steps[i].cost if i in history.steps else None,
+                "rc": history.steps[i].rc if i in history.steps else None,
+            }
+            for i, j in sorted(history.submitted.items())
+        ],
+    }
+
+
+def _row(s: dict[str, Any]) -> dict[str, str]:
+    best = "-" if s["best"] is None else f"{s['best']:.6g} (#{s['best_iteration']})"
+    spent = format_money(s["spent"]) + ("+" if s["unsettled"] else "")
+    if s["max_cost"] is not None:
+        spent += f"/{format_money(s['max_cost'])}"
+    iteration = f"{max(s['iteration'], 0)}/{s['max_iterations']}"
+    moved = f" (moved from {s['moves'][-1]['from']})" if s["moves"] else ""
+    return {
+        "id": s["id"],
+        "iteration": iteration,
+        "state": s["state"],
+        "device": s["device"] + moved,
+        "best": best,
+        "spent": spent,
+        "job": s["job"] or "-",
+        "reason": s["reason"] or "",
+    }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from flux_quantum.loopsteps import job_states, reconcile
+
+    loops = [resolve(name) for name in args.loops] if args.loops else known_loops()
+    handle = _handle()
+    summaries = []
+    for loop in loops:
+        history = reconcile(handle, loop)
+        state = None
+        if history.ended is None and history.submitted:
+            jobid = history.submitted[history.iteration]
+            job = job_states(handle, [jobid]).get(jobid)
+            state = job.state if job else None
+        summaries.append(summary(loop, history, state))
+    if args.json:
+        print(
+            json.dumps(
+                summaries if not args.loops or len(args.loops) > 1 else summaries[0], indent=2
+            )
+        )
+        return 0
+    rows = [_row(s) for s in summaries]
+    fields = [f for f in FIELDS if f != "reason"]
+    fmt = args.format or table.auto_format(rows, fields, right_aligned=("spent",), last="reason")
+    for line in table.render(rows, fmt, FIELDS, header=not args.no_header):
+        print(line)
+    if args.steps:
+        for s in summaries:
+            print(f"\n{s['id']}: {s['directory']}")
+            steps = [
+                {
+                    "iteration": str(st["iteration"]),
+                    "job": st["job"],
+                    "device": st["device"] or "-",
+                    "value": "-" if st["value"] is None else f"{st['value']:.6g}",
+                    "cost": "-" if st["cost"] is None else format_money(st["cost"]),
+                    "rc": "-" if st["rc"] is None else str(st["rc"]),
+                }
+                for st in s["steps"]
+            ]
+            names = ["iteration", "job", "device", "value", "cost", "rc"]
+            fmt_steps = table.auto_format(
+                steps, names, right_aligned=("iteration", "value", "cost")
+            )
+            for line in table.render(steps, fmt_steps, names):
+                print(line)
+    return 0
+
+
+# --- cancel, wait, step ------------------------------------------------------------------
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from flux_quantum.loopsteps import cancel
+
+    loop = resolve(args.loop)
+    jobs = cancel(_handle(), loop, args.message or "loop cancelled by its user")
+    what = ", ".join(encode_jobid(j) for j in jobs) or "no live step"
+    print(f"loop {loop.id} cancelled ({what})", file=sys.stderr)
+    return 0
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    from flux_quantum.loopsteps import reconcile
+
+    loop = resolve(args.loop)
+    handle = _handle()
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    import flux.job
+
+    while True:
+        history = reconcile(handle, loop)
+        if history.ended is not None:
+            break
+        if not history.submitted:
+            raise CommandError(f"loop {loop.id} has no step")
+        jobid = history.submitted[history.iteration]
+        watcher = flux.job.event_watch_async(handle, jobid)
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise CommandError(f"loop {loop.id}: still going after {args.timeout:g} s", 2)
+                try:
+                    watcher.wait_for(-1.0 if remaining is None else remaining)
+                except OSError:
+                    continue  # timed out: the deadline check above says so
+                event = watcher.get_event()
+                if event is None or event.name == "clean":
+                    break
+        finally:
+            with contextlib.suppress(OSError):
+                watcher.cancel()
+        # The step ended: its rank 0 journaled what follows before it did.
+    ended = history.ended
+    print(f"loop {loop.id}: {ended.outcome} after iteration {ended.iteration}: {ended.reason}")
+    return 0 if ended.outcome in SUCCESSFUL else 1
+
+
+def cmd_step(args: argparse.Namespace) -> int:
+    from flux_quantum.loopsteps import run_step
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    return run_step(LoopDir.open(args.directory), args.iteration, command)
+
+
+# --- parsers -------------------------------------------------------------------------------
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "loop",
+        help="variational loops as chains of held steps (submit, status, cancel, wait)",
+        description="Run the iterations of a variational algorithm as a chain of Flux "
+        "jobs: step K is held with no node until task K is done, runs the step command "
+        "(which reads result K and writes program K+1), then submits step K+1.",
+    )
+    lsub = p.add_subparsers(dest="loop_command", metavar="SUBCOMMAND")
+    lsub.required = True
+
+    s = lsub.add_parser("submit", help="start a loop: prints its id")
+    s.add_argument(
+        "--qpu",
+        required=True,
+        metavar="TARGET",
+        help="the device request of the first task ('any', DEVICE, VENDOR:DEVICE, VENDOR:any); later tasks go where it ran",
+    )
+    s.add_argument(
+        "--program", required=True, metavar="FILE", help="the starting program (OpenQASM 3)"
+    )
+    s.add_argument("--shots", type=int, help="shots of each task (default 1000)")
+    s.add_argument(
+        "--session",
+        choices=("dedicated", "batch"),
+        help="one vendor session for the whole loop (IBM)",
+    )
+    s.add_argument("--policy", help="how the first task chooses among devices (with 'any')")
+    s.add_argument("--failover", help="qpu.failover of every step")
+    s.add_argument(
+        "--setattr",
+        action="append",
+        default=[],
+        metavar="qpu.KEY=VALUE",
+        help="any other qpu request key (repeatable)",
+    )
+    s.add_argument(
+        "--max-iterations",
+        type=int,
+        default=DEFAULT_MAX_ITERATIONS,
+        metavar="K",
+        help=f"at most K steps (default {DEFAULT_MAX_ITERATIONS})",
+    )
+    s.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="AMOUNT",
+        help="what the whole loop may spend (each step gets what is left as qpu.max_cost)",
+    )
+    s.add_argument(
+        "--maximize", action="store_true", help="a higher value is better (default: lower)"
+    )
+    s.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="the loop's directory (default: $XDG_STATE_HOME/flux-quantum/loops/ID); on a file system every node sees",
+    )
+    s.add_argument("--name", metavar="ID", help="the loop's id (default: loop-XXXXXXXX)")
+    s.add_argument("-N", "--nodes", type=int, metavar="N", help="nodes of each step")
+    s.add_argument("-n", "--ntasks", type=int, metavar="N", help="tasks of each step")
+    s.add_argument("-c", "--cores-per-task", type=int, default=1, metavar="N")
+    s.add_argument("-g", "--gpus-per-task", type=int, default=0, metavar="N")
+    s.add_argument("-t", "--time-limit", metavar="FSD", help="time limit of each step (e.g. 10m)")
+    s.add_argument("-q", "--queue", metavar="NAME")
+    s.add_argument("-B", "--bank", metavar="NAME")
+    s.add_argument("-v", "--verbose", action="store_true", help="say where the loop lives")
+    s.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND ...")
+    s.set_defaults(func=cmd_submit)
+
+    st = lsub.add_parser("status", aliases=["list"], help="where loops stand")
+    st.add_argument(
+        "loops",
+        nargs="*",
+        metavar="LOOP",
+        help="loop ids or directories (default: every loop of yours)",
+    )
+    st.add_argument("--steps", action="store_true", help="also list each loop's steps")
+    st.add_argument("--json", action="store_true")
+    st.add_argument("-o", "--format", help="output format ({" + "}, {".join(FIELDS) + "})")
+    st.add_argument("-n", "--no-header", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    c = lsub.add_parser("cancel", help="end a loop and cancel its live step (and its task)")
+    c.add_argument("loop", metavar="LOOP")
+    c.add_argument("-m", "--message", help="the reason recorded")
+    c.set_defaults(func=cmd_cancel)
+
+    w = lsub.add_parser(
+        "wait", help="wait until a loop ended (rc 0: converged or did its iterations)"
+    )
+    w.add_argument("loop", metavar="LOOP")
+    w.add_argument("--timeout", type=float, metavar="SECONDS")
+    w.set_defaults(func=cmd_wait)
+
+    r = lsub.add_parser("step", help=argparse.SUPPRESS)
+    r.add_argument("directory")
+    r.add_argument("iteration", type=int)
+    r.add_argument("command", nargs=argparse.REMAINDER)
+    r.set_defaults(func=cmd_step)

@@ -1,0 +1,160 @@
+"""The loop's pure parts: spec, journal, replay, decisions, the step's files (no Flux)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flux_quantum.errors import CommandError
+from flux_quantum.loop import (
+    BUDGET,
+    CONVERGED,
+    FAILED,
+    MAX_REACHED,
+    Ended,
+    LoopDir,
+    LoopSpec,
+    Moved,
+    Resources,
+    Started,
+    Step,
+    Stepped,
+    StepReport,
+    Submitted,
+    decide,
+    decode_line,
+    replay,
+)
+
+PROGRAM = "OPENQASM 3;\nqubit[1] q;\nbit[1] c;\nh q[0];\nc[0] = measure q[0];\n"
+
+
+def spec(**kw: object) -> LoopSpec:
+    base: dict[str, object] = {
+        "id": "vqe",
+        "request": {"device": "local:local-garnet", "shots": 100},
+        "command": ("python", "step.py"),
+    }
+    base.update(kw)
+    return LoopSpec(**base)  # type: ignore[arg-type]
+
+
+def test_spec_round_trips_and_refuses_bad_fields() -> None:
+    s = spec(max_cost=2.5, resources=Resources(nodes=2, time_limit="5m"))
+    assert LoopSpec.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    with pytest.raises(CommandError, match="max-iterations must be an integer from 1"):
+        spec(max_iterations=0)
+    with pytest.raises(CommandError, match="loop name 'Bad Name' is not valid"):
+        spec(id="Bad Name")
+    with pytest.raises(CommandError, match="qpu.program is set by the loop itself"):
+        spec(request={"device": "sv1", "program": "a.qasm"})
+    with pytest.raises(CommandError, match="qpu.shots"):
+        spec(request={"device": "sv1", "shots": -1})
+    with pytest.raises(CommandError, match="not a loop spec"):
+        LoopSpec.from_dict({"id": "x"})
+
+
+def test_step_request_pins_the_device_and_passes_the_budget(tmp_path: Path) -> None:
+    s = spec(request={"device": "local:any", "policy": "min-cost", "shots": 10})
+    first = s.step_request(0, tmp_path / "0.qasm", None, 3.0)
+    assert first["device"] == "local:any" and first["policy"] == "min-cost"
+    assert first["loop"] == "vqe" and first["release_at"] == "done" and first["max_cost"] == 3.0
+    later = s.step_request(4, tmp_path / "4.qasm", "local:local-garnet", None)
+    assert later["device"] == "local:local-garnet" and "policy" not in later
+    assert later["program"] == str(tmp_path / "4.qasm") and "max_cost" not in later
+
+
+def test_journal_decoder_trusts_no_line() -> None:
+    good = Submitted(0, 1234, None).to_line(1.0)
+    assert decode_line(good) == Submitted(0, 1234)
+    for bad in (
+        "",
+        "{torn",
+        "[]",
+        json.dumps({"name": "submitted", "iteration": "0", "jobid": 1}),
+        json.dumps({"name": "ended", "iteration": 0, "outcome": "exploded", "reason": "x"}),
+        json.dumps({"name": "unknown", "iteration": 0}),
+    ):
+        assert decode_line(bad) is None
+
+
+def test_replay_folds_the_journal() -> None:
+    records = [
+        Submitted(0, 10),
+        Started(0, 10),
+        Stepped(0, 10, 0, "local:local-garnet", "t0", 0.5, -1.0),
+        Submitted(1, 11, "local:local-garnet"),
+        Stepped(1, 11, 0, "local:local-aria", "t1", None, -2.0),
+        Moved(1, "local:local-garnet", "local:local-aria"),
+        Stepped(7, 99, 0),  # a step never submitted: ignored
+        Submitted(2, 12, "local:local-aria"),
+        Ended(2, "cancelled", "by its user"),
+        Submitted(3, 13),  # after the end: ignored
+    ]
+    h = replay(records)
+    assert h.iteration == 2 and h.device == "local:local-aria"
+    assert h.spent == 0.5 and h.unsettled == 1
+    assert h.best == (-2.0, 1)
+    assert replay(records, "max").best == (-1.0, 0)
+    assert h.live_jobs() == [12] and h.ended is not None and h.ended.outcome == "cancelled"
+
+
+def test_decide_covers_every_end() -> None:
+    s = spec(max_iterations=3, max_cost=1.0)
+    h = replay([Submitted(0, 10)])
+    ok = Stepped(0, 10, 0, "local:local-garnet", "t", 0.25)
+    d = decide(s, h, ok, StepReport(value=-1.5))
+    assert d.ended is None and d.next_device == "local:local-garnet" and d.budget == 0.75
+    assert d.stepped.value == -1.5
+
+    def ended(stepped: Stepped, report: StepReport, history: object = h) -> Ended:
+        out = decide(s, history, stepped, report).ended  # type: ignore[arg-type]
+        assert out is not None
+        return out
+
+    assert ended(Stepped(0, 10, 3), StepReport()).outcome == FAILED
+    assert "killed by signal 9" in ended(Stepped(0, 10, -9), StepReport()).reason
+    assert ended(ok, StepReport(done=True)).outcome == CONVERGED
+    h2 = replay(
+        [
+            Submitted(0, 10),
+            Stepped(0, 10, 0, cost=0.0),
+            Submitted(1, 11),
+            Stepped(1, 11, 0),
+            Submitted(2, 12),
+        ]
+    )
+    assert ended(Stepped(2, 12, 0), StepReport(), h2).outcome == MAX_REACHED
+    assert ended(Stepped(0, 10, 0, "d", "t", 1.0), StepReport()).outcome == BUDGET
+    h3 = replay([Submitted(0, 10), Stepped(0, 10, 0, "a:x"), Submitted(1, 11)])
+    moved = decide(s, h3, Stepped(1, 11, 0, "a:y"), StepReport())
+    assert moved.moved == Moved(1, "a:x", "a:y") and moved.next_device == "a:y"
+
+
+def test_the_step_api_and_the_shell_contract(tmp_path: Path) -> None:
+    loop = LoopDir.create(tmp_path / "vqe", spec(), PROGRAM)
+    assert loop.program(0).read_text() == PROGRAM
+    with pytest.raises(CommandError, match="already holds a loop"):
+        LoopDir.create(tmp_path / "vqe", spec(), PROGRAM)
+    env = {"FLUX_QPU_LOOP_DIR": str(loop.path), "FLUX_QPU_ITERATION": "0"}
+    step = Step.current(env)
+    assert step.state == {} and step.program == PROGRAM
+    step.save_state({"theta": [0.1, 0.2], "k": 1})
+    step.next(PROGRAM.replace("h", "x"), value=-0.5)
+    assert Step.current(env).state == {"theta": [0.1, 0.2], "k": 1}
+    assert loop.report(0) == StepReport(value=-0.5, done=False)
+    Step(loop, 1).done(value=-0.75, reason="gradient below 1e-3")
+    assert loop.report(1) == StepReport(value=-0.75, done=True, reason="gradient below 1e-3")
+    # A step that said nothing and wrote no program ends the loop; the shell's value file.
+    loop.value_file(2).write_text("-0.9\n")
+    assert loop.report(2) == StepReport(value=-0.9, done=True)
+    with pytest.raises(CommandError, match="not in a loop's step"):
+        Step.current({})
+    with pytest.raises(ValueError, match="finite"):
+        step.next(PROGRAM, value=float("nan"))
+    with loop.locked():
+        loop.append(Submitted(0, 5), Ended(0, "failed", "x"))
+    assert loop.history().ended == Ended(0, "failed", "x")
+    assert LoopDir.open(loop.path).spec == loop.spec
