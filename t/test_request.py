@@ -57,9 +57,11 @@ FIDELITY = "qpu.min_fidelity must be a probability > 0 and <= 1, got "
 CLASS = "qpu.class must be one of qpu, simulator, got "
 FAILOVER = "qpu.failover must be one of fail, next, simulator, got "
 GROUP = f"qpu.group must be a name with {RULE}, got "
+LOOP = f"qpu.loop must be a loop name with {RULE}, got "
 KEYS = (
     " is unknown; the keys are device, vendor, policy, shots, program, release_at,"
-    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group, session, account"
+    " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group, session, account,"
+    " loop"
 )
 
 # (value of attributes.system.qpu, field named, exact message)
@@ -231,6 +233,11 @@ MALFORMED: list[tuple[object, str, str]] = [
         "qpu.session must be one of dedicated, batch, got 'exclusive'",
     ),
     ({"session": True}, "qpu.session", "qpu.session must be one of dedicated, batch, got true"),
+    # loop key: a name, as for qpu.group
+    ({"loop": "Loop 1"}, "qpu.loop", LOOP + "'Loop 1'"),
+    ({"loop": ""}, "qpu.loop", LOOP + "''"),
+    ({"loop": 3}, "qpu.loop", LOOP + "3"),
+    ({"loop": None}, "qpu.loop", LOOP + "null"),
     # account key
     ({"account": "mine"}, "qpu.account", "qpu.account must be one of site, user, got 'mine'"),
     ({"account": None}, "qpu.account", "qpu.account must be one of site, user, got null"),
@@ -240,7 +247,7 @@ MALFORMED: list[tuple[object, str, str]] = [
     ({"release-at": 1}, "qpu.release-at", "qpu.release-at" + KEYS),
     ({"device_class": "qpu"}, "qpu.device_class", "qpu.device_class" + KEYS),
     ({"zeta": 1, "max_wait": 5, "alpha": 2}, "qpu.alpha", "qpu.alpha" + KEYS),
-    ({"k" * 300: 1}, "qpu." + "k" * 25 + "...", "qpu." + "k" * 25 + "..." + KEYS),
+    ({"k" * 300: 1}, "qpu." + "k" * 22 + "...", "qpu." + "k" * 22 + "..." + KEYS),
     ({"bad\nkey": 1}, "qpu.bad\\nkey", "qpu.bad\\nkey" + KEYS),
 ]
 
@@ -326,6 +333,7 @@ def test_defaults() -> None:
         group=None,
         session=None,
         account="site",
+        loop=None,
     )
     assert parse_request({}) == parse_request("any")
     assert parse_request({}).policy == "min-wait"
@@ -346,6 +354,7 @@ def test_defaults() -> None:
         "group",
         "session",
         "account",
+        "loop",
     ]
 
 
@@ -387,6 +396,7 @@ TABLE_FORMS: list[tuple[dict, dict]] = [
     ({"failover": "simulator"}, {"failover": "simulator"}),
     ({"group": "sweep-7"}, {"group": "sweep-7"}),
     ({"session": "batch"}, {"session": "batch"}),
+    ({"loop": "loop-0a1b2c3d"}, {"loop": "loop-0a1b2c3d"}),
     (
         {
             "device": "braket:any",
@@ -523,6 +533,10 @@ def test_format_duration(seconds: float, text: str) -> None:
             "sv1 shots=500 release_at=done group=g1 programs=2",
         ),
         (
+            {"device": "ibm:fez", "session": "dedicated", "loop": "vqe.1"},
+            "ibm:fez shots=1000 release_at=done session=dedicated loop=vqe.1",
+        ),
+        (
             {
                 "class": "qpu",
                 "min_qubits": 20,
@@ -567,6 +581,7 @@ def test_request_is_frozen_and_hashable() -> None:
         ({"max_wait": "soon"}, WAIT + "'soon'"),
         ({"device_class": "sim"}, CLASS + "'sim'"),
         ({"group": "G"}, GROUP + "'G'"),
+        ({"loop": "L1"}, LOOP + "'L1'"),
     ],
 )  # fmt: skip
 def test_constructor_checks_like_the_parser(fields: dict, message: str) -> None:

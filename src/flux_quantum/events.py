@@ -418,7 +418,9 @@ class Session(QpuEvent):
     them as single jobs: ``requested`` is the mode asked for, ``mode`` the one in force
     (``job``: no session), ``reason`` why they differ (IBM's Open plan refuses dedicated
     sessions with 1352). ``fingerprint`` tells sessions apart; the id itself is a secret
-    and is never recorded (a restarted service reads it back from a task that rode it)."""
+    and is never recorded (a restarted service reads it back from a task that rode it).
+    ``loop``: the variational loop (``qpu.loop``) whose steps share the session;
+    ``joined``: the unit that opened it, when this step joined it rather than opened it."""
 
     name: ClassVar[str] = SESSION
     device: str
@@ -426,6 +428,8 @@ class Session(QpuEvent):
     mode: str
     fingerprint: str | None = None
     reason: str | None = None
+    loop: str | None = None
+    joined: int | None = None
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ TABLE_KEYS: tuple[str, ...] = (
     "group",
     "session",
     "account",
+    "loop",
 )
 
 # Who pays for the task: the site's accounts (the system instance's handler service
@@ -248,6 +249,10 @@ def _check_account(value: object) -> str:
     return _check_choice("qpu.account", value, ACCOUNTS)
 
 
+def _check_loop(value: object) -> str:
+    return _check_name("qpu.loop", value, "a loop name")
+
+
 # Table key -> (QpuRequest field, checker). "device" is parsed apart: it may carry a vendor.
 _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "vendor": ("vendor", _check_vendor),
@@ -264,6 +269,7 @@ _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "group": ("group", _check_group),
     "session": ("session", _check_session),
     "account": ("account", _check_account),
+    "loop": ("loop", _check_loop),
 }
 
 
@@ -309,6 +315,9 @@ class QpuRequest:
     group: str | None = None
     session: str | None = None
     account: str = DEFAULT_ACCOUNT
+    # The variational loop this job is a step of (``flux quantum loop submit`` sets it):
+    # with ``session``, the loop's steps share one vendor session.
+    loop: str | None = None
 
     def __post_init__(self) -> None:
         # Same checks as the table form, so code that builds a request by hand (the
@@ -348,6 +357,8 @@ class QpuRequest:
         if self.session is not None:
             _check_session(self.session)
         _check_account(self.account)
+        if self.loop is not None:
+            _check_loop(self.loop)
 
     @property
     def target(self) -> str:
@@ -382,6 +393,8 @@ class QpuRequest:
             attr["session"] = self.session
         if self.account != DEFAULT_ACCOUNT:
             attr["account"] = self.account
+        if self.loop is not None:
+            attr["loop"] = self.loop
         return attr
 
     def describe(self) -> str:
@@ -408,6 +421,8 @@ class QpuRequest:
             parts.append(f"session={self.session}")
         if self.account != DEFAULT_ACCOUNT:
             parts.append(f"account={self.account}")
+        if self.loop is not None:
+            parts.append(f"loop={self.loop}")
         if len(self.program) == 1:
             parts.append(f"program={self.program[0]}")
         elif self.program:
@@ -430,8 +445,8 @@ def parse_request(value: object) -> QpuRequest:
     unknown = sorted(str(key) for key in value if key not in TABLE_KEYS)
     if unknown:
         key = _shown(unknown[0])[1:-1]
-        if len(key) > 28:  # the message lists every key: keep it one short line
-            key = key[:25] + "..."
+        if len(key) > 25:  # the message lists every key: keep it one short line
+            key = key[:22] + "..."
         raise RequestError(
             f"qpu.{key}", f"qpu.{key} is unknown; the keys are {', '.join(TABLE_KEYS)}"
         )

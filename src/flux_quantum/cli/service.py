@@ -40,6 +40,7 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("retry_max", float, "longest back-off after a vendor error, seconds (60)"),
     ("error_limit", int, "failed calls in a row, other than vendor outages, before failing (5)"),
     ("group_linger", float, "seconds a released qpu.group stays joinable (60)"),
+    ("loop_linger", float, "seconds a loop's vendor session outlives its last step (5)"),
     ("tick", float, "seconds between the service's checks for due work (0.2)"),
     ("startup_default", float, "job start-up assumed by release_at=predict until measured (1)"),
     (

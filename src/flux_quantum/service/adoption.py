@@ -36,6 +36,7 @@ from flux_quantum.service.fluxside import JobRecord
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.programs import programs_of
 from flux_quantum.service.release import Release
+from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import (
     Attempt,
     Member,
@@ -61,6 +62,7 @@ class Adoption:
         release: Release,
         tasks: Tasks,
         charges: Charges,
+        sessions: Sessions,
     ) -> None:
         self.ctx = ctx
         self.face = face
@@ -68,6 +70,7 @@ class Adoption:
         self.release = release
         self.tasks = tasks
         self.charges = charges
+        self.sessions = sessions
         self._scan_error: str | None = None
         self._scan_error_count = 0
         # While a batch is adopted: the units it touched, the events it has to post and
@@ -342,7 +345,8 @@ class Adoption:
 
     def _restore_session(self, unit: Unit, histories: Sequence[events.History]) -> None:
         """The unit's session as its eventlogs recorded it (its id is read back from a task
-        that rode it when it is closed); a session closed already is not restored."""
+        that rode it when it is closed, or when a later task rides it); a session closed
+        already is not restored. A loop's is the one its steps share."""
         recorded = next((h.session for h in histories if h.session is not None), None)
         if recorded is None or any(h.session_closed for h in histories):
             if recorded is not None:
@@ -358,6 +362,7 @@ class Adoption:
             recorded.mode,
             recorded.fingerprint,
         )
+        self.sessions.restored(unit)
 
     def _recount(self, unit: Unit) -> None:
         """Tasks found in the eventlogs exist: reserve them again (``recovering``: the

@@ -106,7 +106,7 @@ class QuantumService:
             self.selection,
         )
         self.adoption = Adoption(
-            ctx, self.face, self.outcomes, self.release, self.tasks, self.charges
+            ctx, self.face, self.outcomes, self.release, self.tasks, self.charges, self.sessions
         )
         self.devices = Devices(ctx, self.outcomes)
         self.due = DueQueue(retry_after=options.tick)
@@ -266,7 +266,8 @@ class QuantumService:
         }
         if userid is None:
             out.update(
-                # Sessions kept for released jobs still running, or being closed.
+                # Sessions kept for released jobs still running or a loop's steps, or
+                # being closed.
                 sessions_open=len(self.sessions.leases),
                 counters=ctx.counters.__dict__.copy(),
                 workers={"busy": ctx.workers.busy, "queued": ctx.workers.queued},

@@ -45,6 +45,12 @@ class ServiceOptions:
     startup_default: float = 1.0
     lead_share: float = 0.0  # classical lead: share of its limit a job runs (0: learn it)
     session_ttl: float = 28800.0  # look back this far for sessions left open (QRMI's max TTL)
+    # How long a variational loop's vendor session (qpu.loop with qpu.session) outlives
+    # the loop's last job and unit. Short, because a dedicated IBM session bills its wall
+    # time; long enough for the next step, which the previous step submits before it
+    # exits, so its hold comes before or just after that step ends and the service
+    # adopts it at its next scan (at least one scan_interval is always waited).
+    loop_linger: float = 5.0
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -55,8 +61,10 @@ class ServiceOptions:
             raise ServiceError(
                 f"lead-share must be a number from 0 (learn it) to 1, got {self.lead_share!r}"
             )
-        if self.group_linger < 0:
-            raise ServiceError(f"group-linger must be >= 0, got {self.group_linger!r}")
+        for name in ("group_linger", "loop_linger"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ServiceError(f"{arg_name(name)} must be a number >= 0, got {value!r}")
         for name in _INT_OPTIONS:
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):

@@ -256,4 +256,5 @@ class Counters:
     unexpected_errors: int = 0
     tasks_found: int = 0  # found again after a restart (find_task), not created
     sessions_opened: int = 0
+    sessions_joined: int = 0  # a later step of a loop rode its loop's open session
     sessions_closed: int = 0

@@ -183,14 +183,27 @@ class Tasks:
             return
         if unit.request.session is not None and unit.session is None and not attempt.submit_posted:
             # The first task of a unit that asked for a session opens it, then rides it;
-            # the unit's other programs wait for it.
+            # the unit's other programs wait for it. A later step of a loop rides the
+            # session its loop has open on the device instead.
             if program.index != 0 and not unit.programs[0].attempt.submit_posted:
                 attempt.due = ctx.clock() + ctx.options.tick
                 return
-            mode = unit.request.session
-            self.calls.call(
-                unit, program, lambda: vendor.open_session(device, mode), self._session_opened
-            )
+            if not self.sessions.ride(unit, device):
+                if self.sessions.opening(unit, device):
+                    # Another step of the loop is opening one there: ride that one.
+                    attempt.due = ctx.clock() + ctx.options.tick
+                    return
+                mode = unit.request.session
+                self.calls.call(
+                    unit, program, lambda: vendor.open_session(device, mode), self._session_opened
+                )
+                return
+        riding = self._riding(unit, device)
+        rode = self.sessions.rode(unit) if riding is not None and riding.handle is None else None
+        if rode is not None:
+            # After a restart the session's id is known to the vendor only: read it back
+            # through a task that rode it before this task rides it too.
+            self.calls.call(unit, program, lambda: vendor.session_of(rode), self._session_found)
             return
         if not attempt.submit_posted:
             # The token goes to the eventlog BEFORE the vendor hears of it, with the time
@@ -201,7 +214,6 @@ class Tasks:
                 attempt.due = ctx.clock() + ctx.options.scan_interval
                 return
             attempt.submit_posted = True
-        riding = self._riding(unit, device)
         session = riding.handle if riding is not None else None
         look, since = attempt.look_first, attempt.since or unit.t_submit
         found: list[TaskRef] = []
@@ -244,6 +256,17 @@ class Tasks:
             )
         self.calls.recovered(attempt)
         self.sessions.opened(unit, device, opening)
+        attempt.due = 0.0
+
+    def _session_found(
+        self, unit: Unit, program: Program, attempt: Attempt, found: Any, error: Any
+    ) -> None:
+        """The session read back through a task that rode it: ridden, or gone."""
+        if error is not None:
+            self.calls.failed(unit, program, "find session", error)
+            return
+        self.calls.recovered(attempt)
+        self.sessions.found(unit, found)
         attempt.due = 0.0
 
     def _created(
