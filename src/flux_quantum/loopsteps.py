@@ -119,6 +119,10 @@ def submit_step(
         jobid = int(flux.job.submit(handle, jobspec))
     except OSError as exc:
         raise CommandError(f"step {iteration} of loop {loop.id} was refused: {exc}") from None
+    # Memos, so that flux jobs shows them: {user.qpu_loop} {user.qpu_iteration}.
+    memo = {LOOP_ATTRIBUTE: loop.id, ITERATION_ATTRIBUTE: iteration}
+    with contextlib.suppress(OSError):
+        handle.rpc("job-manager.memo", {"id": jobid, "volatile": False, "memo": memo}).get()
     record = Submitted(iteration, jobid, device, budget)
     loop.append(record)
     return record
@@ -139,12 +143,10 @@ def run_step(loop: LoopDir, iteration: int, command: Sequence[str]) -> int:
     if env.get("FLUX_TASK_RANK", "0") != "0":
         os.execvpe(command[0], list(command), env)
     import flux
+    import flux.job
 
     handle = flux.Flux()
-    jobid = int(env.get("FLUX_JOB_ID", "0") or 0)
-    if jobid:
-        with contextlib.suppress(ValueError):
-            jobid = int(flux.job.JobID(env["FLUX_JOB_ID"]))
+    jobid = int(flux.job.JobID(env["FLUX_JOB_ID"])) if env.get("FLUX_JOB_ID") else 0
     with loop.locked():
         if loop.history().ended is None:
             loop.append(Started(iteration, jobid))
