@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from flux_quantum import events
@@ -39,10 +41,12 @@ from flux_quantum.loop import (
     Ended,
     LoopDir,
     LoopHistory,
+    LoopSpec,
     Started,
     Stepped,
     Submitted,
     decide,
+    default_root,
 )
 
 # How long rank 0 waits, at the step's end, for its task's settled cost.
@@ -309,3 +313,128 @@ def cancel(handle: Any, loop: LoopDir, reason: str = "loop cancelled") -> list[i
                 flux.job.cancel(handle, jobid, reason)
                 cancelled.append(jobid)
     return cancelled
+
+
+# --- the loop as a whole: submit, wait, describe -------------------------------------------------
+
+
+def submit_loop(
+    handle: Any,
+    spec: LoopSpec,
+    program_text: str,
+    directory: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[LoopDir, Submitted]:
+    """Create the loop's directory (``directory``, else under ``default_root``, where a
+    link to it is kept either way) and submit its first step. Nothing is kept when the
+    step is refused."""
+    env = os.environ if environ is None else environ
+    root = default_root(env)
+    link = root / spec.id
+    if link.exists() or link.is_symlink():
+        raise CommandError(f"a loop named {spec.id} exists ({link}); choose another name")
+    path = Path(directory).absolute() if directory is not None else link
+    loop = LoopDir.create(path, spec, program_text)
+    try:
+        if path != link:
+            root.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(path)
+        with loop.locked():
+            submitted = submit_step(handle, loop, 0, None, spec.max_cost, env)
+    except (CommandError, OSError) as exc:
+        # Nothing half-done: no step runs, so nothing of the loop is kept.
+        with contextlib.suppress(OSError):
+            if link.is_symlink():
+                link.unlink()
+        shutil.rmtree(path, ignore_errors=True)
+        raise CommandError(str(exc)) from None
+    return loop, submitted
+
+
+def wait_loop(handle: Any, loop: LoopDir, timeout: float | None = None) -> Ended:
+    """Wait until the loop ended (each step's ``clean`` event, then the journal); its end.
+    CommandError (exit code 2) after ``timeout`` seconds."""
+    import flux.job
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        history = reconcile(handle, loop)
+        if history.ended is not None:
+            return history.ended
+        if not history.submitted:
+            raise CommandError(f"loop {loop.id} has no step")
+        watcher = flux.job.event_watch_async(handle, history.submitted[history.iteration])
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise CommandError(f"loop {loop.id}: still going after {timeout:g} s", 2)
+                try:
+                    watcher.wait_for(-1.0 if remaining is None else remaining)
+                except OSError:
+                    continue  # timed out: the deadline check says so
+                event = watcher.get_event()
+                if event is None or event.name == "clean":
+                    break  # the step ended: its rank 0 journaled what follows first
+        finally:
+            with contextlib.suppress(OSError):
+                watcher.cancel()
+
+
+def describe(handle: Any, loop: LoopDir) -> dict[str, Any]:
+    """The loop as ``flux quantum loop status`` shows it (``--json`` prints this)."""
+    history = reconcile(handle, loop)
+    job_state = None
+    if history.ended is None and history.submitted:
+        jobid = history.submitted[history.iteration]
+        job = job_states(handle, [jobid]).get(jobid)
+        job_state = job.state if job else None
+    best = history.best
+    k = history.iteration
+    if history.ended is not None:
+        state = history.ended.outcome
+    elif k < 0:
+        state = "new"
+    elif k in history.started:
+        state = "running"
+    elif job_state in ("DEPEND", None):
+        state = "held"
+    elif job_state in ("PRIORITY", "SCHED"):
+        state = "starting"
+    else:
+        state = job_state.lower()
+    spec = loop.spec
+
+    def step(i: int, jobid: int) -> dict[str, Any]:
+        s = history.steps.get(i)
+        return {
+            "iteration": i,
+            "job": encode_jobid(jobid),
+            "device": s.device if s else None,
+            "task": s.task if s else None,
+            "value": s.value if s else None,
+            "cost": s.cost if s else None,
+            "rc": s.rc if s else None,
+        }
+
+    return {
+        "id": spec.id,
+        "directory": str(loop.path),
+        "iteration": k,
+        "max_iterations": spec.max_iterations,
+        "state": state,
+        "device": history.device or str(spec.request.get("device", "any")),
+        "best": best[0] if best else None,
+        "best_iteration": best[1] if best else None,
+        "goal": spec.goal,
+        "spent": round(history.spent, 6),
+        "max_cost": spec.max_cost,
+        "unsettled": history.unsettled,
+        "job": encode_jobid(history.submitted[k]) if k >= 0 else None,
+        "outcome": history.ended.outcome if history.ended else None,
+        "reason": history.ended.reason if history.ended else None,
+        "moves": [
+            {"iteration": m.iteration, "from": m.previous, "to": m.device} for m in history.moves
+        ],
+        "steps": [step(i, j) for i, j in sorted(history.submitted.items())],
+    }

@@ -11,10 +11,8 @@ named ``ID.K`` with ``{user.qpu_loop}`` and ``{user.qpu_iteration}``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -27,11 +25,9 @@ from flux_quantum.loop import (
     DEFAULT_MAX_ITERATIONS,
     SUCCESSFUL,
     LoopDir,
-    LoopHistory,
     LoopSpec,
     Resources,
     check_loop_id,
-    default_root,
     known_loops,
     new_loop_id,
     resolve,
@@ -72,7 +68,7 @@ def _qpu_attrs(pairs: list[str]) -> dict[str, Any]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from flux_quantum.loopsteps import submit_step
+    from flux_quantum.loopsteps import submit_loop
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -115,29 +111,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         cwd=os.getcwd(),
         created=time.time(),
     )
-    root = default_root()
-    link = root / loop_id
-    if link.exists() or link.is_symlink():
-        raise CommandError(f"a loop named {loop_id} exists ({link}); choose another --name")
-    directory = Path(args.dir).absolute() if args.dir else link
-    handle = _handle()
-    loop = LoopDir.create(directory, spec, program_text)
-    try:
-        if directory != link:
-            root.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(directory)
-        with loop.locked():
-            submitted = submit_step(handle, loop, 0, None, spec.max_cost, os.environ)
-    except (CommandError, OSError) as exc:
-        # Nothing half-done: no step runs, so nothing of the loop is kept.
-        with contextlib.suppress(OSError):
-            if link.is_symlink():
-                link.unlink()
-        shutil.rmtree(directory, ignore_errors=True)
-        raise CommandError(str(exc)) from None
+    loop, submitted = submit_loop(_handle(), spec, program_text, args.dir)
     if args.verbose:
         print(
-            f"loop {loop_id}: directory {directory}, step 0 is job {encode_jobid(submitted.jobid)}",
+            f"loop {loop_id}: directory {loop.path}, step 0 is job {encode_jobid(submitted.jobid)}",
             file=sys.stderr,
         )
     print(loop_id)
@@ -145,54 +122,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 # --- status --------------------------------------------------------------------------------
-
-
-def summary(loop: LoopDir, history: LoopHistory, job_state: str | None) -> dict[str, Any]:
-    """One loop as ``status`` shows it (and ``--json`` prints it)."""
-    best = history.best
-    k = history.iteration
-    if history.ended is not None:
-        state = history.ended.outcome
-    elif k < 0:
-        state = "new"
-    elif k in history.started:
-        state = "running"
-    elif job_state in ("DEPEND", "PRIORITY", "SCHED", None):
-        state = "held" if job_state in ("DEPEND", None) else "starting"
-    else:
-        state = job_state.lower()
-    spec = loop.spec
-    return {
-        "id": spec.id,
-        "directory": str(loop.path),
-        "iteration": k,
-        "max_iterations": spec.max_iterations,
-        "state": state,
-        "device": history.device or str(spec.request.get("device", "any")),
-        "best": best[0] if best else None,
-        "best_iteration": best[1] if best else None,
-        "goal": spec.goal,
-        "spent": round(history.spent, 6),
-        "max_cost": spec.max_cost,
-        "unsettled": history.unsettled,
-        "job": encode_jobid(history.submitted[k]) if k >= 0 else None,
-        "reason": history.ended.reason if history.ended else None,
-        "moves": [
-            {"iteration": m.iteration, "from": m.previous, "to": m.device} for m in history.moves
-        ],
-        "steps": [
-            {
-                "iteration": i,
-                "job": encode_jobid(j),
-                "device": history.steps[i].device if i in history.steps else None,
-                "task": history.steps[i].task if i in history.steps else None,
-                "value": history.steps[i].value if i in history.steps else None,
-                "cost": history.steps[i].cost if i in history.steps else None,
-                "rc": history.steps[i].rc if i in history.steps else None,
-            }
-            for i, j in sorted(history.submitted.items())
-        ],
-    }
 
 
 def _row(s: dict[str, Any]) -> dict[str, str]:
@@ -215,19 +144,11 @@ def _row(s: dict[str, Any]) -> dict[str, str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from flux_quantum.loopsteps import job_states, reconcile
+    from flux_quantum.loopsteps import describe
 
     loops = [resolve(name) for name in args.loops] if args.loops else known_loops()
     handle = _handle()
-    summaries = []
-    for loop in loops:
-        history = reconcile(handle, loop)
-        state = None
-        if history.ended is None and history.submitted:
-            jobid = history.submitted[history.iteration]
-            job = job_states(handle, [jobid]).get(jobid)
-            state = job.state if job else None
-        summaries.append(summary(loop, history, state))
+    summaries = [describe(handle, loop) for loop in loops]
     if args.json:
         print(
             json.dumps(
@@ -277,38 +198,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from flux_quantum.loopsteps import reconcile
+    from flux_quantum.loopsteps import wait_loop
 
     loop = resolve(args.loop)
-    handle = _handle()
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    import flux.job
-
-    while True:
-        history = reconcile(handle, loop)
-        if history.ended is not None:
-            break
-        if not history.submitted:
-            raise CommandError(f"loop {loop.id} has no step")
-        jobid = history.submitted[history.iteration]
-        watcher = flux.job.event_watch_async(handle, jobid)
-        try:
-            while True:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise CommandError(f"loop {loop.id}: still going after {args.timeout:g} s", 2)
-                try:
-                    watcher.wait_for(-1.0 if remaining is None else remaining)
-                except OSError:
-                    continue  # timed out: the deadline check above says so
-                event = watcher.get_event()
-                if event is None or event.name == "clean":
-                    break
-        finally:
-            with contextlib.suppress(OSError):
-                watcher.cancel()
-        # The step ended: its rank 0 journaled what follows before it did.
-    ended = history.ended
+    ended = wait_loop(_handle(), loop, args.timeout)
     print(f"loop {loop.id}: {ended.outcome} after iteration {ended.iteration}: {ended.reason}")
     return 0 if ended.outcome in SUCCESSFUL else 1
 
