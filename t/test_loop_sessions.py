@@ -191,8 +191,19 @@ def test_a_restart_while_a_step_is_held_keeps_one_session_for_it_and_the_running
     released_and_ended_after(h2, second, then=lambda: h2.flux.submit(step()))
     third = max(h2.flux.jobs)
     h2.until(lambda: h2.flux.decoded(third, events.TASK))
-    assert h2.ibm.count("open_session") == 1 and h2.flux.last(third, events.SESSION).joined
+    assert h2.ibm.count("open_session") == 1
+    assert h2.flux.last(third, events.SESSION).joined == first  # the unit that opened it
     assert h2.ibm.sessions[sid]["jobs"][-1] == task_of(h2, third)
     released_and_ended_after(h2, third)
     h2.until(lambda: not h2.ibm.open_sessions())
     assert h2.ibm.count("close_session") == 1 and h2.ibm.count("session_of") == 1
+
+
+def test_a_loops_session_whose_steps_all_ended_while_the_service_was_down_is_closed():
+    h = Harness()
+    first = h.flux.submit(step())
+    released_and_ended_after(h, first)
+    h2 = h.restart()  # the first check finds it, with no job alive and no step held
+    took = h2.until(lambda: not h2.ibm.open_sessions())
+    assert LINGER <= took < 2 * LINGER
+    assert h2.ibm.count("session_of") == 1 and h2.service.counters.sessions_closed == 1

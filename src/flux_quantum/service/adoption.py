@@ -362,7 +362,7 @@ class Adoption:
             recorded.mode,
             recorded.fingerprint,
         )
-        self.sessions.restored(unit)
+        self.sessions.restored(unit, recorded.joined)
 
     def _recount(self, unit: Unit) -> None:
         """Tasks found in the eventlogs exist: reserve them again (``recovering``: the

@@ -177,10 +177,11 @@ class Sessions:
                     return True
         return False
 
-    def restored(self, unit: Unit) -> None:
-        """A unit of a loop adopted after a restart, whose eventlog names its session:
-        it shares the session the service knows already (``recover`` found it, or an
-        earlier step restored it), else the session is leased from it."""
+    def restored(self, unit: Unit, opener: int | None) -> None:
+        """A unit of a loop adopted after a restart, whose eventlog names its session
+        (``opener``: the unit it joined, if it did not open it): it shares the session
+        the service knows already (``recover`` found it, or an earlier step restored
+        it), else the session is leased from it."""
         session, loop = unit.session, unit.request.loop
         if loop is None or session is None or not session.open:
             return
@@ -188,7 +189,8 @@ class Sessions:
         lease = self.leases.get(session.fingerprint)
         if lease is None:
             task = task_on(unit, session.device)
-            lease = Lease(session, task, unit.id, loop=(unit.userid, loop))
+            first = unit.id if opener is None else opener
+            lease = Lease(session, task, first, loop=(unit.userid, loop))
             self.leases[session.fingerprint] = lease
         elif lease.closing:
             unit.session = None  # being closed: a later task of the unit opens another
@@ -434,9 +436,8 @@ class Sessions:
                 loop = None
                 if recorded.loop is not None:
                     loop = (record.submitter() or ctx.userid, recorded.loop)
-                lease = found[recorded.fingerprint] = Lease(
-                    session, None, history.unit if history.unit is not None else jobid, loop=loop
-                )
+                opener = next(u for u in (recorded.joined, history.unit, jobid) if u is not None)
+                lease = found[recorded.fingerprint] = Lease(session, None, opener, loop=loop)
             if lease.task is None and task_id is not None:
                 lease.task = TaskRef(device.vendor, device.name, task_id)
             if jobid in alive:
