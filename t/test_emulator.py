@@ -29,7 +29,7 @@ from braket.circuits import Circuit
 from braket.ir.openqasm import Program
 
 from flux_quantum.emulator import Emulator, ManualClock, Scenario, ScenarioError
-from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
+from flux_quantum.emulator.queue import Dedication, DeviceQueue, TaskTimeline
 
 # Fixtures: emulator, make_emulator, manual_clock (see t/emulator_fixtures.py).
 pytest_plugins = ["emulator_fixtures"]
@@ -379,6 +379,65 @@ def test_task_timeline_marks_front_start_and_end() -> None:
     assert queue.timeline("ours", 10.0).front == 10.0
     line = queue.timeline("ours", 40.0)
     assert (line.front, line.started, line.ended) == (10.0, 20.0, 30.0)
+
+
+def test_a_forecast_is_what_the_queue_then_does_and_leaves_it_where_it_was() -> None:
+    spec = Scenario.default().device(FORTE)  # arrivals and random service times
+    assert spec is not None
+    queue = DeviceQueue(spec, 3)
+    queue.submit("ours", 100.0, shots=100)
+    forecast = queue.forecast("ours", 150.0)
+    assert forecast.ended is not None and forecast.started is not None
+    assert queue.timeline("ours", 150.0).started is None  # not played forward
+    assert queue.timeline("ours", forecast.ended + 1.0) == forecast
+
+
+def _fixed_queue(depth: int) -> DeviceQueue:
+    """A device busy with one fixed 10 s task and ``depth`` more waiting, no arrivals."""
+    spec = Scenario.from_dict(
+        {"devices": [{"arn": "arn:aws:braket:::device/qpu/emulator/T", "name": "T",
+                      "queue": {"depth": depth, "service_time": 10.0, "distribution": "fixed"}}]}
+    ).devices[0]  # fmt: skip
+    return DeviceQueue(spec, 0)
+
+
+def ran(queue: DeviceQueue, task: str, t: float) -> tuple[float | None, float | None]:
+    """When TASK started and ended, as seen at T."""
+    line = queue.timeline(task, t)
+    return line.started, line.ended
+
+
+def test_a_dedication_holds_the_device_from_its_first_start_until_idle_for_its_timeout() -> None:
+    """IBM's dedicated session: the first task waits its turn; then the device runs only
+    the dedication's tasks, a later one at once, until none waited or ran for the idle
+    timeout; one after that waits its turn again and takes the device back."""
+    queue, session = _fixed_queue(3), Dedication("s", idle_timeout=60.0, max_time=10_000.0)
+    queue.submit("a", 1.0, shots=0, dedication=session)
+    queue.submit("other", 2.0, shots=0)  # anyone else's task, behind ours
+    assert ran(queue, "a", 55.0) == (40.0, 50.0)  # behind the 4 ahead
+    assert queue.held_by(55.0) == "s" and queue.timeline("other", 60.0).started is None
+    queue.submit("b", 70.0, shots=0, dedication=session)  # within the idle timeout
+    assert ran(queue, "b", 100.0) == (70.0, 80.0)  # ahead of "other"
+    assert queue.held_by(139.0) == "s" and queue.timeline("other", 139.0).started is None
+    assert ran(queue, "other", 141.0) == (140.0, None)  # 60 s idle: given back
+    assert queue.held_by(141.0) is None
+    queue.submit("c", 145.0, shots=0, dedication=session)
+    assert queue.held_by(149.0) is None and queue.timeline("c", 149.0).started is None
+    assert ran(queue, "c", 200.0) == (150.0, 160.0)  # its turn, after "other"
+    assert queue.held_by(200.0) == "s"
+
+
+def test_a_dedication_gives_the_device_back_at_its_max_time_or_release() -> None:
+    queue = _fixed_queue(3)
+    queue.submit("a", 1.0, shots=0, dedication=Dedication("s", 60.0, max_time=25.0))
+    queue.submit("other", 2.0, shots=0)
+    assert ran(queue, "other", 100.0) == (65.0, 75.0)  # 25 s after a's start
+    released = _fixed_queue(3)
+    released.submit("a", 1.0, shots=0, dedication=Dedication("s", 60.0))
+    released.submit("other", 2.0, shots=0)
+    released.release("s", 55.0)  # the session was closed
+    assert released.held_by(55.0) is None
+    assert ran(released, "other", 100.0) == (55.0, 65.0)
 
 
 # -- faults ----------------------------------------------------------------------------------------

@@ -149,6 +149,33 @@ def test_cancel_and_sessions(emu, clock):
     assert emu.call_count("UpdateSession", session) == 1
 
 
+def test_a_dedicated_sessions_later_jobs_skip_the_queue_until_its_interactive_ttl(emu, clock):
+    """IBM's dedicated session: its first job waits its turn; from its start the backend
+    runs only the session's jobs, a later one at once, and serves its queue again once
+    no job of the session waited or ran for the interactive TTL (60 s)."""
+    session = resource(emu).acquire()
+    riding = resource(emu, QRMI_IBM_QCS_SESSION_ID=session)
+    first = start_job(riding)
+    other = start_job(resource(emu))  # another user's job, behind ours
+    clock.advance(55)  # four background jobs of 10 s, then ours (40-50)
+    assert riding.task_status(first) == qrmi.TaskStatus.Completed
+    assert res_status(emu, other) == "Queued" and emu.ibm.session_state(session) == "active"
+    second = start_job(riding)
+    assert riding.task_status(second) == qrmi.TaskStatus.Running  # no queue
+    clock.advance(10 + 59)  # it ran 55-65; 59 s later the backend is still the session's
+    assert riding.task_status(second) == qrmi.TaskStatus.Completed
+    assert res_status(emu, other) == "Queued"
+    clock.advance(1)
+    assert res_status(emu, other) == "Running" and emu.ibm.session_state(session) == "inactive"
+    _, _, doc = http(emu, "GET", f"/ibm/api/v1/sessions/{session}")
+    assert doc["state"] == "inactive" and doc["interactive_ttl"] == 60
+
+
+def res_status(emu: Emulator, job: str) -> str:
+    _, _, doc = http(emu, "GET", f"/ibm/api/v1/jobs/{job}")
+    return doc["status"]
+
+
 def test_backends_configuration_and_properties(emu):
     status, _, body = http(emu, "GET", "/ibm/api/v1/backends")
     names = [device["name"] for device in body["devices"]]

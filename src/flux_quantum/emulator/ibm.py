@@ -114,6 +114,10 @@ class IbmService:
         seconds; the truth a benchmark measures release lags against)."""
         return self.runtime.job_timeline(job_id)
 
+    def job_forecast(self, job_id: str) -> TaskTimeline:
+        """The milestones a job will reach if only the background changes its queue."""
+        return self.runtime.job_forecast(job_id)
+
     def session_jobs(self, session_id: str) -> list[str]:
         """The jobs that rode ``session_id``, oldest first."""
         return self.runtime.session_jobs(session_id)

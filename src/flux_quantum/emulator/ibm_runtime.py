@@ -4,7 +4,12 @@ This module owns every fact of the emulator's IBM side and every change to one: 
 created on a backend's queue (the same ``DeviceQueue`` as the Braket side), its status, its
 cancel and deletion, and a session's life (open, active from its first job's start,
 inactive while its last jobs drain, closed by its TTL or a close, which cancels what is
-left); it answers in IBM's job and session documents and refuses with IBM's error codes
+left). A dedicated session runs as IBM runs one: its first job waits its turn in the
+backend's queue; once it has started the backend runs only the session's jobs, each
+later one as soon as the backend is free, until no job of the session has been waiting
+or running for the interactive TTL (then it is inactive, the queue moves on, and its
+next job waits its turn again) or the session ends (a ``Dedication`` of the queue). It
+answers in IBM's job and session documents and refuses with IBM's error codes
 (``IbmRefusal``). It must never see an HTTP request, never sleep, never simulate a circuit
 (the caller hands it the results), never read the wall clock, and never hand out a job's
 results before the job has completed.
@@ -25,7 +30,7 @@ from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.ibm_scenario import ERROR_CODES, IbmBackendSpec
 from flux_quantum.emulator.ibm_wire import ibm_error, sampler_result
 from flux_quantum.emulator.ibm_wire import timestamp as ibm_time
-from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
+from flux_quantum.emulator.queue import Dedication, DeviceQueue, TaskTimeline
 from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
 from flux_quantum.emulator.wire import Response
 
@@ -38,6 +43,9 @@ _STATUS = {
     "CANCELLED": "Cancelled",
 }
 _PENDING = ("Queued", "Running")
+# IBM's interactive TTL: a dedicated session with no job waiting or running for this long
+# is deactivated and the backend serves its queue again (IBM's value; not settable).
+INTERACTIVE_TTL = 60
 _ID_LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
@@ -148,6 +156,13 @@ class IbmRuntime:
             job = self._jobs[job_id]
             return self._queues[job.backend].timeline(job_id, self.clock.now())
 
+    def job_forecast(self, job_id: str) -> TaskTimeline:
+        """The milestones a job will reach if nothing but the background changes its
+        backend's queue from now on (``DeviceQueue.forecast``; for benchmarks' clocks)."""
+        with self._lock:
+            job = self._jobs[job_id]
+            return self._queues[job.backend].forecast(job_id, self.clock.now())
+
     def session_jobs(self, session_id: str) -> list[str]:
         """The jobs that rode ``session_id``, oldest first."""
         with self._lock:
@@ -213,8 +228,12 @@ class IbmRuntime:
             queue = self._queues[spec.name]
             if queue.availability.accepts_tasks_at(now) is not None:
                 raise refuse(1004, f"The backend {spec.name} is not available (offline).")
+            dedication = None
             if session_id is not None:
                 self._session_takes(session_id, spec, now)
+                session = self._sessions[session_id]
+                if session.mode == "dedicated":
+                    dedication = Dedication(session_id, INTERACTIVE_TTL, session.max_ttl)
             job_id = self._new_id()
             job = IbmJob(
                 id=job_id,
@@ -227,7 +246,7 @@ class IbmRuntime:
                 result=sampler_result(results, job_id),
                 failure=failure,
             )
-            queue.submit(job_id, now, shots, fails=failure is not None)
+            queue.submit(job_id, now, shots, fails=failure is not None, dedication=dedication)
             self._jobs[job_id] = job
             if session_id is not None:
                 self._sessions[session_id].jobs.append(job_id)
@@ -382,7 +401,12 @@ class IbmRuntime:
                 if j in self._jobs
             )
             return "inactive" if pending else "closed"
-        return "open" if activated is None else "active"
+        if activated is None:
+            return "open"
+        if session.mode == "dedicated":
+            held = self._queues[session.backend].held_by(now)
+            return "active" if held == session.id else "inactive"
+        return "active"
 
     def _session_doc(self, session: IbmSession, now: float) -> dict[str, Any]:
         activated = self._activated(session, now)
@@ -395,7 +419,7 @@ class IbmRuntime:
             "state": state,
             "accepting_jobs": session.accepting_jobs and state != "closed",
             "max_ttl": session.max_ttl,
-            "interactive_ttl": 60,
+            "interactive_ttl": INTERACTIVE_TTL,
             "active_ttl": max(0, int(active_ttl)),
             "started_at": ibm_time(timestamp(self.clock, session.created_t)),
             "user_id": "flux-quantum-emulator",
@@ -437,3 +461,4 @@ class IbmRuntime:
             session.accepting_jobs = False
             if session.closed_t is None:
                 session.closed_t = now
+            self._queues[session.backend].release(session.id, now)

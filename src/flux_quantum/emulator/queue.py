@@ -5,10 +5,18 @@ depth and a seeded Poisson stream of background tasks, served with seeded servic
 pauses while the device is offline or outside its availability window. Its state is a pure
 function of the emulated time and of the creates and cancels applied to it; it advances only
 forward, in O(events). It must never read a clock, sleep or do I/O: callers pass the time in.
+
+Dedicated use (IBM's dedicated sessions): tasks of a ``Dedication`` wait their turn until
+the first of them starts; from then on the device is the dedication's (no other task starts)
+and each later task of it starts as soon as the device is free, ahead of everything waiting,
+until none of its tasks has been waiting or running for ``idle_timeout`` seconds (IBM's
+interactive TTL), ``max_time`` after its first start, or ``release``. A later task after
+that waits its turn again, and its start makes the device the dedication's once more.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from collections import deque
@@ -53,17 +61,32 @@ class TaskProgress:
     ended_at: float | None
 
 
+@dataclass(frozen=True)
+class Dedication:
+    """Tasks that hold the device for themselves once the first of them starts (an IBM
+    dedicated session): ``name`` tells them apart, ``idle_timeout`` is how long the device
+    waits for the next of them, ``max_time`` how long after its first start it may hold it."""
+
+    name: str
+    idle_timeout: float
+    max_time: float = INF
+
+
 class _Timing:
     """Mutable schedule of one of our tasks inside a DeviceQueue."""
 
     __slots__ = (
-        "cancel_requested", "cancelled_at", "created", "end", "extra", "fails", "front", "start"
+        "cancel_requested", "cancelled_at", "created", "dedication", "end", "extra", "fails",
+        "front", "start",
     )  # fmt: skip
 
-    def __init__(self, extra: float, fails: bool, created: float) -> None:
+    def __init__(
+        self, extra: float, fails: bool, created: float, dedication: Dedication | None = None
+    ) -> None:
         self.extra = extra
         self.fails = fails
         self.created = created
+        self.dedication = dedication
         self.front: float | None = None  # when it first was next to run (position 1)
         self.start: float | None = None
         self.end: float | None = None
@@ -159,6 +182,11 @@ class DeviceQueue:
         self._running_end = INF
         self._next_arrival = self._draw_arrival(0.0)
         self._tasks: dict[str, _Timing] = {}
+        # The dedication holding the device (None: first come, first served), since when
+        # none of its tasks waits or runs (None: one does), and each one's first start.
+        self._held: Dedication | None = None
+        self._held_idle: float | None = None
+        self._first_start: dict[str, float] = {}
         self.advance(0.0)
 
     # -- time -------------------------------------------------------------------------------
@@ -167,9 +195,11 @@ class DeviceQueue:
         """Play every arrival, start and completion up to and including time ``t``."""
         while True:
             start = INF
-            if self._running is None and self._waiting:
+            jumper = self._dedicated_waiting()
+            if self._running is None and self._waiting and (self._held is None or jumper):
                 start = self.availability.next_online(self.t)
-            event = min(self._running_end, self._next_arrival, start)
+            release = self._held_until()
+            event = min(self._running_end, self._next_arrival, start, release)
             if event > t:
                 break
             self.t = event
@@ -178,18 +208,41 @@ class DeviceQueue:
             elif event == self._next_arrival:
                 self._push(1)
                 self._next_arrival = self._draw_arrival(event)
+            elif event == start:
+                self._start_next(jumper)
             else:
-                self._start_head()
+                self._held = self._held_idle = None
         self.t = max(self.t, t)
 
     # -- our tasks --------------------------------------------------------------------------
 
-    def submit(self, task_id: str, t: float, shots: int, fails: bool = False) -> None:
-        """Queue our task at time ``t`` (advances to ``t`` first)."""
+    def submit(
+        self,
+        task_id: str,
+        t: float,
+        shots: int,
+        fails: bool = False,
+        dedication: Dedication | None = None,
+    ) -> None:
+        """Queue our task at time ``t`` (advances to ``t`` first); one of ``dedication``'s
+        tasks starts ahead of the others while the dedication holds the device."""
         self.advance(t)
-        self._tasks[task_id] = _Timing(shots * self.spec.queue.shot_time, fails, created=t)
+        extra = shots * self.spec.queue.shot_time
+        self._tasks[task_id] = _Timing(extra, fails, created=t, dedication=dedication)
         self._push(task_id)
         self.advance(t)  # an idle device starts it at once
+
+    def release(self, name: str, t: float) -> None:
+        """Dedication ``name`` gives the device back at ``t`` (its session was closed)."""
+        self.advance(t)
+        if self._held is not None and self._held.name == name:
+            self._held = self._held_idle = None
+        self.advance(t)
+
+    def held_by(self, t: float) -> str | None:
+        """The name of the dedication holding the device at ``t``, if one does."""
+        self.advance(t)
+        return self._held.name if self._held is not None else None
 
     def cancel(self, task_id: str, t: float) -> str:
         """Cancel our task at ``t``; returns the cancellationStatus to answer."""
@@ -233,6 +286,21 @@ class DeviceQueue:
         front = timing.front if timing.front is not None else timing.start
         return TaskTimeline(timing.created, front, timing.start, ended)
 
+    def forecast(self, task_id: str, t: float, horizon: float = 30 * 86400.0) -> TaskTimeline:
+        """The milestones our task will reach if, from ``t`` on, nothing but the background
+        changes the queue (no create or cancel of ours): a copy is played forward until it
+        starts (at most ``horizon`` seconds); this queue is not advanced past ``t``. What
+        a benchmark needs to run the clock fast through a wait and slow at its end."""
+        self.advance(t)
+        ahead = copy.deepcopy(self)
+        step = 60.0
+        while ahead._tasks[task_id].end is None and ahead.t < t + horizon:
+            ahead.advance(ahead.t + step)
+            step *= 2
+        timing = ahead._tasks[task_id]
+        front = timing.front if timing.front is not None else timing.start
+        return TaskTimeline(timing.created, front, timing.start, timing.end)
+
     # -- the device -------------------------------------------------------------------------
 
     def queue_size(self, t: float) -> int:
@@ -266,29 +334,68 @@ class DeviceQueue:
         self._waiting_count += entry if isinstance(entry, int) else 1
         self._mark_front()
 
-    def _start_head(self) -> None:
-        head = self._waiting[0]
+    def _start_next(self, jumper: str | None) -> None:
+        """Start the head of the queue, or ``jumper`` (a task of the dedication holding
+        the device) ahead of it."""
         service = self._draw_service()
-        if isinstance(head, int):
-            if head > 1:
-                self._waiting[0] = head - 1
+        if jumper is not None:
+            self._remove(jumper)
+            entry: _Entry = jumper
+        else:
+            entry = self._waiting[0]
+            if isinstance(entry, int) and entry > 1:
+                self._waiting[0] = entry - 1
             else:
                 self._waiting.popleft()
+            self._waiting_count -= 1
+            self._mark_front()
+        if isinstance(entry, int):
             self._running = 0
         else:
-            self._waiting.popleft()
-            timing = self._tasks[head]
+            timing = self._tasks[entry]
             service += timing.extra
             timing.start = self.t
             timing.end = self.t + service
-            self._running = head
-        self._waiting_count -= 1
+            self._running = entry
+            dedication = timing.dedication
+            if dedication is not None:  # the device is the dedication's from now on
+                first = self._first_start.setdefault(dedication.name, self.t)
+                if self.t < first + dedication.max_time:
+                    self._held, self._held_idle = dedication, None
         self._running_end = self.t + service
-        self._mark_front()
 
     def _finish_running(self) -> None:
+        ended = self._running
         self._running = None
         self._running_end = INF
+        held = self._held
+        if held is not None and isinstance(ended, str) and self._dedicated_waiting() is None:
+            timing = self._tasks[ended]
+            if timing.dedication is not None and timing.dedication.name == held.name:
+                self._held_idle = self.t  # the idle timeout runs from here
+
+    def _dedicated_waiting(self) -> str | None:
+        """The first waiting task of the dedication holding the device, if any."""
+        held = self._held
+        if held is None:
+            return None
+        for entry in self._waiting:
+            if isinstance(entry, str):
+                dedication = self._tasks[entry].dedication
+                if dedication is not None and dedication.name == held.name:
+                    return entry
+        return None
+
+    def _held_until(self) -> float:
+        """When the dedication holding the device gives it back (INF: none holds it, or
+        not before one of its tasks ends)."""
+        held = self._held
+        if held is None:
+            return INF
+        until = self._first_start[held.name] + held.max_time
+        if self._held_idle is not None:
+            until = min(until, self._held_idle + held.idle_timeout)
+        return until
 
     def _remove(self, task_id: str) -> None:
         index = self._waiting.index(task_id)
