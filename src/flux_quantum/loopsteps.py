@@ -253,10 +253,12 @@ def job_states(handle: Any, jobids: Sequence[int]) -> dict[int, StepJob]:
     found: dict[int, StepJob] = {}
     for jobid in jobids:
         try:
+            # job-list knows no "returncode": JobInfo computes it from "waitstatus" (an
+            # unknown attribute fails the whole lookup, and the job looked unknown).
             info = flux.job.job_list_id(
                 handle,
                 jobid,
-                attrs=["state", "result", "returncode", "exception_note", "exception_occurred"],
+                attrs=["state", "result", "waitstatus", "exception_note", "exception_occurred"],
             ).get_jobinfo()
         except OSError:
             continue
