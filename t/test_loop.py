@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from flux_quantum.consumer import JobTask
 from flux_quantum.errors import CommandError
 from flux_quantum.loop import (
     BUDGET,
@@ -27,6 +28,7 @@ from flux_quantum.loop import (
     decode_line,
     replay,
 )
+from flux_quantum.loopsteps import task_facts
 
 PROGRAM = "OPENQASM 3;\nqubit[1] q;\nbit[1] c;\nh q[0];\nc[0] = measure q[0];\n"
 
@@ -158,3 +160,15 @@ def test_the_step_api_and_the_shell_contract(tmp_path: Path) -> None:
         loop.append(Submitted(0, 5), Ended(0, "failed", "x"))
     assert loop.history().ended == Ended(0, "failed", "x")
     assert LoopDir.open(loop.path).spec == loop.spec
+
+
+def test_a_steps_task_is_read_from_its_released_job_else_from_the_shell_plugin() -> None:
+    # Without the job-shell plugin (no FLUX_QPU_* in the step's environment) the loop
+    # still learns where its task ran, from the job's released jobspec: else later steps
+    # would not be pinned and no cost would be read.
+    job = JobTask(7, "arn:task-7", "q-loop", ("arn:task-7",), vendor="local")
+    plugin = {"FLUX_QPU_TASK": "t-1", "FLUX_QPU_DEVICE": "garnet", "FLUX_QPU_VENDOR": "braket"}
+    assert task_facts(job, {}) == ("local:q-loop", "arn:task-7")
+    assert task_facts(job, plugin) == ("local:q-loop", "arn:task-7")
+    assert task_facts(None, plugin) == ("braket:garnet", "t-1")
+    assert task_facts(None, {}) == (None, None)

@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from flux_quantum import events
-from flux_quantum.consumer import ENV_DEVICE, ENV_TASK, ENV_VARS, ENV_VENDOR, encode_jobid
+from flux_quantum.consumer import (
+    ENV_DEVICE,
+    ENV_TASK,
+    ENV_VARS,
+    ENV_VENDOR,
+    JobTask,
+    current_task,
+    encode_jobid,
+)
 from flux_quantum.errors import CommandError
 from flux_quantum.loop import (
     CANCELLED,
@@ -166,8 +174,7 @@ def run_step(loop: LoopDir, iteration: int, command: Sequence[str]) -> int:
     except OSError as exc:
         print(f"flux-quantum: ERROR: loop step: cannot run {command[0]}: {exc}", file=sys.stderr)
         rc = 127
-    device = _device(env)
-    task = env.get(ENV_TASK) or None
+    device, task = task_facts(_released_task(handle, jobid), env)
     cost = task_cost(handle, jobid) if task else None
     stepped = Stepped(iteration, jobid, rc, device, task, cost)
     with loop.locked():
@@ -198,12 +205,29 @@ def run_step(loop: LoopDir, iteration: int, command: Sequence[str]) -> int:
     return rc
 
 
-def _device(env: Mapping[str, str]) -> str | None:
-    device = env.get(ENV_DEVICE)
+def task_facts(job: JobTask | None, env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The device (``VENDOR:NAME``) and the id of a step's task: from the released job
+    (``job``, read from its jobspec), else from the job-shell plugin's variables
+    (``FLUX_QPU_*``: only where the site loads that plugin)."""
+    if job is not None:
+        return _qualified(job.vendor, job.device), job.task_id
+    return _qualified(env.get(ENV_VENDOR), env.get(ENV_DEVICE)), env.get(ENV_TASK) or None
+
+
+def _qualified(vendor: str | None, device: str | None) -> str | None:
     if not device:
         return None
-    vendor = env.get(ENV_VENDOR)
     return f"{vendor}:{device}" if vendor and ":" not in device else device
+
+
+def _released_task(handle: Any, jobid: int) -> JobTask | None:
+    """The task the step's job was released with, as its jobspec says; None if unread."""
+    if not jobid:
+        return None
+    try:
+        return current_task(jobid, handle=handle)
+    except (CommandError, OSError):
+        return None
 
 
 def task_cost(handle: Any, jobid: int, wait: float = COST_WAIT) -> float | None:
