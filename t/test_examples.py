@@ -164,3 +164,88 @@ def test_a_damaged_state_is_refused_naming_the_field(change, message):
     change(state)
     with pytest.raises(ValueError, match=message):
         maxcut.decode_state(state)
+
+
+# --- the chain's step program, on a real loop directory ------------------------------------
+
+
+def load_script(name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"qaoa_{name}", QAOA / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_loop(path: Path, program: str) -> Any:
+    from flux_quantum.loop import LoopDir, LoopSpec
+
+    spec = LoopSpec(
+        id="qaoa-test",
+        request={"device": "local:local-garnet"},
+        command=("python", "examples/qaoa/step.py"),
+        max_iterations=29,
+        goal="max",
+    )
+    return LoopDir.create(path, spec, program)
+
+
+def simulated_step(loop: Any, k: int, read: list[int] | None = None) -> Any:
+    """Step k whose task k ran on Braket's LocalSimulator: only reading the task's result
+    (through Flux and the service in a real step) is replaced; ``read`` records reads."""
+    from flux_quantum.loop import Step
+    from flux_quantum.vendors.base import TaskRef, TaskResult
+
+    class SimulatedStep(Step):
+        def result(self, timeout: float | None = None) -> TaskResult:
+            if read is not None:
+                read.append(self.iteration)
+            ref = TaskRef(vendor="local", device="local-garnet", task_id=f"task-{self.iteration}")
+            return TaskResult(task=ref, counts=simulate(self.program))
+
+    return SimulatedStep(loop, k)
+
+
+def test_the_step_program_runs_the_chain_and_a_repeated_step_decides_the_same(tmp_path):
+    step_py = load_script("step")
+    config = maxcut.SpsaConfig()
+    loop = make_loop(tmp_path / "loop", (QAOA / "start.qasm").read_text())
+    read: list[int] = []
+    for k in range(config.evaluations):
+        line = step_py.run(simulated_step(loop, k, read), config)
+        assert line.startswith(f"evaluation {k}: expected cut ")
+        report = loop.report(k)
+        state = json.loads(loop.state_file.read_text())
+        assert report.value == state["history"][k]
+        if k < config.evaluations - 1:
+            assert not report.done
+            assert loop.program(k + 1).read_text() == maxcut.circuit(state["pending"])
+        if k == 5:  # step 5 runs again (its job restarted after it saved the state)
+            program, saved = loop.program(6).read_text(), loop.state_file.read_text()
+            again = step_py.run(simulated_step(loop, 5, read), config)
+            assert again == line and read.count(5) == 1  # the result was not read again
+            assert loop.program(6).read_text() == program
+            assert loop.state_file.read_text() == saved
+    assert read == list(range(config.evaluations))
+    assert loop.report(config.evaluations - 1).done
+    assert loop.report(config.evaluations - 1).reason.startswith("SPSA done: 29/29 evaluations")
+    assert not loop.program(config.evaluations).exists()
+    state = json.loads(loop.state_file.read_text())
+    bound, _, _ = maxcut.best_p1()
+    assert maxcut.exact_expected_cut(state["best"]["parameters"]) >= 0.95 * bound
+
+
+def test_the_step_program_refuses_a_foreign_program_0_or_state(tmp_path):
+    from flux_quantum.errors import CommandError
+
+    step_py = load_script("step")
+    config = maxcut.SpsaConfig()
+    loop = make_loop(tmp_path / "other", maxcut.circuit([0.2, 0.2]))
+    with pytest.raises(CommandError, match="maxcut.py start --p 1"):
+        step_py.run(simulated_step(loop, 0), config)
+    loop = make_loop(tmp_path / "late", (QAOA / "start.qasm").read_text())
+    loop.state_file.write_text(json.dumps(maxcut.initial_state(config)))
+    with pytest.raises(CommandError, match="has 0 evaluations, but this is step 3"):
+        step_py.run(simulated_step(loop, 3), config)
