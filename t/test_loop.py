@@ -172,3 +172,23 @@ def test_a_steps_task_is_read_from_its_released_job_else_from_the_shell_plugin()
     assert task_facts(job, plugin) == ("local:q-loop", "arn:task-7")
     assert task_facts(None, plugin) == ("braket:garnet", "t-1")
     assert task_facts(None, {}) == (None, None)
+
+
+def test_a_budget_spent_to_the_cent_ends_the_loop_despite_float_sums() -> None:
+    # 0.70 + 0.70 + 0.70 sums to 4.4e-16 under 2.10: that is no budget left for a fourth
+    # task (its qpu.max_cost would be rounded to 0 and the step refused: a failed loop).
+    s = spec(max_cost=2.1)
+    h = replay(
+        [
+            Submitted(0, 10),
+            Stepped(0, 10, 0, "d", "t0", 0.7),
+            Submitted(1, 11, "d"),
+            Stepped(1, 11, 0, "d", "t1", 0.7),
+            Submitted(2, 12, "d"),
+        ]
+    )
+    out = decide(s, h, Stepped(2, 12, 0, "d", "t2", 0.7), StepReport())
+    assert out.ended is not None and out.ended.outcome == BUDGET, out
+    assert out.ended.reason == "spent 2.10 of max-cost 2.10"
+    going = decide(s, h, Stepped(2, 12, 0, "d", "t2", 0.65), StepReport())
+    assert going.ended is None and going.budget == 0.05

@@ -677,7 +677,9 @@ def decide(spec: LoopSpec, history: LoopHistory, stepped: Stepped, report: StepR
         return end(MAX_REACHED, f"{spec.max_iterations} iterations done")
     budget = None
     if spec.max_cost is not None:
-        budget = spec.max_cost - spent
+        # Rounded as the next step's qpu.max_cost is: a float sum a hair under the
+        # budget leaves nothing a task could be given.
+        budget = round(spec.max_cost - spent, 6)
         if budget <= 0:
             return end(BUDGET, f"spent {spent:.2f} of max-cost {spec.max_cost:.2f}")
     return Decision(stepped, moved, None, next_device=device, budget=budget)
