@@ -89,22 +89,30 @@ class Ibm(Qpu):
     """``Qpu`` of the service tests with an IBM emulator, and an instance whose
     environment carries QRMI's settings (what a site exports for the service)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        emu: Emulator | None = None,
+        catalog: str = CATALOG,
+        config: str | None = None,
+    ) -> None:
         import flux
 
-        # Emulated time starts now, as IBM's does: find_task lists jobs created since the
-        # service's own recorded time.
-        self.clock = ManualClock(epoch=datetime.now(UTC))
-        scenario = IbmScenario.from_dict({"backends": BACKENDS, "faults": FAULTS})
-        self.emu = Emulator(clock=self.clock, ibm=scenario).start()
+        if emu is None:
+            # Emulated time starts now, as IBM's does: find_task lists jobs created since
+            # the service's own recorded time.
+            scenario = IbmScenario.from_dict({"backends": BACKENDS, "faults": FAULTS})
+            emu = Emulator(clock=ManualClock(epoch=datetime.now(UTC)), ibm=scenario)
+        self.emu = emu.start()
+        self.clock = self.emu.clock
         self.catalog = workdir / "backends.yaml"
-        self.catalog.write_text(CATALOG)
+        self.catalog.write_text(catalog)
         (workdir / "bell.qasm").write_text(BELL)
         (workdir / "ride.py").write_text(RIDE)
         saved = dict(os.environ)
         os.environ.update(self.emu.ibm_env())
         try:
-            self.inst = FluxInstance(workdir, size=1).start()
+            self.inst = FluxInstance(workdir, size=1, config=config).start()
         finally:
             os.environ.clear()
             os.environ.update(saved)

@@ -1,0 +1,472 @@
+"""Flux tier: variational loops (``flux quantum loop``) on real instances, driven with the
+CLI as a user drives them: ``loop submit``, ``status --json``, ``wait`` and ``cancel``;
+the step commands are small shell or Python scripts. The handler service is the real one
+(``service start``), the vendors the emulator's Braket and IBM sides (the real SDK and the
+real qrmi client), whose time runs ``SPEED`` times faster than the wall clock, so a loop
+runs by itself and the tests wait for its events (``loop wait``, ``flux job
+wait-event``, the emulator's own state). The site's ledger is on, so every task's
+settled cost reaches its step's eventlog and the loop's journal.
+
+Each test gets a world of its own (an emulator, an instance with QRMI's settings for the
+service, the service), so counts at the emulator are the test's own. A task that must
+stay queued waits behind another user's long task (``World.blocker``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fluxinstance import quantum_config
+from test_ibm_flux import Ibm
+from test_service_flux import _event_time
+
+from flux_quantum.catalog import load_catalog
+from flux_quantum.emulator import Emulator, ScaledClock, Scenario
+from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.vendors.base import TaskState
+from flux_quantum.vendors.local import LocalVendor
+
+pytestmark = pytest.mark.flux
+
+SPEED = 20.0  # emulated seconds a wall second
+SHOTS = 100
+TASK_COST = 0.4  # $0.30 a task + $0.001 a shot
+LONG_SHOTS = 20_000  # another user's task that keeps a device busy (0.05 s a shot: 1000 s)
+
+# Program 0 measures |0>; each step flips the next program (X or not), so iteration k
+# measures k % 2 on every shot: the value a step reports shows which program ran.
+PROGRAM = "OPENQASM 3.0;\nqubit[1] q;\nbit[1] c;\nc[0] = measure q[0];\n"
+FLIP = "x q[0];\n"
+
+
+def _device(name: str, qubits: int = 20, faults: tuple[Any, ...] = (), **queue: Any) -> Any:
+    return {
+        "arn": f"arn:aws:braket:us-east-1::device/qpu/emulator/{name}",
+        "name": name,
+        "qubits": qubits,
+        "cost": {"price": 0.001, "unit": "shot", "task_price": 0.3},
+        "queue": {"service_time": 10.0, **queue},
+        "faults": list(faults),
+    }
+
+
+SCENARIO = {
+    "devices": [
+        _device("Loop"),
+        _device("Kill", service_time=40.0),  # 2 s of wall time a task: time to kill -9
+        _device("Hold", shot_time=0.05),
+        _device("Fail", faults=({"fail_task": "calibration drifted", "calls": [2]},)),
+        _device("Cost"),
+        _device("Pina", qubits=30),
+        _device("Pinb", qubits=30),
+    ]
+}
+IBM_SCENARIO = {
+    "backends": [
+        {"name": "ibm_kingston", "qubits": 20, "queue": {"service_time": 10, "shot_time": 0.05}}
+    ]
+}
+
+
+CATALOG = (
+    "devices:\n"
+    + "".join(
+        f"  - {{name: q-{d['name'].lower()}, vendor: local, id: {d['arn']}, class: qpu,"
+        f" qubits: {d['qubits']}, price: {{per_task: 0.3, per_shot: 0.001}}, slots: 4,"
+        " properties: {drain_seconds_per_task: 10}}\n"
+        for d in SCENARIO["devices"]
+    )
+    + "  - {name: kingston, vendor: ibm, id: ibm_kingston, class: qpu, qubits: 20,"
+    " price: {per_minute: 96}, slots: 4, properties: {drain_seconds_per_task: 15}}\n"
+)
+
+
+# The step in Python (flux_quantum.loop.Step): reads result k through the service,
+# reports the share of 1s as its value, keeps every value in its state, writes program
+# k+1 (program k flipped).
+STEP_PY = f"""
+from flux_quantum.loop import Step
+
+FLIP = {FLIP!r}
+step = Step.current()
+counts = step.result().counts
+value = counts.get("1", 0) / sum(counts.values())
+step.save_state({{"values": [*step.state.get("values", []), value]}})
+program = step.program
+if FLIP in program:
+    program = program.replace(FLIP, "")
+else:
+    program = program.replace("c[0] =", FLIP + "c[0] =")
+step.next(program, value=value)
+"""
+
+# The step in shell (the environment contract): reads result k with flux quantum task,
+# reports k as its value and the same program again; exits 3 at iteration $1, if given.
+STEP_SH = """
+set -e
+flux quantum task --json > "$FLUX_QPU_LOOP_DIR/result.$FLUX_QPU_ITERATION.json"
+if [ "$FLUX_QPU_ITERATION" = "${1:-none}" ]; then exit 3; fi
+echo "$FLUX_QPU_ITERATION" > "$FLUX_QPU_LOOP_VALUE"
+cp "$FLUX_QPU_LOOP_DIR/programs/$FLUX_QPU_ITERATION.qasm" "$FLUX_QPU_NEXT_PROGRAM"
+"""
+
+# The same step, but step 0 does its work only once the file $1 exists (the test opens
+# the gate when what it waits for has happened).
+GATED_SH = """
+if [ "$FLUX_QPU_ITERATION" = 0 ]; then while [ ! -e "$1" ]; do sleep 0.1; done; fi
+exec sh "$(dirname "$0")/step.sh"
+"""
+
+
+class World(Ibm):
+    """``Ibm``'s instance (QRMI's settings in the service's environment) over an emulator
+    whose clock runs at ``SPEED``, with the loops' devices and the site's ledger; the
+    service started. ``vendor`` reads the emulator as any client of it would."""
+
+    def __init__(self, workdir: Path) -> None:
+        clock = ScaledClock(SPEED, paused=False)
+        emu = Emulator(
+            Scenario.from_dict(SCENARIO), clock=clock, ibm=IbmScenario.from_dict(IBM_SCENARIO)
+        )
+        ledger = workdir / "ledger" / "ledger.db"
+        config = quantum_config() + f'\n[quantum.ledger]\npath = "{ledger}"\n'
+        super().__init__(workdir, emu, CATALOG, config)
+        self.devices = load_catalog(self.catalog)
+        self.vendor = LocalVendor.from_emulator(self.emu, devices=self.devices.devices)
+        self.write("program.qasm", PROGRAM)
+        self.write("step.py", STEP_PY)
+        self.write("step.sh", STEP_SH)
+        self.write("gated.sh", GATED_SH)
+        self.start_service()
+
+    def write(self, name: str, text: str) -> Path:
+        path = self.inst.workdir / name
+        path.write_text(text)
+        return path
+
+    # -- the user's side: the CLI
+
+    def loop(self, *args: str, check: bool = True) -> Any:
+        return self.inst.quantum("loop", *args, check=check, env=self.job_env)
+
+    def submit_loop(self, name: str, *args: str, command: tuple[str, ...] = ()) -> str:
+        """``flux quantum loop submit --name=NAME ARGS -- COMMAND``: the loop's id."""
+        command = command or (sys.executable, "step.py")
+        out = self.loop(
+            "submit", f"--name={name}", "--program=program.qasm", f"--shots={SHOTS}", *args,
+            "--", *command,
+        ).stdout  # fmt: skip
+        assert out.strip() == name
+        return name
+
+    def loop_status(self, name: str) -> dict[str, Any]:
+        return json.loads(self.loop("status", "--json", name).stdout)
+
+    def wait_loop(self, name: str, timeout: float = 120) -> Any:
+        return self.inst.run(
+            ["flux", "quantum", "loop", "wait", name, f"--timeout={timeout:g}"],
+            check=False,
+            timeout=timeout + 30,
+        )
+
+    def step_job(self, name: str, k: int) -> str:
+        """Step k's job (the journal has it once step k-1 submitted it: wait for step
+        k-1's ``finish``, which comes after)."""
+        if k > 0:
+            self.wait_event(self.step_job(name, k - 1), "finish", timeout=60)
+        steps = self.loop_status(name)["steps"]
+        return next(s["job"] for s in steps if s["iteration"] == k)
+
+    def step_rows(self, name: str) -> list[list[str]]:
+        """``flux jobs`` of the loop's steps: id, name, {user.qpu_loop}, {user.qpu_iteration}."""
+        fmt = "{id.f58} {name} {user.qpu_loop} {user.qpu_iteration}"
+        out = self.inst.run(["flux", "jobs", "-a", "-n", "-o", fmt]).stdout
+        rows = [line.split() for line in out.splitlines()]
+        return sorted((r for r in rows if r[1].startswith(name + ".")), key=lambda r: r[1])
+
+    def jobspec_qpu(self, jobid: str) -> dict[str, Any]:
+        spec = json.loads(self.inst.run(["flux", "job", "info", jobid, "jobspec"]).stdout)
+        return spec["attributes"]["system"]["qpu"]
+
+    # -- the emulator's side
+
+    def task_state(self, task_id: str) -> TaskState:
+        return self.vendor.poll(self.vendor.attach(task_id)).state
+
+    def ended_at(self, task_id: str) -> float:
+        """When the emulator ended ``task_id``, in wall time (``time.time()``)."""
+        ended = self.emu.task_timeline(task_id).ended
+        assert ended is not None, f"{task_id} has not ended"
+        return self.clock.wall(ended)
+
+    def blocker(self, device: str) -> str:
+        """Another user's long task on ``device`` (1000 s of device time): what is
+        queued after it waits."""
+        task = self.vendor.submit(self.devices.get(device), PROGRAM, LONG_SHOTS, f"other-{device}")
+        return task.task_id
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path)
+    yield w
+    w.close()
+    assert w.inst.stop() == 0, w.inst.broker_log()
+
+
+def test_a_loop_runs_its_iterations_as_held_steps_one_task_each(world: World) -> None:
+    loop = world.submit_loop("vqe", "--qpu=local:q-loop", "--max-iterations=4")
+    done = world.wait_loop(loop)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "vqe: max-iterations after iteration 3: 4 iterations done" in done.stdout
+    status = world.loop_status(loop)
+    assert (status["state"], status["iteration"], status["device"]) == (
+        "max-iterations",
+        3,
+        "local:q-loop",
+    )
+    steps = status["steps"]
+    assert [s["iteration"] for s in steps] == [0, 1, 2, 3]
+    # iteration k ran program k: |0>, X|0>, |0>, X|0> (each step wrote the next one)
+    assert [s["value"] for s in steps] == [0.0, 1.0, 0.0, 1.0]
+    assert [s["rc"] for s in steps] == [0, 0, 0, 0]
+    assert [s["cost"] for s in steps] == [pytest.approx(TASK_COST)] * 4
+    assert status["spent"] == pytest.approx(4 * TASK_COST) and status["unsettled"] == 0
+    assert (status["best"], status["best_iteration"]) == (0.0, 0)
+    state = json.loads((Path(status["directory"]) / "state.json").read_text())
+    assert state == {"values": [0.0, 1.0, 0.0, 1.0]}
+    # one step job per iteration, named and marked as flux jobs shows them
+    rows = world.step_rows(loop)
+    assert [r[1:] for r in rows] == [[f"vqe.{k}", "vqe", str(k)] for k in range(4)]
+    assert [r[0] for r in rows] == [s["job"] for s in steps]
+    # exactly one task per iteration at the emulator: the steps' own, in order
+    tasks = [s["task"] for s in steps]
+    assert world.emu.task_arns() == tasks and len(set(tasks)) == 4
+    for step in steps:
+        job, task = step["job"], step["task"]
+        assert world.context(job, "qpu-task")["task"] == task
+        assert world.jobspec_qpu(job)["loop"] == "vqe"
+        # held in DEPEND with no node while its task waited: it left DEPEND, and got
+        # its allocation, only after the emulator had ended the task
+        ended = world.ended_at(task)
+        assert _event_time(world, job, "qpu-task") < ended
+        assert _event_time(world, job, "depend") >= ended
+        assert _event_time(world, job, "alloc") >= ended
+        assert world.context(job, "qpu-ready")["tasks"][0]["why"] == "COMPLETED"
+
+
+def test_the_service_killed_mid_loop_each_iteration_gets_exactly_one_task(world: World) -> None:
+    loop = world.submit_loop(
+        "killed", "--qpu=local:q-kill", "--max-iterations=4", command=("sh", "step.sh")
+    )
+    # kill -9 while step 1 is held with its task created (2 s of wall time to run) ...
+    first = world.step_job(loop, 1)
+    world.wait_event(first, "qpu-task", timeout=60)
+    killed_held = time.time()
+    world.kill_service()
+    # ... and just after step 2 has submitted step 3
+    world.wait_event(world.step_job(loop, 2), "finish", timeout=60)
+    world.kill_service()
+    done = world.wait_loop(loop)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _event_time(world, first, "qpu-release") > killed_held
+    status = world.loop_status(loop)
+    steps = status["steps"]
+    assert [s["iteration"] for s in steps] == [0, 1, 2, 3]
+    assert [s["value"] for s in steps] == [0.0, 1.0, 2.0, 3.0]  # no iteration twice
+    tasks = [s["task"] for s in steps]
+    assert world.emu.task_arns() == tasks and len(set(tasks)) == 4
+    # each step created its task once, with one token, never retried under another
+    creates = [c for c in world.emu.calls if c.operation == "CreateQuantumTask"]
+    assert sorted({c.task for c in creates}) == sorted(tasks)
+    for step in steps:
+        tokens = {
+            e["context"]["token"] for e in world.events(step["job"]) if e["name"] == "qpu-submit"
+        }
+        assert len(tokens) == 1, (step, tokens)
+    assert len(world.step_rows(loop)) == 4
+    supervisor = world.status()["supervisor"]
+    assert supervisor["restarts"] == 2 and supervisor["last_exit"] == "killed by SIGKILL"
+
+
+def test_a_loop_cancelled_while_a_later_step_is_held_cancels_its_task(world: World) -> None:
+    loop = world.submit_loop("stopped", "--qpu=local:q-hold", command=("sh", "step.sh"))
+    first = world.step_job(loop, 0)
+    world.wait_event(first, "qpu-task", timeout=60)
+    other = world.blocker("q-hold")  # runs after step 0's task, for 50 s of wall time
+    held = world.step_job(loop, 1)
+    world.wait_event(held, "qpu-task", timeout=60)
+    task = world.context(held, "qpu-task")["task"]
+    assert world.task_state(task) is TaskState.QUEUED
+    assert world.loop_status(loop)["state"] == "held"
+    world.loop("cancel", "-m", "enough of this", loop)
+    world.wait_event(held, "clean", timeout=60)
+    assert world.context(held, "exception")["note"] == "enough of this"
+    assert "alloc" not in world.names(held)
+    world.until(lambda: world.task_state(task) is TaskState.CANCELLED)
+    assert world.emu.call_count("CancelQuantumTask", target=task) == 1
+    assert world.task_state(other) is TaskState.RUNNING  # only the loop's task
+    status = world.loop_status(loop)
+    assert (status["state"], status["iteration"], status["reason"]) == (
+        "cancelled",
+        1,
+        "enough of this",
+    )
+    done = world.wait_loop(loop)
+    assert done.returncode == 1 and "stopped: cancelled after iteration 1" in done.stdout
+    assert [r[1] for r in world.step_rows(loop)] == ["stopped.0", "stopped.1"]
+    assert [s["iteration"] for s in status["steps"]] == [0, 1]
+    assert len(world.emu.task_arns()) == 3  # step 0's, step 1's and the other user's
+
+
+def test_a_step_that_exits_non_zero_ends_the_loop_failed(world: World) -> None:
+    loop = world.submit_loop("exits", "--qpu=local:q-loop", command=("sh", "step.sh", "1"))
+    done = world.wait_loop(loop)
+    assert done.returncode == 1, done.stdout + done.stderr
+    status = world.loop_status(loop)
+    job = status["steps"][1]["job"]
+    assert status["state"] == "failed"
+    assert status["reason"] == f"step 1 (job {job}) exited 3"
+    assert f"exits: failed after iteration 1: step 1 (job {job}) exited 3" in done.stdout
+    assert [r[1] for r in world.step_rows(loop)] == ["exits.0", "exits.1"]
+    assert len(world.emu.task_arns()) == 2
+
+
+def test_a_step_whose_task_fails_at_the_vendor_ends_the_loop_failed(world: World) -> None:
+    loop = world.submit_loop("broken", "--qpu=local:q-fail", command=("sh", "step.sh"))
+    done = world.wait_loop(loop)
+    assert done.returncode == 1, done.stdout + done.stderr
+    status = world.loop_status(loop)
+    job = status["steps"][1]["job"]
+    note = world.context(job, "exception")["note"]
+    assert "calibration drifted" in note
+    assert status["reason"] == f"step 1 (job {job}) ended: {note}"
+    assert "alloc" not in world.names(job)  # it never ran
+    assert [r[1] for r in world.step_rows(loop)] == ["broken.0", "broken.1"]
+    [_, failed] = world.emu.task_arns()
+    assert world.task_state(failed) is TaskState.FAILED
+
+
+def test_later_steps_are_pinned_to_the_device_the_first_chose(world: World) -> None:
+    loop = world.submit_loop(
+        "pinned",
+        "--qpu=local:any",
+        "--policy=min-wait",
+        "--setattr=qpu.min_qubits=30",  # q-pina or q-pinb
+        "--max-iterations=3",
+        command=("sh", "step.sh"),
+    )
+    first = world.step_job(loop, 0)
+    world.wait_event(first, "qpu-task", timeout=60)
+    chosen = world.context(first, "qpu-select")["explanation"]["chosen"]
+    assert chosen in ("q-pina", "q-pinb")
+    # the chosen device gets busy: min-wait alone would now choose the other one
+    other = world.blocker(chosen)
+    done = world.wait_loop(loop, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    status = world.loop_status(loop)
+    assert status["device"] == f"local:{chosen}"
+    assert [s["device"] for s in status["steps"]] == [f"local:{chosen}"] * 3
+    asked = [world.jobspec_qpu(s["job"]) for s in status["steps"]]
+    assert asked[0]["device"] == "local:any" and asked[0]["policy"] == "min-wait"
+    for later in asked[1:]:
+        assert later["device"] == f"local:{chosen}" and "policy" not in later
+    arn = world.devices.get(chosen).id
+    for step in status["steps"]:
+        assert world.context(step["job"], "qpu-task")["device"] == chosen
+    creates = [c for c in world.emu.calls if c.operation == "CreateQuantumTask"]
+    assert {c.target for c in creates if c.task != other} == {arn}
+
+
+def test_a_session_loop_rides_one_session_closed_after_the_loop(world: World) -> None:
+    loop = world.submit_loop(
+        "sess", "--qpu=ibm:kingston", "--session=dedicated", "--max-iterations=3",
+        command=("sh", "step.sh"),
+    )  # fmt: skip
+    done = world.wait_loop(loop)
+    assert done.returncode == 0, done.stdout + done.stderr
+    status = world.loop_status(loop)
+    tasks = [s["task"] for s in status["steps"]]
+    [session] = world.emu.ibm.session_ids()
+    assert world.emu.ibm.session_jobs(session) == tasks and len(set(tasks)) == 3
+    assert world.emu.ibm.job_ids("ibm_kingston") == tasks
+    opened = world.context(status["steps"][0]["job"], "qpu-session")
+    assert (opened["mode"], opened["loop"]) == ("dedicated", "sess")
+    for step in status["steps"][1:]:
+        joined = world.context(step["job"], "qpu-session")
+        assert joined["fingerprint"] == opened["fingerprint"] and "joined" in joined
+    world.until(lambda: world.closed(session), timeout=60)
+    counters = world.status()["counters"]
+    assert (counters["sessions_opened"], counters["sessions_joined"]) == (1, 2)
+    assert world.emu.call_count("CreateSession") == 1
+
+
+def test_a_cancelled_session_loop_closes_the_session_its_steps_rode(world: World) -> None:
+    gate = world.inst.workdir / "go"
+    loop = world.submit_loop(
+        "sess-cancel", "--qpu=ibm:kingston", "--session=dedicated",
+        command=("sh", "gated.sh", str(gate)),
+    )  # fmt: skip
+    first = world.step_job(loop, 0)
+    world.wait_event(first, "qpu-task", timeout=60)
+    other = world.blocker("kingston")
+    world.wait_event(first, "start", timeout=60)  # step 0's task is done
+    # Once nothing of the session ran for IBM's interactive TTL, the backend serves the
+    # other user's job: step 1's job then waits behind it.
+    world.until(lambda: world.task_state(other) is TaskState.RUNNING, timeout=60)
+    gate.touch()
+    held = world.step_job(loop, 1)
+    world.wait_event(held, "qpu-task", timeout=60)
+    task = world.context(held, "qpu-task")["task"]
+    assert world.task_state(task) is TaskState.QUEUED
+    [session] = world.emu.ibm.session_ids()
+    assert world.emu.ibm.session_jobs(session) == [world.context(first, "qpu-task")["task"], task]
+    assert not world.closed(session)
+    world.loop("cancel", loop)
+    world.wait_event(held, "clean", timeout=60)
+    assert "alloc" not in world.names(held)
+    world.until(lambda: world.closed(session), timeout=60)
+    world.until(lambda: world.task_state(task) is TaskState.CANCELLED)
+    assert world.task_state(other) is TaskState.RUNNING
+    status = world.loop_status(loop)
+    assert (status["state"], status["iteration"]) == ("cancelled", 1)
+    assert status["reason"] == "loop cancelled by its user"
+    assert [r[1] for r in world.step_rows(loop)] == ["sess-cancel.0", "sess-cancel.1"]
+    assert world.emu.call_count("CreateSession") == 1
+
+
+def test_max_cost_ends_the_loop_when_its_budget_is_spent(world: World) -> None:
+    # Two tasks exactly: the loop ends 'budget' after step 1, before submitting step 2.
+    exact = world.submit_loop(
+        "budget", "--qpu=local:q-cost", f"--max-cost={2 * TASK_COST}", command=("sh", "step.sh")
+    )
+    # Two tasks and a half: step 2 is submitted with the $0.20 left as its qpu.max_cost,
+    # which the service refuses before creating any task; the loop ends failed with it.
+    short = world.submit_loop(
+        "short", "--qpu=local:q-cost", f"--max-cost={2.5 * TASK_COST}", command=("sh", "step.sh")
+    )
+    done = world.wait_loop(exact)
+    assert done.returncode == 1, done.stdout + done.stderr
+    status = world.loop_status(exact)
+    assert status["state"] == "budget" and status["spent"] == pytest.approx(2 * TASK_COST)
+    assert status["reason"] == "spent 0.80 of max-cost 0.80"
+    assert [r[1] for r in world.step_rows(exact)] == ["budget.0", "budget.1"]
+    budgets = [world.jobspec_qpu(s["job"])["max_cost"] for s in status["steps"]]
+    assert budgets == [pytest.approx(0.8), pytest.approx(0.4)]
+    done = world.wait_loop(short)
+    assert done.returncode == 1, done.stdout + done.stderr
+    status = world.loop_status(short)
+    third = status["steps"][2]["job"]
+    assert world.jobspec_qpu(third)["max_cost"] == pytest.approx(0.2)
+    note = world.context(third, "exception")["note"]
+    assert "max_cost" in note, note
+    assert status["state"] == "failed" and note in status["reason"]
+    assert "qpu-submit" not in world.names(third)
+    # two tasks for each loop, none for the refused step
+    assert len(world.emu.task_arns()) == 4
