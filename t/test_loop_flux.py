@@ -402,6 +402,13 @@ def test_a_session_loop_rides_one_session_closed_after_the_loop(world: World) ->
         joined = world.context(step["job"], "qpu-session")
         assert joined["fingerprint"] == opened["fingerprint"] and "joined" in joined
     world.until(lambda: world.closed(session), timeout=60)
+    # told to close (no more jobs) only after the last step ended
+    closing = [
+        c.t
+        for c in world.emu.calls
+        if c.target == session and c.operation in ("UpdateSession", "CloseSession")
+    ]
+    assert closing and world.clock.wall(min(closing)) >= _event_time(world, status["job"], "finish")
     counters = world.status()["counters"]
     assert (counters["sessions_opened"], counters["sessions_joined"]) == (1, 2)
     assert world.emu.call_count("CreateSession") == 1
