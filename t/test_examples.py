@@ -31,20 +31,6 @@ def simulate(program: str, shots: int = 1000) -> dict[str, int]:
     return dict(result.measurement_counts)
 
 
-def optimise(config: maxcut.SpsaConfig, evaluate: Any) -> dict[str, Any]:
-    """Run SPSA to the end as both drivers do: one program per evaluation."""
-    state = maxcut.initial_state(config)
-    parameters = state["pending"]
-    while True:
-        counts = evaluate(maxcut.circuit(parameters))
-        value = maxcut.expected_cut(counts)
-        state = maxcut.record_sample(state, counts)
-        state, parameters, done = maxcut.advance(state, value)
-        if done:
-            assert parameters is None
-            return state
-
-
 def test_the_maximum_cut_of_the_prism_is_7_by_brute_force():
     optimum, reaching = maxcut.max_cut()
     assert optimum == 7
@@ -83,7 +69,7 @@ def test_the_circuit_measures_what_the_exact_model_predicts():
 def test_spsa_on_the_local_simulator_gets_close_to_the_best_qaoa_p1_can_do():
     config = maxcut.SpsaConfig()
     assert config.evaluations == 29
-    state = optimise(config, simulate)
+    state = maxcut.optimise(config, simulate)
     history = state["history"]
     assert len(history) == config.evaluations
     start, best = history[0], state["best"]
@@ -249,3 +235,36 @@ def test_the_step_program_refuses_a_foreign_program_0_or_state(tmp_path):
     loop.state_file.write_text(json.dumps(maxcut.initial_state(config)))
     with pytest.raises(CommandError, match="has 0 evaluations, but this is step 3"):
         step_py.run(simulated_step(loop, 3), config)
+
+
+# --- the README's walkthrough, as written (flux tier) --------------------------------------
+
+
+@pytest.mark.flux
+def test_the_readme_walkthrough_runs_as_written(tmp_path):
+    """examples/qaoa/README.md's commands typed into a login shell from the top of the
+    clone (the one line added: the reader's ``cd``); about 4 minutes."""
+    import re
+
+    from test_walkthroughs_flux import _no_emulator_left, blocks, run_walkthrough
+
+    found = blocks("## Run it on the emulator", QAOA / "README.md")
+    assert len(found) == 3, found
+    assert found[1].startswith("flux quantum service start") and found[1].endswith("exit")
+    out = re.sub(
+        r"\x1b\[[0-9;]*m", "", run_walkthrough([f"cd {QAOA.parent.parent}", *found], tmp_path)
+    )
+    assert "Traceback" not in out, out
+    assert "converged after iteration 28: SPSA done: 29/29 evaluations" in out, out
+    assert re.search(r"^loop-[0-9a-f]{8} +28/29 +converged +local:local-garnet ", out, re.M), out
+    assert (
+        len(re.findall(r" loop-[0-9a-f]{8}\.2[678] loop-[0-9a-f]{8} 2[678] COMPLETED$", out, re.M))
+        == 3
+    ), out  # flux jobs
+    # The chain's report and the in-job loop's end: noise-free value of the best angles.
+    exact = [float(x) for x in re.findall(r"without shot noise: expected cut (\d\.\d+)", out)]
+    bound, _, _ = maxcut.best_p1()
+    assert len(exact) == 2 and min(exact) >= 0.95 * bound, out
+    assert "qpu handler service 'qpu_handlers' stopped" in out, out
+    assert "\nleft: 0\n" in out, out
+    _no_emulator_left(tmp_path)

@@ -62,7 +62,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -507,6 +507,19 @@ def advance(
     delta = cfg.perturbation(k)
     pending = tuple(t + sign * c_k * d for t, d in zip(theta, delta, strict=True))
     return replace(s, pending=pending).to_dict(), list(pending), False
+
+
+def optimise(config: SpsaConfig, evaluate: Callable[[str], Mapping[str, int]]) -> dict[str, Any]:
+    """The whole optimisation in one process: EVALUATE runs a program and returns its
+    counts (a simulator, or a vendor task). The drivers do the same, one evaluation per
+    task; this is what the tests and convergence.py run against a local simulator."""
+    state = initial_state(config)
+    parameters: list[float] | None = list(state["pending"])
+    while parameters is not None:
+        counts = evaluate(circuit(parameters))
+        state = record_sample(state, counts)
+        state, parameters, _ = advance(state, expected_cut(counts))
+    return state
 
 
 def describe(state: Mapping[str, Any]) -> str:
