@@ -3,7 +3,13 @@ next to them)."""
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterable
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # The benchmarks' quantum program: a 4-qubit GHZ state.
 PROGRAM = """OPENQASM 3.0;
@@ -30,3 +36,25 @@ def percentile(values: Iterable[float], q: float) -> float:
 def verdict(ok: bool) -> str:
     """How a benchmark prints a target: met or MISSED."""
     return "met" if ok else "MISSED"
+
+
+def read_rows(path: Path, cls: type[T]) -> list[T]:
+    """The rows of a CSV a benchmark wrote from dataclass ``cls`` (one column a field),
+    each field's type restored from its annotation (``float | None``: empty is None)."""
+    kinds = {f.name: str(f.type) for f in fields(cls)}  # type: ignore[arg-type]
+    rows = []
+    with open(path, newline="") as f:
+        for raw in csv.DictReader(f):
+            values: dict[str, Any] = {}
+            for key, text in raw.items():
+                kind = kinds.get(key, "str")
+                if "None" in kind and text in ("", "None"):
+                    values[key] = None
+                elif kind.startswith("float"):
+                    values[key] = float(text)
+                elif kind.startswith("int"):
+                    values[key] = int(text)
+                else:
+                    values[key] = text
+            rows.append(cls(**values))
+    return rows

@@ -74,12 +74,12 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchlib import PROGRAM, percentile, verdict
+from benchlib import PROGRAM, percentile, read_rows, verdict
 
 from flux_quantum import events
 from flux_quantum.emulator.clock import ScaledClock
@@ -837,23 +837,7 @@ def plot(rows: list[Run], path: Path) -> str:
 
 def read_csv(path: Path) -> list[Run]:
     """Runs from a CSV this script wrote (types restored from ``Run``'s fields)."""
-    kinds = {f.name: str(f.type) for f in fields(Run)}
-    rows = []
-    with open(path, newline="") as f:
-        for raw in csv.DictReader(f):
-            values: dict[str, Any] = {}
-            for key, text in raw.items():
-                kind = kinds.get(key, "str")
-                if "None" in kind and text in ("", "None"):
-                    values[key] = None
-                elif kind.startswith("float"):
-                    values[key] = float(text)
-                elif kind.startswith("int"):
-                    values[key] = int(text)
-                else:
-                    values[key] = text
-            rows.append(Run(**values))
-    return rows
+    return read_rows(path, Run)
 
 
 def main(argv: list[str] | None = None) -> int:

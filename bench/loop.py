@@ -1,0 +1,859 @@
+#!/usr/bin/env python3
+"""A variational loop on a busy QPU: one job that loops, against a chain of held steps.
+
+One QAOA MaxCut optimisation (``examples/qaoa``: SPSA, ``--iterations I`` SPSA
+iterations, so K = 1 + 2 I evaluations, each one quantum task) on N nodes, run four ways
+on a real Flux (``flux start --test-size=N`` with the quantum jobtap plugin, the
+job-shell plugin and the handler service) against the emulator's IBM side (a Heron-like
+backend reached through the real qrmi client, a paid plan so dedicated sessions exist):
+
+injob
+    ``examples/qaoa/injob.py`` as one job of N nodes: its first program is the job's qpu
+    request (held with no node until task 0 is done, ``release_at=done``); every later
+    program is a task the job creates itself on that device and waits for, holding its
+    N nodes through each vendor queue.
+injob-session
+    the same, submitted with ``qpu.session=dedicated`` and run with ``--session``: the
+    first task opens an IBM dedicated session and the job's later tasks ride it
+    (``flux quantum task --session-env``'s variables).
+chain
+    ``flux quantum loop submit -N N ... python examples/qaoa/step.py``: step k is a held
+    qpu job whose task k the service creates; it runs once task k is done, folds result
+    k into the SPSA state and writes program k + 1; rank 0 submits step k + 1 before
+    step k ends. Nodes are free between steps.
+chain-session
+    the same with ``--session dedicated``: the service keeps one session for every
+    step's task (``qpu.loop``).
+
+The device. A backend whose queue never drains: ``--queue-minutes`` (40) of background
+jobs of ``--job-seconds`` (0.5, fixed) ahead at the start and as many arriving as are
+served (Poisson, utilisation 1), so every task that joins the public queue waits about
+that long; our jobs run ``--job-seconds`` + ``--shots`` x 8 ms (10 s at 1000 shots). The
+emulator models IBM's dedicated sessions: the session's first job waits its turn; from
+its start the backend runs only the session's jobs, each later one at once, until no job
+of the session waited or ran for the interactive TTL (60 s), when the public queue moves
+on and the session's next job waits its turn again.
+
+The clock (the vendor's time, the emulator's timeline). It runs at wall speed (x1)
+whenever no task of the loop is pending, so everything Flux, Python and the optimiser
+do between tasks takes its real time on the vendor's clock too (and a session's
+interactive TTL is measured against it faithfully); from a task's creation it runs at
+``--fast`` (x1200) up to the end the emulator forecasts for that task, and at x1 again
+from exactly that end. A 40-minute queue passes in 2 s of wall time, and the moment a
+result exists is exact. Pollers see the compression: a loop that backs off while a task
+waits (the in-job loop's ``watch_task``: 1 s growing to 15 s) has backed off less here
+than it would through 40 real minutes, so its detection lag is a lower bound; the
+service polls IBM at a fixed ``--poll-min`` (IBM gives no queue position to plan by).
+
+Measured per run, on the vendor's clock unless said otherwise:
+
+idle node-seconds
+    N x the time the loop's jobs hold their nodes while one of its tasks is pending
+    (created, not ended): the in-job loop's later tasks, and for a chain the moment
+    between a step submitting its successor and ending. ``held``: N x all the time the
+    loop's jobs hold nodes (the classical work and start-ups too).
+time to result
+    the first job's submit -> the last job's ``finish`` (its optimiser printed the
+    answer), vendor seconds; ``ttr wall`` the same on the wall clock of the compressed
+    run; ``own``: time to result minus the time a task was pending, i.e. what the loop
+    itself puts on the critical path (start-ups, scheduling, the optimiser, polling).
+per-iteration overhead (chains)
+    task k done (the emulator's end, mapped to the wall clock) -> step k's ``start``
+    event, wall seconds, p50 and p99 over every step of every run; ``gap``: task k done
+    -> task k + 1 created (every arm; the loop's whole turnaround between two tasks).
+vendor calls
+    every request the emulator answered during the run (IAM, backends, jobs, polls,
+    results, sessions), with creates and polls apart; polls scale with wall time, so
+    under compression they are not what a real run would make.
+tasks, sessions
+    IBM jobs created (must be K in every arm), sessions opened and closed by the end of
+    the run (the service closes a loop's session ``loop_linger`` after its last step).
+
+Targets (issue 19): the chain's idle node-seconds <= 10 % of the in-job loop's; the
+chain's time to result (median of the repeats) no worse than the in-job loop's by more
+than 10 %; the chain's per-iteration overhead p50 <= 0.5 s of wall time. The table says
+met or MISSED, for the pair without sessions (the issue's) and with sessions.
+
+Runs share this machine's cores with whatever else runs on it: compare arms by ratios
+and medians. Arms alternate order between repeats; each run gets a fresh emulator (the
+same seed for every arm of one repeat) and one warm-up run comes first.
+
+    python bench/loop.py --quick          # K=5, 1 repeat, N=4 (< 5 min), to a temp dir
+    python bench/loop.py --repeats 3      # K=9, N=4 -> bench/results/loop.{txt,csv}
+    python bench/loop.py --from-csv bench/results/loop.csv   # the table again
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchlib import percentile, read_rows, verdict
+
+from flux_quantum import events
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+EXAMPLE = REPO / "examples" / "qaoa"
+BACKEND = "heron"
+BACKEND_ID = f"ibm_{BACKEND}"
+TARGET = f"ibm:{BACKEND}"
+ARMS = ("injob", "injob-session", "chain", "chain-session")
+SHOT_SECONDS = 0.008
+PAIRS = (("chain", "injob"), ("chain-session", "injob-session"))
+
+
+# -- the device and the vendor's clock ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Device:
+    """The busy backend, in vendor seconds."""
+
+    queue_minutes: float
+    job_seconds: float
+    shots: int
+    fast: float
+
+    @property
+    def depth(self) -> int:
+        return max(1, round(self.queue_minutes * 60.0 / self.job_seconds))
+
+    @property
+    def run_seconds(self) -> float:
+        return self.job_seconds + self.shots * SHOT_SECONDS
+
+    def scenario(self) -> Any:
+        from flux_quantum.emulator.ibm_scenario import IbmScenario
+
+        queue = {
+            "depth": self.depth,
+            "arrival_rate": 1.0 / self.job_seconds,
+            "service_time": self.job_seconds,
+            "distribution": "fixed",
+            "shot_time": SHOT_SECONDS,
+        }
+        backend = {"name": BACKEND_ID, "qubits": 20, "queue": queue}
+        return IbmScenario.from_dict({"plan": "paid", "backends": [backend]})
+
+    def catalog(self) -> str:
+        return (
+            "devices:\n"
+            f"  - name: {BACKEND}\n    vendor: ibm\n    id: {BACKEND_ID}\n    class: qpu\n"
+            "    qubits: 20\n    region: us-east-1\n    price: {per_minute: 96}\n"
+            # The drain prior in wall seconds (the service's clock) through a race.
+            f"    slots: 1\n    properties: {{drain_seconds_per_task: "
+            f"{self.job_seconds / self.fast:.6g}}}\n"
+        )
+
+
+class GearClock:
+    """The emulator's clock for one run: x1 (wall speed) but while ``race`` runs it at
+    ``fast`` up to a given emulated time, from which it goes on at x1. ``at(wall)`` and
+    ``wall(emulated)`` map between the wall clock (``time.time()``) and emulated seconds.
+    Thread-safe; emulated time never runs backwards."""
+
+    def __init__(self, fast: float) -> None:
+        self.fast = fast
+        self.epoch = datetime.now(UTC).replace(microsecond=0)
+        self._lock = threading.Lock()
+        # (wall, emulated, speed, until) at the start of each segment: ``speed`` up to
+        # emulated ``until``, x1 after it.
+        self._segments: list[tuple[float, float, float, float]] = [
+            (time.time(), 0.0, 1.0, math.inf)
+        ]
+
+    @staticmethod
+    def _emulated(segment: tuple[float, float, float, float], wall: float) -> float:
+        w0, e0, speed, until = segment
+        emulated = e0 + (wall - w0) * speed
+        if emulated <= until:
+            return emulated
+        return until + wall - (w0 + (until - e0) / speed)
+
+    def now(self) -> float:
+        return self.at(time.time())
+
+    def at(self, wall: float) -> float:
+        """The emulated time at ``wall``."""
+        with self._lock:
+            segments = list(self._segments)
+        for segment in reversed(segments):
+            if wall >= segment[0]:
+                return self._emulated(segment, wall)
+        return 0.0
+
+    def wall(self, emulated: float) -> float:
+        """The wall time at which the clock reads ``emulated``."""
+        with self._lock:
+            segments = list(self._segments)
+        for w0, e0, speed, until in reversed(segments):
+            if emulated >= e0:
+                if emulated <= until:
+                    return w0 + (emulated - e0) / speed
+                return w0 + (until - e0) / speed + (emulated - until)
+        return segments[0][0]
+
+    def race(self, until: float) -> None:
+        """Run at ``fast`` from now until the clock reads ``until``, then at x1."""
+        with self._lock:
+            wall = time.time()
+            emulated = self._emulated(self._segments[-1], wall)
+            if until > emulated:
+                self._segments.append((wall, emulated, self.fast, until))
+
+
+class Gear(threading.Thread):
+    """Races the clock through each of the loop's tasks as soon as it is created, up to
+    the end the emulator forecasts for it (the loop's tasks come one at a time)."""
+
+    def __init__(self, emulator: Any, clock: GearClock) -> None:
+        super().__init__(daemon=True)
+        self.emulator, self.clock = emulator, clock
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        seen: set[str] = set()
+        while not self.done.wait(0.002):
+            for job in self.emulator.ibm.job_ids():
+                if job in seen:
+                    continue
+                seen.add(job)
+                ended = self.emulator.ibm.job_forecast(job).ended
+                if ended is not None:
+                    self.clock.race(ended)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(timeout=5)
+
+
+# -- one run ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    arm: str
+    repeat: int
+    nodes: int
+    k: int
+    seed: int
+    jobs: int = 0  # Flux jobs of the loop
+    tasks: int = 0  # IBM jobs created
+    sessions_opened: int = 0
+    sessions_closed: int = 0
+    session_jobs: int = 0  # tasks that rode a session
+    calls: int = 0
+    calls_create: int = 0
+    calls_poll: int = 0
+    calls_session: int = 0
+    t_submit: float = 0.0
+    t_end: float = 0.0
+    ttr_wall: float = 0.0
+    ttr: float = 0.0  # vendor seconds
+    pending: float = 0.0  # vendor seconds a task of the loop was pending
+    own: float = 0.0  # ttr - pending
+    idle: float = 0.0  # node-seconds, vendor
+    held: float = 0.0  # node-seconds, vendor
+    wait_first: float = 0.0  # task 0 created -> ended, vendor s
+    wait_later: float = 0.0  # median of the later tasks' created -> ended, vendor s
+    gaps: str = ""  # task k ended -> task k+1 created, wall s, space-separated
+    overheads: str = ""  # chains: task k ended -> step k start, wall s
+    detects: str = ""  # chains: task k ended -> step k's qpu-release event, wall s
+    startups: str = ""  # chains: step k's start -> its rank 0 journaled it runs, wall s
+    step_seconds: str = ""  # chains: each step's start -> finish, wall s
+    best: float | None = None  # the optimiser's best expected cut
+    evaluated: int = 0
+    error: str = ""
+
+    def floats(self, name: str) -> list[float]:
+        """A space-separated column (``gaps``, ``overheads``, ...) as numbers."""
+        return [float(x) for x in getattr(self, name).split()]
+
+
+def _join(values: list[float]) -> str:
+    return " ".join(f"{v:.4f}" for v in values)
+
+
+def held_while_pending(
+    allocation: tuple[float, float], task: tuple[float, float], clock: GearClock
+) -> tuple[float, float]:
+    """How long a job held its nodes while a task was pending, as (wall seconds, real
+    seconds); both intervals in wall time. Real: the vendor's seconds when the task
+    ended first (the job waited for it: the clock raced through the vendor's part),
+    the wall's when the job ended first (its own tail, e.g. a step ending after its
+    successor's task was created: the race says nothing of how long that takes)."""
+    start, end = max(allocation[0], task[0]), min(allocation[1], task[1])
+    if end <= start:
+        return 0.0, 0.0
+    if task[1] <= allocation[1]:
+        return end - start, clock.at(end) - clock.at(start)
+    return end - start, end - start
+
+
+class Bench:
+    """One Flux instance of N nodes with the handler service; a fresh emulator per run."""
+
+    def __init__(self, work: Path, args: argparse.Namespace) -> None:
+        from flux_quantum.cli.demo import Instance
+        from flux_quantum.cli.plugin import instance_config
+        from flux_quantum.consumer import shell_plugin_path
+        from flux_quantum.emulator import Emulator
+
+        self.work, self.args = work, args
+        self.device = Device(args.queue_minutes, args.job_seconds, args.shots, args.fast)
+        for sub in ("conf", "out", "loops", "state"):
+            (work / sub).mkdir()
+        (work / "conf" / "quantum.toml").write_text(instance_config())
+        self.catalog = work / "backends.yaml"
+        self.catalog.write_text(self.device.catalog())
+        self.clock = GearClock(args.fast)
+        self.emulator = Emulator(clock=self.clock, ibm=self.device.scenario()).start()
+        self.port = int(self.emulator.url.rsplit(":", 1)[1])
+        # What the service and the jobs inherit: QRMI's settings reaching the emulator's
+        # IBM side (the same port every run), where loops are registered.
+        os.environ.update(self.emulator.ibm_env())
+        os.environ["XDG_STATE_HOME"] = str(work / "state")
+        builtin = subprocess.run(
+            ["flux", "config", "builtin", "shell_pluginpath"], capture_output=True, text=True
+        ).stdout.strip()
+        opts = [f"-Sconf.shell_pluginpath={builtin}:{shell_plugin_path().parent}"]
+        self.inst = Instance(work, args.nodes, opts)
+
+    def start_service(self) -> None:
+        """A fresh service for every run: what it learns of the device (its drain) from
+        one run's emulator must not carry over to the next run's fresh queue."""
+        self.flux("quantum", "service", "stop", check=False)
+        self.flux(
+            "quantum",
+            "service",
+            "start",
+            f"--catalog={self.catalog}",
+            f"--poll-min={self.args.poll_min:g}",
+            "--poll-cold-max=1",
+            "--poll-max=10",
+            f"--scan-interval={self.args.scan_interval:g}",
+            "--cluster-interval=0.5",
+            "--device-check-interval=30",
+            "--tick=0.05",
+        )
+
+    def flux(self, *argv: str, check: bool = True, timeout: float = 120.0) -> str:
+        proc = subprocess.run(
+            ["flux", *argv],
+            env=self.inst.env,
+            cwd=self.work,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"flux {' '.join(argv)}: {(proc.stderr or proc.stdout)[-600:]}")
+        return proc.stdout
+
+    def close(self) -> None:
+        try:
+            self.flux("quantum", "service", "stop", check=False)
+            self.inst.stop()
+        finally:
+            self.emulator.stop()
+
+    def fresh(self, seed: int) -> Any:
+        """A new emulator on the same port: every run meets the device as described."""
+        from flux_quantum.emulator import Emulator
+
+        calls: list[Any] = []
+        self.emulator.stop()
+        self.clock = GearClock(self.args.fast)
+        self.emulator = Emulator(
+            clock=self.clock,
+            port=self.port,
+            seed=seed,
+            ibm=self.device.scenario(),
+            on_call=calls.append,
+        ).start()
+        return calls
+
+    # -- the arms
+
+    def run(self, arm: str, repeat: int, iterations: int, seed: int) -> Run:
+        run = Run(arm, repeat, self.args.nodes, 1 + 2 * iterations, seed)
+        calls = self.fresh(seed)
+        self.start_service()
+        gear = Gear(self.emulator, self.clock)
+        gear.start()
+        jobids: list[str] = []
+        journal = None
+        try:
+            if arm.startswith("injob"):
+                state = self._injob(run, iterations, jobids)
+            else:
+                state, journal = self._chain(run, iterations, jobids)
+            self.flux("quantum", "service", "status", "--wait-idle=60", "--json", timeout=90)
+            self._measure(run, jobids, calls, state, journal)
+        except Exception as exc:  # a failed run is reported, not hidden
+            run.error = f"{type(exc).__name__}: {exc}"[:500]
+            for jobid in jobids:
+                self.flux("cancel", jobid, check=False)
+        finally:
+            gear.stop()
+            self.flux("job", "purge", "--force", "--num-limit=0", check=False)
+        return run
+
+    def _injob(self, run: Run, iterations: int, jobids: list[str]) -> dict[str, Any]:
+        session = run.arm.endswith("session")
+        out = self.work / "out" / f"{run.arm}-{run.repeat}"
+        argv = [
+            "submit",
+            f"-N{run.nodes}",
+            f"-n{run.nodes}",
+            "-t",
+            "30m",
+            f"--output={out}.out",
+            f"--error={out}.err",
+            f"--job-name=loop-{run.arm}",
+            f"--setattr=qpu.device={TARGET}",
+            f"--setattr=qpu.program={EXAMPLE / 'start.qasm'}",
+            f"--setattr=qpu.shots={self.args.shots}",
+            "--setattr=qpu.release_at=done",
+            *(["--setattr=qpu.session=dedicated"] if session else []),
+            sys.executable,
+            str(EXAMPLE / "injob.py"),
+            "--iterations",
+            str(iterations),
+            "--state",
+            f"{out}.state.json",
+            *(["--session"] if session else []),
+        ]
+        jobids.append(self.flux(*argv).strip())
+        timeout = self.args.run_timeout
+        self.flux(
+            "job", "wait-event", "-t", f"{timeout:g}", jobids[0], "clean", timeout=timeout + 30
+        )
+        log = events.parse_eventlog(self.flux("job", "eventlog", "-f", "json", jobids[0]))
+        finish = events.first(log, "finish")
+        if finish is None or finish.context.get("status", 0) != 0:
+            err = Path(f"{out}.err").read_text(errors="replace")[-400:]
+            raise RuntimeError(f"job {jobids[0]} failed: {err}")
+        return json.loads(Path(f"{out}.state.json").read_text())
+
+    def _chain(self, run: Run, iterations: int, jobids: list[str]) -> tuple[dict[str, Any], Path]:
+        from flux_quantum.loop import LoopDir
+
+        directory = self.work / "loops" / f"{run.arm}-{run.repeat}"
+        argv = [
+            "quantum",
+            "loop",
+            "submit",
+            f"--qpu={TARGET}",
+            f"--program={EXAMPLE / 'start.qasm'}",
+            f"--shots={self.args.shots}",
+            *(["--session=dedicated"] if run.arm.endswith("session") else []),
+            "--maximize",
+            f"--max-iterations={run.k}",
+            f"--dir={directory}",
+            f"--name=bench-{run.arm}-{run.repeat}-{run.seed}",
+            f"-N{run.nodes}",
+            "-t",
+            "10m",
+            sys.executable,
+            str(EXAMPLE / "step.py"),
+            "--iterations",
+            str(iterations),
+        ]
+        loop_id = self.flux(*argv).strip()
+        timeout = self.args.run_timeout
+        waited = subprocess.run(
+            ["flux", "quantum", "loop", "wait", loop_id, "--timeout", f"{timeout:g}"],
+            env=self.inst.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout + 30,
+        )
+        loop = LoopDir.open(directory)
+        history = loop.history()
+        jobids += [str(j) for _, j in sorted(history.submitted.items())]
+        if waited.returncode != 0:
+            raise RuntimeError(f"loop {loop_id}: {(waited.stdout + waited.stderr).strip()[-400:]}")
+        for jobid in jobids:  # every step has ended, the last one too
+            self.flux("job", "wait-event", "-t", "60", jobid, "clean", timeout=90)
+        return json.loads(loop.state_file.read_text()), directory / "journal.jsonl"
+
+    # -- what a run measured
+
+    def _measure(
+        self,
+        run: Run,
+        jobids: list[str],
+        calls: list[Any],
+        state: dict[str, Any],
+        journal: Path | None,
+    ) -> None:
+        from flux.job import JobID
+
+        ibm, clock = self.emulator.ibm, self.clock
+        tasks = ibm.job_ids()
+        lines = [ibm.job_timeline(t) for t in tasks]
+        if any(line.ended is None for line in lines):
+            raise RuntimeError("a task of the loop has not ended")
+        pending = [(line.created, line.ended) for line in lines]
+        logs = [
+            events.parse_eventlog(self.flux("job", "eventlog", "-f", "json", j)) for j in jobids
+        ]
+        stamps = [events.first_times(log) for log in logs]
+        allocations = [(s["start"], s["finish"]) for s in stamps]
+        run.jobs, run.tasks = len(jobids), len(tasks)
+        run.t_submit, run.t_end = stamps[0]["submit"], max(s["finish"] for s in stamps)
+        run.ttr_wall = run.t_end - run.t_submit
+        run.ttr = clock.at(run.t_end) - clock.at(run.t_submit)
+        run.pending = sum(e - c for c, e in pending)
+        run.own = run.ttr - run.pending
+        ends = [clock.wall(e) for _, e in pending]
+        creates = [clock.wall(c) for c, _ in pending]
+        overlaps = [
+            held_while_pending(a, task, clock)
+            for a in allocations
+            for task in zip(creates, ends, strict=True)
+        ]
+        run.idle = run.nodes * sum(real for _, real in overlaps)
+        # A job's other time passed at x1 (no task pending): its wall time.
+        allocated = sum(b - a for a, b in allocations)
+        run.held = run.nodes * (allocated - sum(w for w, _ in overlaps)) + run.idle
+        run.wait_first = pending[0][1] - pending[0][0]
+        if len(pending) > 1:
+            run.wait_later = statistics.median(e - c for c, e in pending[1:])
+        run.gaps = _join([c - e for e, c in zip(ends, creates[1:], strict=False)])
+        if run.arm.startswith("chain"):
+            index = {task: k for k, task in enumerate(tasks)}
+            overheads, detects, steps = [], [], []
+            for log, stamp in zip(logs, stamps, strict=True):
+                found = events.first(log, events.TASK)
+                task = found.context.get("task") if found else None
+                if task in index:
+                    overheads.append(stamp["start"] - ends[index[task]])
+                    detects.append(stamp[events.RELEASE] - ends[index[task]])
+                steps.append(stamp["finish"] - stamp["start"])
+            run.overheads, run.detects = _join(overheads), _join(detects)
+            started = {}  # jobid -> when its rank 0 journaled that the step runs
+            for line in journal.read_text().splitlines() if journal else []:
+                record = json.loads(line)
+                if record.get("name") == "started":
+                    started[int(record["jobid"])] = float(record["t"])
+            run.startups = _join(
+                [
+                    started[int(JobID(j))] - stamp["start"]
+                    for j, stamp in zip(jobids, stamps, strict=True)
+                    if int(JobID(j)) in started
+                ]
+            )
+            run.step_seconds = _join(steps)
+        sessions = ibm.session_ids()
+        run.sessions_opened = len(sessions)
+        run.sessions_closed = sum(1 for s in sessions if ibm.session_state(s) == "closed")
+        run.session_jobs = sum(len(ibm.session_jobs(s)) for s in sessions)
+        run.calls = len(calls)
+        run.calls_create = sum(1 for c in calls if c.operation == "CreateJob")
+        run.calls_poll = sum(1 for c in calls if c.operation in ("GetJob", "ListJobs"))
+        run.calls_session = sum(1 for c in calls if "Session" in c.operation)
+        best = state.get("best")
+        run.best = float(best["value"]) if isinstance(best, dict) else None
+        run.evaluated = int(state.get("evaluated") or 0)
+        if run.tasks != run.k or run.evaluated != run.k:
+            raise RuntimeError(f"{run.tasks} tasks and {run.evaluated} evaluations, not {run.k}")
+
+
+# -- reporting -------------------------------------------------------------------------------
+
+
+def _median(rows: list[Run], attr: str) -> float:
+    values = [getattr(r, attr) for r in rows if getattr(r, attr) is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+def summarize(rows: list[Run]) -> dict[str, dict[str, Any]]:
+    """Per arm: medians over its runs, percentiles over every iteration of them."""
+    good = [r for r in rows if not r.error]
+    table: dict[str, dict[str, Any]] = {}
+    for arm in ARMS:
+        case = [r for r in good if r.arm == arm]
+        if not case:
+            continue
+        gaps = [g for r in case for g in r.floats("gaps")]
+        overheads = [o for r in case for o in r.floats("overheads")]
+        detects = [d for r in case for d in r.floats("detects")]
+        steps = [s for r in case for s in r.floats("step_seconds")]
+        startups = [s for r in case for s in r.floats("startups")]
+        table[arm] = {
+            "runs": len(case),
+            "k": case[0].k,
+            "tasks": sorted({r.tasks for r in case}),
+            "idle": _median(case, "idle"),
+            "held": _median(case, "held"),
+            "ttr": _median(case, "ttr"),
+            "ttr_wall": _median(case, "ttr_wall"),
+            "own": _median(case, "own"),
+            "wait_first": _median(case, "wait_first"),
+            "wait_later": _median(case, "wait_later"),
+            "gap_p50": percentile(gaps, 0.5),
+            "gap_p99": percentile(gaps, 0.99),
+            "overhead_p50": percentile(overheads, 0.5),
+            "overhead_p99": percentile(overheads, 0.99),
+            "overheads": len(overheads),
+            "detect_p50": percentile(detects, 0.5),
+            "step_p50": percentile(steps, 0.5),
+            "startup_p50": percentile(startups, 0.5),
+            "calls": _median(case, "calls"),
+            "calls_create": _median(case, "calls_create"),
+            "calls_poll": _median(case, "calls_poll"),
+            "calls_session": _median(case, "calls_session"),
+            "sessions": f"{sum(r.sessions_opened for r in case)}/"
+            f"{sum(r.sessions_closed for r in case)}",
+            "session_jobs": _median(case, "session_jobs"),
+            "best": _median(case, "best"),
+        }
+    return table
+
+
+def _fmt(value: float, digits: int = 0) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def report(rows: list[Run], args: argparse.Namespace, wall: float) -> str:
+    table = summarize(rows)
+    lines = [header(args, wall), ""]
+    lines.append(
+        f"{'arm':<14} {'runs':>4} {'tasks':>5} {'idle node-s':>11} {'held node-s':>11} "
+        f"{'ttr':>8} {'ttr wall':>8} {'own':>7} {'wait 1st':>8} {'later':>7} "
+        f"{'gap p50':>7} {'calls':>6} {'creates':>7} {'sessions':>8} {'best':>6}"
+    )
+    for arm, t in table.items():
+        tasks = ",".join(map(str, t["tasks"]))
+        lines.append(
+            f"{arm:<14} {t['runs']:>4} {tasks:>5} {_fmt(t['idle'], 1):>11} {_fmt(t['held'], 1):>11} "
+            f"{_fmt(t['ttr']):>8} {_fmt(t['ttr_wall'], 1):>8} {_fmt(t['own'], 1):>7} "
+            f"{_fmt(t['wait_first']):>8} {_fmt(t['wait_later']):>7} {_fmt(t['gap_p50'], 2):>7} "
+            f"{_fmt(t['calls']):>6} {_fmt(t['calls_create']):>7} {t['sessions']:>8} "
+            f"{_fmt(t['best'], 3):>6}"
+        )
+    lines += [
+        "",
+        "medians over the runs; node-seconds and seconds on the vendor's clock unless 'wall'",
+        "idle: nodes held while a task of the loop is pending; held: all node time of its jobs",
+        "ttr: first submit -> last job's finish; own: ttr minus the time a task was pending",
+        "wait 1st / later: task 0's and the later tasks' (median) create -> end, queue and run",
+        "gap p50: task k ended -> task k+1 created, wall s, over every iteration of every run",
+        "calls: vendor requests in the run (polls scale with wall time); creates: IBM jobs made",
+        "sessions: opened/closed over all runs (closed by the end of each run); best: the",
+        "  optimiser's best expected cut (maximum cut 7)",
+    ]
+    chains = [a for a in ("chain", "chain-session") if a in table]
+    if chains:
+        lines += ["", "per-iteration overhead of the chains (task k done -> step k start, wall s)"]
+        for arm in chains:
+            t = table[arm]
+            lines.append(
+                f"  {arm:<14} p50 {_fmt(t['overhead_p50'], 3)}  p99 {_fmt(t['overhead_p99'], 3)}"
+                f"  ({t['overheads']} steps); of it done -> released p50 "
+                f"{_fmt(t['detect_p50'], 3)}; a step's start -> finish p50 "
+                f"{_fmt(t['step_p50'], 2)} s, of it start -> its rank 0 runs "
+                f"{_fmt(t['startup_p50'], 2)} s"
+            )
+    lines += ["", "targets (issue 19)"]
+    for chain, injob in PAIRS:
+        if chain not in table or injob not in table:
+            continue
+        c, j = table[chain], table[injob]
+        share = c["idle"] / j["idle"] * 100 if j["idle"] > 0 else float("nan")
+        change = (c["ttr"] / j["ttr"] - 1) * 100 if j["ttr"] > 0 else float("nan")
+        p50 = c["overhead_p50"]
+        lines.append(
+            f"  {chain} idle <= 10 % of {injob}'s: {_fmt(c['idle'])} vs {_fmt(j['idle'])} node-s"
+            f" = {share:.1f} %  {verdict(share <= 10.0)}"
+        )
+        lines.append(
+            f"  {chain} time to result within +10 % of {injob}'s: {_fmt(c['ttr'])} vs "
+            f"{_fmt(j['ttr'])} s = {change:+.1f} %  {verdict(change <= 10.0)}"
+        )
+        lines.append(
+            f"  {chain} per-iteration overhead p50 <= 0.5 s wall: {_fmt(p50, 3)} s  "
+            f"{verdict(p50 <= 0.5)}"
+        )
+    lines += break_even(table)
+    bad = [r for r in rows if not r.error and r.tasks != r.k]
+    open_sessions = [r for r in rows if not r.error and r.sessions_closed != r.sessions_opened]
+    lines.append(
+        f"  exactly K tasks in every run: {verdict(not bad)}; every session closed: "
+        f"{verdict(not open_sessions)}"
+    )
+    errors = [r for r in rows if r.error]
+    if errors:
+        lines += ["", f"{len(errors)} runs failed:"]
+        lines += [f"  {r.arm} repeat {r.repeat}: {r.error}" for r in errors[:10]]
+    return "\n".join(lines)
+
+
+def break_even(table: dict[str, dict[str, Any]]) -> list[str]:
+    """When the chain wins, from the measured per-iteration figures of the pair without
+    sessions: its extra turnaround per iteration against the vendor wait."""
+    if "chain" not in table or "injob" not in table:
+        return []
+    c, j = table["chain"], table["injob"]
+    extra = c["gap_p50"] - j["gap_p50"]  # what a step adds between two tasks
+    step = c["step_p50"]  # what a step holds its nodes for
+    wait_ttr = 10 * extra - j["gap_p50"]
+    return [
+        "",
+        "break-even (per iteration, from the medians above; W: the vendor wait of a task)",
+        f"  a step adds {extra:.2f} s between two tasks (gap {c['gap_p50']:.2f} vs "
+        f"{j['gap_p50']:.2f} s) and holds its nodes {step:.2f} s",
+        f"  chain time to result within 10 % of the in-job loop's when W >= {wait_ttr:.0f} s",
+        f"  chain holds fewer node-seconds when W > {max(0.0, step - j['gap_p50']):.1f} s",
+    ]
+
+
+def header(args: argparse.Namespace, wall: float) -> str:
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    # What runs: the package, the example, the benchmarks (new files count too).
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--", "src", "examples", "bench"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    k = 1 + 2 * args.iterations
+    if args.from_csv:
+        return (
+            f"flux-quantum variational loop benchmark: runs read from {args.from_csv} "
+            f"(python bench/loop.py --from-csv); K = {k}, {args.repeats} repeat(s); the "
+            "runs' own header names their command and commit"
+        )
+    return (
+        f"flux-quantum variational loop benchmark: flux start --test-size={args.nodes}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{datetime.now(UTC):%Y-%m-%d}, commit {commit or '?'}{' (modified)' if dirty else ''}\n"
+        f"command: python bench/loop.py {' '.join(sys.argv[1:])}\n"
+        f"QAOA MaxCut (examples/qaoa), SPSA {args.iterations} iterations: K = {k} tasks of "
+        f"{args.shots} shots on N = {args.nodes} nodes; {args.repeats} repeat(s); took "
+        f"{wall / 60:.1f} min\n"
+        f"device: emulated IBM backend (qrmi), public queue {args.queue_minutes:g} min of "
+        f"{args.job_seconds:g} s jobs at utilisation 1, our jobs run "
+        f"{args.job_seconds + args.shots * SHOT_SECONDS:g} s; dedicated sessions modelled "
+        f"(interactive TTL 60 s); clock x1 between tasks, x{args.fast:g} through each task\n"
+        f"service: --poll-min={args.poll_min:g} --scan-interval={args.scan_interval:g}; a "
+        "shared 2-core machine: compare by ratios and medians"
+    )
+
+
+def write_csv(rows: list[Run], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[f.name for f in fields(Run)])
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(asdict(r))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="K=5, 1 repeat (< 5 minutes)")
+    parser.add_argument("--iterations", type=int, help="SPSA iterations: K = 1 + 2 I (4; 2)")
+    parser.add_argument("--repeats", type=int, help="runs per arm (3; quick 1)")
+    parser.add_argument("--nodes", type=int, default=4, help="N: nodes of the loop (4)")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma list of " + ",".join(ARMS))
+    parser.add_argument("--shots", type=int, default=1000, help="shots per task (1000)")
+    parser.add_argument("--queue-minutes", type=float, default=40.0, help="public queue (40)")
+    parser.add_argument("--job-seconds", type=float, default=0.5, help="a background job (0.5)")
+    parser.add_argument("--fast", type=float, default=1200.0, help="clock speed in a task")
+    parser.add_argument("--poll-min", type=float, default=0.1, help="service's IBM poll (0.1)")
+    parser.add_argument("--scan-interval", type=float, default=0.1, help="service scan (0.1)")
+    parser.add_argument("--run-timeout", type=float, default=600.0)
+    parser.add_argument("--out", type=Path, help="results stem (bench/results/loop)")
+    parser.add_argument("--from-csv", type=Path, help="the table of an earlier CSV again")
+    parser.add_argument("--work", type=Path, help="keep the runs' files here (a new directory)")
+    args = parser.parse_args(argv)
+    if args.from_csv:
+        rows = read_rows(args.from_csv, Run)
+        args.iterations = (rows[0].k - 1) // 2 if rows else 0
+        args.repeats = max((r.repeat for r in rows), default=-1) + 1
+        text = report(rows, args, 0.0)
+        print(text)
+        return 0
+    args.iterations = args.iterations or (2 if args.quick else 4)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    arms = args.arms.split(",")
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        parser.error(f"--arms: unknown {unknown}; accepted: {', '.join(ARMS)}")
+    if args.iterations < 1 or args.nodes < 1 or args.repeats < 1:
+        parser.error("--iterations, --nodes and --repeats must be integers >= 1")
+    if shutil.which("flux") is None:
+        print("loop: needs Flux (flux-core and Fluxion) with `flux` on PATH", file=sys.stderr)
+        return 1
+    if args.out is None:
+        quick = Path(tempfile.gettempdir()) / "fq-loop-quick" / "loop"
+        args.out = quick if args.quick else RESULTS / "loop"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    rows: list[Run] = []
+    with contextlib.ExitStack() as stack:
+        if args.work is not None:
+            args.work.mkdir(parents=True)
+            work = args.work
+        else:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fq-loop-")))
+        bench = Bench(work, args)
+        try:
+            # One run first, not measured: imports, connections, the simulator's start.
+            warm = bench.run("chain-session", -1, 1, seed=1)
+            print(f"warm-up: {warm.error or 'ok'} ({warm.ttr_wall:.1f} s wall)", flush=True)
+            for repeat in range(args.repeats):
+                order = arms if repeat % 2 == 0 else list(reversed(arms))
+                for arm in order:
+                    run = bench.run(arm, repeat, args.iterations, seed=100 + repeat)
+                    rows.append(run)
+                    say(run)
+        finally:
+            bench.close()
+    wall = time.monotonic() - t0
+    write_csv(rows, args.out.with_suffix(".csv"))
+    text = report(rows, args, wall)
+    args.out.with_suffix(".txt").write_text(text + "\n")
+    print()
+    print(text)
+    print(f"\nwritten: {args.out.with_suffix('.txt')}, {args.out.with_suffix('.csv')}")
+    return 1 if not rows or any(r.error for r in rows) else 0
+
+
+def say(run: Run) -> None:
+    if run.error:
+        print(f"  {run.arm:<14} #{run.repeat} ERROR {run.error}", flush=True)
+        return
+    extra = ""
+    if run.overheads:
+        extra = f", overhead p50 {percentile(run.floats('overheads'), 0.5):.3f} s"
+    print(
+        f"  {run.arm:<14} #{run.repeat} tasks {run.tasks} idle {run.idle:9,.0f} node-s "
+        f"ttr {run.ttr:7,.0f} s ({run.ttr_wall:5.1f} s wall) gap p50 "
+        f"{percentile(run.floats('gaps'), 0.5):.2f} s{extra}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
