@@ -130,6 +130,8 @@ def test_decide_covers_every_end() -> None:
     )
     assert ended(Stepped(2, 12, 0), StepReport(), h2).outcome == MAX_REACHED
     assert ended(Stepped(0, 10, 0, "d", "t", 1.0), StepReport()).outcome == BUDGET
+    short = ended(Stepped(0, 10, 0, "d", "t", 0.6), StepReport())
+    assert short.outcome == BUDGET and "the 0.40 left would not pay another task" in short.reason
     h3 = replay([Submitted(0, 10), Stepped(0, 10, 0, "a:x"), Submitted(1, 11)])
     moved = decide(s, h3, Stepped(1, 11, 0, "a:y"), StepReport())
     assert moved.moved == Moved(1, "a:x", "a:y") and moved.next_device == "a:y"
@@ -190,5 +192,5 @@ def test_a_budget_spent_to_the_cent_ends_the_loop_despite_float_sums() -> None:
     out = decide(s, h, Stepped(2, 12, 0, "d", "t2", 0.7), StepReport())
     assert out.ended is not None and out.ended.outcome == BUDGET, out
     assert out.ended.reason == "spent 2.10 of max-cost 2.10"
-    going = decide(s, h, Stepped(2, 12, 0, "d", "t2", 0.65), StepReport())
-    assert going.ended is None and going.budget == 0.05
+    going = decide(s, h, Stepped(2, 12, 0, "d", "t2", 0.35), StepReport())
+    assert going.ended is None and going.budget == 0.35

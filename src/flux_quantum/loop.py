@@ -682,6 +682,14 @@ def decide(spec: LoopSpec, history: LoopHistory, stepped: Stepped, report: StepR
         budget = round(spec.max_cost - spent, 6)
         if budget <= 0:
             return end(BUDGET, f"spent {spent:.2f} of max-cost {spec.max_cost:.2f}")
+        if stepped.cost is not None and budget < stepped.cost:
+            # The next task runs the same shots on the same device: one that costs
+            # what this one did would be refused by the service for its qpu.max_cost.
+            return end(
+                BUDGET,
+                f"spent {spent:.2f} of max-cost {spec.max_cost:.2f}: the {budget:.2f} left "
+                f"would not pay another task like step {k}'s ({stepped.cost:.2f})",
+            )
     return Decision(stepped, moved, None, next_device=device, budget=budget)
 
 
