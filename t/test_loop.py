@@ -63,6 +63,12 @@ def test_step_request_pins_the_device_and_passes_the_budget(tmp_path: Path) -> N
     first = s.step_request(0, tmp_path / "0.qasm", None, 3.0)
     assert first["device"] == "local:any" and first["policy"] == "min-cost"
     assert first["loop"] == "vqe" and first["release_at"] == "done" and first["max_cost"] == 3.0
+    assert (
+        spec(request={"device": "sv1", "release_at": "predict"}).step_request(
+            1, tmp_path / "1.qasm", "sv1", None
+        )["release_at"]
+        == "predict"
+    )
     later = s.step_request(4, tmp_path / "4.qasm", "local:local-garnet", None)
     assert later["device"] == "local:local-garnet" and "policy" not in later
     assert later["program"] == str(tmp_path / "4.qasm") and "max_cost" not in later

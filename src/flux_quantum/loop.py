@@ -3,7 +3,7 @@
 A *loop* runs the iterations of a variational algorithm (VQE, QAOA, ...) as a chain of
 ordinary Flux jobs, the *steps*. Step k is a held qpu job whose program is program k: the
 handler service creates task k while the step holds no node, releases the step once
-task k is done (``release_at=done``), and the step runs the user's classical code, which
+task k is done (``release_at=done`` unless the loop says otherwise), and the step runs the user's classical code, which
 reads result k and writes program k+1, or says the loop is done. Before it exits, rank 0
 of step k submits step k+1, again a held qpu job. Nodes are free between steps.
 
@@ -74,7 +74,7 @@ DEFAULT_MAX_ITERATIONS = 20
 MAX_ITERATIONS = 100_000
 GOALS = ("min", "max")
 # Request keys a loop sets itself on every step.
-LOOP_OWNED_KEYS = ("program", "loop", "release_at", "group")
+LOOP_OWNED_KEYS = ("program", "loop", "group")
 
 # How a loop ends. The first two are a loop that did its work.
 CONVERGED = "converged"
@@ -229,7 +229,7 @@ class LoopSpec:
             table["device"] = device
         table["program"] = str(program)
         table["loop"] = self.id
-        table["release_at"] = "done"
+        table.setdefault("release_at", "done")  # the step reads its result at once
         if budget is not None:
             table["max_cost"] = round(budget, 6)
         parse_request(table)  # a loop never submits what the validator would refuse

@@ -88,6 +88,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         ("session", args.session),
         ("policy", args.policy),
         ("failover", args.failover),
+        ("release_at", args.release_at),
     ):
         if value is not None:
             request[key] = value
@@ -247,6 +248,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--policy", help="how the first task chooses among devices (with 'any')")
     s.add_argument("--failover", help="qpu.failover of every step")
+    s.add_argument(
+        "--release-at",
+        metavar="POINT",
+        help="when a step is released: done (default: its task's result is there), predict, "
+        "running or a queue position",
+    )
     s.add_argument(
         "--setattr",
         action="append",
