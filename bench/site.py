@@ -52,8 +52,15 @@ chain
     runs no process (job-exec's test mode), so this script, acting as its application,
     submits step k+1 at the end of step k's classical slice and then finishes step k.
     Nodes are free between steps. Single and fan-out jobs are as in ``gated-done``.
+chain-predict
+    as ``chain``, but every step, the first too, carries ``qpu.release_at=predict``, as
+    ``flux quantum loop submit --release-at predict`` sets it on each step: the service
+    releases a step when the expected wait for its result falls below the measured
+    start-up of released jobs (their release -> run, nodes' wait included), so the wait
+    for nodes overlaps the vendor queue; a step that runs before its result waits for it
+    on its nodes. Single and fan-out jobs are as in ``gated-done``.
 
-In every arm but ``chain`` a variational job's later tasks are created from inside the
+In every arm but the chains a variational job's later tasks are created from inside the
 running job (by this script, acting as its application), which holds its nodes through
 each of their vendor queues.
 
@@ -62,18 +69,20 @@ for the later tasks of variational jobs), utilisation by useful work, ordinary j
 mean and p95 wait and bounded slowdown, hybrid jobs' time to result, variational jobs'
 time to their answer (submit of the first step -> the last step's end) and their
 per-iteration overhead (task k done -> iteration k's classical work running, wall
-seconds), vendor calls per hour and the service's CPU and memory; issue 19's targets
-for the chain against ``gated-done`` (MISSED where missed); a table
+seconds), what a release by prediction cost (jobs so released, the start-up lead they
+were released by, their idle within that lead and past it, released jobs' release ->
+run), vendor calls per hour and the service's CPU and memory; issue 19's targets for
+each chain against ``gated-done`` (MISSED where missed); a table
 (``site.txt``), a CSV of the arms (``site.csv``) and of every job (``site_jobs.csv``),
 and plots (``site.png``: utilisation over the day per arm, idle node-hours by arm).
 
-    python bench/site.py            # 1,024 nodes, 24 h at x480, shares 5 % and 20 %, 6 arms
-    python bench/site.py --quick    # smoke test: 256 nodes, 4 h at x480, 20 %, 6 arms
-    python bench/site.py --arms gated-done,chain --stem site_chain   # the loop arms only
+    python bench/site.py            # 1,024 nodes, 24 h at x480, shares 5 % and 20 %, 7 arms
+    python bench/site.py --quick    # smoke test: 256 nodes, 4 h at x480, 20 %, 7 arms
+    python bench/site.py --arms gated-done,chain,chain-predict --stem site_chain  # loops
 
-The compression, x480 rather than x96: the twelve arm runs (6 arms x 2 shares) go one after
+The compression, x480 rather than x96: the arm runs (up to 7 arms x 2 shares) go one after
 another on one 2-core machine, each a day plus a 2-hour tail and its setup; at x96 that
-is about 3 h 10 min, at x480 about 45 minutes (the total is printed). What x480 costs in
+is about 3 h 40 min, at x480 about 50 minutes (the total is printed). What x480 costs in
 fidelity: one wall second is 8 emulated minutes, so Flux's own latencies (tens of ms per
 job event on a loaded 2-core machine) become 5-20 emulated seconds, and the service's
 floors (``--tick`` 0.05 s, ``--poll-min`` 0.05 s, ``--scan-interval`` 0.1 s wall) are
@@ -81,6 +90,11 @@ floors (``--tick`` 0.05 s, ``--poll-min`` 0.05 s, ``--scan-interval`` 0.1 s wall
 what the figures compare (QPU queues of minutes to hours, jobs of minutes to hours,
 time limits of at least 5 minutes), and every arm pays them alike; the simulators' own
 seconds-long service times are not resolved. ``--factor 96`` runs the same day slower.
+``release_at=predict`` is the exception: its lead is the measured start-up of released
+jobs in wall seconds, whose part that is those latencies (a second or so at real speed)
+becomes minutes of the day, and a job that starts sooner than the lead waits out the
+rest on its nodes (the summary splits its idle into the part within the lead and past
+it, and gives released jobs' release -> run).
 The per-iteration overhead is given in wall seconds, as issue 19's target is: on this
 clock it holds the wait for a step's nodes too (one wall second of it is 8 emulated
 minutes of the cluster's queue), which a real day would give in emulated time.
@@ -96,6 +110,7 @@ import math
 import os
 import platform
 import queue
+import re
 import shutil
 import statistics
 import subprocess
@@ -115,15 +130,28 @@ from workload import POPULAR_LIMITS, Trace, TraceJob, make_trace
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
-ARMS = ("ungated", "gated-1", "gated-predict", "gated-done", "reservation", "chain")
+ARMS = (
+    "ungated",
+    "gated-1",
+    "gated-predict",
+    "gated-done",
+    "reservation",
+    "chain",
+    "chain-predict",
+)
+# qpu.release_at of the arm's hybrid jobs (a chain's single and fan-out jobs too)
 RELEASE_AT: dict[str, int | str] = {
     "gated-1": 1,
     "gated-predict": "predict",
     "gated-done": "done",
     "chain": "done",
+    "chain-predict": "done",
 }
+# The chain arms: qpu.release_at of every step of a loop (flux quantum loop submit
+# --release-at; done is the loop's default).
+LOOP_RELEASE_AT: dict[str, str] = {"chain": "done", "chain-predict": "predict"}
 SERVICE_ARMS = frozenset(RELEASE_AT)  # the arms whose hybrid jobs the handler service holds
-# Issue 19's targets for the chain, against the in-job loop (gated-done) of the same run.
+# Issue 19's targets for each chain, against the in-job loop (gated-done) of the same run.
 LATER_IDLE_MAX = 0.10  # the chain's later-task idle node-hours / the in-job loop's
 TTR_SLOWER_MAX = 0.10  # the chain's median time to the answer, at most this much longer
 OVERHEAD_P50_MAX = 0.5  # wall seconds, task k done -> iteration k's classical work running
@@ -131,6 +159,9 @@ CORES_PER_NODE = 4
 BSLD_TAU = 10.0  # seconds: the bounded slowdown's floor on run time
 APP_POLL = 15.0  # vendor seconds between an application's polls (flux quantum task --wait)
 BIN = 600.0  # seconds of the day per utilisation sample
+# The service's reason for a release by prediction (service/release.py, poller.py):
+# "predicted: expected wait for the result 0.42s <= job start-up 1.83s ..."
+PREDICTED = re.compile(r"^predicted: .*?<= job start-up ([0-9.]+)s")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -353,7 +384,7 @@ class JobRecord:
     # the first task on the vendor's clock (seconds of the day): created, next to run,
     # started, ended; None: not (yet)
     timeline: tuple[float | None, ...] = (None, None, None, None)
-    step: int = 0  # chain arm: the iteration (1-based) this job is the step of; 0: not a step
+    step: int = 0  # chain arms: the iteration (1-based) this job is the step of; 0: not a step
     # each quantum result: (iteration, wall time the task ended, wall time the classical
     # work of that iteration started)
     results: list[tuple[int, float, float]] = field(default_factory=list)
@@ -716,7 +747,7 @@ class ArmRun:
 
 def chained(job: TraceJob, arm: str) -> bool:
     """Whether the job runs as a chain of steps under the arm."""
-    return arm == "chain" and job.hybrid is not None and job.hybrid.pattern == "variational"
+    return arm in LOOP_RELEASE_AT and job.hybrid is not None and job.hybrid.pattern == "variational"
 
 
 def job_limit(job: TraceJob, arm: str, allowance: dict[str, float]) -> float:
@@ -724,18 +755,22 @@ def job_limit(job: TraceJob, arm: str, allowance: dict[str, float]) -> float:
     every task whose result the job may wait for on its nodes under the arm's release
     rule, the device's longest wait of the day (a user who knows the device). A chain's
     step asks for the round value users pick at or above its share of the classical
-    limit (its result is promised at its start)."""
+    limit (its result is promised at its start), plus that wait where the loop releases
+    its steps before the result (``predict``: the step may wait for it on its nodes)."""
     hybrid = job.hybrid
     if hybrid is None:
         return job.limit
+    worst = allowance[hybrid.device]
     if chained(job, arm):
         wanted = job.limit / hybrid.iterations
+        if LOOP_RELEASE_AT[arm] != "done":
+            wanted += worst
         return next((v for v in POPULAR_LIMITS if v >= wanted), wanted)
-    worst = allowance[hybrid.device]
     later = (hybrid.iterations - 1) * worst
     first = {
         "gated-done": 0.0,
         "chain": 0.0,
+        "chain-predict": 0.0,
         "reservation": 3 * DEVICES[hybrid.device].service,
     }.get(arm, worst)
     return job.limit + first + later
@@ -767,7 +802,7 @@ def jobspec(
             "device": f"local:{job.hybrid.device}",
             "program": str(program),
             "shots": job.hybrid.shots,
-            "release_at": RELEASE_AT.get(arm, 1),
+            "release_at": LOOP_RELEASE_AT[arm] if step else RELEASE_AT.get(arm, 1),
         }
         if job.hybrid.group > 1:
             request["group"] = f"g{job.index - job.member}"
@@ -970,6 +1005,16 @@ class Summary:
     iter_overhead_p99_s: float
     first_overhead_p50_s: float
     first_overhead_p99_s: float
+    # released by prediction (release_at=predict): jobs and steps so released, the
+    # start-up lead they were released by (wall seconds, median), their idle node-hours
+    # and of it the part within the lead (release -> release + lead); released jobs'
+    # release -> run (wall seconds, every job or step the service released)
+    pred_released: int
+    pred_lead_p50_s: float
+    idle_pred_node_h: float
+    idle_pred_lead_node_h: float
+    release_run_p50_s: float
+    release_run_p90_s: float
     vendor_calls_per_h: float
     service_calls_per_h: float
     app_calls_per_h: float
@@ -979,6 +1024,13 @@ class Summary:
     service_hwm_mb: float
     loadavg: float
     wall_s: float
+
+
+def predicted_lead(why: str) -> float | None:
+    """The start-up lead (wall seconds) a job was released by when the service released
+    it by prediction, from its release reason; None for any other release."""
+    match = PREDICTED.match(why)
+    return float(match.group(1)) if match else None
 
 
 def summarize(run: ArmRun) -> tuple[Summary, dict[str, list[float]]]:
@@ -1001,6 +1053,9 @@ def summarize(run: ArmRun) -> tuple[Summary, dict[str, list[float]]]:
     var_done: list[float] = []
     later_overheads: list[float] = []
     first_overheads: list[float] = []
+    release_runs: list[float] = []  # wall seconds
+    pred_leads: list[float] = []  # wall seconds
+    idle_pred = idle_pred_lead = 0.0
     unstarted = unresolved = failed = lead = var_jobs = 0
     loops: dict[int, list[JobRecord]] = {}  # hybrid jobs by trace index: a chain's steps
     for r in run.records:
@@ -1036,6 +1091,17 @@ def summarize(run: ArmRun) -> tuple[Summary, dict[str, list[float]]]:
             spread(useful_bins, em(a), stop, r.nodes)
         if r.why.startswith("classical lead"):
             lead += 1
+        t_release = r.events.get("qpu-release")
+        if t_release is not None and "start" in r.events:
+            release_runs.append(r.events["start"] - t_release)
+        predicted = predicted_lead(r.why)
+        if predicted is not None:
+            pred_leads.append(predicted)
+            for a, b, _ in r.idle:
+                idle_pred += r.nodes * overlap(em(a), em(b), 0.0, end)
+                if t_release is not None:
+                    lead_end = em(t_release) + predicted * f
+                    idle_pred_lead += r.nodes * overlap(em(a), min(em(b), lead_end), 0.0, end)
         loops.setdefault(r.index, []).append(r)
     for steps in loops.values():
         steps.sort(key=lambda r: r.step)
@@ -1097,6 +1163,12 @@ def summarize(run: ArmRun) -> tuple[Summary, dict[str, list[float]]]:
         iter_overhead_p99_s=percentile(later_overheads, 0.99),
         first_overhead_p50_s=percentile(first_overheads, 0.5),
         first_overhead_p99_s=percentile(first_overheads, 0.99),
+        pred_released=len(pred_leads),
+        pred_lead_p50_s=percentile(pred_leads, 0.5),
+        idle_pred_node_h=idle_pred / 3600.0,
+        idle_pred_lead_node_h=idle_pred_lead / 3600.0,
+        release_run_p50_s=percentile(release_runs, 0.5),
+        release_run_p90_s=percentile(release_runs, 0.9),
         vendor_calls_per_h=(service_calls + app_calls) / hours,
         service_calls_per_h=service_calls / hours,
         app_calls_per_h=app_calls / hours,
@@ -1217,6 +1289,9 @@ def report(
                 f"{s.service_hwm_mb:>6.0f} {s.loadavg:>5.2f}"
             )
         lines += ["", loop_table(rows)]
+        table = predict_table(rows, args.factor)
+        if table:
+            lines += ["", *table]
     lines += [
         "",
         "idle: node-hours hybrid jobs held nodes waiting for a quantum result, within the day;",
@@ -1242,9 +1317,17 @@ def report(
         "  overhead: task k done -> iteration k's classical work running, in WALL seconds",
         "  (k >= 2: the later iterations, where the arms differ; 1st: k = 1, a released job or",
         "  step waiting for nodes), p50 / p99; steps: jobs submitted by a chain's steps",
-        f"targets (issue 19, set at 20 % hybrid): the chain's later idle <= {LATER_IDLE_MAX:.0%} of",
+        f"targets (issue 19, set at 20 % hybrid): a chain's later idle <= {LATER_IDLE_MAX:.0%} of",
         f"  gated-done's, its variational median done <= {1 + TTR_SLOWER_MAX:.2f} x gated-done's, its",
-        f"  overhead p50 <= {OVERHEAD_P50_MAX:g} s wall",
+        f"  overhead p50 <= {OVERHEAD_P50_MAX:g} s wall (chain: steps released at done; chain-predict:",
+        "  every step released by prediction, as flux quantum loop submit --release-at predict)",
+        "released by prediction (release_at=predict): n jobs and steps the service released",
+        "  because the expected wait for the result was below the measured start-up of released",
+        "  jobs, the lead; lead p50 in wall seconds and in the day's time (x the factor);",
+        "  idle: their node-hours waiting for the result, in lead: of it within release ->",
+        "  release + lead, past: after it (the task ended later than expected); release -> run:",
+        "  every job or step the service released, qpu-release -> start, wall seconds (the lead",
+        "  is the p90 of recent ones)",
         "Times are emulated (the day's) seconds, wall seconds x the factor, but the overhead.",
     ]
     return "\n".join(lines)
@@ -1255,26 +1338,53 @@ def secs(seconds: float) -> str:
 
 
 def targets(rows: list[Summary]) -> list[str]:
-    """Issue 19's targets for the chain against the in-job loop (gated-done)."""
+    """Issue 19's targets for each chain arm against the in-job loop (gated-done)."""
     by_arm = {s.arm: s for s in rows}
-    chain, injob = by_arm.get("chain"), by_arm.get("gated-done")
-    if chain is None:
+    chains = [by_arm[arm] for arm in LOOP_RELEASE_AT if arm in by_arm]
+    injob = by_arm.get("gated-done")
+    if not chains:
         return []
     if injob is None:
         return ["targets: no gated-done arm in this run to hold the chain against"]
     idle_max = LATER_IDLE_MAX * injob.idle_later_node_h
     ttr_max = (1 + TTR_SLOWER_MAX) * injob.var_done_median_s
-    return [
-        "targets, chain against gated-done:",
-        f"  later-task idle {chain.idle_later_node_h:.1f} node-h <= {idle_max:.1f} "
-        f"({LATER_IDLE_MAX:.0%} of {injob.idle_later_node_h:.1f}): "
-        f"{verdict(chain.idle_later_node_h <= idle_max)}",
-        f"  variational time to result median {hours(chain.var_done_median_s)} <= "
-        f"{hours(ttr_max)} ({1 + TTR_SLOWER_MAX:.2f} x {hours(injob.var_done_median_s)}): "
-        f"{verdict(chain.var_done_median_s <= ttr_max)}",
-        f"  per-iteration overhead p50 {secs(chain.iter_overhead_p50_s)} <= "
-        f"{OVERHEAD_P50_MAX:g}s wall: {verdict(chain.iter_overhead_p50_s <= OVERHEAD_P50_MAX)}",
+    lines = []
+    for chain in chains:
+        lines += [
+            f"targets, {chain.arm} against gated-done:",
+            f"  later-task idle {chain.idle_later_node_h:.1f} node-h <= {idle_max:.1f} "
+            f"({LATER_IDLE_MAX:.0%} of {injob.idle_later_node_h:.1f}): "
+            f"{verdict(chain.idle_later_node_h <= idle_max)}",
+            f"  variational time to result median {hours(chain.var_done_median_s)} <= "
+            f"{hours(ttr_max)} ({1 + TTR_SLOWER_MAX:.2f} x {hours(injob.var_done_median_s)}): "
+            f"{verdict(chain.var_done_median_s <= ttr_max)}",
+            f"  per-iteration overhead p50 {secs(chain.iter_overhead_p50_s)} <= "
+            f"{OVERHEAD_P50_MAX:g}s wall: {verdict(chain.iter_overhead_p50_s <= OVERHEAD_P50_MAX)}",
+        ]
+    return lines
+
+
+def predict_table(rows: list[Summary], factor: float) -> list[str]:
+    """What releasing by prediction cost, for the arms whose jobs the service held (the
+    lead also in the day's time: x ``factor``); no lines where no job was released so."""
+    held = [s for s in rows if not math.isnan(s.release_run_p50_s)]
+    if not any(s.pred_released for s in held):
+        return []
+    lines = [
+        f"{'':<14} {'released by prediction':<44} {'release -> run, wall':<20}",
+        f"{'arm':<14} {'n':>4} {'lead p50':>8} {'= of day':>8} {'idle':>7} {'in lead':>7} "
+        f"{'past':>6} {'p50':>9} {'p90':>9}",
     ]
+    for s in held:
+        lead = s.pred_lead_p50_s
+        lines.append(
+            f"{s.arm:<14} {s.pred_released:>4} {secs(lead):>8} "
+            f"{hours(lead * factor):>8} "
+            f"{s.idle_pred_node_h:>7.1f} {s.idle_pred_lead_node_h:>7.1f} "
+            f"{s.idle_pred_node_h - s.idle_pred_lead_node_h:>6.1f} "
+            f"{secs(s.release_run_p50_s):>9} {secs(s.release_run_p90_s):>9}"
+        )
+    return lines
 
 
 def loop_table(rows: list[Summary]) -> str:
@@ -1316,7 +1426,15 @@ def plot(
     colors = dict(
         zip(
             ARMS,
-            ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple", "tab:brown"),
+            (
+                "tab:red",
+                "tab:orange",
+                "tab:green",
+                "tab:blue",
+                "tab:purple",
+                "tab:brown",
+                "tab:pink",
+            ),
             strict=True,
         )
     )
@@ -1414,6 +1532,7 @@ def write_csvs(
                 "task_started_s",
                 "task_ended_s",
                 "release_why",
+                "release_s",
             ]
         )
         for run in runs:
@@ -1443,6 +1562,7 @@ def write_csvs(
                         r.app_calls,
                         *("" if t is None else f"{t:.1f}" for t in r.timeline),
                         r.why,
+                        em(r.events.get("qpu-release")),
                     ]
                 )
 

@@ -135,3 +135,82 @@ def test_the_targets_say_missed_where_the_chain_misses() -> None:
     assert site_bench.targets([chain]) == [
         "targets: no gated-done arm in this run to hold the chain against"
     ]
+
+
+def test_each_chain_arm_is_held_against_the_in_job_loop() -> None:
+    injob, _ = site_bench.summarize(arm("gated-done", [in_job_loop()]))
+    chain, _ = site_bench.summarize(arm("chain", chain_loop(lag=400.0)))
+    predict, _ = site_bench.summarize(arm("chain-predict", chain_loop()))
+    lines = site_bench.targets([injob, chain, predict])
+    assert [line for line in lines if line.startswith("targets")] == [
+        "targets, chain against gated-done:",
+        "targets, chain-predict against gated-done:",
+    ]
+    assert [line.rsplit(" ", 1)[-1] for line in lines if line.startswith("  ")] == [
+        *("met", "MISSED", "MISSED"),
+        *("met", "met", "met"),
+    ]
+    assert site_bench.targets([predict]) == [
+        "targets: no gated-done arm in this run to hold the chain against"
+    ]
+
+
+def predicted_step(lead: float = 0.5) -> JobRecord:
+    """Step 2 of a loop released by prediction at 1,000 s of the day with a start-up lead
+    of ``lead`` wall seconds (50 s of the day), running at 1,020 s, its task ending at
+    1,100 s: 30 s of its idle within the lead, 50 s past it."""
+    r = variational(2, 21, submit=500.0, alloc=1020.0, start=1020.0, finish=1200.0)
+    r.events["qpu-release"] = wall(1000.0)
+    r.why = f"predicted: expected wait for the result 0.40s <= job start-up {lead:.2f}s"
+    r.idle = [(wall(1020.0), wall(1100.0), 2)]
+    r.work = [(wall(1100.0), wall(1200.0))]
+    r.results = [(2, wall(1100.0), wall(1100.0))]
+    r.t_result = wall(1100.0)
+    return r
+
+
+def test_a_release_by_prediction_is_counted_with_its_idle_within_and_past_its_lead() -> None:
+    done = chain_loop()
+    for r in done:
+        r.events["qpu-release"] = r.events["start"] - 10.0 / FACTOR
+        r.why = "COMPLETED"
+    summary, _ = site_bench.summarize(arm("chain-predict", [predicted_step(), *done]))
+    assert summary.pred_released == 1 and summary.pred_lead_p50_s == pytest.approx(0.5)
+    assert summary.idle_pred_node_h == pytest.approx(NODES * 80.0 / 3600.0)
+    assert summary.idle_pred_lead_node_h == pytest.approx(NODES * 30.0 / 3600.0)
+    assert summary.idle_later_node_h == pytest.approx(summary.idle_pred_node_h)
+    # release -> run in wall seconds: 10 s of the day for the three steps released at done,
+    # 20 s for the predicted one
+    assert summary.release_run_p50_s == pytest.approx(10.0 / FACTOR)
+    assert summary.release_run_p90_s == pytest.approx(17.0 / FACTOR)
+    # a lead longer than the idle: all of it within the lead
+    summary, _ = site_bench.summarize(arm("chain-predict", [predicted_step(lead=2.0)]))
+    assert summary.idle_pred_lead_node_h == pytest.approx(summary.idle_pred_node_h)
+    lines = site_bench.predict_table([summary], FACTOR)
+    assert lines[-1].split()[:7] == ["chain-predict", "1", "2.00s", "3.3m", "0.2", "0.2", "0.0"]
+    # an arm without releases by prediction prints no table
+    summary, _ = site_bench.summarize(arm("chain", done))
+    assert summary.pred_released == 0 and site_bench.predict_table([summary], FACTOR) == []
+
+
+def test_a_predict_loop_releases_every_step_by_prediction_and_its_other_jobs_at_done(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("flux.job")
+    from workload import Hybrid, TraceJob  # bench/, on the path above
+
+    loop = TraceJob(5, 0.0, 8, 1800.0, 3600.0, 0.1, Hybrid("variational", "garnet", 100, 3))
+    single = TraceJob(6, 0.0, 8, 600.0, 1200.0, 0.1, Hybrid("single", "garnet", 100))
+    allowance = {"garnet": 5000.0}
+    for arm_name, release_at, step_limit in (
+        ("chain", "done", 1200.0),  # 3,600 / 3 iterations
+        ("chain-predict", "predict", 7200.0),  # 1,200 + the device's longest wait, rounded
+    ):
+        limit = site_bench.job_limit(loop, arm_name, allowance)
+        assert limit == step_limit
+        for step in (1, 2):
+            spec = site_bench.jobspec(loop, arm_name, 1.0, tmp_path / "p.qasm", limit, step)
+            assert spec.attributes["system"]["qpu"]["release_at"] == release_at
+        assert site_bench.job_limit(single, arm_name, allowance) == 1200.0
+        spec = site_bench.jobspec(single, arm_name, 1.0, tmp_path / "p.qasm", 1200.0)
+        assert spec.attributes["system"]["qpu"]["release_at"] == "done"
