@@ -99,6 +99,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -169,14 +170,15 @@ class GearClock:
     ``wall(emulated)`` map between the wall clock (``time.time()``) and emulated seconds.
     Thread-safe; emulated time never runs backwards."""
 
-    def __init__(self, fast: float) -> None:
+    def __init__(self, fast: float, wall_clock: Callable[[], float] = time.time) -> None:
         self.fast = fast
+        self._wall_clock = wall_clock
         self.epoch = datetime.now(UTC).replace(microsecond=0)
         self._lock = threading.Lock()
         # (wall, emulated, speed, until) at the start of each segment: ``speed`` up to
         # emulated ``until``, x1 after it.
         self._segments: list[tuple[float, float, float, float]] = [
-            (time.time(), 0.0, 1.0, math.inf)
+            (wall_clock(), 0.0, 1.0, math.inf)
         ]
 
     @staticmethod
@@ -188,7 +190,7 @@ class GearClock:
         return until + wall - (w0 + (until - e0) / speed)
 
     def now(self) -> float:
-        return self.at(time.time())
+        return self.at(self._wall_clock())
 
     def at(self, wall: float) -> float:
         """The emulated time at ``wall``."""
@@ -213,7 +215,7 @@ class GearClock:
     def race(self, until: float) -> None:
         """Run at ``fast`` from now until the clock reads ``until``, then at x1."""
         with self._lock:
-            wall = time.time()
+            wall = self._wall_clock()
             emulated = self._emulated(self._segments[-1], wall)
             if until > emulated:
                 self._segments.append((wall, emulated, self.fast, until))
@@ -727,16 +729,21 @@ def break_even(table: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
-def header(args: argparse.Namespace, wall: float) -> str:
+def revision() -> str:
+    """The commit being measured, "(modified)" when the package, the example or the
+    benchmarks differ from it (new files count too). Read when the run starts."""
     commit = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
-    # What runs: the package, the example, the benchmarks (new files count too).
     dirty = subprocess.run(
         ["git", "-C", str(REPO), "status", "--porcelain", "--", "src", "examples", "bench"],
         capture_output=True,
         text=True,
     ).stdout.strip()
+    return (commit or "?") + (" (modified)" if dirty else "")
+
+
+def header(args: argparse.Namespace, wall: float) -> str:
     k = 1 + 2 * args.iterations
     if args.from_csv:
         return (
@@ -747,7 +754,7 @@ def header(args: argparse.Namespace, wall: float) -> str:
     return (
         f"flux-quantum variational loop benchmark: flux start --test-size={args.nodes}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{datetime.now(UTC):%Y-%m-%d}, commit {commit or '?'}{' (modified)' if dirty else ''}\n"
+        f"{datetime.now(UTC):%Y-%m-%d}, commit {args.revision}\n"
         f"command: python bench/loop.py {' '.join(sys.argv[1:])}\n"
         f"QAOA MaxCut (examples/qaoa), SPSA {args.iterations} iterations: K = {k} tasks of "
         f"{args.shots} shots on N = {args.nodes} nodes; {args.repeats} repeat(s); took "
@@ -809,6 +816,7 @@ def main(argv: list[str] | None = None) -> int:
         quick = Path(tempfile.gettempdir()) / "fq-loop-quick" / "loop"
         args.out = quick if args.quick else RESULTS / "loop"
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.revision = revision()
     t0 = time.monotonic()
     rows: list[Run] = []
     with contextlib.ExitStack() as stack:
