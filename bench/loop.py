@@ -294,19 +294,23 @@ def _join(values: list[float]) -> str:
 
 
 def held_while_pending(
-    allocation: tuple[float, float], task: tuple[float, float], clock: GearClock
-) -> tuple[float, float]:
-    """How long a job held its nodes while a task was pending, as (wall seconds, real
-    seconds); both intervals in wall time. Real: the vendor's seconds when the task
-    ended first (the job waited for it: the clock raced through the vendor's part),
-    the wall's when the job ended first (its own tail, e.g. a step ending after its
-    successor's task was created: the race says nothing of how long that takes)."""
-    start, end = max(allocation[0], task[0]), min(allocation[1], task[1])
+    allocation: tuple[float, float], task: tuple[float, float], clock: GearClock, own: bool
+) -> tuple[float, float, float]:
+    """How a job's allocation and a task's pending time overlap (both in wall time), as
+    (wall seconds of the allocation, their real seconds, real seconds idle). Real: a
+    job waiting for its ``own`` task waits the vendor's time (the clock raced through
+    it); a job ending while another job's task is pending (a step's tail after its
+    successor's task was created) takes its wall time, and idles only as long as that
+    task would really still be pending."""
+    start = max(allocation[0], task[0])
+    if not own:
+        tail = max(0.0, allocation[1] - start) if start < task[1] else 0.0
+        return tail, tail, min(tail, max(0.0, clock.at(task[1]) - clock.at(start)))
+    end = min(allocation[1], task[1])
     if end <= start:
-        return 0.0, 0.0
-    if task[1] <= allocation[1]:
-        return end - start, clock.at(end) - clock.at(start)
-    return end - start, end - start
+        return 0.0, 0.0, 0.0
+    real = clock.at(end) - clock.at(start) if task[1] <= allocation[1] else end - start
+    return end - start, real, real
 
 
 class Bench:
@@ -499,6 +503,19 @@ class Bench:
 
     # -- what a run measured
 
+    @staticmethod
+    def _owners(run: Run, tasks: list[str], logs: list[list[Any]]) -> dict[str, int]:
+        """Which job (index) each task is for: every task of an in-job loop is its one
+        job's; a chain's task k is step k's (its ``qpu-task`` event)."""
+        if run.arm.startswith("injob"):
+            return dict.fromkeys(tasks, 0)
+        owners = {}
+        for j, log in enumerate(logs):
+            found = events.first(log, events.TASK)
+            if found is not None:
+                owners[str(found.context.get("task"))] = j
+        return owners
+
     def _measure(
         self,
         run: Run,
@@ -528,15 +545,16 @@ class Bench:
         run.own = run.ttr - run.pending
         ends = [clock.wall(e) for _, e in pending]
         creates = [clock.wall(c) for c, _ in pending]
+        owners = self._owners(run, tasks, logs)
         overlaps = [
-            held_while_pending(a, task, clock)
-            for a in allocations
-            for task in zip(creates, ends, strict=True)
+            held_while_pending(a, task, clock, owners.get(t) == j)
+            for j, a in enumerate(allocations)
+            for t, task in zip(tasks, zip(creates, ends, strict=True), strict=True)
         ]
-        run.idle = run.nodes * sum(real for _, real in overlaps)
-        # A job's other time passed at x1 (no task pending): its wall time.
+        run.idle = run.nodes * sum(idle for _, _, idle in overlaps)
+        # A job's other time passed at x1 (no task of its own pending): its wall time.
         allocated = sum(b - a for a, b in allocations)
-        run.held = run.nodes * (allocated - sum(w for w, _ in overlaps)) + run.idle
+        run.held = run.nodes * (allocated + sum(real - w for w, real, _ in overlaps))
         run.wait_first = pending[0][1] - pending[0][0]
         if len(pending) > 1:
             run.wait_later = statistics.median(e - c for c, e in pending[1:])

@@ -53,17 +53,23 @@ def test_a_job_waiting_for_its_task_counts_vendor_time_and_a_steps_tail_its_own(
     clock = loop_bench.GearClock(100.0, wall_clock=wall)
     clock.race(until=1000.0)  # wall 1000 -> 1010 is emulated 0 -> 1000
     wall.t = 1020.0
-    # An in-job loop's job (wall 990-1020) waits for the task (1000-1010): vendor time.
-    assert loop_bench.held_while_pending((990.0, 1020.0), (1000.0, 1010.0), clock) == (
-        pytest.approx(10.0),
-        pytest.approx(1000.0),
-    )
-    # A step (wall 995-1001) ends 1 s after its successor's task was created: its tail.
-    assert loop_bench.held_while_pending((995.0, 1001.0), (1000.0, 1010.0), clock) == (
-        pytest.approx(1.0),
-        pytest.approx(1.0),
-    )
-    assert loop_bench.held_while_pending((1011.0, 1015.0), (1000.0, 1010.0), clock) == (0, 0)
+    task = (1000.0, 1010.0)
+    # An in-job loop's job (wall 990-1020) waits for its own task: 1000 vendor seconds.
+    held = loop_bench.held_while_pending((990.0, 1020.0), task, clock, own=True)
+    assert held == (pytest.approx(10.0), pytest.approx(1000.0), pytest.approx(1000.0))
+    # A step (995-1001) ends 1 s after its successor's task was created: its tail, 1 s.
+    held = loop_bench.held_while_pending((995.0, 1001.0), task, clock, own=False)
+    assert held == (pytest.approx(1.0), pytest.approx(1.0), pytest.approx(1.0))
+    # ... also when the race let the task end first: the step did not wait for it.
+    held = loop_bench.held_while_pending((995.0, 1015.0), task, clock, own=False)
+    assert held == (pytest.approx(15.0), pytest.approx(15.0), pytest.approx(15.0))
+    # A step's tail longer than the task really was pending idles only that long.
+    short = loop_bench.GearClock(100.0, wall_clock=wall)  # now at wall 1020
+    short.race(until=5.0)  # 5 vendor seconds, raced through in 0.05 s
+    held = loop_bench.held_while_pending((1010.0, 1030.0), (1020.0, 1020.05), short, own=False)
+    assert held == (pytest.approx(10.0), pytest.approx(10.0), pytest.approx(5.0))
+    assert loop_bench.held_while_pending((1011.0, 1015.0), task, clock, own=True) == (0, 0, 0)
+    assert loop_bench.held_while_pending((1011.0, 1015.0), task, clock, own=False) == (0, 0, 0)
 
 
 def run(arm: str, repeat: int, **values: object) -> object:
