@@ -286,12 +286,21 @@ class FakeFlux:
 
 @dataclass
 class QueueModel:
-    """A device's queue: ``depth`` tasks ahead of each new task, ``service`` seconds each."""
+    """A device's queue: ``depth`` tasks ahead of each new task, ``service`` seconds each.
+
+    ``refill``: other users' jobs that join the backlog per job served, in [0, 1); a
+    saturated backend (0.9) has a pending count that falls at a tenth of the pace its
+    jobs are served (the IBM fake's ``probe``). ``run``: how long our own task runs, in
+    seconds (None: one ``service``); shorter than ``service``, a late poll misses RUNNING
+    as it does on a real QPU.
+    """
 
     depth: int = 0
     service: float = 10.0
     status: DeviceStatus = DeviceStatus.ONLINE
     reason: str | None = None
+    refill: float = 0.0
+    run: float | None = None
 
 
 @dataclass
@@ -302,6 +311,7 @@ class FakeTask:
     service: float
     cancelled: bool = False
     failed: str | None = None
+    run: float | None = None
 
 
 class ScriptedVendor(Vendor):
@@ -352,7 +362,7 @@ class ScriptedVendor(Vendor):
         q = self.queues[device.name]
         task_id = f"arn:task/{device.name}/{next(self._ids)}"
         ref = TaskRef("local", device.name, task_id, token)
-        self.tasks[task_id] = FakeTask(ref, self.clock(), q.depth, q.service)
+        self.tasks[task_id] = FakeTask(ref, self.clock(), q.depth, q.service, run=q.run)
         self.by_token[token] = task_id
         return ref
 
@@ -365,6 +375,10 @@ class ScriptedVendor(Vendor):
         position = task.ahead - served
         if position >= 1:
             return TaskState.QUEUED, position
+        if task.run is not None:
+            started = task.created + task.ahead * task.service
+            running = self.clock() - started < task.run
+            return (TaskState.RUNNING if running else TaskState.COMPLETED), None
         if position == 0:
             return TaskState.RUNNING, None
         return TaskState.COMPLETED, None
@@ -420,7 +434,7 @@ class IbmLikeVendor(ScriptedVendor):
         self._call("probe", device.name)
         q = self.queues[device.name]
         places = [
-            place
+            self.pending(t, place)
             for t in self.tasks.values()
             if t.ref.device == device.name
             for state, place in [self.state_of(t)]
@@ -435,6 +449,16 @@ class IbmLikeVendor(ScriptedVendor):
             t=self.clock(),
         )
 
+    def pending(self, task: FakeTask, place: int) -> int:
+        """The backend's pending count behind ``place`` (ours queued there): with
+        ``refill``, the count falls at ``1 - refill`` of the pace jobs are served, one
+        floor over the whole, so it never rises while ours waits."""
+        refill = self.queues[task.ref.device].refill
+        if not refill or not task.service:
+            return place
+        served = (self.clock() - task.created) / task.service
+        return task.ahead - math.floor((1.0 - refill) * served)
+
     def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
         return self._create(device, token, None)
 
@@ -443,7 +467,7 @@ class IbmLikeVendor(ScriptedVendor):
         q = self.queues[device.name]
         task_id = f"ibm-job-{next(self._ids)}"
         ref = TaskRef("ibm", device.name, task_id, token)
-        self.tasks[task_id] = FakeTask(ref, self.clock(), q.depth, q.service)
+        self.tasks[task_id] = FakeTask(ref, self.clock(), q.depth, q.service, run=q.run)
         self.by_token.setdefault(token, task_id)
         if session is not None:
             self.sessions[session.session_id]["jobs"].append(task_id)

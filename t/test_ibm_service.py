@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from service_fakes import FAST, Harness, QueueModel
+from service_fakes import CATALOG, FAST, Harness, QueueModel
 
 from flux_quantum import events
+from flux_quantum.catalog import parse_catalog
 
 FEZ = "ibm:fez"
 
@@ -244,3 +245,32 @@ def test_the_unpositioned_estimate_is_not_used_for_a_vendor_with_positions():
     job = h.flux.submit({"device": "local:alpha", "release_at": 1})
     h.until(lambda: h.state(job) == "released")
     assert h.flux.last(job, events.READY).tasks[0]["why"] == "position 1 <= release_at 1"
+
+
+def test_a_saturated_backend_is_polled_at_the_sites_pace_not_the_pending_counts():
+    # A saturated backend's pending count hardly falls (other users' jobs arrive as ours
+    # are served), so the drain learned from it is a lower bound of the pace, ten times
+    # too slow here. Polls planned with it would come at poll_max, and a task whose own
+    # run is short is never seen RUNNING: its end would be noticed up to poll_max late.
+    slow = dataclasses.replace(
+        FAST, poll_cold_max=120.0, poll_max=120.0, device_check_interval=120.0
+    )
+    catalog = parse_catalog(
+        CATALOG.replace(
+            "price: {per_minute: 96}, properties: {drain_seconds_per_task: 10}",
+            "price: {per_minute: 96}, properties: {drain_seconds_per_task: 1}",
+        )
+    )
+    saturated = QueueModel(300, service=1.0, refill=0.9, run=0.25)
+    h = Harness(queues={"fez": saturated}, options=slow, catalog=catalog)
+    job = h.flux.submit(ibm())
+    h.until(lambda: h.flux.decoded(job, events.TASK))
+    fake = h.ibm.tasks[h.flux.last(job, events.TASK).task]
+    h.until(lambda: h.state(job) == "released", limit=900.0)
+    assert h.flux.last(job, events.READY).tasks[0]["why"] == "COMPLETED"
+    fez = catalog.get("fez")
+    assert fez is not None
+    drain = h.service.ctx.estimator.estimate(fez)
+    assert drain.source == "learned" and drain.seconds_per_task > 5.0  # the lower bound
+    ended = fake.created + fake.ahead * fake.service + saturated.run
+    assert h.clock() - ended <= 2 * slow.poll_min + 0.25  # a couple of polls, one step

@@ -22,6 +22,7 @@ from flux_quantum.plugin import HeldJob
 from flux_quantum.poller import (
     RELEASE_DONE,
     RELEASE_PREDICT,
+    BacklogEstimate,
     estimate_backlog,
     unpositioned_poll_interval,
     unpositioned_release,
@@ -143,15 +144,19 @@ class Release:
         drain = self.ctx.estimator.estimate(attempt.device).seconds_per_task
         probe = self.ctx.device_snapshots.get(attempt.device.name)
         created = attempt.queued_at if attempt.queued_at is not None else attempt.since
-        estimate = estimate_backlog(
-            snap,
-            ahead_at_create=attempt.ahead,
-            created_t=created if created is not None else snap.t,
-            pending_now=probe.queue_depth
-            if probe is not None and probe.t >= (created or 0)
-            else None,
-            seconds_per_task=drain,
-        )
+
+        def place(seconds_per_task: float) -> BacklogEstimate:
+            return estimate_backlog(
+                snap,
+                ahead_at_create=attempt.ahead,
+                created_t=created if created is not None else snap.t,
+                pending_now=probe.queue_depth
+                if probe is not None and probe.t >= (created or 0)
+                else None,
+                seconds_per_task=seconds_per_task,
+            )
+
+        estimate = place(drain)
         startup = self.startup.estimate() if release_at == RELEASE_PREDICT else 0.0
         decision = unpositioned_release(snap, release_at, estimate, startup)
         attempt.estimated_position = estimate.position
@@ -162,7 +167,17 @@ class Release:
         if decision.release:
             self.ready(unit, attempt, decision.reason)
             return None
-        return unpositioned_poll_interval(estimate, release_at, drain, self.ctx.schedule)
+        # The drain learned from pending counts is a lower bound of the pace (other
+        # users' jobs arrive as ours are served, so a saturated backend's count hardly
+        # falls): right for the place shown and the release, but polls planned with it
+        # come late, up to poll_max after a short run that is never seen RUNNING. Plan
+        # them with the faster of it and the site's (catalog or prior), as
+        # AdaptivePoller does for tasks with a position.
+        pace = min(
+            drain, self.ctx.estimator.estimate(attempt.device, polling=True).seconds_per_task
+        )
+        planned = estimate if pace == drain else place(pace)
+        return unpositioned_poll_interval(planned, release_at, pace, self.ctx.schedule)
 
     def check_lead(self, unit: Unit, attempt: Attempt, now: float) -> None:
         """Between polls: the cluster may have filled up, or time passed."""
