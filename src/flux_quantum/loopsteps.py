@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -232,25 +232,56 @@ def _released_task(handle: Any, jobid: int) -> JobTask | None:
 
 def task_cost(handle: Any, jobid: int, wait: float = COST_WAIT) -> float | None:
     """What the job's tasks cost, from its ``qpu-cost`` events; waits up to ``wait``
-    seconds for the settlement of a task that ended. None: not settled yet."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            entries = events.parse_eventlog(_eventlog(handle, jobid))
-        except OSError:
-            return None
-        costs = [r for r in map(events.decode, entries) if isinstance(r, events.Cost)]
-        if costs:
-            return sum(c.cost for c in costs)
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.25)
+    seconds (on the eventlog, not by polling it) for the settlement of a task that
+    ended. None: not settled yet."""
+    watch_events(handle, jobid, lambda event: event.name == events.COST, wait)
+    try:
+        entries = events.parse_eventlog(_eventlog(handle, jobid))
+    except OSError:
+        return None
+    costs = [r for r in map(events.decode, entries) if isinstance(r, events.Cost)]
+    return sum(c.cost for c in costs) if costs else None
 
 
 def _eventlog(handle: Any, jobid: int) -> str:
     import flux.job
 
     return flux.job.job_kvs_lookup(handle, jobid, keys=["eventlog"], decode=False)["eventlog"]
+
+
+def watch_events(
+    handle: Any, jobid: int, stop: Callable[[Any], bool], timeout: float | None
+) -> bool:
+    """Watch the job's eventlog (what it holds, then what comes) until ``stop(event)``:
+    True; False when the eventlog ends first, it cannot be read or ``timeout`` seconds
+    (None: no limit) passed."""
+    import flux.job
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        watcher = flux.job.event_watch_async(handle, jobid)
+    except OSError:
+        return False
+    try:
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                watcher.wait_for(-1.0 if remaining is None else remaining)
+            except OSError:
+                continue  # timed out: the deadline check says so
+            try:
+                event = watcher.get_event()
+            except OSError:
+                return False
+            if event is None:
+                return False
+            if stop(event):
+                return True
+    finally:
+        with contextlib.suppress(OSError):
+            watcher.cancel()
 
 
 # --- cancel, reconcile, status ------------------------------------------------------------------
@@ -380,31 +411,25 @@ def submit_loop(
 def wait_loop(handle: Any, loop: LoopDir, timeout: float | None = None) -> Ended:
     """Wait until the loop ended (each step's ``clean`` event, then the journal); its end.
     CommandError (exit code 2) after ``timeout`` seconds."""
-    import flux.job
-
     deadline = None if timeout is None else time.monotonic() + timeout
+    unfollowed = None  # a step whose eventlog ended without 'clean', or could not be read
     while True:
         history = reconcile(handle, loop)
         if history.ended is not None:
             return history.ended
         if not history.submitted:
             raise CommandError(f"loop {loop.id} has no step")
-        watcher = flux.job.event_watch_async(handle, history.submitted[history.iteration])
-        try:
-            while True:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise CommandError(f"loop {loop.id}: still going after {timeout:g} s", 2)
-                try:
-                    watcher.wait_for(-1.0 if remaining is None else remaining)
-                except OSError:
-                    continue  # timed out: the deadline check says so
-                event = watcher.get_event()
-                if event is None or event.name == "clean":
-                    break  # the step ended: its rank 0 journaled what follows first
-        finally:
-            with contextlib.suppress(OSError):
-                watcher.cancel()
+        remaining = None if deadline is None else deadline - time.monotonic()
+        jobid = history.submitted[history.iteration]
+        # The step ended ('clean'): its rank 0 journaled what follows before it did.
+        ended = watch_events(handle, jobid, lambda event: event.name == "clean", remaining)
+        if ended:
+            continue
+        if deadline is not None and time.monotonic() >= deadline:
+            raise CommandError(f"loop {loop.id}: still going after {timeout:g} s", 2)
+        if unfollowed == jobid:
+            raise CommandError(f"loop {loop.id}: cannot follow step job {encode_jobid(jobid)}")
+        unfollowed = jobid
 
 
 def describe(handle: Any, loop: LoopDir) -> dict[str, Any]:

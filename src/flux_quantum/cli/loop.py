@@ -35,7 +35,6 @@ from flux_quantum.loop import (
 from flux_quantum.quota import format_money
 
 FIELDS = ("id", "iteration", "state", "device", "best", "spent", "job", "reason")
-DEFAULT_FORMAT = None  # sized to the rows
 
 
 def _handle() -> Any:
