@@ -3,15 +3,17 @@
 This module owns the command's options and output: it prints the ``export K=V`` lines a
 client needs (and writes them to ``--env-file``, with the emulator's pid in a comment),
 logs one line per call to stderr with ``-v``, and stops cleanly on SIGTERM or SIGINT.
-``--background`` returns once the emulator serves (no wait on a clock) and ``--stop``
-ends the one an env file names. It must never listen on anything but loopback and
-never print anything but the export lines on stdout.
+``--background`` returns once the emulator serves (no wait on a clock), ``--stop``
+ends the one an env file names and ``--report`` prints that one's report (its bill,
+calls and faults) as JSON. It must never listen on or ask anything but loopback and
+never print anything but the export lines (or the report) on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -19,10 +21,14 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 from flux_quantum.emulator import Call, Emulator, Scenario, ScenarioError, WallClock
+from flux_quantum.emulator.bill import REPORT_PATH
 from flux_quantum.emulator.ibm_scenario import IbmScenario
 from flux_quantum.emulator.server import check_loopback
 from flux_quantum.errors import CommandError
@@ -63,6 +69,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--stop",
         action="store_true",
         help="stop the emulator that wrote --env-file, wait until it is gone, remove the file",
+    )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="print the report (bill, calls, faults) of the emulator that wrote --env-file",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of queues and faults")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each call to stderr")
@@ -139,6 +150,45 @@ def stop_emulator(path: Path, timeout: float = STOP_TIMEOUT) -> int:
     return 0
 
 
+URL_KEY = "FLUX_QUANTUM_EMULATOR_URL"
+REPORT_TIMEOUT = 30.0
+
+
+def _url_of(path: Path) -> str:
+    """The emulator URL an env file exports, or CommandError naming the file."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise CommandError(f"--env-file {path}: cannot read it ({exc.strerror})") from None
+    for line in lines:
+        if line.startswith(f"export {URL_KEY}="):
+            words = shlex.split(line[len("export ") :])
+            if len(words) == 1:
+                return words[0].partition("=")[2]
+    raise CommandError(f"--env-file {path} names no emulator URL (no 'export {URL_KEY}=' line)")
+
+
+def fetch_report(url: str, timeout: float = REPORT_TIMEOUT) -> dict:
+    """The report of the emulator serving at ``url`` (loopback only, no proxy)."""
+    host = urlsplit(url).hostname or ""
+    try:
+        check_loopback(host)
+    except ValueError as exc:
+        raise CommandError(f"emulator URL {url}: {exc}") from None
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url.rstrip("/") + REPORT_PATH, timeout=timeout) as answer:
+            return json.loads(answer.read())
+    except (OSError, ValueError) as exc:
+        raise CommandError(f"cannot read the report of the emulator at {url}: {exc}") from None
+
+
+def print_report(path: Path) -> int:
+    """Print the report of the emulator that wrote env file ``path`` (JSON, on stdout)."""
+    print(json.dumps(fetch_report(_url_of(path)), indent=2), flush=True)
+    return 0
+
+
 def _background(args: argparse.Namespace) -> int:
     """Fork before any thread exists; the parent returns once the child serves (it says
     so on a pipe) or says why it could not."""
@@ -177,12 +227,19 @@ def _background(args: argparse.Namespace) -> int:
 
 
 def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
-    if args.stop or args.background:
+    report = getattr(args, "report", False)
+    if args.stop or args.background or report:
+        if not args.env_file and report:
+            raise CommandError("--report needs --env-file FILE (where the emulator's URL is)")
         if not args.env_file:
             what = "--stop" if args.stop else "--background"
             raise CommandError(f"{what} needs --env-file FILE (where the emulator's pid is)")
+        if args.stop and report:
+            raise CommandError("--report and --stop do not go together: report first, then stop")
         if args.stop:
             return stop_emulator(Path(args.env_file))
+        if report:
+            return print_report(Path(args.env_file))
         if ready_fd is None:
             args.background = False
             return _background(args)

@@ -1,9 +1,11 @@
 """The ``Emulator`` facade: one loopback server speaking Braket, S3 and IBM Quantum, one call log.
 
 This module owns the lifecycle of an emulator (start, stop, context manager), the environment
-a client needs to reach it, and read access to its call log. It must never bind anything but
-IPv4 loopback, never leave a thread running after ``stop()``, and never change what the
-scenario describes: everything it serves comes from the scenario, the clock and the seed.
+a client needs to reach it, read access to its call log, and its report (the bill, calls and
+faults: ``report()``, also served at ``GET /_emulator/report``, a route of the emulator's own
+that needs no credential). It must never bind anything but IPv4 loopback, never leave a
+thread running after ``stop()``, never put a credential in a report, and never change what
+the scenario describes: everything it serves comes from the scenario, the clock and the seed.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from types import TracebackType
+from typing import Any
 
+from flux_quantum.emulator.bill import REPORT_PATH, report_document
 from flux_quantum.emulator.clock import Clock, WallClock
 from flux_quantum.emulator.ibm import API as IBM_API
 from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
@@ -22,7 +26,7 @@ from flux_quantum.emulator.s3 import PREFIX as S3_PREFIX
 from flux_quantum.emulator.scenario import Scenario
 from flux_quantum.emulator.server import HttpServer, check_loopback
 from flux_quantum.emulator.service import BraketService, Call
-from flux_quantum.emulator.wire import Request, Response
+from flux_quantum.emulator.wire import Request, Response, json_response
 
 ACCESS_KEY = "flux-quantum-emulator"
 SECRET_KEY = "flux-quantum-emulator-secret"
@@ -72,6 +76,8 @@ class Emulator:
         return self
 
     def _handle(self, request: Request) -> Response:
+        if request.path == REPORT_PATH and request.method in ("GET", "HEAD"):
+            return json_response(200, self.report())
         if request.path == IBM_PREFIX or request.path.startswith(IBM_PREFIX + "/"):
             return self.ibm.handle(request)
         return self._service.handle(request)
@@ -180,6 +186,22 @@ class Emulator:
         """When a task was created, became next to run, started and ended (emulated
         seconds on this emulator's clock; see ``clock``)."""
         return self._service.task_timeline(task_arn)
+
+    def report(self) -> dict[str, Any]:
+        """The emulator's bill (every task and IBM session, what each vendor charges for
+        it now), its calls by operation and the faults that fired, by kind, since it
+        was made (``clear_calls`` does not reset them); JSON-able. See docs/emulator.md."""
+        now = self.clock.now()
+        braket_calls, braket_faults = self._service.counts()
+        ibm_calls, ibm_faults = self.ibm.counts()
+        ibm_tasks, sessions = self.ibm.bill()
+        return report_document(
+            tasks=[*self._service.bill(), *ibm_tasks],
+            sessions=sessions,
+            calls={"braket": braket_calls, "ibm": ibm_calls},
+            faults={"braket": braket_faults, "ibm": ibm_faults},
+            now=now,
+        )
 
     def __repr__(self) -> str:
         where = self.url if self._server is not None else "stopped"

@@ -18,14 +18,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import random
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
+from flux_quantum.emulator.bill import BilledSession, BilledTask
 from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.ibm_runtime import IbmRefusal, IbmRuntime, JobQuery, refuse
 from flux_quantum.emulator.ibm_scenario import ERROR_CODES, IbmBackendSpec, IbmFault, IbmScenario
@@ -44,7 +47,7 @@ from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.service import Call
 from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
 from flux_quantum.emulator.simulate import simulate as run_program
-from flux_quantum.emulator.wire import Request, Response, json_response
+from flux_quantum.emulator.wire import Request, Response, connection_reset, json_response
 
 PREFIX = "/ibm"
 API = PREFIX + "/api/v1"
@@ -87,6 +90,9 @@ class IbmService:
         self._lock = threading.Lock()  # the call log and the fault counts
         self._calls: list[Call] = []
         self._fault_counts = [0] * len(scenario.faults)
+        # For the report: calls by operation and fault effects by kind, since the start.
+        self._call_counts: Counter[str] = Counter()
+        self._effects: Counter[str] = Counter()
 
     # -- views for tests and the facade ---------------------------------------------------------
 
@@ -128,6 +134,15 @@ class IbmService:
     def pending(self, backend: str) -> int:
         return self.runtime.pending(backend)
 
+    def bill(self) -> tuple[list[BilledTask], list[BilledSession]]:
+        """Every job and session so far, at the scenario's ``price_per_second``."""
+        return self.runtime.bill(self.scenario.price_per_second)
+
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(calls by operation, fault effects that fired by kind) since the start."""
+        with self._lock:
+            return dict(self._call_counts), dict(self._effects)
+
     # -- dispatch -----------------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response:
@@ -143,6 +158,7 @@ class IbmService:
                     created[0] if created else None)  # fmt: skip
         with self._lock:
             self._calls.append(call)
+            self._call_counts[call.operation] += 1
         if self._on_call is not None:
             self._on_call(call)
         return response
@@ -152,32 +168,50 @@ class IbmService:
             hits = self._faults(route, now)
         before = [f for f in hits if not f.after_commit]
         after = [f for f in hits if f.after_commit]
-        delay = sum(f.delay for f in before)
-        if delay > 0:
-            self._stop.wait(delay)  # real seconds, interrupted by stop()
-        error = next((f for f in before if f.status or f.code), None)
-        if error is not None:
-            return self._fault_response(error, route)
+        early = self._fault_answer(before, route, late=False)
+        if early is not None:
+            return early
         try:
             if route.operation != "IamToken" and route.operation != "Unknown":
                 self._authorize(request)
             if route.operation == "CreateJob":
                 failure = next((f.fail_job for f in before if f.fail_job), None)
-                response = route.handler(route, failure, created)
+                cancels = any(f.cancel_job for f in before)
+                response = route.handler(route, failure, cancels, created)
+                if created:
+                    self._count(*(["fail_job"] if failure else []), *(["cancel_job"] * cancels))
             elif route.operation == "CreateSession":
                 response = route.handler(route, request, created)
             else:
                 response = route.handler(route, request)
         except IbmRefusal as refusal:
-            return refusal.response
+            response = refusal.response
         except Exception as exc:  # an emulator bug must still answer like the service
-            return ibm_error(500, 1000, f"emulator error in {route.operation}: {exc!r}")
-        # Faults after the commit: the job exists, but the client hears of it late or not.
-        late = sum(f.delay for f in after)
-        if late > 0:
-            self._stop.wait(late)
-        error = next((f for f in after if f.status or f.code), None)
-        return self._fault_response(error, route) if error is not None else response
+            response = ibm_error(500, 1000, f"emulator error in {route.operation}: {exc!r}")
+        # Faults after the commit: the call applied (a job exists, a session closed), but
+        # the client hears of it late, with an error, or not at all.
+        late = self._fault_answer(after, route, late=True)
+        return late if late is not None else response
+
+    def _fault_answer(self, hits: list[IbmFault], route: _Route, late: bool) -> Response | None:
+        """Apply ``hits``' delays, then answer with their reset or error (None: neither);
+        each effect is counted for the report (a reset after the commit as ``lost``)."""
+        delay = sum(f.delay for f in hits)
+        if delay > 0:
+            self._count("delay")
+            self._stop.wait(delay)  # real seconds, interrupted by stop()
+        if any(f.reset for f in hits):
+            self._count("lost" if late else "reset")
+            return connection_reset()
+        error = next((f for f in hits if f.status or f.code), None)
+        if error is None:
+            return None
+        self._count(f"error:{error.http_status()}")
+        return self._fault_response(error, route)
+
+    def _count(self, *kinds: str) -> None:
+        with self._lock:
+            self._effects.update(kinds)
 
     def _faults(self, route: _Route, now: float) -> list[IbmFault]:
         """Count this call against every matching fault; the ones that fire. Lock held."""
@@ -188,7 +222,9 @@ class IbmService:
             if fault.backend is not None and route.backend != fault.backend:
                 continue
             self._fault_counts[index] += 1
-            if fault.selects(self._fault_counts[index], now):
+            n = self._fault_counts[index]
+            draw = random.Random(f"{self.seed}:ibm-fault:{index}:{n}").random()
+            if fault.selects(n, now, draw):
                 hits.append(fault)
         return hits
 
@@ -345,7 +381,9 @@ class IbmService:
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    def _create_job(self, route: _Route, failure: str | None, created: list[str]) -> Response:
+    def _create_job(
+        self, route: _Route, failure: str | None, cancels: bool, created: list[str]
+    ) -> Response:
         body = route.body
         if body.get("program_id") != "sampler":
             raise refuse(1002, "the emulator runs the sampler program only", 400)
@@ -368,6 +406,7 @@ class IbmService:
             session_id=session_id,
             cost=body.get("cost") if isinstance(body.get("cost"), int) else 0,
             failure=failure,
+            cancels=cancels,
         )
         created.append(job_id)
         answer = {"id": job_id, "backend": spec.name, "private": False}

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from flux_quantum.emulator.bill import BilledSession, BilledTask, ibm_charge
 from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.ibm_scenario import ERROR_CODES, IbmBackendSpec
 from flux_quantum.emulator.ibm_wire import ibm_error, sampler_result
@@ -33,6 +34,7 @@ from flux_quantum.emulator.ibm_wire import timestamp as ibm_time
 from flux_quantum.emulator.queue import Dedication, DeviceQueue, TaskTimeline
 from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
 from flux_quantum.emulator.wire import Response
+from flux_quantum.vendors.ibm.payload import program_token
 
 _STATUS = {
     "QUEUED": "Queued",
@@ -61,6 +63,7 @@ class IbmJob:
     session_id: str | None = None
     cost: int = 0
     result: str | None = field(default=None, repr=False)
+    shots: int = 0
     failure: str | None = None
 
 
@@ -131,6 +134,8 @@ class IbmRuntime:
         self._lock = threading.Lock()
         self._queues = {b.name: DeviceQueue(_queue_spec(b), seed) for b in backends}
         self._jobs: dict[str, IbmJob] = {}
+        # Every job ever created, deleted ones too: a deleted job stays on the bill.
+        self._created: dict[str, IbmJob] = {}
         self._sessions: dict[str, IbmSession] = {}
         self._ids = random.Random(f"{seed}:ibm-ids")
 
@@ -186,6 +191,55 @@ class IbmRuntime:
             session = self._sessions.get(session_id)
         return session.backend if session else None
 
+    def bill(self, price_per_second: float) -> tuple[list[BilledTask], list[BilledSession]]:
+        """Every job created so far (deleted ones too) with what IBM charges for it now,
+        and every session with the sum of its jobs (see ``bill``)."""
+        with self._lock:
+            now = self.clock.now()
+            tasks: dict[str, BilledTask] = {}
+            for job in self._created.values():
+                progress = self._queues[job.backend].progress(job.id, now)
+                state = _STATUS[progress.status].upper()
+                seconds, cost = ibm_charge(
+                    price_per_second, state, progress.started_at, progress.ended_at
+                )
+                pubs = job.params.get("pubs")
+                first = pubs[0] if isinstance(pubs, list) and pubs else None
+                circuit = first[0] if isinstance(first, list) and first else None
+                tasks[job.id] = BilledTask(
+                    vendor="ibm",
+                    id=job.id,
+                    device=job.backend,
+                    token=program_token(circuit),
+                    state=state,
+                    shots=job.shots,
+                    billed_seconds=seconds,
+                    cost=cost,
+                    session=job.session_id,
+                    created=job.created_t,
+                )
+            sessions = []
+            for session in self._sessions.values():
+                ibm_state = self._session_state(session, now)
+                if session.closed_t is not None or not session.accepting_jobs:
+                    state = "closed"
+                elif ibm_state == "closed":
+                    state = "expired"
+                else:
+                    state = "open"
+                sessions.append(
+                    BilledSession(
+                        id=session.id,
+                        backend=session.backend,
+                        mode=session.mode,
+                        state=state,
+                        ibm_state=ibm_state,
+                        jobs=tuple(session.jobs),
+                        cost=math.fsum(tasks[j].cost for j in session.jobs if j in tasks),
+                    )
+                )
+        return list(tasks.values()), sessions
+
     # -- backends -------------------------------------------------------------------------------
 
     def backend_states(self, specs: Sequence[IbmBackendSpec]) -> list[tuple[str, str | None, int]]:
@@ -219,10 +273,12 @@ class IbmRuntime:
         session_id: str | None,
         cost: int,
         failure: str | None,
+        cancels: bool = False,
     ) -> str:
         """Queue a sampler job of ``shots`` in all, its pubs' ``results`` simulated
         beforehand (``(register, rows, num_bits, shots)``, answered once it completes);
-        its id. With a ``failure`` it fails instead of completing."""
+        its id. With a ``failure`` it fails instead of completing; with ``cancels`` IBM
+        cancels it when it would start."""
         with self._lock:
             now = self.clock.now()
             queue = self._queues[spec.name]
@@ -245,9 +301,18 @@ class IbmRuntime:
                 cost=cost,
                 result=sampler_result(results, job_id),
                 failure=failure,
+                shots=shots,
             )
-            queue.submit(job_id, now, shots, fails=failure is not None, dedication=dedication)
+            queue.submit(
+                job_id,
+                now,
+                shots,
+                fails=failure is not None,
+                dedication=dedication,
+                vendor_cancels=cancels,
+            )
             self._jobs[job_id] = job
+            self._created[job_id] = job
             if session_id is not None:
                 self._sessions[session_id].jobs.append(job_id)
         return job_id

@@ -12,6 +12,8 @@ Format::
     plan: open | paid          # open: a dedicated session is refused with code 1352
     apikey: KEY                # the IAM API key the emulator accepts (default: any)
     crn: CRN                   # the service instance CRN it expects (default: any)
+    price_per_second: 1.60     # what a completed job's usage seconds cost on the bill
+                               # (default 1.60 on paid, $96/min Pay-As-You-Go; 0 on open)
     backends:
       - name: ibm_fez
         qubits: 156
@@ -27,10 +29,15 @@ Format::
         backend: ibm_fez                # optional
         status: 503                     # an HTTP error with IBM's error body ...
         code: 1000                      #   ... and this IBM error code
-        after_commit: true              # CreateJob only: create the job, then fail/delay
+        reset: true                     # or: close the connection without an answer
         delay: 5                        # or: answer after this many real seconds
         fail_job: "reason"              # or: CreateJob succeeds, the job ends Failed
-        calls: [1], first: N, after: N, every: N, start: T, end: T   # which calls
+        cancel_job: true                # or: CreateJob succeeds, IBM cancels the job when
+                                        #   it would start (it ends Cancelled, not billed)
+        after_commit: true              # apply the call first, then the error/reset/delay
+                                        #   (a delay may go with an error or a reset);
+                                        #   CreateJob + reset: a created job's answer lost
+        calls: [1], first: N, after: N, every: N, rate: 0.1, start: T, end: T  # which calls
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from typing import Any
 
 import yaml
 
+from flux_quantum.emulator.bill import IBM_PAID_PRICE_PER_SECOND
 from flux_quantum.emulator.scenario import DISTRIBUTIONS, QueueSpec, ScenarioError
 
 PLANS = ("open", "paid")
@@ -131,9 +139,13 @@ class IbmFault:
     every: int | None = None
     start: float | None = None
     end: float | None = None
+    reset: bool = False
+    cancel_job: bool = False
+    rate: float | None = None
 
-    def selects(self, n: int, now: float) -> bool:
-        """Whether the ``n``-th matching call (1-based), at emulated time ``now``, is hit."""
+    def selects(self, n: int, now: float, draw: float = 0.0) -> bool:
+        """Whether the ``n``-th matching call (1-based), at emulated time ``now``, is hit;
+        ``draw`` is the call's seeded uniform draw in [0, 1), compared with ``rate``."""
         if self.start is not None and now < self.start:
             return False
         if self.end is not None and now >= self.end:
@@ -143,6 +155,7 @@ class IbmFault:
             self.first is None or n <= self.first,
             self.after is None or n > self.after,
             self.every is None or n % self.every == 0,
+            self.rate is None or draw < self.rate,
         )
         return all(rules)
 
@@ -162,6 +175,7 @@ class IbmScenario:
     crn: str | None = None
     faults: tuple[IbmFault, ...] = ()
     source: str = "<dict>"
+    price_per_second: float = IBM_PAID_PRICE_PER_SECOND
 
     def backend(self, name: str) -> IbmBackendSpec | None:
         for spec in self.backends:
@@ -229,6 +243,12 @@ class _Reader:
             raise self.fail(where, f"must be a non-empty string, got {value!r:.40}")
         return value
 
+    def flag(self, data: Mapping[str, Any], key: str, where: str) -> bool:
+        value = data.get(key, False)
+        if not isinstance(value, bool):
+            raise self.fail(f"{where}.{key}", f"must be true or false, got {value!r:.40}")
+        return value
+
     def periods(self, value: Any, where: str) -> tuple[tuple[float, float], ...]:
         if not isinstance(value, list):
             raise self.fail(where, "must be a list of [start, end] pairs")
@@ -244,7 +264,9 @@ class _Reader:
         return tuple(sorted(periods))
 
     def scenario(self, data: Mapping[str, Any]) -> IbmScenario:
-        top = self.mapping(data, "(top level)", ("plan", "apikey", "crn", "backends", "faults"))
+        top = self.mapping(
+            data, "(top level)", ("plan", "apikey", "crn", "price_per_second", "backends", "faults")
+        )
         raw_backends = top.get("backends")
         if not isinstance(raw_backends, list) or not raw_backends:
             raise self.fail("backends", "must list at least one backend")
@@ -254,9 +276,13 @@ class _Reader:
             if name in names[:i]:
                 raise self.fail(f"backends[{i}].name", f"repeats backend {name!r}")
         faults = tuple(self.fault(raw, i, names) for i, raw in enumerate(top.get("faults") or []))
+        plan = self.choice(top.get("plan", "paid"), "plan", PLANS)
+        default_price = IBM_PAID_PRICE_PER_SECOND if plan == "paid" else 0.0
+        price = top.get("price_per_second", default_price)
         return IbmScenario(
             backends=tuple(backends),
-            plan=self.choice(top.get("plan", "paid"), "plan", PLANS),
+            plan=plan,
+            price_per_second=self.number(price, "price_per_second"),
             apikey=self.text(top["apikey"], "apikey") if "apikey" in top else None,
             crn=self.text(top["crn"], "crn") if "crn" in top else None,
             faults=faults,
@@ -321,7 +347,8 @@ class _Reader:
         where = f"faults[{index}]"
         accepted = (
             "operation", "backend", "status", "code", "message", "after_commit", "delay",
-            "fail_job", "calls", "first", "after", "every", "start", "end",
+            "fail_job", "cancel_job", "reset", "calls", "first", "after", "every", "rate",
+            "start", "end",
         )  # fmt: skip
         f = self.mapping(raw, where, accepted)
         ops = f.get("operation", [])
@@ -337,12 +364,25 @@ class _Reader:
         code = self.integer(f["code"], f"{where}.code", 1) if "code" in f else None
         delay = self.number(f.get("delay", 0.0), f"{where}.delay")
         fail_job = self.text(f["fail_job"], f"{where}.fail_job") if "fail_job" in f else None
-        effects = [status is not None or code is not None, delay > 0, fail_job is not None]
-        after_commit = bool(f.get("after_commit", False))
-        if sum(effects) != 1 and not (after_commit and delay > 0 and sum(effects) == 2):
-            raise self.fail(where, "needs exactly one effect: status/code, delay or fail_job")
-        if (after_commit or fail_job) and ops != ["CreateJob"]:
-            raise self.fail(f"{where}.operation", "must be CreateJob with after_commit/fail_job")
+        after_commit = self.flag(f, "after_commit", where)
+        reset = self.flag(f, "reset", where)
+        cancel_job = self.flag(f, "cancel_job", where)
+        error = status is not None or code is not None
+        effects = [error, delay > 0, fail_job is not None, reset, cancel_job]
+        late_pair = after_commit and delay > 0 and (error or reset) and sum(effects) == 2
+        if sum(effects) != 1 and not late_pair:
+            raise self.fail(
+                where, "needs exactly one effect: status/code, delay, reset, fail_job or cancel_job"
+            )
+        if (fail_job is not None or cancel_job) and ops != ["CreateJob"]:
+            raise self.fail(f"{where}.operation", "must be CreateJob with fail_job/cancel_job")
+        if after_commit and (fail_job is not None or cancel_job):
+            raise self.fail(
+                f"{where}.after_commit", "goes with status/code, reset or delay, not a job effect"
+            )
+        rate = self.number(f["rate"], f"{where}.rate") if "rate" in f else None
+        if rate is not None and rate > 1:
+            raise self.fail(f"{where}.rate", f"must be between 0 and 1, got {rate!r}")
         calls = f.get("calls", [])
         if not isinstance(calls, list):
             raise self.fail(f"{where}.calls", "must be a list of call numbers")
@@ -355,6 +395,9 @@ class _Reader:
             after_commit=after_commit,
             delay=delay,
             fail_job=fail_job,
+            reset=reset,
+            cancel_job=cancel_job,
+            rate=rate,
             calls=tuple(self.integer(c, f"{where}.calls", 1) for c in calls),
             first=self.integer(f["first"], f"{where}.first", 1) if "first" in f else None,
             after=self.integer(f["after"], f"{where}.after") if "after" in f else None,

@@ -77,14 +77,20 @@ class _Timing:
 
     __slots__ = (
         "cancel_requested", "cancelled_at", "created", "dedication", "end", "extra", "fails",
-        "front", "start",
+        "front", "start", "vendor_cancels",
     )  # fmt: skip
 
     def __init__(
-        self, extra: float, fails: bool, created: float, dedication: Dedication | None = None
+        self,
+        extra: float,
+        fails: bool,
+        created: float,
+        dedication: Dedication | None = None,
+        vendor_cancels: bool = False,
     ) -> None:
         self.extra = extra
         self.fails = fails
+        self.vendor_cancels = vendor_cancels
         self.created = created
         self.dedication = dedication
         self.front: float | None = None  # when it first was next to run (position 1)
@@ -223,12 +229,17 @@ class DeviceQueue:
         shots: int,
         fails: bool = False,
         dedication: Dedication | None = None,
+        vendor_cancels: bool = False,
     ) -> None:
         """Queue our task at time ``t`` (advances to ``t`` first); one of ``dedication``'s
-        tasks starts ahead of the others while the dedication holds the device."""
+        tasks starts ahead of the others while the dedication holds the device. With
+        ``vendor_cancels`` the vendor cancels it when it would start: it ends CANCELLED
+        (after the cancel latency) without running, and the device moves on."""
         self.advance(t)
         extra = shots * self.spec.queue.shot_time
-        self._tasks[task_id] = _Timing(extra, fails, created=t, dedication=dedication)
+        self._tasks[task_id] = _Timing(
+            extra, fails, created=t, dedication=dedication, vendor_cancels=vendor_cancels
+        )
         self._push(task_id)
         self.advance(t)  # an idle device starts it at once
 
@@ -336,8 +347,7 @@ class DeviceQueue:
 
     def _start_next(self, jumper: str | None) -> None:
         """Start the head of the queue, or ``jumper`` (a task of the dedication holding
-        the device) ahead of it."""
-        service = self._draw_service()
+        the device) ahead of it; one the vendor cancels ends there, without running."""
         if jumper is not None:
             self._remove(jumper)
             entry: _Entry = jumper
@@ -349,6 +359,10 @@ class DeviceQueue:
                 self._waiting.popleft()
             self._waiting_count -= 1
             self._mark_front()
+        if isinstance(entry, str) and self._tasks[entry].vendor_cancels:
+            self._tasks[entry].cancelled_at = self.t
+            return
+        service = self._draw_service()
         if isinstance(entry, int):
             self._running = 0
         else:

@@ -156,10 +156,15 @@ class Fault:
     """One injected fault: which calls it hits and what happens to them.
 
     Exactly one effect: ``error`` (a Braket or S3 error code), ``delay`` (answer after that
-    many real seconds) or ``fail_task`` (CreateQuantumTask succeeds but the task ends FAILED
-    with this reason). Selection counts the calls that match ``operation`` and ``device``
-    (1-based): ``calls`` lists them, ``first`` takes the first N, ``after`` those after the
-    Nth, ``every`` each Nth, ``rate`` a seeded fraction; ``start``/``end`` bound emulated time.
+    many real seconds), ``reset`` (close the connection without an answer), ``fail_task``
+    (CreateQuantumTask succeeds but the task ends FAILED with this reason) or
+    ``cancel_task`` (CreateQuantumTask succeeds but Braket cancels the task when it would
+    start running). ``after_commit``: the call is applied first (a task created, a cancel
+    done), then the error, reset or delay (a delay may then go with an error or a reset);
+    with ``reset`` it is a create whose answer is lost. Selection counts the calls that
+    match ``operation`` and ``device`` (1-based): ``calls`` lists them, ``first`` takes the
+    first N, ``after`` those after the Nth, ``every`` each Nth, ``rate`` a seeded fraction;
+    ``start``/``end`` bound emulated time.
     """
 
     operations: tuple[str, ...] = ()
@@ -175,6 +180,9 @@ class Fault:
     rate: float | None = None
     start: float | None = None
     end: float | None = None
+    reset: bool = False
+    after_commit: bool = False
+    cancel_task: bool = False
 
     @property
     def status(self) -> int:
@@ -640,6 +648,9 @@ _FAULT_KEYS = (
     "message",
     "delay",
     "fail_task",
+    "cancel_task",
+    "reset",
+    "after_commit",
     "calls",
     "first",
     "after",
@@ -661,12 +672,22 @@ def _parse_fault(raw: Any, source: str, device: str | None, prefix: str, top_lev
     error = f.choice("error", None, tuple(BRAKET_ERRORS) + tuple(S3_ERRORS))
     delay = f.number("delay", 0.0, high=600.0) or 0.0
     fail_task = f.string("fail_task", None)
-    effects = [e for e in (error is not None, delay > 0, fail_task is not None) if e]
-    if len(effects) != 1:
-        f.fail("error", "needs exactly one effect: 'error', 'delay' or 'fail_task'")
-    if fail_task is not None:
+    reset = f.boolean("reset", False)
+    cancel_task = f.boolean("cancel_task", False)
+    after_commit = f.boolean("after_commit", False)
+    effects = [error is not None, delay > 0, fail_task is not None, reset, cancel_task]
+    late_pair = after_commit and delay > 0 and (error is not None or reset) and sum(effects) == 2
+    if sum(effects) != 1 and not late_pair:
+        f.fail(
+            "error",
+            "needs exactly one effect: 'error', 'delay', 'reset', 'fail_task' or 'cancel_task'",
+        )
+    if fail_task is not None or cancel_task:
+        name = "fail_task" if fail_task is not None else "cancel_task"
         if ops and ops != ["CreateQuantumTask"]:
-            f.fail("operation", "must be CreateQuantumTask (or omitted) with 'fail_task'")
+            f.fail("operation", f"must be CreateQuantumTask (or omitted) with '{name}'")
+        if after_commit:
+            f.fail("after_commit", f"goes with 'error', 'reset' or 'delay', not '{name}'")
         ops = ["CreateQuantumTask"]
     if error is not None and ops:
         wanted = S3_OPERATIONS if error in S3_ERRORS else BRAKET_OPERATIONS
@@ -689,6 +710,9 @@ def _parse_fault(raw: Any, source: str, device: str | None, prefix: str, top_lev
         message=f.string("message", None),
         delay=delay,
         fail_task=fail_task,
+        reset=reset,
+        after_commit=after_commit,
+        cancel_task=cancel_task,
         calls=tuple(calls),
         first=f.integer("first", None, low=1),
         after=f.integer("after", None),

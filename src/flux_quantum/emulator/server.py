@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -68,6 +69,10 @@ class _Handler(BaseHTTPRequestHandler):
             body=body,
         )
         response = self.server.app(request)
+        if response.reset:  # no answer: the connection is reset once this handler returns
+            self.close_connection = True
+            self.server.reset_later(self.connection)
+            return
         self.send_response(response.status)
         for name, value in response.headers:
             self.send_header(name, value)
@@ -124,6 +129,7 @@ class _Server(ThreadingHTTPServer):
         self.app = app
         self._open: set[socket.socket] = set()
         self._conn_threads: set[threading.Thread] = set()
+        self._resets: set[socket.socket] = set()
         self._guard = threading.Lock()
         super().__init__(address, _Handler)
 
@@ -146,6 +152,22 @@ class _Server(ThreadingHTTPServer):
             with self._guard:
                 self._open.discard(request)
                 self._conn_threads.discard(threading.current_thread())
+
+    def reset_later(self, connection: socket.socket) -> None:
+        """Reset ``connection`` (RST, not FIN) instead of shutting it down cleanly."""
+        with self._guard:
+            self._resets.add(connection)
+
+    def shutdown_request(self, request) -> None:  # type: ignore[no-untyped-def]
+        with self._guard:
+            reset = request in self._resets
+            self._resets.discard(request)
+        if not reset:
+            super().shutdown_request(request)
+            return
+        with contextlib.suppress(OSError):
+            request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_request(request)  # linger 0: the peer sees ECONNRESET
 
     def handle_error(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
         return None  # a broken connection must not print a traceback into the user's terminal

@@ -17,18 +17,27 @@ import random
 import re
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.emulator import s3
+from flux_quantum.emulator.bill import BilledTask, braket_charge, execution_ms
 from flux_quantum.emulator.capabilities import capabilities_json
 from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
 from flux_quantum.emulator.scenario import BRAKET_ERRORS, S3_ERRORS, DeviceSpec, Fault, Scenario
 from flux_quantum.emulator.simulate import ProgramError, SimulationRequest, action_type, simulate
-from flux_quantum.emulator.wire import Request, Response, braket_error, iso8601, json_response
+from flux_quantum.emulator.wire import (
+    Request,
+    Response,
+    braket_error,
+    connection_reset,
+    iso8601,
+    json_response,
+)
 
 TASK_POSITION_CAP = 2000
 DEVICE_QUEUE_CAP = 4000
@@ -88,9 +97,16 @@ class TaskRecord:
 
 @dataclass(frozen=True)
 class _FaultHit:
+    """What the faults that fired on one call do, before and after the call applies."""
+
     error: Fault | None = None
     delay: float = 0.0
+    reset: bool = False
     fail_task: str | None = None
+    cancel_task: bool = False
+    late_error: Fault | None = None
+    late_delay: float = 0.0
+    late_reset: bool = False
 
 
 class _Route:
@@ -144,6 +160,10 @@ class BraketService:
         self._task_ids = random.Random(f"{seed}:task-ids")
         self._faults = self._bind_faults(scenario)
         self._fault_counts = [0] * len(self._faults)
+        # For the report: calls by operation and fault effects by kind, since the start
+        # (clear_calls does not reset them).
+        self._call_counts: Counter[str] = Counter()
+        self._effects: Counter[str] = Counter()
         self.store = s3.ObjectStore()
         self.store.create_bucket(scenario.bucket)
 
@@ -166,6 +186,39 @@ class BraketService:
         with self._lock:
             task = self._tasks[arn]
             return self._queues[task.device_arn].timeline(arn, self.clock.now())
+
+    def bill(self) -> list[BilledTask]:
+        """Every task created so far, with what Braket charges for it now (see ``bill``)."""
+        with self._lock:
+            now = self.clock.now()
+            rows = []
+            for task in self._tasks.values():
+                progress = self._queues[task.device_arn].progress(task.arn, now)
+                spec = self.scenario.device(task.device_arn)
+                assert spec is not None
+                seconds, cost = braket_charge(
+                    spec.cost, progress.status, task.shots, progress.started_at, progress.ended_at
+                )
+                rows.append(
+                    BilledTask(
+                        vendor="braket",
+                        id=task.arn,
+                        device=task.device_arn,
+                        token=task.client_token,
+                        state=progress.status,
+                        shots=task.shots,
+                        billed_seconds=seconds,
+                        cost=cost,
+                        session=None,
+                        created=task.created_t,
+                    )
+                )
+            return rows
+
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(calls by operation, fault effects that fired by kind) since the start."""
+        with self._lock:
+            return dict(self._call_counts), dict(self._effects)
 
     # -- dispatch -----------------------------------------------------------------------------
 
@@ -191,6 +244,7 @@ class BraketService:
         )
         with self._lock:
             self._calls.append(call)
+            self._call_counts[call.operation] += 1
         if self._on_call is not None:
             self._on_call(call)
         return response
@@ -200,23 +254,58 @@ class BraketService:
     ) -> Response:
         with self._lock:
             hit = self._apply_faults(route, now)
-        if hit.delay > 0:
-            self._stop.wait(hit.delay)  # real seconds, interrupted by stop()
-        if hit.error is not None:
-            return self._fault_response(hit.error, route, request)
+        early = self._fault_answer(hit.delay, hit.reset, hit.error, route, request, late=False)
+        if early is not None:
+            return early
         try:
             if route.s3call is not None:
-                return self._s3(request, route.s3call)
-            assert route.handler is not None
-            if route.operation == "CreateQuantumTask":
-                return route.handler(route.body, region, hit.fail_task, created)
-            return route.handler(route, request, region)
+                response = self._s3(request, route.s3call)
+            elif route.operation == "CreateQuantumTask":
+                assert route.handler is not None
+                response = route.handler(
+                    route.body, region, hit.fail_task, hit.cancel_task, created
+                )
+            else:
+                assert route.handler is not None
+                response = route.handler(route, request, region)
         except _Reject as reject:
-            return reject.response
+            response = reject.response
         except Exception as exc:  # an emulator bug must still answer like the service
-            return braket_error(
+            response = braket_error(
                 "InternalServiceException", 500, f"emulator error in {route.operation}: {exc!r}"
             )
+        # Faults after the commit: the call applied (a task created, a cancel done), but the
+        # client hears of it late, with an error, or not at all.
+        late = self._fault_answer(
+            hit.late_delay, hit.late_reset, hit.late_error, route, request, late=True
+        )
+        return late if late is not None else response
+
+    def _fault_answer(
+        self,
+        delay: float,
+        reset: bool,
+        error: Fault | None,
+        route: _Route,
+        request: Request,
+        late: bool,
+    ) -> Response | None:
+        """Wait ``delay``, then answer with a reset or ``error`` (None: neither); each
+        effect is counted for the report (a reset after the commit as ``lost``)."""
+        if delay > 0:
+            self._count("delay")
+            self._stop.wait(delay)  # real seconds, interrupted by stop()
+        if reset:
+            self._count("lost" if late else "reset")
+            return connection_reset()
+        if error is None:
+            return None
+        self._count(_error_kind(error))
+        return self._fault_response(error, route, request)
+
+    def _count(self, kind: str) -> None:
+        with self._lock:
+            self._effects[kind] += 1
 
     def _route(self, request: Request, region: str) -> _Route:
         if request.path == s3.PREFIX or request.path.startswith(s3.PREFIX + "/"):
@@ -281,9 +370,7 @@ class BraketService:
 
     def _apply_faults(self, route: _Route, now: float) -> _FaultHit:
         """Count this call against every matching fault; return what fires. Lock held."""
-        error: Fault | None = None
-        delay = 0.0
-        fail_task: str | None = None
+        fired: list[Fault] = []
         is_s3 = route.s3call is not None
         for index, (fault, device) in enumerate(self._faults):
             if fault.operations and route.operation not in fault.operations:
@@ -297,14 +384,20 @@ class BraketService:
             ):
                 continue
             self._fault_counts[index] += 1
-            if not self._fires(fault, index, self._fault_counts[index]):
-                continue
-            if fault.error is not None and error is None:
-                error = fault
-            delay += fault.delay
-            if fault.fail_task is not None and fail_task is None:
-                fail_task = fault.fail_task
-        return _FaultHit(error, delay, fail_task)
+            if self._fires(fault, index, self._fault_counts[index]):
+                fired.append(fault)
+        before = [f for f in fired if not f.after_commit]
+        after = [f for f in fired if f.after_commit]
+        return _FaultHit(
+            error=next((f for f in before if f.error is not None), None),
+            delay=sum(f.delay for f in before),
+            reset=any(f.reset for f in before),
+            fail_task=next((f.fail_task for f in before if f.fail_task is not None), None),
+            cancel_task=any(f.cancel_task for f in before),
+            late_error=next((f for f in after if f.error is not None), None),
+            late_delay=sum(f.delay for f in after),
+            late_reset=any(f.reset for f in after),
+        )
 
     def _fires(self, fault: Fault, index: int, n: int) -> bool:
         checks = []
@@ -337,7 +430,12 @@ class BraketService:
     # -- CreateQuantumTask --------------------------------------------------------------------
 
     def _create_task(
-        self, body: dict[str, Any], region: str, fail_task: str | None, created: list[str]
+        self,
+        body: dict[str, Any],
+        region: str,
+        fail_task: str | None,
+        cancel_task: bool,
+        created: list[str],
     ) -> Response:
         for name in ("clientToken", "deviceArn", "outputS3Bucket", "outputS3KeyPrefix", "action"):
             if not isinstance(body.get(name), str) or not body[name]:
@@ -407,7 +505,13 @@ class BraketService:
                 failure_reason=fail_task,
                 associations=tuple(body.get("associations") or ()),
             )
-            self._queues[spec.arn].submit(arn, now, shots, fails=fail_task is not None)
+            self._queues[spec.arn].submit(
+                arn, now, shots, fails=fail_task is not None, vendor_cancels=cancel_task
+            )
+            if fail_task is not None:
+                self._effects["fail_task"] += 1
+            if cancel_task:
+                self._effects["cancel_task"] += 1
             self._tasks[arn] = record
             self._tokens[token] = arn
             self._tags[arn] = {str(k): str(v) for k, v in (body.get("tags") or {}).items()}
@@ -683,12 +787,17 @@ class BraketService:
                         "name": "braket.task_result.simulator_metadata",
                         "version": "1",
                     },
-                    "executionDuration": round((ended - started) * 1000),  # type: ignore[operator]
+                    "executionDuration": execution_ms(started, ended),  # type: ignore[arg-type]
                 }
             when = timestamp(self.clock, progress.ended_at or now)
             body = json.dumps(document).encode()
             key = f"{task.directory}/{RESULTS_FILENAME}"
             self.store.put(task.bucket, key, body, when, "application/json")
+
+
+def _error_kind(fault: Fault) -> str:
+    """The report's name of an error fault: ``error:CODE`` (Braket) or ``s3:CODE``."""
+    return f"{'s3' if fault.is_s3 else 'error'}:{fault.error}"
 
 
 class _Reject(Exception):

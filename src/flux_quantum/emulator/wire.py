@@ -37,12 +37,21 @@ class Request:
 
 @dataclass(frozen=True)
 class Response:
-    """One HTTP response to send."""
+    """One HTTP response to send; ``reset``: send nothing, reset the connection instead."""
 
     status: int
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     error: str | None = None  # the error code, for the call log
+    reset: bool = False
+
+
+RESET_ERROR = "ConnectionReset"
+
+
+def connection_reset() -> Response:
+    """No answer at all: the server resets the connection (logged as status 0)."""
+    return Response(0, error=RESET_ERROR, reset=True)
 
 
 def json_response(status: int, document: Any) -> Response:

@@ -1,0 +1,151 @@
+"""The emulator's own bill and report: what each emulated vendor would charge, and what it saw.
+
+This module owns the bill rules (what a Braket task or an IBM job costs once it has ended,
+from the scenario's prices and the same quantities the vendors' documents carry: shots,
+a managed simulator's ``executionDuration``, an IBM job's ``usage.seconds``), the billed
+task and session records, and the report document served at ``GET /_emulator/report``
+(``Emulator.report()``). It is pure: it never reads a clock, takes a lock or does I/O, and
+a report never carries a credential (tokens in it are idempotency tokens, not secrets).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flux_quantum.emulator.scenario import Cost
+
+CURRENCY = "USD"
+# Braket bills a managed simulator's run time with a 3 s minimum.
+SIMULATOR_MIN_SECONDS = 3.0
+# IBM Quantum Pay-As-You-Go: $96 a minute of quantum time; the Open plan is free.
+IBM_PAID_PRICE_PER_SECOND = 1.60
+REPORT_PATH = "/_emulator/report"
+
+
+def execution_ms(started: float, ended: float) -> int:
+    """A managed simulator's ``executionDuration`` (ms), as its results.json carries it."""
+    return round((ended - started) * 1000)
+
+
+def usage_seconds(started: float, ended: float) -> float:
+    """An IBM job's ``usage.seconds``, as its job document carries it."""
+    return round(ended - started, 3)
+
+
+def braket_charge(
+    cost: Cost, state: str, shots: int, started: float | None, ended: float | None
+) -> tuple[float | None, float]:
+    """(billed seconds or None, dollars) of one Braket task in ``state``.
+
+    Only a COMPLETED task is billed. Per shot: ``task_price + price x shots``; per task:
+    ``task_price + price``; per minute (managed simulators): ``task_price + price / 60 x
+    max(3, executionDuration / 1000)``, the billed seconds being that max.
+    """
+    if state != "COMPLETED":
+        return None, 0.0
+    if cost.unit == "minute":
+        if started is None or ended is None:
+            return None, 0.0
+        seconds = max(SIMULATOR_MIN_SECONDS, execution_ms(started, ended) / 1000.0)
+        return seconds, cost.task_price + cost.price / 60.0 * seconds
+    if cost.unit == "task":
+        return None, cost.task_price + cost.price
+    return None, cost.task_price + cost.price * shots
+
+
+def ibm_charge(
+    price_per_second: float, state: str, started: float | None, ended: float | None
+) -> tuple[float | None, float]:
+    """(billed seconds or None, dollars) of one IBM job in ``state``: a COMPLETED job is
+    billed its usage seconds x the plan's price per second; any other state nothing."""
+    if state != "COMPLETED" or started is None or ended is None:
+        return None, 0.0
+    seconds = usage_seconds(started, ended)
+    return seconds, seconds * price_per_second
+
+
+@dataclass(frozen=True)
+class BilledTask:
+    """One vendor task on the bill (every task the emulator created, billed or not)."""
+
+    vendor: str  # "braket" or "ibm"
+    id: str
+    device: str
+    token: str | None
+    state: str
+    shots: int
+    billed_seconds: float | None
+    cost: float
+    session: str | None
+    created: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "vendor": self.vendor,
+            "id": self.id,
+            "device": self.device,
+            "token": self.token,
+            "state": self.state,
+            "shots": self.shots,
+            "billed_seconds": self.billed_seconds,
+            "cost": self.cost,
+            "session": self.session,
+            "created": self.created,
+        }
+
+
+@dataclass(frozen=True)
+class BilledSession:
+    """One IBM session: ``open`` (neither closed by its client nor expired), ``closed`` (its
+    client closed it, or stopped it taking jobs) or ``expired`` (its max TTL ran out);
+    ``ibm_state`` is what IBM's session document says now."""
+
+    id: str
+    backend: str
+    mode: str
+    state: str
+    ibm_state: str
+    jobs: tuple[str, ...]
+    cost: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "backend": self.backend,
+            "mode": self.mode,
+            "state": self.state,
+            "ibm_state": self.ibm_state,
+            "jobs": list(self.jobs),
+            "cost": self.cost,
+        }
+
+
+def report_document(
+    tasks: Iterable[BilledTask],
+    sessions: Iterable[BilledSession],
+    calls: Mapping[str, Mapping[str, int]],
+    faults: Mapping[str, Mapping[str, int]],
+    now: float,
+) -> dict[str, Any]:
+    """The report: the bill, calls by operation (both vendors merged, and per vendor),
+    faults that fired by vendor and kind, and the emulated time it was taken at."""
+    task_list = sorted(tasks, key=lambda t: (t.created, t.vendor, t.id))
+    merged: dict[str, int] = {}
+    for counts in calls.values():
+        for operation, n in counts.items():
+            merged[operation] = merged.get(operation, 0) + n
+    return {
+        "bill": {
+            "currency": CURRENCY,
+            "tasks": [t.to_dict() for t in task_list],
+            "sessions": [s.to_dict() for s in sessions],
+            "total": math.fsum(t.cost for t in task_list),
+        },
+        "calls": dict(sorted(merged.items())),
+        "calls_by_vendor": {v: dict(sorted(c.items())) for v, c in calls.items()},
+        "faults": {v: dict(sorted(c.items())) for v, c in faults.items()},
+        "now": now,
+    }
