@@ -538,7 +538,13 @@ def test_braket_fault_mistakes_name_the_field(fault: dict, words: list[str]) -> 
 def test_a_late_reset_may_follow_a_delay_and_both_scenario_files_parse() -> None:
     fault = {"after_commit": True, "reset": True, "delay": 1.0}
     assert Scenario.from_dict({"extends": "default", "faults": [fault]}).faults[0].reset
-    Scenario.from_yaml(SCENARIOS / "faults.yaml")
+    braket = Scenario.from_yaml(SCENARIOS / "faults.yaml")
+    assert any(f.after_commit and f.reset for f in braket.faults)
+    ibm = IbmScenario.from_yaml(SCENARIOS / "ibm-faults.yaml")
+    kinds = {
+        k for f in ibm.faults for k in ("reset", "cancel_job", "after_commit") if getattr(f, k)
+    }
+    assert kinds == {"reset", "cancel_job", "after_commit"} and ibm.price_per_second == 1.60
 
 
 @pytest.mark.parametrize(
