@@ -481,7 +481,7 @@ def _sessions_closed(story: _Story) -> Iterator[Violation]:
 
 
 def _settled_total(rows: Iterable[LedgerRow]) -> float:
-    return sum(row.cost or 0.0 for row in rows if row.state == "settled")
+    return sum((row.cost or 0.0 for row in rows if row.state == "settled"), 0.0)
 
 
 def _billed_total(story: _Story) -> float:
