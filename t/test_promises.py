@@ -32,6 +32,7 @@ from flux_quantum.promises import (
     check,
     read_ledger,
     read_report,
+    state_of,
 )
 from flux_quantum.quota import Charge, QuotaConfig
 from flux_quantum.vendors.base import VendorSession
@@ -504,6 +505,17 @@ def test_running_jobs_are_neither_lost_nor_failed():
     job = JobFacts(56, 1000, "RUN", (submit(), Event("alloc", T0)), qpu=False)
     findings = check(Facts(jobs=(job,)))
     assert findings.ok() and findings.outcomes[0].outcome == "running"
+
+
+def test_the_state_an_eventlog_tells():
+    assert state_of([submit()]) == "NEW"
+    assert state_of([submit(), Event("validate", T0)]) == "DEPEND"
+    assert state_of([submit(), Event("validate", T0), *ran()[:2]]) == "SCHED"
+    assert state_of([submit(), Event("validate", T0), *ran()[:4]]) == "RUN"
+    assert state_of([submit(), Event("validate", T0), fatal("cancel")]) == "CLEANUP"
+    assert state_of([submit(), *ran()]) == "INACTIVE"
+    # a priority change while SCHED does not take the job back
+    assert state_of([submit(), *ran()[:2], Event("priority", T0, {"priority": 0})]) == "SCHED"
 
 
 def test_a_job_state_must_be_a_flux_state():

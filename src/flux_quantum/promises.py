@@ -871,14 +871,37 @@ def _is_qpu(system: Mapping[str, Any], job_events: Sequence[Event]) -> bool:
     return any(e.name.startswith("qpu-") for e in job_events)
 
 
+def state_of(job_events: Iterable[Event]) -> str:
+    """A job's state as its eventlog tells it (RFC 21's transitions): what a job-list
+    that lags behind the job-manager has not seen yet."""
+    state = "NEW"
+    after = {"validate": "DEPEND", "depend": "PRIORITY", "priority": "SCHED", "alloc": "RUN"}
+    for event in job_events:
+        if event.name == "clean" or event.name == "invalidate":
+            return "INACTIVE"
+        fatal = event.name == "exception" and event.context.get("severity") == 0
+        if event.name == "finish" or fatal:
+            state = "CLEANUP"
+        elif event.name in after and STATES.index(after[event.name]) > STATES.index(state):
+            state = after[event.name]
+    return state
+
+
 def read_jobs(
     uri: str | None, jobs: Iterable[int] | None = None
 ) -> tuple[tuple[JobFacts, ...], dict[str, str]]:
     """The jobs of the instance at ``uri`` (None: ``FLUX_URI``), or those of ``jobs``,
     through the Flux bindings: job-list for ids, states, users and memos, the service's
     own reader (``FluxJobs.records``) for eventlogs and jobspecs; and, as texts to scan,
-    the exec eventlogs of the jobs that started."""
-    import flux
+    the exec eventlogs of the jobs that started. A job's state is the further of
+    job-list's and its eventlog's (job-list may lag behind)."""
+    try:
+        import flux
+    except ImportError:
+        raise ValueError(
+            "uri: the Flux Python bindings are not importable here; run the checker in"
+            " the Python environment flux-quantum was installed into"
+        ) from None
 
     from flux_quantum.fluxrpc import pipelined
     from flux_quantum.service.fluxside import FluxJobs
@@ -886,31 +909,31 @@ def read_jobs(
     handle = flux.Flux(uri) if uri else flux.Flux()
     payload = {"max_entries": 0, "attrs": ["state", "userid", "annotations"], "since": 0.0}
     rows = {row["id"]: row for row in handle.rpc("job-list.list", payload).get()["jobs"]}
-    if jobs is None:
-        ids = sorted(rows)
-    else:
-        ids = list(dict.fromkeys(int(j) for j in jobs))
-        unknown = [j for j in ids if j not in rows]
-        if unknown:
-            raise ValueError(f"jobs: the instance does not know job(s) {unknown}")
+    ids = sorted(rows) if jobs is None else list(dict.fromkeys(int(j) for j in jobs))
     records = FluxJobs(handle).records(ids)
     out = []
     started = []
     for jobid in ids:
-        record = records.get(jobid)
-        if record is None:
+        if jobid not in records:
             raise ValueError(f"jobs: cannot read the eventlog and jobspec of job {jobid}")
-        row = rows[jobid]
+        record = records[jobid]
+        if record is None:
+            raise ValueError(f"jobs: the instance does not know job {jobid}")
+        row = rows.get(jobid, {})
+        state = state_of(record.events)
+        if "state" in row:
+            state = max(_state_name(row["state"]), state, key=STATES.index)
         release = Released.decode(record.system)
         tasks: tuple[str, ...] = ()
         if release is not None:
             tasks = release.info.tasks or ((release.task,) if release.task else ())
         memo = (row.get("annotations") or {}).get("user") or {}
+        userid = row.get("userid", record.submitter())
         out.append(
             JobFacts(
                 jobid=jobid,
-                userid=int(row.get("userid", 0)),
-                state=_state_name(row["state"]),
+                userid=userid if isinstance(userid, int) else -1,
+                state=state,
                 events=record.events,
                 qpu=_is_qpu(record.system, record.events),
                 released_tasks=tasks,
