@@ -1202,6 +1202,15 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("flux") is None:
         print("faults: needs Flux (flux-core and Fluxion) with `flux` on PATH", file=sys.stderr)
         return 1
+    try:
+        import flux_quantum  # noqa: F401
+    except ImportError:
+        print(
+            "faults: needs flux-quantum importable (pip install -e . in this Python, or "
+            "PYTHONPATH=src)",
+            file=sys.stderr,
+        )
+        return 1
     quick = args.quick
     args.jobs = args.jobs or (30 if quick else 300)
     args.window = args.window or (60.0 if quick else 420.0)
