@@ -15,15 +15,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fluxinstance import FluxInstance, quantum_config
+from test_ibm_flux import Ibm
 from test_service_flux import BELL, FAST
 
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
 from flux_quantum.emulator.emulator import SECRET_KEY
+from flux_quantum.emulator.ibm_scenario import IbmScenario
 from flux_quantum.promises import PROMISES, check, gather, read_ledger
 
 pytestmark = pytest.mark.flux
@@ -152,7 +155,7 @@ def test_two_completed_jobs_keep_every_promise(run):
     assert {task.id for task in facts.bill.tasks} == {
         t for job in facts.jobs for t in job.released_tasks
     }
-    assert "emulator report" in facts.texts and "dmesg" in facts.texts
+    assert "dmesg" in facts.texts and f"exec eventlog {min(ids)}" in facts.texts
 
     findings = check(facts)
     assert findings.ok(), findings.violations
@@ -203,3 +206,55 @@ def test_a_job_left_held_is_lost_and_its_charge_open_until_a_service_settles_it(
     findings = check(run.gather())
     assert findings.ok(), findings.violations
     assert findings.ledger_total == pytest.approx(findings.billed_total)
+
+
+IBM_CATALOG = (
+    "devices:\n  - {name: promise, vendor: ibm, id: ibm_promise, class: qpu, qubits: 5,"
+    " price: {per_minute: 96}, properties: {drain_seconds_per_task: 10}}\n"
+)
+
+
+def test_an_ibm_job_in_a_session_keeps_every_promise(tmp_path):
+    """IBM: no idempotent create, a session the service opens and closes, a bill in
+    usage seconds x $1.60 (the paid plan; $96 a minute in the catalog)."""
+    backend = {"name": "ibm_promise", "qubits": 5, "queue": {"depth": 0, "service_time": 10}}
+    scenario = IbmScenario.from_dict({"backends": [backend]})
+    emu = Emulator(clock=ManualClock(epoch=datetime.now(UTC)), ibm=scenario)
+    ledger = tmp_path / "ledger" / "ledger.db"
+    config = quantum_config() + f'\n[quantum.ledger]\npath = "{ledger}"\n'
+    ibm = Ibm(tmp_path, emu=emu, catalog=IBM_CATALOG, config=config)
+    try:
+        ibm.start_service()
+        jobid = ibm.submit(
+            "--setattr=qpu.device=ibm:promise",
+            "--setattr=qpu.session=batch",
+            "--setattr=qpu.program=bell.qasm",
+            "true",
+            at_front=False,  # release_at=done: held until its IBM job has run
+        )
+        ibm.inst.wait_event(jobid, "qpu-task", timeout=40)
+        [session] = ibm.emu.ibm.session_ids()
+        ibm.clock.advance(30)  # the IBM job runs its 10 s and completes
+        ibm.inst.wait_event(jobid, "clean", timeout=60)
+        ibm.until(lambda: ibm.closed(session))
+        until(lambda: {r.state for r in read_ledger(ledger)} == {"settled"})
+
+        facts = gather(
+            uri=ibm.inst.uri,
+            emulator_url=emu.url,
+            ledger=ledger,
+            texts={"dmesg": ibm.inst.run(["flux", "dmesg"], check=False).stdout},
+            secrets=(*ibm.secret.values(), session),
+        )
+        [task] = facts.bill.tasks
+        assert (task.vendor, task.state, task.session is not None) == ("ibm", "COMPLETED", True)
+        findings = check(facts)
+        assert findings.ok(), findings.violations
+        assert [o.outcome for o in findings.outcomes] == ["completed"]
+        assert findings.billed_total == pytest.approx(10 * 1.60)
+        assert findings.ledger_total == pytest.approx(findings.billed_total, abs=0.005)
+        text = json.dumps(findings.to_dict())
+        assert session not in text and all(v not in text for v in ibm.secret.values())
+    finally:
+        ibm.close()
+        assert ibm.inst.stop() == 0, ibm.inst.broker_log()

@@ -272,7 +272,7 @@ class LedgerRow:
 class Facts:
     """Everything ``check`` judges, gathered once (``gather``) or built by hand.
 
-    ``texts`` are the other places a secret must not appear (logs, the emulator report),
+    ``texts`` are the other places a secret must not appear (logs, exec eventlogs),
     place -> text; ``secrets`` are the credentials to look for (each at least
     ``MIN_SECRET`` characters; never shown); ``ledger`` None: the ledger is not checked;
     ``scope``: the job ids examined when not every job of the instance was (the bill
@@ -973,7 +973,6 @@ def gather(
     places = _read_texts(texts)
     job_facts, exec_logs = read_jobs(uri, jobs)
     places.update(exec_logs)
-    places["emulator report"] = json.dumps(report, ensure_ascii=False)
     rows = None if ledger is None else read_ledger(ledger)
     faults = report.get("faults") or {}
     if not isinstance(faults, Mapping):
