@@ -153,6 +153,16 @@ def test_a_reset_is_a_connection_error_and_creates_nothing(make_emulator: MakeEm
     assert emu.report()["faults"]["braket"] == {"reset": 1}
 
 
+def test_after_a_reset_the_same_client_goes_on(make_emulator: MakeEmulator) -> None:
+    emu = make_emulator(braket_scenario({"operation": "GetDevice", "reset": True, "calls": [2]}))
+    braket = boto3.client("braket", region_name="us-east-1")
+    assert braket.get_device(deviceArn=SIM)["deviceName"] == "SV1"  # opens a kept-alive conn
+    with pytest.raises(ConnectionClosedError):
+        braket.get_device(deviceArn=SIM)
+    assert braket.get_device(deviceArn=SIM)["deviceName"] == "SV1"
+    assert [c.status for c in emu.calls] == [200, 0, 200]
+
+
 def test_a_lost_create_leaves_one_task_that_the_same_token_finds(
     make_emulator: MakeEmulator,
 ) -> None:

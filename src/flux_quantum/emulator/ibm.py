@@ -6,8 +6,10 @@ under the emulator's ``/ibm`` prefix, in the shapes the unmodified ``qrmi`` clie
 for the backends of an ``IbmScenario``. It routes each request, checks its bearer token and
 service CRN, checks its body (sampler pubs, shots, session modes), runs a job's circuits on
 the Braket local simulator before the job is queued, injects the scenario's faults (HTTP
-errors with IBM's error codes, throttling, failed jobs, the Open plan's refusal of dedicated
-sessions, a create answered only after it was committed) and logs every request. Queues,
+errors with IBM's error codes, throttling, slow answers, connections reset without an
+answer, failed jobs, jobs IBM cancels, a call answered, late or not at all, only after it
+was committed), refuses the Open plan's dedicated sessions, counts calls and fault effects
+for the report and logs every request. Queues,
 jobs and sessions live in ``IbmRuntime`` (``ibm_runtime``), which it changes only through
 that class's methods. It must never sleep while holding a lock and never read the wall
 clock except for IAM token expiry (the client compares that with its own clock).
