@@ -62,6 +62,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -603,6 +604,7 @@ class ArmResult:
     wall_s: float = 0.0
     drained: bool = True
     dropped: list[str] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -632,6 +634,8 @@ class Arm:
         self.jobids: list[int] = []
         self.loops: list[str] = []
         self.cancels: list[tuple[float, int]] = []
+        self._local = threading.local()
+        self.watch: threading.Thread | None = None
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -701,9 +705,16 @@ class Arm:
             *service_options(self.args.speed),
             timeout=120,
         )
+
+    def _h(self) -> Any:
+        """This thread's Flux handle on the current broker (the ledger watch runs in a
+        thread of its own; a restarted broker has a new URI)."""
         import flux
 
-        self.handle = flux.Flux(self.broker.env["FLUX_URI"])
+        uri = self.broker.env["FLUX_URI"]
+        if getattr(self._local, "uri", None) != uri:
+            self._local.handle, self._local.uri = flux.Flux(uri), uri
+        return self._local.handle
 
     # -- Flux ---------------------------------------------------------------------------
 
@@ -711,14 +722,14 @@ class Arm:
         # The supervisor relays the request to the service: while a killed service is
         # being replaced the answer can take seconds, so ask often and give up soon.
         try:
-            return dict(self.handle.rpc("qpu_handlers.status", {}).wait_for(0.5).get())
+            return dict(self._h().rpc("qpu_handlers.status", {}).wait_for(0.5).get())
         except (OSError, TimeoutError):
             return None
 
     def jobs(self, states: int) -> list[int]:
         payload = {"max_entries": 0, "attrs": [], "states": states, "results": 0, "userid": -1}
         try:
-            answer = self.handle.rpc("job-list.list", payload).get()
+            answer = self._h().rpc("job-list.list", payload).get()
         except OSError:
             return []
         return [int(j["id"]) for j in answer["jobs"]]
@@ -767,7 +778,7 @@ class Arm:
             spec.cwd = str(self.work)
             spec.setattr("system.job.name", f"{job.pattern}-{job.index}.{member}")
             spec.setattr("system.qpu", request)
-            jobid = int(flux.job.submit(self.handle, spec))
+            jobid = int(flux.job.submit(self._h(), spec))
             self.jobids.append(jobid)
             if job.cancel_after is not None:
                 self.cancels.append((time.monotonic() + job.cancel_after, jobid))
@@ -800,7 +811,10 @@ class Arm:
 
     # -- disruptions ----------------------------------------------------------------------
 
-    def disrupt(self, d: Disruption, at: float) -> Recovery:
+    def disrupt(self, d: Disruption, at: float) -> Recovery | None:
+        """Do ``d``; its recovery, or None for the ledger writer's kill, which a thread
+        of its own watches for (the campaign goes on meanwhile: it makes the writes)."""
+        self.join_watch()
         held = self.held()
         status = self.status() or {}
         pid = status.get("pid")
@@ -813,22 +827,40 @@ class Arm:
             return Recovery("restart", at, seconds, len(held), "from the broker up")
         if not pid:
             return Recovery(d.kind, at, None, len(held), "no service pid")
-        note = ""
         if d.kind == "ledger":
-            note = self._stop_mid_write(int(pid))
-        else:
-            os.kill(int(pid), signal.SIGKILL)
+
+            def watch(pid: int = int(pid)) -> None:
+                note, t_kill = self._stop_mid_write(pid)
+                held = self.held()  # the jobs held at the kill
+                t_full = self.wait_full(held, pid, 120.0)
+                seconds = None if t_full is None else time.monotonic() - t_kill
+                rec = Recovery("ledger", at, seconds, len(held), note)
+                self.result.recoveries.append(rec)
+                self.say(
+                    f"    ledger writer at {at:.0f}s: {rec.note}; back in "
+                    + ("-" if seconds is None else f"{seconds:.2f}s")
+                )
+
+            self.watch = threading.Thread(target=watch, daemon=True)
+            self.watch.start()
+            return None
+        os.kill(int(pid), signal.SIGKILL)
         t_kill = time.monotonic()
         t_full = self.wait_full(held, int(pid), 120.0)
         seconds = None if t_full is None else time.monotonic() - t_kill
-        return Recovery(d.kind, at, seconds, len(held), note)
+        return Recovery(d.kind, at, seconds, len(held))
 
-    def _stop_mid_write(self, pid: int, limit: float = 30.0) -> str:
+    def join_watch(self) -> None:
+        if self.watch is not None:
+            self.watch.join()
+            self.watch = None
+
+    def _stop_mid_write(self, pid: int, limit: float = 40.0) -> tuple[str, float]:
         """Kill the service while it holds the ledger's write lock, proven: watch
         /proc/locks until the service holds SQLite's write lock on the ledger, SIGSTOP it,
         read /proc/locks again and SIGKILL it if it still holds the lock (stopped inside
         the transaction), else SIGCONT it and watch on; a plain kill -9 when no write is
-        caught within ``limit`` seconds."""
+        caught within ``limit`` seconds. What happened, and the monotonic time of the kill."""
         paths = [self.ledger, Path(f"{self.ledger}-wal"), Path(f"{self.ledger}-shm")]
         deadline = time.monotonic() + limit
         stops = 0
@@ -839,16 +871,21 @@ class Arm:
             try:
                 os.kill(pid, signal.SIGSTOP)
             except ProcessLookupError:
-                return "the service exited first"
+                return "the service exited first", time.monotonic()
             stops += 1
             locks = write_locks(pid, paths)
             if locks:
                 os.kill(pid, signal.SIGKILL)
+                t_kill = time.monotonic()
                 os.kill(pid, signal.SIGCONT)
-                return f"killed mid-write, stopped holding {', '.join(locks)} ({stops} stop(s))"
+                return f"killed mid-write, stopped holding {', '.join(locks)}", t_kill
             os.kill(pid, signal.SIGCONT)
-        os.kill(pid, signal.SIGKILL)
-        return f"no ledger write caught in {limit:g}s ({stops} stop(s)): plain kill -9"
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return (
+            f"no ledger write caught in {limit:g}s ({stops} stop(s)): plain kill -9",
+            time.monotonic(),
+        )
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -871,6 +908,8 @@ class Arm:
                 self.result.jobs[item.pattern] = self.result.jobs.get(item.pattern, 0) + 1
             else:
                 rec = self.disrupt(item, round(time.monotonic() - t0, 1))
+                if rec is None:
+                    continue
                 self.result.recoveries.append(rec)
                 took = "not back" if rec.seconds is None else f"{rec.seconds:.2f}s"
                 self.say(
@@ -880,6 +919,7 @@ class Arm:
         while self.cancels:
             self._cancel_due()
             time.sleep(0.05)
+        self.join_watch()
         self.drain()
         self.result.wall_s = time.monotonic() - t0
         return self.result
@@ -891,7 +931,7 @@ class Arm:
         for due, jobid in [c for c in self.cancels if c[0] <= now]:
             self.cancels.remove((due, jobid))
             with contextlib.suppress(Exception):  # already ended: nothing to cancel
-                flux.job.cancel(self.handle, jobid, "cancelled by the fault campaign")
+                flux.job.cancel(self._h(), jobid, "cancelled by the fault campaign")
 
     def drain(self) -> None:
         """Until no job is active, then the service idle (sessions closed, costs settled)."""
@@ -949,12 +989,41 @@ class Arm:
             secrets=self.secrets,
         )
         res.findings = promises.check(facts).to_dict()
+        res.evidence = self.evidence(res.findings.get("violations") or [], texts)
+
+    def evidence(
+        self, violations: Sequence[Mapping[str, Any]], texts: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        """For each violation: the eventlog of every job it names and the log lines that
+        name its job, task or session ids (the lead reads these, not the bench)."""
+        out = []
+        for v in violations[:50]:
+            said = f"{v.get('subject', '')} {v.get('detail', '')}"
+            jobs = sorted({int(j) for j in re.findall(r"\b(\d{8,})\b", said)})
+            ids = set(re.findall(r"arn:aws:braket:\S*quantum-task/[0-9a-f-]+", said))
+            ids |= set(re.findall(r"\b[a-z0-9]{20}\b|\b[0-9a-f]{12}\b", said))
+            ids |= {str(j) for j in jobs}
+            eventlogs = {}
+            for jobid in jobs[:4]:
+                proc = self.broker.run("flux", "job", "eventlog", str(jobid), check=False)
+                eventlogs[str(jobid)] = proc.stdout.splitlines()[-40:]
+            lines = [
+                f"{name}: {line}"
+                for name, text in texts.items()
+                if name.startswith(("dmesg", "broker"))
+                for line in text.splitlines()
+                if any(i in line for i in ids) and ".debug" not in line
+            ]
+            out.append({**v, "eventlogs": eventlogs, "log": lines[:40]})
+        return out
 
     def _is_qpu(self, jobid: int) -> bool:
         try:
-            job = self.handle.rpc(
-                "job-list.list-id", {"id": jobid, "attrs": ["annotations", "name"]}
-            ).get()["job"]
+            job = (
+                self._h()
+                .rpc("job-list.list-id", {"id": jobid, "attrs": ["annotations", "name"]})
+                .get()["job"]
+            )
         except OSError:
             return False
         name = str(job.get("name", ""))
@@ -1184,8 +1253,8 @@ def run_arm(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run (< 5 minutes)")
-    parser.add_argument("--jobs", type=int, help="submissions in the fault arm (300; quick 30)")
-    parser.add_argument("--window", type=float, help="wall seconds of arrivals (420; quick 60)")
+    parser.add_argument("--jobs", type=int, help="submissions per arm (240; quick 30)")
+    parser.add_argument("--window", type=float, help="wall seconds of arrivals (300; quick 60)")
     parser.add_argument("--speed", type=float, default=20.0, help="vendor clock speed (20)")
     parser.add_argument("--kills", type=int, help="kill -9 of the service (4; quick 1)")
     parser.add_argument("--restarts", type=int, help="instance restarts (2; quick 1)")
@@ -1212,8 +1281,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     quick = args.quick
-    args.jobs = args.jobs or (30 if quick else 300)
-    args.window = args.window or (60.0 if quick else 420.0)
+    args.jobs = args.jobs or (30 if quick else 240)
+    args.window = args.window or (60.0 if quick else 300.0)
     args.kills = args.kills if args.kills is not None else (1 if quick else 4)
     args.restarts = args.restarts if args.restarts is not None else (1 if quick else 2)
     args.ledger_kills = args.ledger_kills if args.ledger_kills is not None else (1 if quick else 2)
@@ -1248,9 +1317,8 @@ def main(argv: list[str] | None = None) -> int:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="fq-faults-"))
         runs.append(run_arm("faults", args, plan, faults, disruptions, Path(tmp), say))
         if not args.no_clean:
-            clean_n = max(len(PATTERNS), len(plan) // (3 if quick else 2))
-            clean = workload(args.seed, clean_n, args.window * clean_n / len(plan))
-            runs.append(run_arm("clean", args, clean, (), (), Path(tmp), say))
+            # The same workload without faults or disruptions: what the faults cost in calls.
+            runs.append(run_arm("clean", args, plan, (), (), Path(tmp), say))
     header.append(f"wall {(time.monotonic() - t0) / 60:.1f} min")
     text = summary(runs, header)
     say("")
