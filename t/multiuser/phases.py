@@ -172,6 +172,11 @@ def check_promises(jobids: Iterable[str]) -> dict[str, Any]:
     )
     findings = check(facts)
     report = findings.to_dict()
-    print("promises:", json.dumps(findings.counts(), sort_keys=True))
+    print(
+        f"promises over {len(ids)} jobs: violations {json.dumps(findings.counts(), sort_keys=True)}"
+        f", outcomes {json.dumps(findings.outcome_counts(), sort_keys=True)}"
+        f", billed {findings.billed_total:.4f}, ledger {findings.ledger_total}"
+    )
     assert findings.ok(), json.dumps(report, indent=1, default=str)
+    assert not findings.not_checked, f"promises not checked: {dict(findings.not_checked)}"
     return report
