@@ -1102,6 +1102,12 @@ def outcomes(findings: Mapping[str, Any] | None) -> dict[str, int]:
     return dict(sorted(tally.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def calls_by_operation(report: Mapping[str, Any] | None) -> dict[str, int]:
+    """The emulator's call counts by operation, most first."""
+    calls = (report or {}).get("calls") or {}
+    return dict(sorted(((str(k), int(v)) for k, v in calls.items()), key=lambda kv: -kv[1]))
+
+
 def recovery_line(kind: str, seconds: Sequence[float | None], target: float) -> str:
     if not seconds:
         return f"  {kind:<18} none in this run (target {target:g}s)"
@@ -1168,6 +1174,11 @@ def summary(runs: Sequence[ArmResult], header: Sequence[str]) -> str:
             if x.kind == "ledger":
                 lines.append(f"  ledger writer: {x.note}")
         lines.append(f"vendor calls: {r.calls} total, {r.calls_per_job:.1f} per QPU job")
+        ops = calls_by_operation(r.report)
+        if ops:
+            lines.append(
+                "  by operation: " + ", ".join(f"{k} {v}" for k, v in list(ops.items())[:10])
+            )
         if r.errors:
             lines.append(f"campaign errors: {len(r.errors)}")
             lines += [f"  {e[:200]}" for e in r.errors[:10]]
@@ -1208,6 +1219,8 @@ def rows(runs: Sequence[ArmResult]) -> list[dict[str, Any]]:
                 f"recovery_{x.kind}", f"{x.at:.1f}", "" if x.seconds is None else f"{x.seconds:.3f}"
             )
         add("vendor_calls", "total", r.calls)
+        for k, v in calls_by_operation(r.report).items():
+            add("vendor_calls", k, v)
         add("vendor_calls", "per_qpu_job", f"{r.calls_per_job:.3f}")
         add("wall_s", "", f"{r.wall_s:.1f}")
     return out

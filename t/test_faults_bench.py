@@ -207,6 +207,13 @@ def test_figures_from_the_report_and_the_findings() -> None:
         "cancelled: by the campaign": 1,
     }
     assert arm.calls_per_job == 8.0
+    report = {"calls": {"GetQuantumTask": 30, "CreateQuantumTask": 9, "CreateJob": 12}}
+    assert list(faults.calls_by_operation(report).items()) == [
+        ("GetQuantumTask", 30),
+        ("CreateJob", 12),
+        ("CreateQuantumTask", 9),
+    ]
+    assert faults.calls_by_operation(None) == {}
 
 
 def test_the_verdict_is_ok_only_when_the_checker_ran_and_found_nothing() -> None:
