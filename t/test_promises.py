@@ -327,6 +327,14 @@ def test_an_open_session_is_a_violation_named_by_its_fingerprint_only():
     fingerprint = VendorSession("ibm", "ibm_kyiv", "dedicated", SESSION_ID).fingerprint
     assert violation.subject == f"session {fingerprint}"
     assert "ibm_kyiv" in violation.detail
+    assert violation.detail.endswith("no job's eventlog records it")
+    # the job whose qpu-session event recorded it is named: where to look for why
+    opened = events.Session(
+        device="q-kyiv", requested="dedicated", mode="dedicated", fingerprint=fingerprint
+    )
+    job = JobFacts(16, 1000, "INACTIVE", (submit(), qpu(opened), fatal("cancel")), qpu=True)
+    [violation] = found(Facts(jobs=(job,), bill=facts.bill), "sessions_closed")
+    assert violation.detail.endswith("; recorded by job(s) 16")
     assert SESSION_ID not in json.dumps(check(facts).to_dict())
     assert SESSION_ID not in repr(facts)
     for state in ("closed", "expired"):

@@ -314,6 +314,7 @@ class _Story:
         self.by_token: dict[str, Request] = {}
         self.by_task: dict[str, Request] = {}
         self.named: set[str] = set()  # task ids any eventlog or jobspec names
+        self.session_jobs: dict[str, set[int]] = defaultdict(set)  # fingerprint -> jobs
         for job in facts.jobs:
             history = replay(job.events)
             self.histories[job.jobid] = history
@@ -324,6 +325,8 @@ class _Story:
                     request = (record.unit, record.index)
                     self.requests[request].add(job.jobid)
                     self.by_token[record.token] = request
+                elif isinstance(record, events.Session) and record.fingerprint:
+                    self.session_jobs[record.fingerprint].add(job.jobid)
                 elif isinstance(record, events.TaskCreated):
                     request = (record.unit, record.index)
                     self.requests[request].add(job.jobid)
@@ -469,15 +472,24 @@ def _no_lost_job(story: _Story) -> Iterator[Violation]:
 
 
 def _sessions_closed(story: _Story) -> Iterator[Violation]:
-    """A vendor session still open after the drain."""
+    """A vendor session still open after the drain (with the jobs whose ``qpu-session``
+    event recorded its fingerprint: where to look for why)."""
     for session in story.sessions:
-        if session.state == "open":
-            yield Violation(
-                "sessions_closed",
-                f"session {session.fingerprint}",
-                f"{session.mode} session on {session.backend} still open after the drain"
-                f" ({len(session.jobs)} task(s), {session.cost:.2f})",
-            )
+        if session.state != "open":
+            continue
+        fingerprint = session.fingerprint
+        jobs = sorted(story.session_jobs.get(fingerprint, ()))
+        recorded = (
+            f"; recorded by job(s) {', '.join(map(str, jobs))}"
+            if jobs
+            else "; no job's eventlog records it"
+        )
+        yield Violation(
+            "sessions_closed",
+            f"session {fingerprint}",
+            f"{session.mode} session on {session.backend} still open after the drain"
+            f" ({len(session.jobs)} task(s), {session.cost:.2f}){recorded}",
+        )
 
 
 def _settled_total(rows: Iterable[LedgerRow]) -> float:
