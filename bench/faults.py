@@ -635,6 +635,8 @@ class Arm:
         self.loops: list[str] = []
         self.cancels: list[tuple[float, int]] = []
         self._local = threading.local()
+        self.last_status: dict[str, Any] | None = None
+        self.backoff: float | None = None
         self.watch: threading.Thread | None = None
 
     # -- set-up ---------------------------------------------------------------------------
@@ -722,9 +724,10 @@ class Arm:
         # The supervisor relays the request to the service: while a killed service is
         # being replaced the answer can take seconds, so ask often and give up soon.
         try:
-            return dict(self._h().rpc("qpu_handlers.status", {}).wait_for(0.5).get())
+            self.last_status = dict(self._h().rpc("qpu_handlers.status", {}).wait_for(0.5).get())
         except (OSError, TimeoutError):
-            return None
+            self.last_status = None
+        return self.last_status
 
     def jobs(self, states: int) -> list[int]:
         payload = {"max_entries": 0, "attrs": [], "states": states, "results": 0, "userid": -1}
@@ -750,10 +753,16 @@ class Arm:
         return not missing
 
     def wait_full(self, held: set[int], old_pid: int | None, limit: float) -> float | None:
+        """Seconds until ``full_work``; None past ``limit``. ``self.backoff``: the
+        supervisor's restart delay, as its status announced it (None: not seen)."""
         t0 = time.monotonic()
+        self.backoff: float | None = None
         while time.monotonic() - t0 < limit:
             if self.full_work(held, old_pid):
                 return time.monotonic() - t0
+            supervisor = (self.last_status or {}).get("supervisor") or {}
+            if supervisor.get("restart_in") is not None and self.backoff is None:
+                self.backoff = time.monotonic() - t0 + float(supervisor["restart_in"])
             time.sleep(0.05)
         return None
 
@@ -834,7 +843,7 @@ class Arm:
                 held = self.held()  # the jobs held at the kill
                 t_full = self.wait_full(held, pid, 120.0)
                 seconds = None if t_full is None else time.monotonic() - t_kill
-                rec = Recovery("ledger", at, seconds, len(held), note)
+                rec = Recovery("ledger", at, seconds, len(held), note + self._backoff_note())
                 self.result.recoveries.append(rec)
                 self.say(
                     f"    ledger writer at {at:.0f}s: {rec.note}; back in "
@@ -848,7 +857,12 @@ class Arm:
         t_kill = time.monotonic()
         t_full = self.wait_full(held, int(pid), 120.0)
         seconds = None if t_full is None else time.monotonic() - t_kill
-        return Recovery(d.kind, at, seconds, len(held))
+        return Recovery(d.kind, at, seconds, len(held), self._backoff_note().lstrip("; "))
+
+    def _backoff_note(self) -> str:
+        if self.backoff is None:
+            return ""
+        return f"; supervisor restart delay ~{self.backoff:.1f}s"
 
     def join_watch(self) -> None:
         if self.watch is not None:
