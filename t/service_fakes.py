@@ -27,6 +27,7 @@ from flux_quantum.errors import CommandError
 from flux_quantum.plugin import HeldJob
 from flux_quantum.service import QuantumService, ServiceOptions
 from flux_quantum.service.fluxside import ClusterView, JobRecord
+from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import (
     DeviceSnapshot,
@@ -646,12 +647,15 @@ class Harness:
         userid: int = OWNER,
         instance_owner: bool = True,
         vendor_names: Sequence[str] = ("local", "ibm"),
+        session_keys: SessionKeys | None = None,
     ) -> None:
         """``site``: the site policy the service enforces; ``userid`` and
         ``instance_owner``: who the service runs as (a guest's own service: not the
         instance owner); ``vendor_names``: which of the fakes it has (the service has
         ``NoCredentials`` for the others, never the real vendor, whose answers would
-        depend on the environment, the network and the wall clock)."""
+        depend on the environment, the network and the wall clock); ``session_keys``: the
+        service's kept session ids (in memory, handed to the restarted service as its
+        directory would be)."""
         self.clock = clock or Clock()
         self.flux = flux or FakeFlux(self.clock)
         default = {"alpha": QueueModel(3), "beta": QueueModel(5), "solo": QueueModel(1)}
@@ -666,6 +670,7 @@ class Harness:
         self.catalog = catalog or parse_catalog(CATALOG)
         self.logs: list[tuple[int, str]] = []
         self.workers = InlineWorkers()
+        self.keys = session_keys if session_keys is not None else SessionKeys()
         self.service = QuantumService(
             self.flux,
             self.catalog,
@@ -681,6 +686,7 @@ class Harness:
             userid=userid,
             site=site,
             instance_owner=instance_owner,
+            session_keys=self.keys,
         )
 
     def restart(self, options: ServiceOptions = FAST) -> Harness:
@@ -692,6 +698,7 @@ class Harness:
             clock=self.clock,
             catalog=self.catalog,
             ibm=self.ibm,
+            session_keys=self.keys.survivor(),
         )
 
     def step(self) -> None:

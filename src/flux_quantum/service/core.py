@@ -44,6 +44,7 @@ from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.release import Release
 from flux_quantum.service.selection import Selection
+from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Counters, Phase, Program, Unit
 from flux_quantum.service.tasks import Tasks
@@ -71,6 +72,7 @@ class QuantumService:
         site: SitePolicy | None = None,
         instance_owner: bool = True,
         module_name: str | None = MODULE_NAME,
+        session_keys: SessionKeys | None = None,
     ) -> None:
         ctx = self.ctx = ServiceContext(
             flux,
@@ -87,7 +89,7 @@ class QuantumService:
         )
         # Each part gets its collaborators here, in an order where each exists first.
         self.face = Face(ctx)
-        self.sessions = Sessions(ctx, self.face)
+        self.sessions = Sessions(ctx, self.face, session_keys or SessionKeys())
         self.charges = Charges(ctx, site)
         self.outcomes = Outcomes(ctx, self.face, self.charges, self.sessions)
         self.calls = AttemptCalls(

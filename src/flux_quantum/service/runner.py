@@ -26,16 +26,18 @@ import sys
 import syslog
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from flux_quantum.catalog import Catalog, load_catalog
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.ledger import GuestError, serve_usage
-from flux_quantum.service import taskread
+from flux_quantum.service import sessionkeys, taskread
 from flux_quantum.service.context import MODULE_NAME, Log
 from flux_quantum.service.core import QuantumService
 from flux_quantum.service.fluxside import FluxJobs
 from flux_quantum.service.options import ServiceError, ServiceOptions
+from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.service.workers import VendorWorkers
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.relayed import SERVICE_SUFFIX
@@ -139,6 +141,7 @@ class ServiceRunner:
             site=self.site,
             instance_owner=owner,
             module_name=module_name,
+            session_keys=SessionKeys(session_keys_directory(handle, owner), log=_warning(log)),
         )
         self._fd = handle.fd_watcher_create(
             self.workers.fileno(), self._on_wake, events=flux.constants.FLUX_POLLIN
@@ -256,6 +259,27 @@ def site_policy(handle: Any, catalog: Catalog) -> SitePolicy:
         )
     except (ValueError, FluxQuantumError) as exc:
         raise ServiceError(str(exc)) from None
+
+
+def session_keys_directory(handle: Any, owner: bool) -> Path | None:
+    """Where this service keeps its open sessions' ids (``sessionkeys.directory_for``)."""
+
+    def attr(name: str) -> str | None:
+        try:
+            return handle.attr_get(name) or None
+        except OSError:
+            return None
+
+    return sessionkeys.directory_for(
+        owner=owner,
+        statedir=attr("statedir"),
+        rundir=attr("rundir"),
+        uri=attr("local-uri") or os.environ.get("FLUX_URI", ""),
+    )
+
+
+def _warning(log: Log) -> Callable[[str], None]:
+    return lambda text: log(syslog.LOG_WARNING, text)
 
 
 def instance_owner(handle: Any) -> bool:

@@ -10,9 +10,12 @@ later tasks ride it until then. A leaked session is billed, so it also finds, af
 service restart, the sessions a predecessor left open: the jobs whose persistent memo names
 a session (``FluxSide.session_jobs``) are read back from their eventlogs (``qpu-session``
 and a task that rode it), and the session id from the vendor through that task
-(``Vendor.session_of``): flux-quantum never records a session id. A close the vendor could
-not take is retried. This part never asks a vendor to open a session, never calls a vendor on the reactor
-thread, and never releases or fails a job.
+(``Vendor.session_of``), or from the service's own owner-only ``SessionKeys`` when no task
+rode it yet: the id is kept there (``open``, in the worker that opened it) before the
+session is recorded anywhere, so a service killed right after the open still closes it
+after its restart, and it never goes to an eventlog, a memo or a log. A close the vendor
+could not take is retried. This part never calls a vendor on the reactor thread, and
+never releases or fails a job.
 
 The steps of a variational loop (``qpu.loop``, one unit each) share one session per user,
 loop and device: the first step's task opens it, and it is leased at once; a later step
@@ -26,6 +29,7 @@ or is cancelled closes it at once only when no other step needs it.
 
 from __future__ import annotations
 
+import contextlib
 import syslog
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,8 +40,9 @@ from flux_quantum.errors import FluxQuantumError
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.retry import Retries
+from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.service.state import Phase, Unit, UnitSession, UnitState
-from flux_quantum.vendors.base import SessionOpening, TaskRef, VendorSession
+from flux_quantum.vendors.base import SessionOpening, TaskRef, Vendor, VendorSession
 
 CLOSE_TRIES = 5  # retryable failures of a close before the vendor's time limit is left to end it
 
@@ -77,12 +82,37 @@ def task_on(unit: Unit, device: str) -> TaskRef | None:
 
 
 class Sessions:
-    def __init__(self, ctx: ServiceContext, face: Face) -> None:
+    def __init__(self, ctx: ServiceContext, face: Face, keys: SessionKeys) -> None:
         self.ctx = ctx
         self.face = face
+        self.keys = keys
         self.leases: dict[str, Lease] = {}  # by the session's fingerprint
         self._recovered = False
         self._due = 0.0
+
+    # -- in a vendor worker
+
+    def open(self, vendor: Vendor, device: Device, mode: str) -> SessionOpening:
+        """Open a session on ``device`` and keep its id before anything records it (a
+        worker's call). A session whose id cannot be kept is closed at once, and the
+        tasks run as single jobs."""
+        opening = vendor.open_session(device, mode)
+        session = opening.session
+        if session is None:
+            return opening
+        try:
+            self.keys.keep(session)
+        except OSError as exc:
+            with contextlib.suppress(Exception):
+                vendor.close_session(session)
+            return SessionOpening(
+                opening.requested,
+                "job",
+                None,
+                f"the service cannot keep the {session.mode} session's id "
+                f"({exc.strerror or exc}), so it closed it; tasks run as single jobs",
+            )
+        return opening
 
     # -- what the other parts tell it (Tasks, Outcomes, Release, AttemptCalls)
 
@@ -209,7 +239,11 @@ class Sessions:
         lease = self.leases.get(session.fingerprint) if session.fingerprint else None
         if lease is not None and lease.task is not None:
             return lease.task
-        return task_on(unit, session.device)
+        task = task_on(unit, session.device)
+        if task is None and session.handle is None:
+            # No task rode it yet (its opener was killed before the first): the id kept.
+            session.handle = self.keys.get(session.fingerprint)
+        return task
 
     def found(self, unit: Unit, found: VendorSession | None) -> None:
         """What the vendor said of the unit's session, read back through a task that rode
@@ -405,11 +439,14 @@ class Sessions:
             set(self.leases) | {u.session.fingerprint for u in ctx.units if u.session is not None}
         ) - set(shared)
         found: dict[str, Lease] = {}
+        recorded_here: set[str] = set()
         for jobid, record in records.items():
             if record is None:
                 continue
             history = events.replay(record.events)
             recorded = history.session
+            if recorded is not None and recorded.fingerprint and not history.session_closed:
+                recorded_here.add(recorded.fingerprint)  # a key left for it is not an orphan
             if recorded is None or recorded.fingerprint is None or history.session_closed:
                 continue
             if recorded.fingerprint in known:
@@ -447,8 +484,17 @@ class Sessions:
             if not lease.jobs and lease.loop is None:
                 # A loop's is kept for its held steps, or closed after the linger (check).
                 self.close(lease, "its jobs ended while the service was down")
-        if found:
-            ctx.log(syslog.LOG_INFO, f"sessions: found {len(found)} session(s) left open")
+        known |= recorded_here | set(self.leases)
+        known |= {u.session.fingerprint for u in ctx.units if u.session is not None}
+        unrecorded = [s for fp, s in self.keys.left().items() if fp not in known]
+        for session in unrecorded:
+            # Opened by a predecessor killed before any job recorded it: nothing needs it.
+            self.orphan(session, "no job recorded it before the service stopped")
+        if found or unrecorded:
+            ctx.log(
+                syslog.LOG_INFO,
+                f"sessions: found {len(found) + len(unrecorded)} session(s) left open",
+            )
 
     # -- the close
 
@@ -467,7 +513,8 @@ class Sessions:
             ctx.log(syslog.LOG_WARNING, f"session {session.fingerprint}: no vendor: {exc}")
             self._forget(lease)
             return
-        handle, task = session.handle, lease.task
+        handle = session.handle or self.keys.get(session.fingerprint)
+        task = lease.task
         lease.busy = True
 
         def call() -> VendorSession | None:
@@ -481,6 +528,7 @@ class Sessions:
             what = f"{session.mode} session {session.fingerprint} on {session.device}"
             if error is None:
                 self._forget(lease)
+                self.keys.drop(session.fingerprint)
                 if result is None:
                     ctx.log(
                         syslog.LOG_WARNING,

@@ -195,7 +195,10 @@ class Tasks:
                     return
                 mode = unit.request.session
                 self.calls.call(
-                    unit, program, lambda: vendor.open_session(device, mode), self._session_opened
+                    unit,
+                    program,
+                    lambda: self.sessions.open(vendor, device, mode),
+                    self._session_opened,
                 )
                 return
         riding = self._riding(unit, device)
