@@ -749,8 +749,22 @@ class Arm:
         if old_pid is not None and status.get("pid") == old_pid:
             return False
         tracked = {int(j) for unit in status.get("units", []) for j in unit.get("jobs", [])}
-        missing = (held - tracked) & self.held() if held - tracked else set()
-        return not missing
+        return not self.still_held(held - tracked)
+
+    def still_held(self, jobids: Iterable[int]) -> set[int]:
+        """Which of ``jobids`` are held now, asked one by one: after a restart job-list
+        fills up slowly, and a job it does not know yet counts as held."""
+        out = set()
+        for jobid in jobids:
+            try:
+                future = self._h().rpc("job-list.list-id", {"id": jobid, "attrs": ["state"]})
+                state = future.wait_for(0.5).get()["job"]["state"]
+            except (OSError, TimeoutError):
+                out.add(jobid)
+                continue
+            if state == STATE_DEPEND:
+                out.add(jobid)
+        return out
 
     def wait_full(self, held: set[int], old_pid: int | None, limit: float) -> float | None:
         """Seconds until ``full_work``; None past ``limit``. ``self.backoff``: the
