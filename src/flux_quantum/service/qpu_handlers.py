@@ -14,8 +14,11 @@ relays its log lines to the broker log, restarts it with back-off if it dies, st
 
 (``flux quantum service start`` does this with the right arguments; a system instance
 loads it at boot through modprobe.) Arguments: ``python=`` (required), the service's own
-``key=value`` options (passed on), and the supervisor's ``restart-max=SECONDS`` (60) and
-``stop-timeout=SECONDS`` (10).
+``key=value`` options (passed on), and the supervisor's ``restart-max=SECONDS`` (60),
+``stop-timeout=SECONDS`` (10) and ``healthy-after=SECONDS`` (10). A service that dies
+before it is ready, or within ``healthy-after`` of being ready, is restarted with a
+doubling delay (a crash loop); one that was killed after working a while (a kill -9,
+an OOM kill) is restarted after 1 s, so its held jobs are served again at once.
 
 It must run on any Python 3.6+ a broker may have, with nothing but the standard library
 and Flux's bindings; it must never import flux_quantum, never pass a credential on a
@@ -38,6 +41,7 @@ from flux.brokermod import BrokerModule, request_handler
 SERVICE_SUFFIX = "-service"
 READY_LINE = "@ready"
 STABLE_SECONDS = 60.0
+HEALTHY_AFTER = 10.0  # seconds of being ready after which an exit is no crash loop
 ROLE_OWNER = 0x1
 
 STARTING = "starting"
@@ -66,6 +70,8 @@ class QpuHandlers(BrokerModule):
         self.words = []
         self.restart_max = 60.0
         self.stop_timeout = 10.0
+        self.healthy_after = HEALTHY_AFTER
+        self.ready_at = None
         self.proc = None
         self.state = STOPPED
         self.started_at = None
@@ -105,6 +111,8 @@ class QpuHandlers(BrokerModule):
                 self.restart_max = _seconds(key, value)
             elif key in ("stop-timeout", "stop_timeout") and sep:
                 self.stop_timeout = _seconds(key, value)
+            elif key in ("healthy-after", "healthy_after") and sep:
+                self.healthy_after = _seconds(key, value, zero=True)
             else:
                 self.words.append(word)
         if not self.python:
@@ -200,6 +208,7 @@ class QpuHandlers(BrokerModule):
             return
         if line == READY_LINE:
             self.state = RUNNING
+            self.ready_at = time.time()
             self.log.info(f"qpu handlers: service running (pid {self.proc.pid})")
             return
         level, message = _parse_line(line)
@@ -229,14 +238,17 @@ class QpuHandlers(BrokerModule):
             self.log.error(f"qpu handlers: reap: {exc}")
 
     def _exited(self, how):
-        ran = time.time() - self.started_at if self.started_at else 0.0
+        now = time.time()
+        ran = now - self.started_at if self.started_at else 0.0
+        served = now - self.ready_at if self.ready_at else None
         self.proc = None
+        self.ready_at = None
         self.last_exit = how
         if self._stopping:
             self.state = STOPPED
             return
-        if ran >= STABLE_SECONDS:
-            self.backoff = 1.0
+        if ran >= STABLE_SECONDS or (served is not None and served >= self.healthy_after):
+            self.backoff = 1.0  # it worked: not a crash loop
         delay = min(self.backoff, self.restart_max)
         self.backoff = min(self.restart_max, self.backoff * 2)
         self.restarts += 1
@@ -409,13 +421,14 @@ class QpuHandlers(BrokerModule):
             self.log.error(f"qpu handlers: cannot respond: {exc}")
 
 
-def _seconds(key, value):
+def _seconds(key, value, zero=False):
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"{key} must be a number of seconds > 0, got {value!r}")
+    if not (seconds >= 0 if zero else seconds > 0):
+        bound = ">= 0" if zero else "> 0"
+        raise ValueError(f"{key} must be a number of seconds {bound}, got {value!r}")
     return seconds
 
 
