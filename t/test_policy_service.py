@@ -435,3 +435,20 @@ devices:
         ("b-qpu", "dropped: not allowed: the site says no"),
     ]
     assert compact["more"] == 1
+
+
+def test_a_task_whose_job_was_cancelled_while_no_service_ran_is_cancelled_after_the_restart(
+    ledger,
+):
+    """Nobody will read the result of a job that left while held: the restarted service
+    cancels its task, as a live one would have (it used to follow it to its end and
+    settle its full price; found by the promise checker's flux test)."""
+    h = SiteHarness(ledger)
+    job = h.flux.submit(at_front("beta"))
+    h.until(lambda: h.flux.decoded(job, events.TASK))
+    token = h.flux.last(job, events.TASK).token
+    h.flux.cancel(job)  # while no service runs: nobody is told
+    h2 = h.restart_site()
+    h2.until(lambda: h2.rows()[token].state == "settled")
+    assert h2.vendor.count("cancel") == 1
+    assert h2.rows()[token].cost == 0.0

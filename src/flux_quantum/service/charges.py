@@ -22,7 +22,7 @@ deciders do) and never calls a vendor on the reactor thread.
 from __future__ import annotations
 
 import syslog
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -377,13 +377,12 @@ class Charges:
 
     def _orphan(self, record: ChargeRecord) -> None:
         device = self.ctx.catalog.get(record.device)
-        task_id = record.task_id
-        if task_id is None:
-            try:
-                task_id = self._task_in_eventlog(record)
-            except Exception as exc:  # tried again at the service's next start
-                self.ctx.log(syslog.LOG_DEBUG, f"{record.jobid}: lookup failed: {exc}")
-                return
+        try:
+            task_id, released = self._in_eventlog(record)
+        except Exception as exc:  # tried again at the service's next start
+            self.ctx.log(syslog.LOG_DEBUG, f"{record.jobid}: lookup failed: {exc}")
+            return
+        task_id = record.task_id or task_id
         if task_id is None:
             self.release(record.token, "no task was created: the job left before its create")
             return
@@ -394,7 +393,7 @@ class Charges:
                 "left reserved",
             )
             return
-        self.watching[record.token] = Billing(
+        billing = Billing(
             token=record.token,
             device=device,
             task=TaskRef(record.vendor, device.name, task_id, record.token),
@@ -403,14 +402,52 @@ class Charges:
             jobs=(record.jobid,),
             attached=False,
         )
+        self.watching[record.token] = billing
+        if not released:
+            # Its job left while held (cancelled while no service ran): nobody will
+            # read the result, so the task is cancelled as a live service would have.
+            self._cancel(billing)
 
-    def _task_in_eventlog(self, record: ChargeRecord) -> str | None:
+    def _cancel(self, billing: Billing) -> None:
+        try:
+            vendor = self.ctx.vendor(billing.task.vendor)
+        except (ValueError, FluxQuantumError) as exc:
+            self.ctx.log(syslog.LOG_WARNING, f"task {billing.task.task_id}: no vendor: {exc}")
+            return
+        billing.busy = True
+
+        def done(_: Any, error: BaseException | None) -> None:
+            billing.busy = False
+            if error is not None and not isinstance(error, NotFound):
+                self.ctx.log(
+                    syslog.LOG_INFO,
+                    f"task {billing.task.task_id} of job {billing.unit}, which left while "
+                    f"held: not cancelled ({error}); settled when it ends",
+                )
+                return
+            self.ctx.log(
+                syslog.LOG_INFO,
+                f"task {billing.task.task_id} of job {billing.unit}, which left while held: "
+                "cancelled",
+            )
+
+        self.ctx.workers.submit(lambda: vendor.cancel(billing.task), done)
+
+    def _in_eventlog(self, record: ChargeRecord) -> tuple[str | None, bool]:
+        """The task the job's eventlog names for the charge's token, and whether the job
+        was released (whose consumer may read the task's result)."""
         job = self.ctx.flux.record(record.jobid)
-        for event in job.events if job is not None else ():
+        if job is None:
+            return None, True  # nothing to tell: leave the task alone
+        task = None
+        for event in job.events:
             created = events.decode(event)
             if isinstance(created, events.TaskCreated) and created.token == record.token:
-                return created.task
-        return None
+                task = created.task
+        request = job.system.get("qpu")
+        if isinstance(request, Mapping) and request.get("group") is not None:
+            return task, True  # a fan-out group's other jobs may have been released on it
+        return task, events.replay(job.events).released
 
     def close(self) -> None:
         if self.site is not None:
