@@ -1332,7 +1332,7 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     commit = git_commit()
-    command = "python bench/faults.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = " ".join(["python bench/faults.py", *(sys.argv[1:] if argv is None else argv)])
     say = lambda text: print(text, flush=True)  # noqa: E731
     header = [
         "faults at scale: flux-quantum's promises under vendor faults and site disruptions",
