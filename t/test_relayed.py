@@ -118,8 +118,71 @@ def test_no_service_says_how_to_start_it_or_read_directly():
         vendor.poll(RELEASED)
     text = str(raised.value)
     assert "flux quantum service start" in text and "flux quantum task --direct" in text
-    assert not raised.value.retryable
+    assert raised.value.retryable  # a service restarting answers again in a moment
     busy = relayed(Handle({"qpu_handlers.task": OSError(errno.EAGAIN, "busy")}), [])
     with pytest.raises(VendorError) as raised:
         busy.result(RELEASED)
     assert raised.value.retryable
+
+
+class Replies:
+    """A Flux handle whose ``qpu_handlers.task`` answers the next of ``replies`` each time."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        self.replies = replies
+
+    def rpc(self, topic: str, payload: dict[str, Any]) -> Future:
+        if topic != "qpu_handlers.task" or not self.replies:
+            return Future(OSError(errno.ENOSYS, "Function not implemented"))
+        return Future(self.replies.pop(0))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+DONE = TaskSnapshot(RELEASED, TaskState.COMPLETED, None)
+
+
+def test_a_result_read_rides_out_a_service_restart_and_a_failed_download():
+    """The task is paid for: its result is waited for while the service restarts (no
+    service answers) or the vendor's download fails (the service says EIO), as a poll
+    is (bench/faults.py saw released jobs fail on either)."""
+    from flux_quantum.consumer import result_of
+
+    handle = Replies(
+        [
+            OSError(errno.ENOSYS, "Function not implemented"),
+            OSError(errno.EIO, "result of task: 1000 API internal error (injected)"),
+            {"counts": {"00": 7}},
+        ]
+    )
+    clock = Clock()
+    result = result_of(relayed(handle, []), RELEASED, DONE, clock=clock, sleep=clock.sleep)
+    assert result.counts == {"00": 7}
+    assert 0 < clock.t < 10
+
+
+def test_a_result_read_gives_up_after_the_error_time_with_the_services_words():
+    from flux_quantum.consumer import result_of
+    from flux_quantum.errors import CommandError
+
+    handle = Replies([OSError(errno.EIO, "the vendor fails")] * 100)
+    clock = Clock()
+    with pytest.raises(CommandError, match="the vendor fails"):
+        result_of(
+            relayed(handle, []),
+            RELEASED,
+            DONE,
+            max_error_time=60,
+            clock=clock,
+            sleep=clock.sleep,
+        )
+    assert 60 <= clock.t < 60 + 16

@@ -605,17 +605,35 @@ def watch_task(
             sleep(interval)
 
 
-def result_of(vendor: Vendor, ref: TaskRef, snapshot: TaskSnapshot) -> TaskResult:
-    """The result of a terminal task, or TaskFailedError for FAILED/CANCELLED."""
+def result_of(
+    vendor: Vendor,
+    ref: TaskRef,
+    snapshot: TaskSnapshot,
+    *,
+    max_error_time: float = DEFAULT_MAX_ERROR_TIME,
+    max_interval: float = DEFAULT_MAX_INTERVAL,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> TaskResult:
+    """The result of a terminal task, or TaskFailedError for FAILED/CANCELLED.
+
+    Retryable errors (a result download the vendor failed, the handler service
+    restarting) are waited out as ``watch_task`` waits them out, for ``max_error_time``
+    seconds in a row: the task is paid for, its result is worth the wait."""
     if snapshot.state is not TaskState.COMPLETED:
         where = f" on {ref.device}" if ref.device else ""
         raise TaskFailedError(
             f"quantum task {ref.task_id}{where} ended {describe_snapshot(snapshot)}", snapshot
         )
-    try:
-        return vendor.result(ref)
-    except VendorError as exc:
-        raise CommandError(f"task {ref.task_id}: {exc}") from None
+    start, interval = clock(), DEFAULT_POLL_INTERVAL
+    while True:
+        try:
+            return vendor.result(ref)
+        except VendorError as exc:
+            if not exc.retryable or clock() - start >= max_error_time:
+                raise CommandError(f"task {ref.task_id}: {exc}") from None
+        sleep(interval)
+        interval = min(max_interval, interval * 1.5)
 
 
 def wait_result(
@@ -648,7 +666,7 @@ def wait_result(
         clock=clock,
         sleep=sleep,
     )
-    return result_of(vendor, ref, snapshot)
+    return result_of(vendor, ref, snapshot, max_interval=max_interval, clock=clock, sleep=sleep)
 
 
 def session_environment(task: JobTask, vendor: Vendor | None = None) -> dict[str, str]:

@@ -643,7 +643,14 @@ class BraketVendor(Vendor):
         position, capped = None, False
         if state in (TaskState.CREATED, TaskState.QUEUED):
             position, capped = parse_queue_count(queue.get("position"))
-        message = data.get("failureReason") or queue.get("message") or None
+        message = data.get("failureReason") or None
+        if message is None and state not in (
+            TaskState.COMPLETED,
+            TaskState.FAILED,
+            TaskState.CANCELLED,
+        ):
+            # Once ended, the queue's message only says no position is shown: not why.
+            message = queue.get("message") or None
         return TaskSnapshot(
             task=task,
             state=state,

@@ -100,8 +100,9 @@ class RelayedVendor(Vendor):
                 vendor=self.name,
                 vendor_code=f"errno {exc.errno}",
                 operation=op,
-                # The service restarting, or the vendor throttling it: wait it out.
-                retryable=exc.errno in (errno.EAGAIN, errno.EIO, errno.ETIMEDOUT),
+                # The service restarting (after a kill, or its instance's restart: no
+                # service answers for a moment), or the vendor throttling it: wait it out.
+                retryable=exc.errno in (errno.EAGAIN, errno.EIO, errno.ETIMEDOUT, errno.ENOSYS),
             ) from None
 
     def poll(self, task: TaskRef) -> TaskSnapshot:
