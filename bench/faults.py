@@ -41,8 +41,12 @@ each), jobs completed / failed by reason, the time until the service is back at 
 after an instance restart (target 30 s from the broker being up), and vendor calls per
 QPU job against a no-fault arm running the same workload without faults or disruptions.
 
-    python bench/faults.py --quick     # < 5 minutes: ~40 jobs, one disruption of each kind
-    python bench/faults.py             # hundreds of jobs: bench/results/faults.{txt,csv,json}
+    python bench/faults.py --quick     # < 5 min: 30 submissions an arm, 1 disruption of each kind
+    python bench/faults.py             # 240 submissions an arm (~400 jobs), ~10 min on 2 cores:
+                                       # bench/results/faults.{txt,csv,json}
+
+The quick run writes its files only with ``--out-dir``; both exit 0 only when the checker
+found no violation in either arm.
 """
 
 from __future__ import annotations

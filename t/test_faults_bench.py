@@ -1,13 +1,15 @@
 """bench/faults.py's pure parts (unit tier, no Flux): the seeded fault plan and workload
 are reproducible, the workload covers every pattern, every fault of the plan is one the
 emulator accepts, the catalog's prices are the scenario's, the ledger-lock reading of
-/proc/locks, and the summary and verdict the campaign prints. The campaign itself
-(``python bench/faults.py --quick``, about 4 minutes on 2 cores) is left to people and
-CI: the flux tier's budget is smaller."""
+/proc/locks, and the summary and verdict the campaign prints; and (flux tier) a
+miniature campaign end to end, about 25 s. The quick campaign itself (``python
+bench/faults.py --quick``, about 2.5 minutes on 2 cores, with faults of every kind and a
+clean arm) is left to people: the flux tier's budget is smaller."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sqlite3
 import sys
@@ -239,3 +241,37 @@ def test_the_summary_says_targets_violations_and_the_call_ratio() -> None:
     assert {"arm": "faults", "figure": "recovery_ledger", "key": "20.0", "value": "6.500"} in (
         csv_rows
     )
+
+
+@pytest.mark.flux
+def test_a_small_campaign_runs_end_to_end_and_passes_the_checker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A miniature of the campaign (about 25 s: 8 submissions of every pattern, one kill -9,
+    one instance restart, no injected fault, no clean arm) through the real instance, the
+    supervised service and the checker. The quick campaign itself (``--quick``, about 2.5
+    minutes) is left to people: the flux tier's budget is smaller."""
+    rc = faults.main(
+        [
+            "--jobs=8",
+            "--window=16",
+            "--fault-scale=0",
+            "--kills=1",
+            "--restarts=1",
+            "--ledger-kills=0",
+            "--no-clean",
+            "--drain=90",
+            f"--out-dir={tmp_path}",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "verdict: faults 0 violations" in out, out[-3000:]
+    assert rc == 0
+    for promise in faults.PROMISE_NAMES:
+        assert f"  {promise:<18}     0  met" in out
+    assert "after restart      n 1," in out and "after kill -9      n 1," in out
+    data = json.loads((tmp_path / "faults.json").read_text())
+    (run,) = data["runs"]
+    assert set(run["jobs"]) == set(faults.PATTERNS)
+    assert run["findings"]["ok"] is True
+    assert run["report"]["bill"]["total"] == pytest.approx(run["findings"]["ledger_total"])
