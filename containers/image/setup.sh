@@ -94,6 +94,12 @@ cat >"$CONF/exec.toml" <<TOML
 [exec]
 imp = "$IMP"
 TOML
+# A crashed rank 0 (SIGKILL, power loss) restarts from the KVS's last checkpoint:
+# without a period that is the last orderly shutdown, and every job since is lost.
+cat >"$CONF/kvs.toml" <<'TOML'
+[kvs]
+checkpoint-period = "30s"
+TOML
 # Fluxion's graph: the nodes plus the catalog's QPU vertices, static so they
 # survive a Fluxion reload (README "QPUs in the Fluxion graph").
 flux R encode --hosts="$HOSTS" --cores="$CORES" >/etc/flux/system/R.json
