@@ -472,7 +472,8 @@ class Broker:
         uri = urifile.read_text().strip()
         self.env = dict(os.environ, FLUX_URI=uri, XDG_STATE_HOME=str(self.work / "xdg"))
         self.env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + self.env["PATH"]
-        self.run("flux", "queue", "idle", "--quiet", "--timeout=30s", check=False)
+        if self.incarnation == 1:  # not after a restart: running jobs may wait for the service
+            self.run("flux", "queue", "idle", "--quiet", "--timeout=30s", check=False)
         return up
 
     def logs(self) -> str:
