@@ -341,3 +341,22 @@ def test_a_saturated_backend_is_polled_at_the_sites_pace_not_the_pending_counts(
     assert drain.source == "learned" and drain.seconds_per_task > 5.0  # the lower bound
     ended = fake.created + fake.ahead * fake.service + saturated.run
     assert h.clock() - ended <= 2 * slow.poll_min + 0.25  # a couple of polls, one step
+
+
+def test_a_session_closed_after_its_job_ended_is_not_found_again_after_a_restart():
+    """A session closed once its released job ended leaves no event (the job can take
+    none): its key is gone, so a restarted service neither looks for it nor warns that it
+    cannot be found (bench/faults.py saw a false warning at every restart)."""
+    h = Harness()
+    job = h.flux.submit(ibm(release_at=0, session="dedicated"))
+    while not h.flux.decoded(job, events.SESSION):  # the session, before any task
+        h.service.tick()
+        h.service.completions()
+        h.clock.advance(0.25)
+    h.flux.cancel(job)  # left while held, before a task rode its session
+    h.until(lambda: not h.ibm.open_sessions())
+    assert not h.keys.kept()
+    h2 = h.restart()
+    h2.run(3.0)
+    assert not [m for _, m in h2.logs if "cannot be found" in m or "left open" in m]
+    assert h2.ibm.count("close_session") == 1

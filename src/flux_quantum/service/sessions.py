@@ -479,7 +479,12 @@ class Sessions:
                 lease.task = TaskRef(device.vendor, device.name, task_id)
             if jobid in alive:
                 lease.jobs.add(jobid)
-        for fingerprint, lease in found.items():
+        for fingerprint, lease in list(found.items()):
+            if not lease.jobs and lease.task is None and self.keys.get(fingerprint) is None:
+                # Nothing can find it, and nothing needs to: its key goes only once the
+                # vendor closed it (a close after its jobs ended leaves no event).
+                del found[fingerprint]
+                continue
             self.leases[fingerprint] = lease
             if not lease.jobs and lease.loop is None:
                 # A loop's is kept for its held steps, or closed after the linger (check).
