@@ -170,6 +170,11 @@ class FaultSpec:
     entry: Mapping[str, Any]
 
 
+# Real seconds an answer takes to time out the service's vendor clients (their read
+# timeout is 20 s for Braket and IBM).
+TIMED_OUT = 22.0
+
+
 def fault_plan(scale: float = 1.0, horizon: float = 3600.0) -> tuple[FaultSpec, ...]:
     """Rate faults of every kind, scaled by ``scale`` (0: none). Which calls they hit is
     seeded by the emulator's seed (``random.Random(f"{seed}:fault:{index}:{n}")``), so the
@@ -207,6 +212,14 @@ def fault_plan(scale: float = 1.0, horizon: float = 3600.0) -> tuple[FaultSpec, 
             {"operation": create, "reset": True, "after_commit": True, "rate": r(0.04)},
         ),
         FaultSpec("braket", "delay", {"operation": get, "delay": 1.0, "rate": r(0.02)}),
+        # Past the clients' 20 s read timeout: a poll that times out, and a create applied
+        # whose answer comes too late (lost by a timeout, not a reset).
+        FaultSpec("braket", "delay", {"operation": get, "delay": TIMED_OUT, "rate": r(0.002)}),
+        FaultSpec(
+            "braket",
+            "delay",
+            {"operation": create, "delay": TIMED_OUT, "after_commit": True, "rate": r(0.01)},
+        ),
         FaultSpec("braket", "fail_task", {"fail_task": "injected: device error", "rate": r(0.04)}),
         FaultSpec("braket", "cancel_task", {"cancel_task": True, "rate": r(0.03)}),
         FaultSpec(
@@ -244,6 +257,11 @@ def fault_plan(scale: float = 1.0, horizon: float = 3600.0) -> tuple[FaultSpec, 
             "ibm", "cancel_job", {"operation": ibm_create, "cancel_job": True, "rate": r(0.03)}
         ),
         FaultSpec("ibm", "delay", {"operation": "GetJob", "delay": 1.0, "rate": r(0.02)}),
+        FaultSpec(
+            "ibm",
+            "delay",
+            {"operation": ibm_create, "delay": TIMED_OUT, "after_commit": True, "rate": r(0.01)},
+        ),
         FaultSpec("ibm", "paused", {"backend": eagle, "paused": [off[0] + 30, off[1] + 30]}),
     )
 
