@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +40,14 @@ from flux_quantum.protocol import (
     ReleaseInfo,
     system_of,
 )
-from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot, TaskState, Vendor
+from flux_quantum.vendors.base import (
+    RetryBudget,
+    TaskRef,
+    TaskResult,
+    TaskSnapshot,
+    TaskState,
+    Vendor,
+)
 from flux_quantum.vendors.errors import VendorError
 
 # What the job-shell plugin sets in every task of a released qpu job.
@@ -625,15 +633,18 @@ def result_of(
         raise TaskFailedError(
             f"quantum task {ref.task_id}{where} ended {describe_snapshot(snapshot)}", snapshot
         )
-    start, interval = clock(), DEFAULT_POLL_INTERVAL
-    while True:
-        try:
-            return vendor.result(ref)
-        except VendorError as exc:
-            if not exc.retryable or clock() - start >= max_error_time:
-                raise CommandError(f"task {ref.task_id}: {exc}") from None
-        sleep(interval)
-        interval = min(max_interval, interval * 1.5)
+    # The vendors' one retry loop, every retryable error until they have lasted
+    # max_error_time (the last try may start one interval later).
+    budget = RetryBudget(
+        attempts=sys.maxsize,
+        base_delay=DEFAULT_POLL_INTERVAL,
+        max_delay=max_interval,
+        deadline=max_error_time + max_interval,
+    )
+    try:
+        return budget.run(lambda: vendor.result(ref), clock=clock, sleep=sleep)
+    except VendorError as exc:
+        raise CommandError(f"task {ref.task_id}: {exc}") from None
 
 
 def wait_result(

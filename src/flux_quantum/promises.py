@@ -17,10 +17,8 @@ and name a vendor session by its fingerprint, never its id.
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
-import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from flux_quantum import events
+from flux_quantum.emulator.bill import read_report
 from flux_quantum.events import Event, History, replay
 from flux_quantum.protocol import REQUEST_ATTRIBUTE, Released
 from flux_quantum.vendors.base import VendorSession
@@ -46,8 +45,6 @@ OUTCOMES = ("completed", "failed", "cancelled", "held", "pending", "running")
 TOLERANCE = 0.005
 # A secret shorter than this would match by chance; ``Facts`` refuses it.
 MIN_SECRET = 8
-REPORT_PATH = "/_emulator/report"
-REPORT_TIMEOUT = 30.0
 
 # Flux job states by name (``flux.job.info.statetostr``), and the ones a job waits in.
 STATES = ("NEW", "DEPEND", "PRIORITY", "SCHED", "RUN", "CLEANUP", "INACTIVE")
@@ -801,20 +798,6 @@ def _counters(value: Any, where: str) -> dict[str, int]:
 
 
 # --- gather: reading what a run left behind --------------------------------------------------
-
-
-def read_report(emulator_url: str, timeout: float = REPORT_TIMEOUT) -> dict[str, Any]:
-    """``GET {emulator_url}/_emulator/report`` (no proxy: the emulator is local)."""
-    url = emulator_url.rstrip("/") + REPORT_PATH
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=timeout) as answer:
-            report = json.loads(answer.read())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"emulator_url: cannot read {url}: {exc}") from None
-    if not isinstance(report, dict):
-        raise ValueError(f"emulator_url: {url} did not answer with a JSON object")
-    return report
 
 
 def read_ledger(path: str | Path) -> tuple[LedgerRow, ...]:

@@ -21,14 +21,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
 
 from flux_quantum.emulator import Call, Emulator, Scenario, ScenarioError, WallClock
-from flux_quantum.emulator.bill import REPORT_PATH
+from flux_quantum.emulator.bill import read_report
 from flux_quantum.emulator.ibm_scenario import IbmScenario
 from flux_quantum.emulator.server import check_loopback
 from flux_quantum.errors import CommandError
@@ -169,18 +167,13 @@ def _url_of(path: Path) -> str:
 
 
 def fetch_report(url: str, timeout: float = REPORT_TIMEOUT) -> dict:
-    """The report of the emulator serving at ``url`` (loopback only, no proxy)."""
+    """The report of the emulator serving at ``url`` (loopback only)."""
     host = urlsplit(url).hostname or ""
     try:
         check_loopback(host)
+        return read_report(url, timeout)
     except ValueError as exc:
         raise CommandError(f"emulator URL {url}: {exc}") from None
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url.rstrip("/") + REPORT_PATH, timeout=timeout) as answer:
-            return json.loads(answer.read())
-    except (OSError, ValueError) as exc:
-        raise CommandError(f"cannot read the report of the emulator at {url}: {exc}") from None
 
 
 def print_report(path: Path) -> int:

@@ -10,7 +10,9 @@ a report never carries a credential (tokens in it are idempotency tokens, not se
 
 from __future__ import annotations
 
+import json
 import math
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -149,3 +151,19 @@ def report_document(
         "faults": {v: dict(sorted(c.items())) for v, c in faults.items()},
         "now": now,
     }
+
+
+def read_report(url: str, timeout: float = 30.0) -> dict[str, Any]:
+    """The report of the emulator serving at ``url`` (``GET {url}/_emulator/report``, no
+    proxy: the emulator is on this host or the project's own network). ValueError in one
+    sentence naming ``emulator_url`` when it cannot be read or is not a JSON object."""
+    where = url.rstrip("/") + REPORT_PATH
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(where, timeout=timeout) as answer:
+            report = json.loads(answer.read())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"emulator_url: cannot read {where}: {exc}") from None
+    if not isinstance(report, dict):
+        raise ValueError(f"emulator_url: {where} did not answer with a JSON object")
+    return report
