@@ -58,14 +58,19 @@ CLASS = "qpu.class must be one of qpu, simulator, got "
 FAILOVER = "qpu.failover must be one of fail, next, simulator, got "
 GROUP = f"qpu.group must be a name with {RULE}, got "
 LOOP = f"qpu.loop must be a loop name with {RULE}, got "
+RESERVATION = f"qpu.reservation must be 'none' or a reservation name with {RULE}, got "
+RESERVATION_END = "qpu.reservation_end must be one of on-demand, fail, got "
 KEYS = (
     " is unknown; the keys are device, vendor, policy, shots, program, release_at,"
     " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group, session, account,"
-    " loop"
+    " loop, reservation, reservation_end"
 )
 
 # (value of attributes.system.qpu, field named, exact message)
 MALFORMED: list[tuple[object, str, str]] = [
+    ({"reservation": "Forte AM"}, "qpu.reservation", RESERVATION + "'Forte AM'"),
+    ({"reservation": 3}, "qpu.reservation", RESERVATION + "3"),
+    ({"reservation_end": "public"}, "qpu.reservation_end", RESERVATION_END + "'public'"),
     # top level: what --setattr=qpu=1, -S qpu, qpu=true, qpu=null give
     (1, "qpu", TOP + "1"),
     (0, "qpu", TOP + "0"),
@@ -270,7 +275,7 @@ def test_malformed_request_is_rejected_with_exact_message(
     assert str(info.value) == message
     assert info.value.field == field
     # One short line: Flux prints it after "[Errno 22] " on the user's terminal.
-    assert len(message) < 200
+    assert len(message) < 240  # the longest lists every key
     assert "\n" not in message
     assert isinstance(info.value, ValueError)
     assert isinstance(info.value, FluxQuantumError)
@@ -790,3 +795,12 @@ def test_vendor_credentials_in_the_submit_environment_are_named():
     assert "x" not in message.split("holds")[0]  # names only, never values
     assert credential_variables({"environment": {"HOME": "/h"}}) == []
     assert credential_variables({}) == []
+
+
+def test_a_reservation_round_trips_and_none_names_no_window() -> None:
+    request = parse_request({"reservation": "forte-am", "reservation_end": "fail"})
+    assert request.named_reservation == "forte-am"
+    assert parse_request(request.to_attr()) == request
+    assert "reservation=forte-am reservation_end=fail" in request.describe()
+    assert parse_request({"reservation": "none"}).named_reservation is None
+    assert parse_request("any").named_reservation is None

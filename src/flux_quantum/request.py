@@ -36,6 +36,10 @@ DEFAULT_SHOTS = 1000
 MAX_SHOTS = 100_000
 DEFAULT_RELEASE_AT = RELEASE_DONE
 DEFAULT_FAILOVER = "fail"
+# qpu.reservation=none: the policy never routes the job into a reserved window.
+NO_RESERVATION = "none"
+# What happens to a job whose window ended before its task ran (default: the window's on_end).
+RESERVATION_ENDS: tuple[str, ...] = ("on-demand", "fail")
 
 # Table keys in the order they are documented and reported; "class" is the user's
 # spelling of QpuRequest.device_class (``class`` is a Python keyword).
@@ -56,6 +60,8 @@ TABLE_KEYS: tuple[str, ...] = (
     "session",
     "account",
     "loop",
+    "reservation",
+    "reservation_end",
 )
 
 # Who pays for the task: the site's accounts (the system instance's handler service
@@ -253,6 +259,15 @@ def _check_loop(value: object) -> str:
     return _check_name("qpu.loop", value, "a loop name")
 
 
+def _check_reservation(value: object) -> str:
+    # A window's name (``[[quantum.reservations]]``), or "none": never route into one.
+    return _check_name("qpu.reservation", value, f"'{NO_RESERVATION}' or a reservation name")
+
+
+def _check_reservation_end(value: object) -> str:
+    return _check_choice("qpu.reservation_end", value, RESERVATION_ENDS)
+
+
 # Table key -> (QpuRequest field, checker). "device" is parsed apart: it may carry a vendor.
 _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "vendor": ("vendor", _check_vendor),
@@ -270,6 +285,8 @@ _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "session": ("session", _check_session),
     "account": ("account", _check_account),
     "loop": ("loop", _check_loop),
+    "reservation": ("reservation", _check_reservation),
+    "reservation_end": ("reservation_end", _check_reservation_end),
 }
 
 
@@ -318,6 +335,10 @@ class QpuRequest:
     # The variational loop this job is a step of (``flux quantum loop submit`` sets it):
     # with ``session``, the loop's steps share one vendor session.
     loop: str | None = None
+    # A reserved window by name (``flux quantum reservations``), or "none"; unset: the
+    # site's policy may route the job into a window.
+    reservation: str | None = None
+    reservation_end: str | None = None
 
     def __post_init__(self) -> None:
         # Same checks as the table form, so code that builds a request by hand (the
@@ -359,6 +380,15 @@ class QpuRequest:
         _check_account(self.account)
         if self.loop is not None:
             _check_loop(self.loop)
+        if self.reservation is not None:
+            _check_reservation(self.reservation)
+        if self.reservation_end is not None:
+            _check_reservation_end(self.reservation_end)
+
+    @property
+    def named_reservation(self) -> str | None:
+        """The window the job asked for by name (None: none, or ``none``)."""
+        return None if self.reservation in (None, NO_RESERVATION) else self.reservation
 
     @property
     def target(self) -> str:
@@ -395,6 +425,10 @@ class QpuRequest:
             attr["account"] = self.account
         if self.loop is not None:
             attr["loop"] = self.loop
+        if self.reservation is not None:
+            attr["reservation"] = self.reservation
+        if self.reservation_end is not None:
+            attr["reservation_end"] = self.reservation_end
         return attr
 
     def describe(self) -> str:
@@ -423,6 +457,10 @@ class QpuRequest:
             parts.append(f"account={self.account}")
         if self.loop is not None:
             parts.append(f"loop={self.loop}")
+        if self.reservation is not None:
+            parts.append(f"reservation={self.reservation}")
+        if self.reservation_end is not None:
+            parts.append(f"reservation_end={self.reservation_end}")
         if len(self.program) == 1:
             parts.append(f"program={self.program[0]}")
         elif self.program:
