@@ -339,6 +339,8 @@ def test_defaults() -> None:
         session=None,
         account="site",
         loop=None,
+        reservation=None,
+        reservation_end=None,
     )
     assert parse_request({}) == parse_request("any")
     assert parse_request({}).policy == "min-wait"
@@ -360,6 +362,8 @@ def test_defaults() -> None:
         "session",
         "account",
         "loop",
+        "reservation",
+        "reservation_end",
     ]
 
 
