@@ -187,7 +187,15 @@ class _Probed(Vendor):
     def probe(self, device: Device) -> DeviceSnapshot:
         return self.answer(device)
 
-    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
         raise NotImplementedError
 
     def poll(self, task: TaskRef) -> TaskSnapshot:

@@ -54,8 +54,16 @@ class Own:
         self.asked.append(f"poll {task.task_id}")
         return TaskSnapshot(task, TaskState.QUEUED, 3)
 
-    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
-        self.asked.append(f"submit {token}")
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        self.asked.append(f"submit {token}" + (f" in {reservation}" if reservation else ""))
         return MINE
 
     def result(self, task: TaskRef) -> TaskResult:

@@ -306,8 +306,18 @@ class Vendor(abc.ABC):
         """Status, queue depth, price and window of ``device`` now."""
 
     @abc.abstractmethod
-    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
-        """Create a task; calling again with the same ``token`` never makes a second one."""
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        """Create a task; calling again with the same ``token`` never makes a second one.
+        ``reservation``: a reserved window's ARN (Braket Direct) the task runs in; a vendor
+        without reservations refuses one (``NotSupported``)."""
 
     @abc.abstractmethod
     def poll(self, task: TaskRef) -> TaskSnapshot:

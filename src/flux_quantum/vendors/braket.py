@@ -115,6 +115,21 @@ _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Su
 # --- parsing helpers (pure) ----------------------------------------------------------
 
 
+# CreateQuantumTask's association type of a Braket Direct reservation.
+RESERVATION_ASSOCIATION = "RESERVATION_TIME_WINDOW_ARN"
+
+
+def reservation_of(data: Mapping[str, Any]) -> str | None:
+    """The reservation ARN a GetQuantumTask answer says the task runs in, or None."""
+    associations = data.get("associations")
+    for entry in associations if isinstance(associations, list) else ():
+        if isinstance(entry, Mapping) and entry.get("type") == RESERVATION_ASSOCIATION:
+            arn = entry.get("arn")
+            if isinstance(arn, str) and arn:
+                return arn
+    return None
+
+
 def parse_queue_count(value: object) -> tuple[int | None, bool]:
     """``(count, capped)`` from a Braket queue size or position.
 
@@ -570,7 +585,15 @@ class BraketVendor(Vendor):
             device=device.name, status=status, reason=reason, price=device.price, t=self._clock()
         )
 
-    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
         bucket = self.settings.s3_bucket or self._environ.get("AMZN_BRAKET_OUT_S3_BUCKET")
         if not bucket:
             raise InvalidRequest(
@@ -592,6 +615,10 @@ class BraketVendor(Vendor):
             "outputS3KeyPrefix": self.settings.s3_prefix,
             "tags": {"flux-quantum": __version__},
         }
+        if reservation:
+            # What AwsQuantumTask.create(reservation_arn=...) sends: the task waits QUEUED
+            # for the window and runs in it, outside the public queue.
+            request["associations"] = [{"arn": reservation, "type": RESERVATION_ASSOCIATION}]
         session = self._aws_session(device.region)
         arn = self._call(
             "CreateQuantumTask", device.name, lambda: session.create_quantum_task(**request)

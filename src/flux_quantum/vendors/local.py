@@ -169,12 +169,20 @@ class LocalVendor(BraketVendor):
     def reports_positions(self, device: Device) -> bool:
         return not is_ibm(device.id)
 
-    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
         self._require_emulator()
         ibm = self._ibm_side(device.id)
         if ibm is not None:
-            return ibm.submit(device, program_text, shots, token)
-        return super().submit(device, program_text, shots, token)
+            return ibm.submit(device, program_text, shots, token, reservation=reservation)
+        return super().submit(device, program_text, shots, token, reservation=reservation)
 
     def poll(self, task: TaskRef) -> TaskSnapshot:
         ibm = self._ibm_side(task.task_id)

@@ -139,8 +139,18 @@ class RelayedVendor(Vendor):
     def probe(self, device: Device) -> DeviceSnapshot:
         return self.own("probe").probe(device)
 
-    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
-        return self.own("submit").submit(device, program_text, shots, token)
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        return self.own("submit").submit(
+            device, program_text, shots, token, reservation=reservation
+        )
 
     def cancel(self, task: TaskRef) -> None:
         self.own("cancel").cancel(task)

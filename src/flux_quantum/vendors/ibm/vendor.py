@@ -48,6 +48,7 @@ from flux_quantum.vendors.errors import (
     AccessDenied,
     InvalidRequest,
     NotFound,
+    NotSupported,
     VendorError,
     VendorUnavailable,
 )
@@ -210,7 +211,22 @@ class IbmVendor(Vendor):
     def reports_positions(self, device: Device) -> bool:
         return False  # IBM gives a backend's pending count, never a job's place
 
-    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        if reservation:
+            raise NotSupported(
+                f"{self.name} has no reserved windows (Braket Direct reservations are Braket's)",
+                vendor=self.name,
+                vendor_code="NotSupported",
+                operation="create",
+            )
         return self._create(device, program_text, shots, token, None)
 
     def submit_in(
