@@ -40,8 +40,11 @@
 
 /* Keys of qpu_info the job-shell plugin reads.
  */
-#define QPU_INFO_VENDOR "vendor"
-#define QPU_INFO_TASKS  "tasks"
+#define QPU_INFO_VENDOR      "vendor"
+#define QPU_INFO_TASKS       "tasks"
+#define QPU_INFO_DEVICE_ID   "device_id"
+#define QPU_INFO_RESERVATION "reservation"
+#define QPU_RESERVATION_ARN  "arn"
 
 /* Every flux-quantum event name starts with QPU_EVENT_PREFIX;
  * the plugin posts QPU_EVENT_RELEASE {task?, device?} itself.
@@ -57,6 +60,13 @@
 #define QPU_ENV_TASKS  "FLUX_QPU_TASKS"
 #define QPU_ENV_DEVICE "FLUX_QPU_DEVICE"
 #define QPU_ENV_VENDOR "FLUX_QPU_VENDOR"
+
+/* Set for a job released into a reserved window (qpu_info.reservation):
+ * what the Braket SDK's DirectReservation context sets, so the job's own
+ * tasks on that device carry the reservation's ARN.
+ */
+#define QPU_ENV_RESERVATION_DEVICE "AMZN_BRAKET_RESERVATION_DEVICE_ARN"
+#define QPU_ENV_RESERVATION_ARN    "AMZN_BRAKET_RESERVATION_TIME_WINDOW_ARN"
 
 #endif /* !FLUX_QUANTUM_QPU_PROTOCOL_H */
 

@@ -10,6 +10,16 @@
  *                    (one for a single task, several for a batch)
  *   FLUX_QPU_VENDOR  the vendor ("braket", "local")
  *
+ * and, for a job released into a reserved window (Braket Direct,
+ * qpu_info.reservation), the two variables the Braket SDK's
+ * DirectReservation context sets, so that the job's own later tasks on
+ * that device run in the window with no change to its code:
+ *
+ *   AMZN_BRAKET_RESERVATION_DEVICE_ARN       the device (qpu_info.device_id)
+ *   AMZN_BRAKET_RESERVATION_TIME_WINDOW_ARN  the reservation's ARN
+ *
+ * (both unset otherwise, so a value from the submitter never survives).
+ *
  * The quantum jobtap plugin records the task at release as jobspec
  * updates (attributes.system.qpu_task, qpu_device, qpu_info), posted
  * to the job's eventlog before the job can be allocated.  The shell
@@ -128,24 +138,53 @@ static int setenv_or_unset (flux_shell_t *shell,
     return 0;
 }
 
+/* The reserved window of qpu_info, if any: set both variables the SDK
+ * reads, or unset both.
+ */
+static int set_reservation_environment (flux_shell_t *shell,
+                                        const char *device_id,
+                                        json_t *reservation)
+{
+    const char *arn = NULL;
+
+    if (reservation
+        && json_unpack (reservation, "{s:s}", QPU_RESERVATION_ARN, &arn) < 0) {
+        shell_warn ("ignoring malformed " QPU_SYSTEM_PREFIX QPU_INFO_ATTR
+                    "." QPU_INFO_RESERVATION);
+        arn = NULL;
+    }
+    if (!arn || !device_id) {
+        arn = NULL;
+        device_id = NULL;
+    }
+    if (setenv_or_unset (shell, QPU_ENV_RESERVATION_DEVICE, device_id) < 0
+        || setenv_or_unset (shell, QPU_ENV_RESERVATION_ARN, arn) < 0)
+        return -1;
+    return 0;
+}
+
 static void set_task_environment (flux_shell_t *shell, json_t *system)
 {
     const char *task = NULL;
     const char *device = NULL;
     const char *vendor = NULL;
+    const char *device_id = NULL;
     json_t *tasks = NULL;
+    json_t *reservation = NULL;
     char *task_list = NULL;
     json_error_t error;
 
     if (json_unpack_ex (system,
                         &error,
                         0,
-                        "{s?s s?s s?{s?s s?o}}",
+                        "{s?s s?s s?{s?s s?o s?s s?o}}",
                         QPU_TASK_ATTR, &task,
                         QPU_DEVICE_ATTR, &device,
                         QPU_INFO_ATTR,
                           QPU_INFO_VENDOR, &vendor,
-                          QPU_INFO_TASKS, &tasks) < 0) {
+                          QPU_INFO_TASKS, &tasks,
+                          QPU_INFO_DEVICE_ID, &device_id,
+                          QPU_INFO_RESERVATION, &reservation) < 0) {
         shell_warn ("unexpected qpu fields in jobspec: %s", error.text);
         return;
     }
@@ -161,7 +200,8 @@ static void set_task_environment (flux_shell_t *shell, json_t *system)
                             QPU_ENV_TASKS,
                             task_list ? task_list : task) < 0
         || setenv_or_unset (shell, QPU_ENV_DEVICE, device) < 0
-        || setenv_or_unset (shell, QPU_ENV_VENDOR, vendor) < 0) {
+        || setenv_or_unset (shell, QPU_ENV_VENDOR, vendor) < 0
+        || set_reservation_environment (shell, device_id, reservation) < 0) {
         shell_log_errno ("failed to set FLUX_QPU_* environment");
     }
     else {

@@ -24,7 +24,7 @@ from fluxinstance import FluxInstance
 from flux_quantum.catalog import Catalog, load_catalog, packaged_catalog_path
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.plugin import PluginClient
-from flux_quantum.protocol import ReleaseInfo
+from flux_quantum.protocol import ReleasedWindow, ReleaseInfo
 from flux_quantum.vendors.base import TaskRef
 from flux_quantum.vendors.local import LocalVendor
 
@@ -172,6 +172,45 @@ def test_released_job_has_task_env_on_every_rank(inst, plugin, vendor, catalog, 
     assert set(rows) == {"0", "1"}, proc.stdout  # one task on each broker rank
     for rank, values in rows.items():
         assert values == [ref.task_id, "local-sv1", "local", ref.task_id], rank
+
+
+SHOW_WINDOW = (
+    'echo "$(flux getattr rank)|${AMZN_BRAKET_RESERVATION_DEVICE_ARN-unset}|'
+    '${AMZN_BRAKET_RESERVATION_TIME_WINDOW_ARN-unset}"'
+)
+WINDOW_ARN = "arn:aws:braket:us-east-1:123456789012:reservation/consumer-window"
+
+
+def test_a_job_released_into_a_window_gets_the_sdk_reservation_variables(
+    inst, plugin, vendor, catalog, job_env
+):
+    """What DirectReservation sets, on every rank, so the job's own tasks carry the ARN;
+    a job released without a window has neither, even when its submitter had them."""
+    device = catalog.get("local-sv1")
+    ref = create_task(vendor, catalog, "local-sv1", "env-window")
+    jobid = inst.submit(
+        "-N2", "-n2", "--setattr=qpu=local-sv1", "sh", "-c", SHOW_WINDOW, env=job_env
+    )
+    inst.wait_event(jobid, "dependency-add")
+    window = ReleasedWindow(name="consumer-window", arn=WINDOW_ARN, end=time.time() + 3600)
+    info = ReleaseInfo(
+        vendor=device.vendor, device_id=device.id, tasks=(ref.task_id,), reservation=window
+    )
+    plugin.release(
+        jobid_int(inst, jobid), task=ref.task_id, device=device.name, info=info.to_dict()
+    )
+    proc = finish(inst, jobid)
+    assert proc.returncode == 0, proc.stderr
+    assert env_rows(proc.stdout) == {"0": [device.id, WINDOW_ARN], "1": [device.id, WINDOW_ARN]}
+
+    inherited = dict(job_env)
+    inherited["AMZN_BRAKET_RESERVATION_DEVICE_ARN"] = device.id
+    inherited["AMZN_BRAKET_RESERVATION_TIME_WINDOW_ARN"] = WINDOW_ARN
+    jobid = inst.submit("--setattr=qpu=local-sv1", "sh", "-c", SHOW_WINDOW, env=inherited)
+    release(inst, plugin, catalog, jobid, [ref])
+    proc = finish(inst, jobid)
+    assert proc.returncode == 0, proc.stderr
+    assert list(env_rows(proc.stdout).values()) == [["unset", "unset"]]
 
 
 def test_batch_job_has_every_task(inst, plugin, vendor, catalog, clock, job_env):

@@ -38,6 +38,9 @@ def jobspec(**system) -> dict:
 # --- the release record ---------------------------------------------------------------------
 
 
+RESERVATION_ARN = "arn:aws:braket:us-east-1:123456789012:reservation/forte-am"
+
+
 def test_release_info_is_the_qpu_info_object_and_back():
     info = ReleaseInfo.decode(WRITTEN)
     assert info == ReleaseInfo(
@@ -62,6 +65,25 @@ def test_release_info_is_the_qpu_info_object_and_back():
 @pytest.mark.parametrize("value", [None, "braket", ["vendor"], 3])
 def test_a_qpu_info_that_is_not_an_object_says_nothing(value):
     assert ReleaseInfo.decode(value) == ReleaseInfo()
+
+
+def test_a_release_into_a_window_records_it_and_trusts_no_field_of_it():
+    window = protocol.ReleasedWindow(name="forte-am", arn=RESERVATION_ARN, end=1800.0)
+    info = ReleaseInfo(vendor="braket", tasks=(TASK,), reservation=window)
+    assert info.to_dict()["reservation"] == {
+        "name": "forte-am",
+        "arn": RESERVATION_ARN,
+        "end": 1800.0,
+    }
+    assert ReleaseInfo.decode(info.to_dict()) == info
+    assert window.open_at(1799.9) and not window.open_at(1800.0)
+    for bad in (
+        "forte-am",
+        {"name": "x", "arn": RESERVATION_ARN},
+        {"name": "", "arn": "a", "end": 1},
+        {"name": "x", "arn": RESERVATION_ARN, "end": "soon"},
+    ):
+        assert ReleaseInfo.decode({"reservation": bad}).reservation is None
 
 
 def test_release_info_trusts_no_field():
@@ -152,6 +174,9 @@ C_NAMES = {
     "QPU_INFO_ATTR": protocol.INFO_ATTRIBUTE,
     "QPU_INFO_VENDOR": "vendor",
     "QPU_INFO_TASKS": "tasks",
+    "QPU_INFO_DEVICE_ID": "device_id",
+    "QPU_INFO_RESERVATION": protocol.RESERVATION_INFO,
+    "QPU_RESERVATION_ARN": "arn",
     "QPU_EVENT_PREFIX": "qpu-",
     "QPU_EVENT_RELEASE": events.RELEASE,
     "QPU_RELEASE_TASK": "task",
@@ -160,6 +185,8 @@ C_NAMES = {
     "QPU_ENV_TASKS": consumer.ENV_TASKS,
     "QPU_ENV_DEVICE": consumer.ENV_DEVICE,
     "QPU_ENV_VENDOR": consumer.ENV_VENDOR,
+    "QPU_ENV_RESERVATION_DEVICE": protocol.RESERVATION_DEVICE_ENV,
+    "QPU_ENV_RESERVATION_ARN": protocol.RESERVATION_ARN_ENV,
 }
 
 
@@ -199,7 +226,15 @@ def test_the_plugins_spell_the_names_only_through_the_header(source):
     literals = re.findall(r'"((?:[^"\\\n]|\\.)*)"', code)
     # "qpu", "task", "vendor"... are words of messages and RPC keys too: only the names
     # nothing else could spell are looked for.
-    common = ("QPU_REQUEST_ATTR", "QPU_DEPENDENCY_SCHEME", "QPU_INFO_VENDOR", "QPU_INFO_TASKS")
+    common = (
+        "QPU_REQUEST_ATTR",
+        "QPU_DEPENDENCY_SCHEME",
+        "QPU_INFO_VENDOR",
+        "QPU_INFO_TASKS",
+        "QPU_INFO_DEVICE_ID",
+        "QPU_INFO_RESERVATION",
+        "QPU_RESERVATION_ARN",
+    )
     distinctive = [
         value
         for name, value in C_NAMES.items()

@@ -34,6 +34,14 @@ DEVICE_ATTRIBUTE = "qpu_device"
 INFO_ATTRIBUTE = "qpu_info"
 RELEASE_ATTRIBUTES: tuple[str, ...] = (TASK_ATTRIBUTE, DEVICE_ATTRIBUTE, INFO_ATTRIBUTE)
 
+# ``qpu_info.reservation``: the reserved window (Braket Direct) the job was released into.
+RESERVATION_INFO = "reservation"
+# What the job-shell plugin exports from it: the variables the Braket SDK's
+# DirectReservation context sets, which AwsSession.create_quantum_task reads, so the job's
+# own tasks on that device run in the window with no change to its code.
+RESERVATION_DEVICE_ENV = "AMZN_BRAKET_RESERVATION_DEVICE_ARN"
+RESERVATION_ARN_ENV = "AMZN_BRAKET_RESERVATION_TIME_WINDOW_ARN"
+
 # ``qpu_info.account`` of a job whose tasks the site's accounts pay for (a guest's job:
 # it holds no credential of its own for them).
 SITE_ACCOUNT = "site"
@@ -48,6 +56,31 @@ def system_of(jobspec: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class ReleasedWindow:
+    """``qpu_info.reservation``: the window's name, its ARN and its end (epoch seconds)."""
+
+    name: str
+    arn: str
+    end: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arn": self.arn, "end": self.end}
+
+    def open_at(self, now: float) -> bool:
+        """May a task still be created in the window at ``now``?"""
+        return now < self.end
+
+    @classmethod
+    def decode(cls, value: Any) -> ReleasedWindow | None:
+        if not isinstance(value, Mapping):
+            return None
+        name, arn, end = _text(value.get("name")), _text(value.get("arn")), value.get("end")
+        if name is None or arn is None or _number(end) is None:
+            return None
+        return cls(name=name, arn=arn, end=float(end))
 
 
 @dataclass(frozen=True)
@@ -68,6 +101,7 @@ class ReleaseInfo:
     catalog: str | None = None
     read_via: str | None = None
     account: str | None = None
+    reservation: ReleasedWindow | None = None
 
     @property
     def site_paid(self) -> bool:
@@ -86,6 +120,8 @@ class ReleaseInfo:
         for key in ("catalog", "read_via", "account"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.reservation is not None:
+            out[RESERVATION_INFO] = self.reservation.to_dict()
         return out
 
     @classmethod
@@ -106,6 +142,7 @@ class ReleaseInfo:
             catalog=_text(value.get("catalog")),
             read_via=_text(value.get("read_via")),
             account=_text(value.get("account")),
+            reservation=ReleasedWindow.decode(value.get(RESERVATION_INFO)),
         )
 
 
