@@ -1,14 +1,17 @@
 """The SQLite ledger: reservation and settlement keyed by the task's token (exactly once,
 across a restart of the process), no overspend under concurrent reservations from threads
 and from separate processes, a bank's limit shared by its users, usage reports for the
-owner and for a guest, the file's location and permissions, and devices over quota
-dropped from a selection."""
+owner and for a guest, the file's location and permissions, devices over quota
+dropped from a selection, and reserved windows: booked once as the site's (or a bank's)
+spend, their tasks free with their QPU time and share, a ledger of the schema before
+them migrated in place."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
 import os
+import sqlite3
 import stat
 import threading
 from datetime import UTC, datetime
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 from catalogs import catalog_of
 
+from flux_quantum.access import Requester
 from flux_quantum.ledger import (
     GuestError,
     Ledger,
@@ -239,11 +243,14 @@ def test_usage_reports_and_guests(ledger: Ledger) -> None:
         "user": "alice",
         "bank": "chem",
         "device": "garnet",
+        "reservation": "*",
         "tasks": 1,
         "spent": 1.5,
         "reserved": 0.0,
         "total": 1.5,
         "released": 0,
+        "qpu_seconds": 0.0,
+        "share": 0.0,
     }
     by_user = ledger.usage(UsageQuery(user="alice", period="all", group_by=("user",)))
     assert [(r.user, r.tasks) for r in by_user] == [("alice", 3)]
@@ -487,3 +494,274 @@ def test_site_policy_settles_what_the_vendor_bills(tmp_path: Path) -> None:
     assert estimate == pytest.approx(0.075 * 120 / 60)  # median of 120, 120, 60
     assert site.release("never", now=JUNE_3, reason="x") is None
     site.close()
+
+
+# --- reserved windows (Braket Direct) ------------------------------------------------------
+
+ARN = "arn:aws:braket:us-east-1:123456789012:reservation/a1b2c3d4-forte"
+WINDOW = {
+    "name": "forte-jun03",
+    "device": "forte1",
+    "arn": ARN,
+    "start": {"iso-8601-ts": "2025-06-03T16:00:00Z"},  # as flux config get gives a date-time
+    "end": "2025-06-03T18:00:00Z",
+    "cost": 14000.0,
+    "bank": "chem",
+}
+START = datetime(2025, 6, 3, 16, tzinfo=UTC).timestamp()
+
+
+def site_with_windows(tmp_path: Path, quota: dict | None = None, **window) -> SitePolicy:  # type: ignore[type-arg]
+    quantum = {
+        "ledger": {"path": str(tmp_path / "ledger.db")},
+        "reservations": [{**WINDOW, **window}],
+        **({"quota": quota} if quota else {}),
+    }
+    return SitePolicy.from_config(quantum, devices={d.name: d for d in CATALOG})
+
+
+def test_a_window_is_booked_once_as_the_sites_or_its_banks_spend(tmp_path: Path) -> None:
+    site = site_with_windows(tmp_path)
+    assert [w.name for w in site.reservations] == ["forte-jun03"]
+    first = site.book_windows(JUNE_3)
+    again = site.book_windows(JUNE_3 + DAY)
+    assert first == again and len(first) == 1
+    row = first[0]
+    assert (row.token, row.userid, row.user, row.bank, row.jobid) == (
+        f"window:{ARN}",
+        -1,
+        "(site)",
+        "chem",
+        0,
+    )
+    assert (row.device, row.vendor, row.device_class, row.shots) == ("forte1", "braket", "qpu", 0)
+    assert (row.estimate, row.cost, row.state) == (14000.0, 14000.0, "settled")
+    assert (row.reserved_at, row.settled_at, row.task_id) == (START, START, ARN)
+    assert row.note == "reservation forte-jun03 2025-06-03T16:00:00Z..2025-06-03T18:00:00Z"
+    assert row.site and row.reservation == "forte-jun03"
+    rows = site.ledger.usage(UsageQuery(period="all"))
+    assert [(r.user, r.bank, r.device, r.tasks, r.spent) for r in rows] == [
+        ("(site)", "chem", "forte1", 0, 14000.0)
+    ]
+    assert site.ledger.window_use("forte-jun03") == (0, 0.0, 0.0)
+    site.close()
+    # a window no bank booked is the site's alone; booked again by a service whose
+    # configuration changed it (same ARN), the first row stays
+    unbanked = {k: v for k, v in WINDOW.items() if k != "bank"} | {"cost": 1.0}
+    first_site = SitePolicy.from_config(
+        {"ledger": {"path": str(tmp_path / "b.db")}, "reservations": [unbanked]}
+    )
+    assert first_site.book_windows(JUNE_3)[0].bank is None
+    first_site.close()
+    site = SitePolicy.from_config(
+        {"ledger": {"path": str(tmp_path / "b.db")}, "reservations": [WINDOW]}
+    )
+    assert [(r.cost, r.bank, r.vendor) for r in site.book_windows(JUNE_3)] == [
+        (1.0, None, "braket")
+    ]
+    assert len(site.ledger.usage(UsageQuery(period="all", group_by=("user",)))) == 1
+    site.close()
+
+
+def test_a_task_in_a_window_is_free_and_records_its_qpu_time_and_share(tmp_path: Path) -> None:
+    # chem's month: 14,000 for the window leaves 5 of 14,005; alice 20 a day of her own
+    quota = {
+        "limits": [
+            {"bank": "chem", "period": "month", "spend": 14005.0},
+            {"user": "*", "period": "day", "spend": 20.0},
+            {"user": "*", "period": "day", "tasks": 3},
+        ]
+    }
+    site = site_with_windows(tmp_path, quota)
+    site.book_windows(JUNE_3)
+    window = site.reservations.lookup("forte-jun03")
+    alice = Requester(1000, "alice", "chem")
+    # outside the window a forte1 task of 1000 shots is 80.30: over the bank's month
+    ordinary = site.charge(FORTE, alice, token="o1", jobid=5, shots=1000, t=JUNE_3)  # type: ignore[arg-type]
+    refused = site.reserve(ordinary)
+    assert not refused.allowed
+    assert refused.decision.reason.startswith("over quota: [quantum.quota] limit 1: bank chem")
+    # in it, nothing: neither the bank's spend (over because of the window) nor a job cap
+    # refuses it; the users' task limit still counts it
+    tokens = []
+    for i in range(4):
+        token = f"w{i}"
+        held = site.charge(
+            FORTE, alice, token=token, jobid=6, shots=1000, t=START, job_cap=0.0,  # type: ignore[arg-type]
+            reservation=window,
+        )  # fmt: skip
+        assert (held.estimate, held.reservation) == (0.0, "forte-jun03")
+        reserved = site.reserve(held)
+        if i < 3:
+            assert reserved.allowed, reserved.decision.reason
+            tokens.append(token)
+    assert not reserved.allowed
+    assert "over quota: [quantum.quota] limit 3: user alice, 3 tasks a day" in (
+        reserved.decision.reason
+    )
+    assert site.job_cost(6) == 0.0
+    assert site.ledger.window_use("forte-jun03") == (3, 0.0, 0.0)  # reserved, not yet run
+    first = site.settle(
+        tokens[0], FORTE, shots=1000, state="COMPLETED", now=START + 900,  # type: ignore[arg-type]
+        task_id="arn:task/1", reservation=window, qpu_seconds=1800.0,
+    )  # fmt: skip
+    assert (first.cost, first.reservation, first.qpu_seconds) == (0.0, "forte-jun03", 1800.0)
+    assert first.share == pytest.approx(3500.0)  # a quarter of the two hours
+    # settling twice changes nothing
+    again = site.settle(
+        tokens[0], FORTE, shots=1000, state="COMPLETED", now=START + 999,  # type: ignore[arg-type]
+        reservation=window, qpu_seconds=5.0,
+    )  # fmt: skip
+    assert again == first
+    site.settle(
+        tokens[1], FORTE, shots=1000, state="CANCELLED", now=START + 7200,  # type: ignore[arg-type]
+        reservation=window, qpu_seconds=None,
+    )  # fmt: skip
+    site.settle(
+        tokens[2], FORTE, shots=1000, state="COMPLETED", now=START + 3600,  # type: ignore[arg-type]
+        reservation=window, qpu_seconds=900.0,
+    )  # fmt: skip
+    tasks, seconds, share = site.window_use(window)
+    assert (tasks, seconds) == (3, 2700.0) and share == pytest.approx(5250.0)
+    assert site.ledger.record(tokens[1]).share == 0.0  # type: ignore[union-attr]
+    # the per-window view: the window's cost and its tasks' time, per user
+    rows = site.ledger.usage(UsageQuery(period="all", group_by=("user", "reservation")))
+    assert [(r.user, r.reservation, r.tasks, r.spent, r.qpu_seconds) for r in rows] == [
+        ("(site)", "forte-jun03", 0, 14000.0, 0.0),
+        ("alice", "forte-jun03", 3, 0.0, 2700.0),  # the refused tasks left no row
+    ]
+    # a guest sees their own rows, never the site's
+    assert [r.user for r in site.ledger.usage(restrict_to_caller(UsageQuery(), 1000, 1))] == [
+        "alice"
+    ]
+    site.close()
+
+
+def test_user_limits_never_count_the_sites_rows(tmp_path: Path) -> None:
+    quota = {"limits": [{"user": "*", "period": "month", "spend": 10.0, "tasks": 2}]}
+    site = site_with_windows(tmp_path, quota)
+    site.book_windows(JUNE_3)  # 14,000 of the site's, to bank chem
+    bob = Requester(1001, "bob", "chem")
+    for token in ("b1", "b2"):
+        charge_ = site.charge(GARNET, bob, token=token, jobid=9, shots=1000, t=START)  # type: ignore[arg-type]
+        assert site.reserve(charge_).allowed  # 1.75 each, two tasks: within bob's month
+    # a bank task limit does not count the window as a task
+    quota = {"limits": [{"bank": "chem", "period": "month", "tasks": 1}]}
+    bank = site_with_windows(tmp_path / "bank", quota)
+    bank.book_windows(JUNE_3)
+    charge_ = bank.charge(GARNET, bob, token="b1", jobid=9, shots=1000, t=START)  # type: ignore[arg-type]
+    decision = bank.reserve(charge_).decision
+    assert decision.allowed and decision.checks[0].used.tasks == 0
+    assert decision.checks[0].used.spend == 14000.0
+    site.close()
+    bank.close()
+
+
+def test_a_ledger_of_the_schema_before_windows_is_migrated_in_place(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    db = sqlite3.connect(old)
+    db.executescript(OLD_SCHEMA)
+    db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '1'), ('currency', 'USD')")
+    db.execute(OLD_INSERT, ("a1", 7, 1000, "alice", "chem", "garnet", "braket", "qpu", 1000,
+                            1.75, "reserved", JUNE_3, "2025-06-03", "2025-06", None))  # fmt: skip
+    db.commit()
+    db.close()
+    # a reader of the file not yet migrated sees its rows and no window
+    with Ledger(old, readonly=True) as reader:
+        rows = reader.usage(UsageQuery(group_by=("user", "reservation")))
+        assert [(r.user, r.reservation, r.tasks) for r in rows] == [("alice", "-", 1)]
+        assert reader.window_use("forte-jun03") == (0, 0.0, 0.0)
+        assert reader.record("a1").reservation is None  # type: ignore[union-attr]
+    # the service opens it: the columns are added, its rows kept and settled as before
+    site = SitePolicy.from_config(
+        {"ledger": {"path": str(old)}, "reservations": [WINDOW]},
+        devices={d.name: d for d in CATALOG},
+    )
+    columns = {row[1] for row in sqlite3.connect(old).execute("PRAGMA table_info(charges)")}
+    assert {"reservation", "qpu_seconds", "share"} <= columns
+    settled = site.ledger.settle("a1", 1.75, now=JUNE_3 + 60)
+    assert (settled.state, settled.cost, settled.reservation) == ("settled", 1.75, None)
+    site.book_windows(JUNE_3)
+    window = site.reservations.lookup("forte-jun03")
+    who = Requester(1000, "alice", "chem")
+    held = site.charge(FORTE, who, token="w1", jobid=8, shots=10, t=START, reservation=window)  # type: ignore[arg-type]
+    assert site.reserve(held).allowed
+    site.settle("w1", FORTE, shots=10, state="COMPLETED", now=START + 60,  # type: ignore[arg-type]
+                reservation=window, qpu_seconds=72.0)  # fmt: skip
+    assert site.window_use(window) == (1, 72.0, pytest.approx(140.0))
+    site.close()
+    # opened again (a restart), nothing changes; an older flux-quantum's INSERT still works
+    with Ledger(old) as again:
+        assert again.window_use("forte-jun03") == (1, 72.0, pytest.approx(140.0))
+        again._db.execute(OLD_INSERT, ("b1", 9, 1001, "bob", None, "garnet", "braket", "qpu",
+                                       10, 0.3, "reserved", JUNE_3, "2025-06-03", "2025-06",
+                                       None))  # fmt: skip
+        assert again.record("b1").reservation is None  # type: ignore[union-attr]
+        assert len(again.usage(UsageQuery(period="all", group_by=("user",)))) == 3
+
+
+def test_usage_command_per_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flux_quantum.cli.main import main
+
+    site = site_with_windows(tmp_path)
+    site.book_windows(JUNE_3)
+    window = site.reservations.lookup("forte-jun03")
+    who = Requester(1000, "alice", "chem")
+    held = site.charge(FORTE, who, token="w1", jobid=8, shots=10, t=START, reservation=window)  # type: ignore[arg-type]
+    site.reserve(held)
+    site.settle("w1", FORTE, shots=10, state="COMPLETED", now=START + 60,  # type: ignore[arg-type]
+                reservation=window, qpu_seconds=720.0)  # fmt: skip
+    site.close()
+    path = str(tmp_path / "ledger.db")
+    assert main(["usage", "--ledger", path]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "PERIOD  USER   BANK DEVICE TASKS      SPENT RESERVED      TOTAL",
+        "2025-06 (site) chem forte1     0 $14,000.00    $0.00 $14,000.00",
+        "2025-06 alice  chem forte1     1      $0.00    $0.00      $0.00",
+    ]
+    assert main(["usage", "--ledger", path, "--by", "reservation", "--period", "all"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "PERIOD USER BANK DEVICE RESERVATION TASKS      SPENT RESERVED      TOTAL QPU_SECONDS"
+        "     SHARE",
+        "*      *    *    *      forte-jun03     1 $14,000.00    $0.00 $14,000.00         720"
+        " $1,400.00",
+    ]
+    assert main(["usage", "--ledger", path, "--user", "(site)", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["user"], r["total"]) for r in rows] == [("(site)", 14000.0)]
+
+
+# The ledger's schema before reserved windows (flux-quantum up to 8da4f73), to migrate.
+OLD_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS charges (
+    token TEXT PRIMARY KEY, jobid INTEGER NOT NULL, userid INTEGER NOT NULL, username TEXT,
+    bank TEXT, device TEXT NOT NULL, vendor TEXT NOT NULL, class TEXT NOT NULL,
+    shots INTEGER NOT NULL, estimate REAL NOT NULL, cost REAL,
+    state TEXT NOT NULL CHECK (state IN ('reserved', 'settled', 'released')),
+    reserved_at REAL NOT NULL, settled_at REAL, day TEXT NOT NULL, month TEXT NOT NULL,
+    task_id TEXT, billed_seconds REAL, note TEXT
+);
+CREATE INDEX IF NOT EXISTS charges_user ON charges (userid, reserved_at);
+CREATE INDEX IF NOT EXISTS charges_bank ON charges (bank, reserved_at);
+CREATE INDEX IF NOT EXISTS charges_job ON charges (jobid);
+CREATE INDEX IF NOT EXISTS charges_device ON charges (device, state, settled_at);
+"""
+OLD_INSERT = (
+    "INSERT INTO charges (token, jobid, userid, username, bank, device, vendor,"
+    " class, shots, estimate, state, reserved_at, day, month, note)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def test_a_bad_reservation_table_stops_the_site_policy_before_its_ledger(tmp_path: Path) -> None:
+    from flux_quantum.reservations import ReservationConfigError
+
+    path = tmp_path / "ledger.db"
+    bad = {**WINDOW, "device": "nope"}
+    with pytest.raises(ReservationConfigError, match=r"\.device 'nope' is not in the catalog"):
+        SitePolicy.from_config(
+            {"ledger": {"path": str(path)}, "reservations": [bad]},
+            devices={d.name: d for d in CATALOG},
+        )
+    assert not path.exists()

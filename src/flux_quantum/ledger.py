@@ -26,6 +26,20 @@ above writes again); it takes about a millisecond on a local disk. Readers
 (``flux quantum usage``) never block the writer in WAL mode. ``busy_timeout`` bounds a
 wait for another writer (a second service by mistake) to ``BUSY_TIMEOUT`` seconds.
 
+Reserved windows (Braket Direct, :mod:`flux_quantum.reservations`): a window is one
+settled row of the site (``userid`` -1, shown as "(site)"; ``bank`` the bank that
+booked it, if one did) at the window's start, costing the window, booked once
+(:meth:`Ledger.book_window`, keyed by ``window:<ARN>``); the tasks run in it cost
+nothing and record the window's name, their QPU seconds and their share of its cost
+(:meth:`Ledger.window_use`). The site's rows never count against a user's limits and
+are not tasks; a bank's spend limits count the window it booked.
+
+Schema: version 1 with columns added since (``reservation``, ``qpu_seconds``,
+``share``), nullable; a ledger of an older flux-quantum gets them with ALTER TABLE
+the first time a writer opens it (one transaction), and an older flux-quantum keeps
+working on a migrated one (it names the columns it writes and ignores the others).
+A read-only reader of a file not yet migrated sees no windows.
+
 Guests never write it: the file is created 0600 (its WAL files follow) in a 0700
 directory owned by the instance owner; guests read their own usage through the
 service's RPC, never the file.
@@ -39,11 +53,13 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.quota import (
+    PERIODS,
     Charge,
     QuotaConfig,
     QuotaDecision,
@@ -57,8 +73,12 @@ SCHEMA_VERSION = 1
 FILENAME = "ledger.db"
 SUBDIR = "flux-quantum"
 CONFIG_KEY = "quantum.ledger.path"
+SITE_USERID = -1  # the site's own rows: reserved windows it (or a bank) paid for
+SITE_USER = "(site)"
+WINDOW_TOKEN = "window:"  # + the reservation's ARN: one row per window
 BUSY_TIMEOUT = 5.0
-GROUPS = ("period", "user", "bank", "device")
+GROUPS = ("period", "user", "bank", "device", "reservation")
+DEFAULT_GROUPS = ("period", "user", "bank", "device")
 PERIOD_GROUPS = ("day", "month", "all")
 
 SCHEMA = """
@@ -85,17 +105,26 @@ CREATE TABLE IF NOT EXISTS charges (
     month          TEXT NOT NULL,
     task_id        TEXT,               -- the vendor's id, once known
     billed_seconds REAL,               -- time-billed devices: the billed run time
-    note           TEXT                -- why it was released, or that it was recorded
-);                                     -- past the quota (a task found after a restart)
+    note           TEXT,               -- why it was released, or that it was recorded
+                                       -- past the quota (a task found after a restart)
+    reservation    TEXT,               -- the reserved window's name (its row and tasks)
+    qpu_seconds    REAL,               -- a window's task: its QPU time in the window
+    share          REAL                -- ... and its share of the window's cost
+);
 CREATE INDEX IF NOT EXISTS charges_user ON charges (userid, reserved_at);
 CREATE INDEX IF NOT EXISTS charges_bank ON charges (bank, reserved_at);
 CREATE INDEX IF NOT EXISTS charges_job ON charges (jobid);
 CREATE INDEX IF NOT EXISTS charges_device ON charges (device, state, settled_at);
 """
 
+# Columns added to version 1 since, with ALTER TABLE on a ledger that lacks them.
+ADDED_COLUMNS = (("reservation", "TEXT"), ("qpu_seconds", "REAL"), ("share", "REAL"))
+ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS charges_reservation ON charges (reservation);"
+
 # What a charge counts: its actual cost once settled, its estimate while reserved.
 _AMOUNT = "CASE state WHEN 'reserved' THEN estimate ELSE cost END"
 _COUNTED = "state != 'released'"
+_TASK = f"userid != {SITE_USERID}"
 
 
 class LedgerError(FluxQuantumError):
@@ -161,6 +190,14 @@ class ChargeRecord:
     task_id: str | None
     billed_seconds: float | None
     note: str | None
+    reservation: str | None = None
+    qpu_seconds: float | None = None
+    share: float | None = None
+
+    @property
+    def site(self) -> bool:
+        """The site's own row (a reserved window), not a user's task."""
+        return self.userid == SITE_USERID
 
     @property
     def amount(self) -> float:
@@ -173,7 +210,9 @@ class UsageQuery:
     """What ``flux quantum usage`` asks: filters, and how rows are grouped.
 
     ``user`` matches a user name or a uid; ``userid`` only a uid (set for guests by
-    :func:`restrict_to_caller`). ``period`` groups by "day", "month" or "all".
+    :func:`restrict_to_caller`). ``period`` groups by "day", "month" or "all";
+    ``reservation`` in ``group_by`` gives a row per reserved window (its cost, its
+    tasks, their QPU time and shares; "-": outside any window).
     """
 
     user: str | None = None
@@ -182,7 +221,7 @@ class UsageQuery:
     since: float | None = None
     until: float | None = None
     period: str = "month"
-    group_by: tuple[str, ...] = GROUPS
+    group_by: tuple[str, ...] = DEFAULT_GROUPS
 
     def to_dict(self) -> dict[str, Any]:
         """The payload of the service's ``usage`` RPC."""
@@ -217,7 +256,7 @@ class UsageQuery:
         period = payload.get("period", "month")
         if period not in PERIOD_GROUPS:
             raise ValueError(f"usage: period must be one of {', '.join(PERIOD_GROUPS)}")
-        group_by = payload.get("group_by", list(GROUPS))
+        group_by = payload.get("group_by", list(DEFAULT_GROUPS))
         if not isinstance(group_by, list) or not all(g in GROUPS for g in group_by):
             raise ValueError(f"usage: group_by must list some of {', '.join(GROUPS)}")
         return cls(period=period, group_by=tuple(group_by), **fields)
@@ -229,10 +268,13 @@ class UsageRow:
     user: str
     bank: str
     device: str
-    tasks: int  # created (reserved or settled), not released
-    spent: float  # settled
+    tasks: int  # created (reserved or settled), not released; the site's rows are not tasks
+    spent: float  # settled (a reserved window: its cost)
     reserved: float  # reserved, not yet settled
     released: int  # reservations whose task was never created
+    reservation: str = "*"  # the reserved window ("-": none; "*": not grouped by it)
+    qpu_seconds: float = 0.0  # tasks in a window: their QPU time
+    share: float = 0.0  # ... and their share of its cost
 
     @property
     def total(self) -> float:
@@ -244,11 +286,14 @@ class UsageRow:
             "user": self.user,
             "bank": self.bank,
             "device": self.device,
+            "reservation": self.reservation,
             "tasks": self.tasks,
             "spent": round(self.spent, 6),
             "reserved": round(self.reserved, 6),
             "total": round(self.total, 6),
             "released": self.released,
+            "qpu_seconds": round(self.qpu_seconds, 3),
+            "share": round(self.share, 6),
         }
 
 
@@ -318,6 +363,7 @@ class Ledger:
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(SCHEMA)
                 self._check_meta(currency)
+            self._columns = {str(row[1]) for row in self._db.execute("PRAGMA table_info(charges)")}
             self._db.row_factory = sqlite3.Row
             self.currency = self._meta("currency") or currency
         except sqlite3.Error as exc:
@@ -347,6 +393,7 @@ class Ledger:
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?), ('currency', ?)",
                     (str(SCHEMA_VERSION), currency),
                 )
+                self._migrate()  # its indexes
                 return
             if int(version) > SCHEMA_VERSION:
                 raise LedgerError(
@@ -359,6 +406,20 @@ class Ledger:
                     f"{self.path}: the ledger counts in {recorded} but the catalog's currency is"
                     f" {currency}; keep the catalog's currency or start a new ledger"
                 )
+            self._migrate()
+
+    def _migrate(self) -> None:
+        """Add the columns a ledger of an older flux-quantum lacks (inside the opening
+        write transaction, so two writers opening it at once add them once)."""
+        have = {str(row[1]) for row in self._db.execute("PRAGMA table_info(charges)")}
+        for column, kind in ADDED_COLUMNS:
+            if column not in have:
+                self._db.execute(f"ALTER TABLE charges ADD COLUMN {column} {kind}")
+        self._db.execute(ADDED_INDEXES)
+
+    def _column(self, name: str) -> str:
+        """``name`` in SQL, or NULL on a read-only ledger not yet migrated."""
+        return name if name in self._columns else "NULL"
 
     @contextmanager
     def _write(self) -> Iterator[None]:
@@ -386,7 +447,8 @@ class Ledger:
             where = [_COUNTED, "reserved_at >= ?", "reserved_at < ?"]
             args: list[Any] = [window.start, window.end]
             if limit.scope == "user":
-                where.append("userid = ?")
+                # The site's rows (reserved windows) are nobody's: never a user's usage.
+                where.append(f"userid = ? AND userid != {SITE_USERID}")
                 args.append(charge.userid)
             else:
                 where.append("bank = ?")
@@ -399,8 +461,9 @@ class Ledger:
                 if values is not None:
                     where.append(f"{column} IN ({', '.join('?' for _ in values)})")
                     args.extend(sorted(values))
+            # A window the bank booked counts its cost, but it is not a task.
             row = self._db.execute(
-                f"SELECT COALESCE(SUM({_AMOUNT}), 0), COUNT(*) FROM charges"
+                f"SELECT COALESCE(SUM({_AMOUNT}), 0), COALESCE(SUM({_TASK}), 0) FROM charges"
                 f" WHERE {' AND '.join(where)}",
                 args,
             ).fetchone()
@@ -450,8 +513,8 @@ class Ledger:
             zone = quota.zone
             self._db.execute(
                 "INSERT INTO charges (token, jobid, userid, username, bank, device, vendor,"
-                " class, shots, estimate, state, reserved_at, day, month, note)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?)",
+                " class, shots, estimate, state, reserved_at, day, month, note, reservation)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?)",
                 (
                     charge.token,
                     charge.jobid,
@@ -467,6 +530,7 @@ class Ledger:
                     period_window(charge.t, "day", zone).label,
                     period_window(charge.t, "month", zone).label,
                     note,
+                    charge.reservation,
                 ),
             )
             return Reservation(charge.token, True, decision, False, "reserved")
@@ -479,8 +543,13 @@ class Ledger:
         now: float,
         task_id: str | None = None,
         billed_seconds: float | None = None,
+        reservation: str | None = None,
+        qpu_seconds: float | None = None,
+        share: float | None = None,
     ) -> ChargeRecord:
         """Record a finished task's actual ``cost``; a second call changes nothing.
+        A task of a reserved window records the window's name, its ``qpu_seconds`` in
+        it and its ``share`` of the window's cost (its own cost is 0).
 
         Raises LedgerError for a token never reserved (a bug in the caller) or one
         released (no task was created, so nothing can have run)."""
@@ -493,12 +562,62 @@ class Ledger:
             if record.state == "reserved":
                 self._db.execute(
                     "UPDATE charges SET state = 'settled', cost = ?, settled_at = ?,"
-                    " task_id = COALESCE(?, task_id), billed_seconds = ? WHERE token = ?",
-                    (cost, now, task_id, billed_seconds, token),
+                    " task_id = COALESCE(?, task_id), billed_seconds = ?,"
+                    " reservation = COALESCE(?, reservation), qpu_seconds = ?, share = ?"
+                    " WHERE token = ?",
+                    (cost, now, task_id, billed_seconds, reservation, qpu_seconds, share, token),
                 )
             updated = self._record(token)
         assert updated is not None
         return updated
+
+    def book_window(
+        self,
+        *,
+        name: str,
+        arn: str,
+        bank: str | None,
+        device: str,
+        vendor: str,
+        device_class: str,
+        cost: float,
+        start: float,
+        note: str,
+        zone: Any = None,
+    ) -> ChargeRecord:
+        """Record a reserved window as the site's (``bank``'s, if it booked it) settled
+        charge at its ``start``, once: a window already booked (same ARN) is returned as
+        it is. ``zone``: where the site's days and months begin (the quota's)."""
+        token = WINDOW_TOKEN + arn
+        with self._write():
+            existing = self._record(token)
+            if existing is not None:
+                return existing
+            labels = [period_window(start, period, zone or UTC).label for period in PERIODS]
+            self._db.execute(
+                "INSERT INTO charges (token, jobid, userid, username, bank, device, vendor,"
+                " class, shots, estimate, cost, state, reserved_at, settled_at, day, month,"
+                " task_id, note, reservation)"
+                " VALUES (?, 0, ?, ?, ?, ?, ?, ?, 0, ?, ?, 'settled', ?, ?, ?, ?, ?, ?, ?)",
+                (token, SITE_USERID, SITE_USER, bank, device, vendor, device_class, cost,
+                 cost, start, start, *labels, arn, note, name),
+            )  # fmt: skip
+            booked = self._record(token)
+        assert booked is not None
+        return booked
+
+    def window_use(self, name: str) -> tuple[int, float, float]:
+        """A reserved window's tasks (created, not released), their QPU seconds and
+        their shares of its cost, as settled so far."""
+        with self._lock:
+            if "reservation" not in self._columns:
+                return 0, 0.0, 0.0
+            row = self._db.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(qpu_seconds), 0), COALESCE(SUM(share), 0)"
+                f" FROM charges WHERE reservation = ? AND {_TASK} AND {_COUNTED}",
+                (name,),
+            ).fetchone()
+        return int(row[0]), float(row[1]), float(row[2])
 
     def attach(self, token: str, task_id: str) -> None:
         """Note the vendor's task id of a reserved charge (for reports and recovery)."""
@@ -554,7 +673,8 @@ class Ledger:
         return [float(row[0]) for row in rows]
 
     def usage(self, query: UsageQuery) -> list[UsageRow]:
-        """Tasks and spend grouped by ``query.group_by`` (period, user, bank, device)."""
+        """Tasks and spend grouped by ``query.group_by`` (period, user, bank, device,
+        reservation)."""
         where, args = ["1 = 1"], []
         if query.userid is not None:
             where.append("userid = ?")
@@ -572,26 +692,43 @@ class Ledger:
             where.append("reserved_at < ?")
             args.append(query.until)
         period = {"day": "day", "month": "month"}.get(query.period, "'all'")
+        reservation = self._column("reservation")
         columns = {
             "period": period,
-            "user": "COALESCE(username, CAST(userid AS TEXT))",
+            "user": f"CASE WHEN userid = {SITE_USERID} THEN '{SITE_USER}'"
+            " ELSE COALESCE(username, CAST(userid AS TEXT)) END",
             "bank": "COALESCE(bank, '-')",
             "device": "device",
+            "reservation": f"COALESCE({reservation}, '-')",
         }
         keys = [columns[name] if name in query.group_by else "'*'" for name in GROUPS]
         sql = (
             f"SELECT {', '.join(keys)},"
-            f" SUM(state != 'released'),"
+            f" COALESCE(SUM(state != 'released' AND {_TASK}), 0),"
             f" COALESCE(SUM(CASE state WHEN 'settled' THEN cost ELSE 0 END), 0),"
             f" COALESCE(SUM(CASE state WHEN 'reserved' THEN estimate ELSE 0 END), 0),"
-            f" SUM(state = 'released')"
+            f" SUM(state = 'released'),"
+            f" COALESCE(SUM({self._column('qpu_seconds')}), 0),"
+            f" COALESCE(SUM({self._column('share')}), 0)"
             f" FROM charges WHERE {' AND '.join(where)}"
-            f" GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+            f" GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5"
         )
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
         return [
-            UsageRow(str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), r[5], r[6], int(r[7]))
+            UsageRow(
+                period=str(r[0]),
+                user=str(r[1]),
+                bank=str(r[2]),
+                device=str(r[3]),
+                reservation=str(r[4]),
+                tasks=int(r[5]),
+                spent=float(r[6]),
+                reserved=float(r[7]),
+                released=int(r[8]),
+                qpu_seconds=float(r[9]),
+                share=float(r[10]),
+            )
             for r in rows
         ]
 
@@ -624,4 +761,11 @@ def _record_of(row: sqlite3.Row | Sequence[Any]) -> ChargeRecord:
         task_id=r["task_id"],
         billed_seconds=None if r["billed_seconds"] is None else float(r["billed_seconds"]),
         note=r["note"],
+        reservation=r.get("reservation"),
+        qpu_seconds=_number(r.get("qpu_seconds")),
+        share=_number(r.get("share")),
     )
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)

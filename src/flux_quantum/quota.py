@@ -31,6 +31,12 @@ would exceed refuses it. A task counts against a period by when it was reserved.
 is what was settled plus what is reserved and not yet settled; a settled task costs
 what it really cost, which may exceed its estimate (a simulator that ran long), so a
 limit can be overrun by that difference but never by a new task.
+
+A task in a reserved window (Braket Direct, :mod:`flux_quantum.reservations`) is
+charged nothing (``Charge.reservation``: the window is paid whatever runs in it): no
+spend limit or job cap refuses it, task limits still count it. The window itself is
+one row of the site (or of the bank that booked it) and counts against that bank's
+spend limits.
 """
 
 from __future__ import annotations
@@ -286,6 +292,7 @@ class Charge:
     estimate: float
     t: float
     job_cap: float | None = None
+    reservation: str | None = None  # the reserved window it runs in (estimate 0)
 
     @classmethod
     def for_device(
@@ -301,9 +308,11 @@ class Charge:
         t: float,
         job_cap: float | None = None,
         history: Sequence[float] = (),
+        reservation: str | None = None,
     ) -> Charge:
         """The charge of a task of ``shots`` on ``device``, its estimate from the catalog
-        price (and the device's recent run times for time-billed simulators)."""
+        price (and the device's recent run times for time-billed simulators); in the
+        reserved window ``reservation`` (its name) nothing: the window is paid."""
         seconds = expected_seconds(device, history)
         return cls(
             token=token,
@@ -315,9 +324,10 @@ class Charge:
             vendor=device.vendor,
             device_class=device.device_class,
             shots=shots,
-            estimate=estimate_cost(device.price, shots, seconds),
+            estimate=0.0 if reservation else estimate_cost(device.price, shots, seconds),
             t=t,
             job_cap=job_cap,
+            reservation=reservation,
         )
 
 
@@ -389,10 +399,19 @@ def decide(
     currency: str = "USD",
 ) -> QuotaDecision:
     """Does ``charge`` fit? ``used[i]`` is what ``limits[i]``'s subject used in its
-    window (without this charge); ``job_spent`` what the job's other tasks cost."""
+    window (without this charge); ``job_spent`` what the job's other tasks cost. A charge
+    in a reserved window costs nothing more: neither the job's cap nor a spend limit
+    refuses it (its bank may be over because of the window itself), task limits do."""
     cost = format_money(charge.estimate, currency)
     would = f"this task on {charge.device} would cost {cost}"
-    if charge.job_cap is not None and job_spent + charge.estimate > charge.job_cap + _EPSILON:
+    if charge.reservation is not None:
+        would += f" (in reservation {charge.reservation})"
+    paid = charge.reservation is not None
+    if (
+        not paid
+        and charge.job_cap is not None
+        and job_spent + charge.estimate > charge.job_cap + _EPSILON
+    ):
         return QuotaDecision(
             False,
             f"over the job's cap: qpu.max_cost is {format_money(charge.job_cap, currency)},"
@@ -401,8 +420,10 @@ def decide(
     checks = []
     refusal: tuple[Limit, str] | None = None
     for (limit, window), usage in zip(limits, used, strict=True):
-        over_spend = limit.spend is not None and usage.spend + charge.estimate > limit.spend + (
-            _EPSILON
+        over_spend = (
+            not paid
+            and limit.spend is not None
+            and usage.spend + charge.estimate > limit.spend + _EPSILON
         )
         over_tasks = limit.tasks is not None and usage.tasks + 1 > limit.tasks
         fits = not (over_spend or over_tasks)

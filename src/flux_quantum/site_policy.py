@@ -1,10 +1,13 @@
 """The site's policy as the handler service asks it: who may use which device, what a
 task may cost, and what it did cost.
 
-This module owns only the glue between the service and three libraries: the access
-rules (:mod:`flux_quantum.access`), the quota deciders (:mod:`flux_quantum.quota`) and
-the ledger (:mod:`flux_quantum.ledger`), built from the instance configuration's
-``[quantum]`` table. Every method is meant for the service's reactor thread: none calls
+This module owns only the glue between the service and four libraries: the access
+rules (:mod:`flux_quantum.access`), the quota deciders (:mod:`flux_quantum.quota`), the
+ledger (:mod:`flux_quantum.ledger`) and the reserved windows
+(:mod:`flux_quantum.reservations`), built from the instance configuration's
+``[quantum]`` table. A reserved window is charged once, to the site or the bank that
+booked it (:meth:`SitePolicy.book_windows`); the tasks that run in it cost nothing and
+record their QPU time and share of it. Every method is meant for the service's reactor thread: none calls
 a vendor or sleeps; the ledger's writes are short SQLite transactions (see
 ``flux_quantum.ledger`` for what that assumes). It never decides itself: refusals come
 from the deciders, worded by them.
@@ -16,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# Braket Direct windows; not the ledger's Reservation (a quota hold before a create).
+from flux_quantum import reservations as braket_direct
 from flux_quantum.access import AccessRules, DeviceFacts, Requester, bank_of, user_name
 from flux_quantum.accounts import SiteAccounts
 from flux_quantum.catalog import Device
@@ -45,6 +50,12 @@ class SitePolicy:
     # instance owner's, when the service knows its owner).
     accounts: SiteAccounts = field(default_factory=SiteAccounts)
     owner: int | None = None
+    # The site's Braket Direct windows ([[quantum.reservations]]) and the catalog's
+    # devices by name (a window's row names its device's vendor and class).
+    reservations: braket_direct.ReservationBook = field(
+        default_factory=braket_direct.ReservationBook
+    )
+    devices: Mapping[str, Device] = field(default_factory=dict)
 
     @classmethod
     def from_config(
@@ -55,19 +66,28 @@ class SitePolicy:
         statedir: str | None = None,
         environ: Mapping[str, str] | None = None,
         owner: int | None = None,
+        devices: Mapping[str, Device] | None = None,
     ) -> SitePolicy:
         """From the ``[quantum]`` table (``flux config get quantum``), the catalog's
-        currency and the broker's ``statedir`` attribute. Raises the access or quota
-        ``*ConfigError`` (a ValueError naming the key) or ``LedgerError``."""
+        currency and devices by name (each reservation's device is checked against
+        them; None: not checked) and the broker's ``statedir`` attribute. Raises the
+        access, quota or reservation ``*ConfigError`` (a ValueError naming the key) or
+        ``LedgerError``; the tables are all checked before the ledger is opened."""
         table = quantum or {}
         ledger_table = table.get("ledger") or {}
         path = ledger_path(ledger_table.get("path"), statedir, environ)
+        access = AccessRules.from_config(table.get("access"))
+        accounts = SiteAccounts.from_config(table.get("accounts"))
+        quota = QuotaConfig.from_config(table.get("quota"))
+        book = braket_direct.ReservationBook.from_config(table.get("reservations"), devices)
         return cls(
-            access=AccessRules.from_config(table.get("access")),
-            accounts=SiteAccounts.from_config(table.get("accounts")),
+            access=access,
+            accounts=accounts,
             owner=owner,
-            quota=QuotaConfig.from_config(table.get("quota")),
+            quota=quota,
             ledger=Ledger(path, currency=currency),
+            reservations=book,
+            devices=dict(devices or {}),
         )
 
     def close(self) -> None:
@@ -100,10 +120,15 @@ class SitePolicy:
         shots: int,
         t: float,
         job_cap: float | None = None,
+        reservation: braket_direct.Reservation | None = None,
     ) -> Charge:
         """What a task of ``shots`` on ``device`` would be charged (estimate from the
-        catalog price; a time-billed simulator at its recent billed run times)."""
-        history = self.ledger.billed_history(device.name) if device.price.per_minute else []
+        catalog price; a time-billed simulator at its recent billed run times); in a
+        reserved window nothing (the window is paid): estimate 0."""
+        if reservation is not None:
+            history: list[float] = []
+        else:
+            history = self.ledger.billed_history(device.name) if device.price.per_minute else []
         return Charge.for_device(
             device,
             token=token,
@@ -115,6 +140,7 @@ class SitePolicy:
             t=t,
             job_cap=job_cap,
             history=history,
+            reservation=None if reservation is None else reservation.name,
         )
 
     def excluded(
@@ -163,10 +189,27 @@ class SitePolicy:
         now: float,
         billed_seconds: float | None = None,
         task_id: str | None = None,
+        reservation: braket_direct.Reservation | None = None,
+        qpu_seconds: float | None = None,
     ) -> ChargeRecord:
         """Record what a finished task cost: a QPU task that FAILED or was CANCELLED
         costs nothing, a simulator its billed run time (``execution_seconds`` of its
-        result; its minimum when not reported), anything else its price model."""
+        result; its minimum when not reported), anything else its price model. A task
+        in a reserved window costs nothing (no per-task or per-shot charge: the window
+        is paid); its row records the window, its ``qpu_seconds`` in it and its share of
+        the window's cost."""
+        if reservation is not None:
+            seconds = None if qpu_seconds is None else max(0.0, qpu_seconds)
+            return self.ledger.settle(
+                token,
+                0.0,
+                now=now,
+                task_id=task_id,
+                billed_seconds=billed_seconds,
+                reservation=reservation.name,
+                qpu_seconds=seconds,
+                share=reservation.share(seconds or 0.0),
+            )
         if state in UNBILLED_STATES and device.price.per_minute == 0:
             cost = 0.0
         elif state in UNBILLED_STATES and billed_seconds is None:
@@ -176,6 +219,37 @@ class SitePolicy:
         return self.ledger.settle(
             token, cost, now=now, task_id=task_id, billed_seconds=billed_seconds
         )
+
+    def book_windows(self, now: float) -> list[ChargeRecord]:
+        """One settled ledger row per configured window, charged to the site (user
+        "(site)") or to the bank that booked it, at the window's start, costing the
+        window: the service calls it when it starts (``now``); windows already booked
+        (by their ARN) are left as they are, whenever they are (windows past, open or
+        still to come are all paid)."""
+        del now  # every window is booked whatever the time: its row is dated by its start
+        rows = []
+        for window in self.reservations:
+            device = self.devices.get(window.device)
+            rows.append(
+                self.ledger.book_window(
+                    name=window.name,
+                    arn=window.arn,
+                    bank=window.bank,
+                    device=window.device,
+                    vendor=device.vendor if device else "braket",
+                    device_class=device.device_class if device else "qpu",
+                    cost=window.cost,
+                    start=window.start,
+                    note=f"{window.label} {braket_direct.iso(window.start)}.."
+                    f"{braket_direct.iso(window.end)}",
+                    zone=self.quota.zone,
+                )
+            )
+        return rows
+
+    def window_use(self, window: braket_direct.Reservation) -> tuple[int, float, float]:
+        """The window's tasks, QPU seconds and shares of its cost so far (the ledger's)."""
+        return self.ledger.window_use(window.name)
 
     def release(self, token: str, *, now: float, reason: str) -> ChargeRecord | None:
         """No task was created for ``token`` (the vendor refused it, the job left)."""

@@ -25,6 +25,7 @@ from flux_quantum.cli import table
 from flux_quantum.errors import CommandError
 from flux_quantum.ledger import (
     CONFIG_KEY,
+    DEFAULT_GROUPS,
     GROUPS,
     PERIOD_GROUPS,
     GuestError,
@@ -39,10 +40,33 @@ from flux_quantum.request import RequestError, parse_duration
 
 RPC_TOPIC = "qpu_handlers.usage"
 RPC_TOPICS = (RPC_TOPIC, "qpu_handlers-service.usage")
-FIELDS = ("period", "user", "bank", "device", "tasks", "spent", "reserved", "total", "released")
+FIELDS = (
+    "period",
+    "user",
+    "bank",
+    "device",
+    "reservation",
+    "tasks",
+    "spent",
+    "reserved",
+    "total",
+    "released",
+    "qpu_seconds",
+    "share",
+)
 DEFAULT_FIELDS = ("period", "user", "bank", "device", "tasks", "spent", "reserved", "total")
-RIGHT_ALIGNED = ("tasks", "spent", "reserved", "total", "released")
-MONEY = ("spent", "reserved", "total")
+# --by ...,reservation: a row per reserved window (its cost is the site's or its bank's
+# spend), its tasks' QPU time and their shares of its cost.
+WINDOW_FIELDS = (
+    *DEFAULT_FIELDS[:4],
+    "reservation",
+    *DEFAULT_FIELDS[4:],
+    "qpu_seconds",
+    "share",
+)
+RIGHT_ALIGNED = ("tasks", "spent", "reserved", "total", "released", "qpu_seconds", "share")
+MONEY = ("spent", "reserved", "total", "share")
+DEFAULTS: dict[str, Any] = {"reservation": "*", "qpu_seconds": 0.0, "share": 0.0}
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -51,7 +75,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="show QPU tasks and spend per period, user, bank and device",
         description="Report the ledger: tasks created and what they cost (settled) or are "
         "estimated to cost (reserved, not yet settled). The instance owner sees everyone; "
-        "other users see their own tasks only.",
+        "other users see their own tasks only. Reserved QPU windows (Braket Direct) are "
+        "the site's spend (user '(site)', or the bank that booked them); --by "
+        "reservation gives a row per window with its tasks' QPU time and shares.",
     )
     usage.add_argument("--user", metavar="U", help="only this user (name or uid; owner only)")
     usage.add_argument("--bank", metavar="B", help="only this bank")
@@ -68,8 +94,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     usage.add_argument(
         "--by",
         metavar="KEYS",
-        default=",".join(GROUPS),
-        help=f"comma-separated columns to group by, of {', '.join(GROUPS)} (default all)",
+        default=",".join(DEFAULT_GROUPS),
+        help=f"comma-separated columns to group by, of {', '.join(GROUPS)} "
+        f"(default {','.join(DEFAULT_GROUPS)})",
     )
     usage.add_argument("--json", action="store_true", help="print JSON for machines")
     usage.add_argument(
@@ -86,8 +113,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 # --- finding the ledger --------------------------------------------------------------
 
 
-def _flux(*words: str, timeout: float = 5.0) -> str | None:
-    """Output of ``flux WORDS`` inside an instance, or None."""
+def flux_output(*words: str, timeout: float = 5.0) -> str | None:
+    """Output of ``flux WORDS`` inside an instance, or None (outside one, or it failed):
+    how ``flux quantum`` commands read the instance's configuration and attributes."""
     flux = shutil.which("flux")
     if flux is None or not os.environ.get("FLUX_URI"):
         return None
@@ -103,13 +131,13 @@ def _flux(*words: str, timeout: float = 5.0) -> str | None:
 def find_ledger(explicit: str | None) -> Path:
     if explicit:
         return Path(explicit)
-    configured = _flux("config", "get", "--quiet", "--type=string", "--default=", CONFIG_KEY)
-    statedir = _flux("getattr", "statedir")
+    configured = flux_output("config", "get", "--quiet", "--type=string", "--default=", CONFIG_KEY)
+    statedir = flux_output("getattr", "statedir")
     return ledger_path(configured, statedir)
 
 
 def site_zone() -> Any:
-    name = _flux(
+    name = flux_output(
         "config", "get", "--quiet", "--type=string", "--default=", "quantum.quota.timezone"
     )
     try:
@@ -198,6 +226,21 @@ def read_usage(explicit: str | None, query: UsageQuery) -> tuple[str, list[dict[
     return read_file(find_ledger(explicit), query)
 
 
+def _shown(row: dict[str, Any], currency: str) -> dict[str, str]:
+    """A row's fields as display strings (a service of an older flux-quantum sends no
+    window fields)."""
+    shown = {}
+    for key in FIELDS:
+        value = row.get(key, DEFAULTS.get(key))
+        if key in MONEY:
+            shown[key] = format_money(float(value or 0.0), currency)
+        elif key == "qpu_seconds":
+            shown[key] = f"{float(value or 0.0):.0f}"
+        else:
+            shown[key] = str(value)
+    return shown
+
+
 def cmd_usage(args: argparse.Namespace) -> int:
     now = time.time()
     query = build_query(args, now, site_zone() if args.since or args.until else UTC)
@@ -206,11 +249,9 @@ def cmd_usage(args: argparse.Namespace) -> int:
         json.dump({"currency": currency, "rows": rows}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    shown = [
-        {key: format_money(row[key], currency) if key in MONEY else str(row[key]) for key in FIELDS}
-        for row in rows
-    ]
-    fmt = args.format or table.auto_format(shown, DEFAULT_FIELDS, RIGHT_ALIGNED)
+    shown = [_shown(row, currency) for row in rows]
+    columns = WINDOW_FIELDS if "reservation" in query.group_by else DEFAULT_FIELDS
+    fmt = args.format or table.auto_format(shown, columns, RIGHT_ALIGNED)
     for line in table.render(shown, fmt, FIELDS, header=not args.no_header):
         print(line)
     return 0
