@@ -35,6 +35,9 @@ _UNSET = (
     "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
     "AMZN_BRAKET_TASK_RESULTS_S3_URI",
     "AMZN_BRAKET_DEVICE_ARN",
+    # A Braket Direct reservation context (DirectReservation) the SDK would apply.
+    "AMZN_BRAKET_RESERVATION_DEVICE_ARN",
+    "AMZN_BRAKET_RESERVATION_TIME_WINDOW_ARN",
 )
 
 

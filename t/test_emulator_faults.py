@@ -385,6 +385,9 @@ def test_the_bill_of_a_qpu_and_a_simulator_matches_the_catalog_and_the_result(
         "cost": pytest.approx(line5.cost(200)),
         "session": None,
         "created": 0.0,
+        "reservation": None,
+        "started": 60.0,  # behind the 1 running and 5 waiting at t=0, 10 s each
+        "ended": 70.0,
     }
     assert tasks[sim.task_id]["billed_seconds"] == 5.5
     assert tasks[sim.task_id]["cost"] == pytest.approx(sv1.cost(100, seconds))
@@ -517,7 +520,13 @@ def test_cli_report_prints_the_report_of_the_emulator_that_wrote_the_env_file(
         shown = cli("--report")
         assert shown.returncode == 0, shown.stderr
         report = json.loads(shown.stdout)
-        assert report["bill"] == {"currency": "USD", "tasks": [], "sessions": [], "total": 0.0}
+        assert report["bill"] == {
+            "currency": "USD",
+            "tasks": [],
+            "sessions": [],
+            "reservations": [],
+            "total": 0.0,
+        }
         assert report["faults"] == {"braket": {}, "ibm": {}}
     finally:
         stopped = cli("--stop")

@@ -4,9 +4,11 @@ This package owns the vendor emulator: one loopback HTTP server that speaks enou
 Braket's rest-json protocol (botocore's braket 2019-09-01 model) for the unmodified
 amazon-braket-sdk and boto3 to create, poll, cancel and search quantum tasks and read
 devices, once ``AWS_ENDPOINT_URL_BRAKET`` and ``AWS_ENDPOINT_URL_S3`` point at it (see
-``Emulator.env()``). Devices, queue load, availability and faults come from a ``Scenario``;
-the whole state is a pure function of an injected clock (``WallClock`` with a ``speed``, or a
-``ManualClock`` tests step) and a seed. Circuits really run on the Braket local simulator.
+``Emulator.env()``). Devices, queue load, availability, faults and Braket Direct
+reservations come from a ``Scenario`` (reservations can also be booked while it runs); the
+whole state is a pure function of an injected clock (``WallClock`` with a ``speed``, or a
+``ManualClock`` tests step), a seed and the calls made. Circuits really run on the Braket
+local simulator.
 
 S3: the emulator serves a minimal in-memory, path-style S3 itself under ``/s3`` on the same
 port (GetObject, HeadObject, PutObject, DeleteObject, ListObjectsV2, HeadBucket,
@@ -21,7 +23,14 @@ accepted and no signature is checked), never touch the real AWS, and never block
 
 from flux_quantum.emulator.clock import Clock, ManualClock, ScaledClock, WallClock
 from flux_quantum.emulator.emulator import Emulator
-from flux_quantum.emulator.scenario import DeviceSpec, Fault, QueueSpec, Scenario, ScenarioError
+from flux_quantum.emulator.scenario import (
+    DeviceSpec,
+    Fault,
+    QueueSpec,
+    ReservationSpec,
+    Scenario,
+    ScenarioError,
+)
 from flux_quantum.emulator.service import Call
 
 __all__ = [
@@ -33,6 +42,7 @@ __all__ = [
     "ManualClock",
     "ScaledClock",
     "QueueSpec",
+    "ReservationSpec",
     "Scenario",
     "ScenarioError",
     "WallClock",

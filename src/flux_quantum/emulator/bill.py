@@ -2,8 +2,9 @@
 
 This module owns the bill rules (what a Braket task or an IBM job costs once it has ended,
 from the scenario's prices and the same quantities the vendors' documents carry: shots,
-a managed simulator's ``executionDuration``, an IBM job's ``usage.seconds``), the billed
-task and session records, and the report document served at ``GET /_emulator/report``
+a managed simulator's ``executionDuration``, an IBM job's ``usage.seconds``, a Braket
+Direct reservation's window), the billed task, session and reservation records, and the
+report document served at ``GET /_emulator/report``
 (``Emulator.report()``). It is pure: it never reads a clock, takes a lock or does I/O, and
 a report never carries a credential (tokens in it are idempotency tokens, not secrets).
 """
@@ -69,6 +70,21 @@ def ibm_charge(
     return seconds, seconds * price_per_second
 
 
+def window_seconds(
+    window: tuple[float, float], runs: Iterable[tuple[float | None, float | None]], now: float
+) -> float:
+    """Seconds of ``window`` (start, end) the device spent on ``runs`` (started, ended or
+    None: still running at ``now``; a task that never started has started None)."""
+    start, end = window
+    used = 0.0
+    for started, ended in runs:
+        if started is None:
+            continue
+        stop = now if ended is None else ended
+        used += max(0.0, min(stop, end) - max(started, start))
+    return used
+
+
 @dataclass(frozen=True)
 class BilledTask:
     """One vendor task on the bill (every task the emulator created, billed or not)."""
@@ -83,6 +99,9 @@ class BilledTask:
     cost: float
     session: str | None
     created: float
+    reservation: str | None = None  # the Braket Direct reservation it ran in (its ARN)
+    started: float | None = None  # when it ran (emulated seconds; None: not yet, or never)
+    ended: float | None = None  # when it ended, whatever the state (None: not yet)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +115,9 @@ class BilledTask:
             "cost": self.cost,
             "session": self.session,
             "created": self.created,
+            "reservation": self.reservation,
+            "started": self.started,
+            "ended": self.ended,
         }
 
 
@@ -125,16 +147,54 @@ class BilledSession:
         }
 
 
+@dataclass(frozen=True)
+class BilledReservation:
+    """One Braket Direct reservation: its window (emulated seconds, and dates), what it
+    costs (its length x ``price_per_hour``, whatever runs in it), its tasks by outcome and
+    the seconds of the window they used."""
+
+    arn: str
+    device: str
+    start: float
+    end: float
+    start_at: str
+    end_at: str
+    price_per_hour: float
+    cost: float
+    tasks: int
+    completed: int
+    cancelled: int
+    used_seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "arn": self.arn,
+            "device": self.device,
+            "start": self.start,
+            "end": self.end,
+            "start_at": self.start_at,
+            "end_at": self.end_at,
+            "price_per_hour": self.price_per_hour,
+            "cost": self.cost,
+            "tasks": self.tasks,
+            "completed": self.completed,
+            "cancelled": self.cancelled,
+            "used_seconds": self.used_seconds,
+        }
+
+
 def report_document(
     tasks: Iterable[BilledTask],
     sessions: Iterable[BilledSession],
     calls: Mapping[str, Mapping[str, int]],
     faults: Mapping[str, Mapping[str, int]],
     now: float,
+    reservations: Iterable[BilledReservation] = (),
 ) -> dict[str, Any]:
     """The report: the bill, calls by operation (both vendors merged, and per vendor),
     faults that fired by vendor and kind, and the emulated time it was taken at."""
     task_list = sorted(tasks, key=lambda t: (t.created, t.vendor, t.id))
+    windows = sorted(reservations, key=lambda r: (r.start, r.device, r.arn))
     merged: dict[str, int] = {}
     for counts in calls.values():
         for operation, n in counts.items():
@@ -144,7 +204,8 @@ def report_document(
             "currency": CURRENCY,
             "tasks": [t.to_dict() for t in task_list],
             "sessions": [s.to_dict() for s in sessions],
-            "total": math.fsum(t.cost for t in task_list),
+            "reservations": [r.to_dict() for r in windows],
+            "total": math.fsum([*(t.cost for t in task_list), *(r.cost for r in windows)]),
         },
         "calls": dict(sorted(merged.items())),
         "calls_by_vendor": {v: dict(sorted(c.items())) for v, c in calls.items()},

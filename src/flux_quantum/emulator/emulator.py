@@ -3,13 +3,16 @@
 This module owns the lifecycle of an emulator (start, stop, context manager), the environment
 a client needs to reach it, read access to its call log, and its report (the bill, calls and
 faults: ``report()``, also served at ``GET /_emulator/report``, a route of the emulator's own
-that needs no credential). It must never bind anything but IPv4 loopback, never leave a
+that needs no credential), and booking Braket Direct reservations while it runs
+(``add_reservation``, also ``POST /_emulator/reservations``, beside the report). It must
+never bind anything but IPv4 loopback, never leave a
 thread running after ``stop()``, never put a credential in a report, and never change what
 the scenario describes: everything it serves comes from the scenario, the clock and the seed.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -17,13 +20,14 @@ from typing import Any
 
 from flux_quantum.emulator.bill import REPORT_PATH, report_document
 from flux_quantum.emulator.clock import Clock, WallClock
+from flux_quantum.emulator.direct import RESERVATIONS_PATH, reservation_document
 from flux_quantum.emulator.ibm import API as IBM_API
 from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
 from flux_quantum.emulator.ibm import IbmService
 from flux_quantum.emulator.ibm_scenario import IbmScenario
 from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.s3 import PREFIX as S3_PREFIX
-from flux_quantum.emulator.scenario import Scenario
+from flux_quantum.emulator.scenario import ReservationSpec, Scenario, ScenarioError
 from flux_quantum.emulator.server import HttpServer, check_loopback
 from flux_quantum.emulator.service import BraketService, Call
 from flux_quantum.emulator.wire import Request, Response, json_response
@@ -78,9 +82,26 @@ class Emulator:
     def _handle(self, request: Request) -> Response:
         if request.path == REPORT_PATH and request.method in ("GET", "HEAD"):
             return json_response(200, self.report())
+        if request.path == RESERVATIONS_PATH and request.method == "POST":
+            return self._book(request)
         if request.path == IBM_PREFIX or request.path.startswith(IBM_PREFIX + "/"):
             return self.ibm.handle(request)
         return self._service.handle(request)
+
+    def _book(self, request: Request) -> Response:
+        """``POST /_emulator/reservations``: 201 and the reservation's record, or 400 and
+        the one-sentence reason it was refused."""
+        try:
+            fields = json.loads(request.body or b"null")
+        except ValueError:
+            fields = None
+        if not isinstance(fields, dict):
+            return json_response(400, {"message": "reservation: the body must be a JSON object"})
+        try:
+            reservation = self._service.add_reservation(fields)
+        except ScenarioError as exc:
+            return json_response(400, {"message": str(exc)})
+        return json_response(201, reservation_document(reservation, self.clock.epoch))
 
     def stop(self) -> None:
         """Close every connection and join every thread (bounded); safe to call twice."""
@@ -187,6 +208,36 @@ class Emulator:
         seconds on this emulator's clock; see ``clock``)."""
         return self._service.task_timeline(task_arn)
 
+    def task_forecast(self, task_arn: str) -> TaskTimeline:
+        """The milestones a task will reach if nothing but the background changes its
+        device's queue from now on (no create or cancel, no new reservation): ``ended``
+        when it will end, or ``cancelled`` when a reservation's end will cancel it."""
+        return self._service.task_forecast(task_arn)
+
+    # -- Braket Direct ------------------------------------------------------------------------
+
+    def add_reservation(
+        self, arn: str, device: str, start: float, end: float, price_per_hour: float = 0.0
+    ) -> ReservationSpec:
+        """Book ``device`` (a name or an ARN) for reservation ``arn`` during ``[start, end)``
+        (emulated seconds on this emulator's clock; ``end`` after now); billed
+        ``price_per_hour`` x its hours from now on. ScenarioError (a ValueError) in one
+        sentence naming the field when refused (a bad ARN, unknown device, a window over
+        another on the device). Thread-safe; also ``POST /_emulator/reservations``."""
+        return self._service.add_reservation(
+            {
+                "arn": arn,
+                "device": device,
+                "start": start,
+                "end": end,
+                "price_per_hour": price_per_hour,
+            }
+        )
+
+    def reservations(self) -> list[ReservationSpec]:
+        """Every reservation booked (the scenario's and those added), by start."""
+        return self._service.reservations()
+
     def report(self) -> dict[str, Any]:
         """The emulator's bill (every task and IBM session, what each vendor charges for
         it now), its calls by operation and the faults that fired, by kind, since it
@@ -201,6 +252,7 @@ class Emulator:
             calls={"braket": braket_calls, "ibm": ibm_calls},
             faults={"braket": braket_faults, "ibm": ibm_faults},
             now=now,
+            reservations=self._service.bill_reservations(),
         )
 
     def __repr__(self) -> str:

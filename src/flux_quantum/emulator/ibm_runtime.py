@@ -217,6 +217,8 @@ class IbmRuntime:
                     cost=cost,
                     session=job.session_id,
                     created=job.created_t,
+                    started=progress.started_at,
+                    ended=progress.ended_at,
                 )
             sessions = []
             for session in self._sessions.values():

@@ -12,6 +12,19 @@ and each later task of it starts as soon as the device is free, ahead of everyth
 until none of its tasks has been waiting or running for ``idle_timeout`` seconds (IBM's
 interactive TTL), ``max_time`` after its first start, or ``release``. A later task after
 that waits its turn again, and its start makes the device the dedication's once more.
+
+Reserved use (Braket Direct): a ``Window`` books the device for ``[start, end)``. Its tasks
+never join the public queue (they have no position and no queue size counts them): they wait
+until the window opens, then run one at a time, first come first served, ahead of
+everything. From its start to its end the device starts nothing else: the public queue
+(background load and our other tasks) only grows, and no public task starts unless it would
+end by the next window's start (its service time is drawn ahead for that check, from the same
+stream, so the public queue's draws are the same with or without windows). At the end the
+window's tasks still waiting are cancelled; one running then runs to completion. A window is
+not a ``Dedication``: a dedication holds the device from its first task's start until idle,
+and its tasks wait their turn in the public queue; a window holds it for fixed times whatever
+runs, and its tasks are never in that queue. Both are decided at the one place the device
+picks what starts next.
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ class TaskTimeline:
     front: float | None
     started: float | None
     ended: float | None
+    cancelled: float | None = None  # when it became CANCELLED without having run
 
 
 @dataclass(frozen=True)
@@ -72,12 +86,22 @@ class Dedication:
     max_time: float = INF
 
 
+@dataclass(frozen=True)
+class Window:
+    """The device booked for ``[start, end)`` (emulated seconds) by reservation ``name``
+    (Braket Direct): only the tasks submitted with it start in it."""
+
+    name: str
+    start: float
+    end: float
+
+
 class _Timing:
     """Mutable schedule of one of our tasks inside a DeviceQueue."""
 
     __slots__ = (
         "cancel_requested", "cancelled_at", "created", "dedication", "end", "extra", "fails",
-        "front", "start", "vendor_cancels",
+        "front", "start", "vendor_cancels", "window",
     )  # fmt: skip
 
     def __init__(
@@ -87,12 +111,14 @@ class _Timing:
         created: float,
         dedication: Dedication | None = None,
         vendor_cancels: bool = False,
+        window: str | None = None,
     ) -> None:
         self.extra = extra
         self.fails = fails
         self.vendor_cancels = vendor_cancels
         self.created = created
         self.dedication = dedication
+        self.window = window  # the reservation it runs in (None: the public queue)
         self.front: float | None = None  # when it first was next to run (position 1)
         self.start: float | None = None
         self.end: float | None = None
@@ -180,6 +206,7 @@ class DeviceQueue:
         self.t = 0.0
         self._arrival_rng = random.Random(f"{seed}:{spec.arn}:arrivals")
         self._service_rng = random.Random(f"{seed}:{spec.arn}:service")
+        self._reserved_rng = random.Random(f"{seed}:{spec.arn}:reserved")
         # At t=0 the device is busy with one task and `depth` more are waiting.
         initial = spec.queue.depth + 1 if spec.queue.depth > 0 else 0
         self._waiting: deque[_Entry] = deque([initial] if initial else [])
@@ -193,19 +220,23 @@ class DeviceQueue:
         self._held: Dedication | None = None
         self._held_idle: float | None = None
         self._first_start: dict[str, float] = {}
+        # Reservations: every window by name, those not yet closed by start, each one's
+        # waiting tasks, and the public queue's next service time once drawn ahead.
+        self._reservations: dict[str, Window] = {}
+        self._open: list[Window] = []
+        self._reserved: dict[str, deque[str]] = {}
+        self._peeked: float | None = None
         self.advance(0.0)
 
     # -- time -------------------------------------------------------------------------------
 
     def advance(self, t: float) -> None:
-        """Play every arrival, start and completion up to and including time ``t``."""
+        """Play every arrival, start, completion and window's end up to and including ``t``."""
         while True:
-            start = INF
-            jumper = self._dedicated_waiting()
-            if self._running is None and self._waiting and (self._held is None or jumper):
-                start = self.availability.next_online(self.t)
+            start, entry = self._next_start()
             release = self._held_until()
-            event = min(self._running_end, self._next_arrival, start, release)
+            closing = self._open[0].end if self._open else INF
+            event = min(self._running_end, self._next_arrival, start, release, closing)
             if event > t:
                 break
             self.t = event
@@ -214,11 +245,49 @@ class DeviceQueue:
             elif event == self._next_arrival:
                 self._push(1)
                 self._next_arrival = self._draw_arrival(event)
+            elif event == closing:
+                self._close_window()
             elif event == start:
-                self._start_next(jumper)
+                if entry is not None and self._tasks[entry].window is not None:
+                    self._start_reserved(entry)
+                else:
+                    self._start_next(entry)
             else:
                 self._held = self._held_idle = None
         self.t = max(self.t, t)
+
+    # -- reservations -----------------------------------------------------------------------
+
+    def reserve(self, window: Window, t: float) -> None:
+        """Book ``window`` at ``t`` (advances to ``t`` first). ValueError if its name is
+        taken, it has ended by ``t`` or it overlaps another window of this device. One that
+        began before ``t`` holds the device from ``t`` (a task running then finishes)."""
+        self.advance(t)
+        if window.name in self._reservations:
+            raise ValueError(f"reservation {window.name} is already booked on {self.spec.name}")
+        if not window.start < window.end or window.end <= self.t:
+            raise ValueError(
+                f"reservation {window.name} [{window.start:g}, {window.end:g}) has no time "
+                f"left after {self.t:g}"
+            )
+        for other in self._reservations.values():
+            if window.start < other.end and other.start < window.end:
+                raise ValueError(
+                    f"reservation {window.name} [{window.start:g}, {window.end:g}) overlaps "
+                    f"{other.name} [{other.start:g}, {other.end:g}) on {self.spec.name}"
+                )
+        self._reservations[window.name] = window
+        self._reserved[window.name] = deque()
+        self._open = sorted([*self._open, window], key=lambda w: w.start)
+        self.advance(t)
+
+    def window_at(self, t: float) -> str | None:
+        """The name of the window the device is booked for at ``t``, if one is open."""
+        self.advance(t)
+        for window in self._open:
+            if window.start <= t < window.end:
+                return window.name
+        return None
 
     # -- our tasks --------------------------------------------------------------------------
 
@@ -230,17 +299,30 @@ class DeviceQueue:
         fails: bool = False,
         dedication: Dedication | None = None,
         vendor_cancels: bool = False,
+        window: str | None = None,
     ) -> None:
         """Queue our task at time ``t`` (advances to ``t`` first); one of ``dedication``'s
         tasks starts ahead of the others while the dedication holds the device. With
         ``vendor_cancels`` the vendor cancels it when it would start: it ends CANCELLED
-        (after the cancel latency) without running, and the device moves on."""
+        (after the cancel latency) without running, and the device moves on. With
+        ``window`` (a reserved window's name, not yet ended: ValueError otherwise) it waits
+        for that window, not in the public queue."""
         self.advance(t)
+        if window is not None and not any(w.name == window for w in self._open):
+            raise ValueError(f"reservation {window} is not open on {self.spec.name} at {t:g}")
         extra = shots * self.spec.queue.shot_time
         self._tasks[task_id] = _Timing(
-            extra, fails, created=t, dedication=dedication, vendor_cancels=vendor_cancels
+            extra,
+            fails,
+            created=t,
+            dedication=dedication,
+            vendor_cancels=vendor_cancels,
+            window=window,
         )
-        self._push(task_id)
+        if window is not None:
+            self._reserved[window].append(task_id)
+        else:
+            self._push(task_id)
         self.advance(t)  # an idle device starts it at once
 
     def release(self, name: str, t: float) -> None:
@@ -265,7 +347,10 @@ class DeviceQueue:
         if progress.status == "RUNNING":
             timing.cancel_requested = True  # the device finishes it, the result is dropped
             return "CANCELLING"
-        self._remove(task_id)
+        if timing.window is not None:
+            self._reserved[timing.window].remove(task_id)
+        else:
+            self._remove(task_id)
         timing.cancelled_at = t
         return "CANCELLING" if self.spec.queue.cancel_latency > 0 else "CANCELLED"
 
@@ -287,7 +372,8 @@ class DeviceQueue:
         if timing.start is not None:
             status = "CANCELLING" if timing.cancel_requested else "RUNNING"
             return TaskProgress(status, None, timing.start, None)
-        return TaskProgress("QUEUED", self._position(task_id), None, None)
+        position = self._position(task_id) if timing.window is None else None
+        return TaskProgress("QUEUED", position, None, None)
 
     def timeline(self, task_id: str, t: float) -> TaskTimeline:
         """The milestones of our task up to ``t`` (advances to ``t`` first)."""
@@ -295,22 +381,28 @@ class DeviceQueue:
         timing = self._tasks[task_id]
         ended = timing.end if timing.end is not None and timing.end <= t else None
         front = timing.front if timing.front is not None else timing.start
-        return TaskTimeline(timing.created, front, timing.start, ended)
+        cancelled = self._cancelled(timing)
+        cancelled = cancelled if cancelled is not None and cancelled <= t else None
+        return TaskTimeline(timing.created, front, timing.start, ended, cancelled)
 
     def forecast(self, task_id: str, t: float, horizon: float = 30 * 86400.0) -> TaskTimeline:
         """The milestones our task will reach if, from ``t`` on, nothing but the background
-        changes the queue (no create or cancel of ours): a copy is played forward until it
-        starts (at most ``horizon`` seconds); this queue is not advanced past ``t``. What
-        a benchmark needs to run the clock fast through a wait and slow at its end."""
+        changes the queue (no create or cancel of ours, no new window): a copy is played
+        forward until it ends or is cancelled (at most ``horizon`` seconds); this queue is
+        not advanced past ``t``. What a benchmark needs to run the clock fast through a
+        wait and slow at its end. A task a window's end will cancel has ``cancelled`` set,
+        ``started`` and ``ended`` None."""
         self.advance(t)
         ahead = copy.deepcopy(self)
         step = 60.0
-        while ahead._tasks[task_id].end is None and ahead.t < t + horizon:
+        timing = ahead._tasks[task_id]
+        while timing.end is None and timing.cancelled_at is None and ahead.t < t + horizon:
             ahead.advance(ahead.t + step)
             step *= 2
-        timing = ahead._tasks[task_id]
         front = timing.front if timing.front is not None else timing.start
-        return TaskTimeline(timing.created, front, timing.start, timing.end)
+        return TaskTimeline(
+            timing.created, front, timing.start, timing.end, self._cancelled(timing)
+        )
 
     # -- the device -------------------------------------------------------------------------
 
@@ -328,14 +420,85 @@ class DeviceQueue:
         rate = self.spec.queue.arrival_rate
         return after + self._arrival_rng.expovariate(rate) if rate > 0 else INF
 
-    def _draw_service(self) -> float:
+    def _draw_service(self, rng: random.Random) -> float:
         mean = self.spec.queue.service_time
         kind = self.spec.queue.distribution
         if mean <= 0 or kind == "fixed":
             return mean
         if kind == "exponential":
-            return self._service_rng.expovariate(1.0 / mean)
-        return self._service_rng.uniform(0.5 * mean, 1.5 * mean)
+            return rng.expovariate(1.0 / mean)
+        return rng.uniform(0.5 * mean, 1.5 * mean)
+
+    def _cancelled(self, timing: _Timing) -> float | None:
+        """When a task cancelled before it ran becomes CANCELLED (None: it was not)."""
+        if timing.cancelled_at is None:
+            return None
+        return timing.cancelled_at + self.spec.queue.cancel_latency
+
+    def _next_start(self) -> tuple[float, str | None]:
+        """When the device next starts a task if nothing arrives, ends or closes first, and
+        which: a window's task or a dedication's (their id), or None: the public head."""
+        if self._running is not None:
+            return INF, None
+        best, entry = INF, None
+        for window in self._open:
+            waiting = self._reserved[window.name]
+            if waiting:
+                at = self.availability.next_online(max(self.t, window.start))
+                if at < window.end and at < best:
+                    best, entry = at, waiting[0]
+        jumper = self._dedicated_waiting()
+        if self._waiting and (self._held is None or jumper):
+            at = self._public_start(jumper)
+            if at < best:
+                best, entry = at, jumper
+        return best, entry
+
+    def _public_start(self, jumper: str | None) -> float:
+        """The earliest time the public queue's next task (or ``jumper``) can start: the
+        device online, outside every window, and done before the next window opens."""
+        at = self.availability.next_online(self.t)
+        for window in self._open:  # by start; they do not overlap
+            if at == INF:
+                break
+            if window.end <= at:
+                continue
+            if at < window.start and at + self._public_duration(jumper) <= window.start:
+                break
+            at = self.availability.next_online(window.end)
+        return at
+
+    def _public_duration(self, jumper: str | None) -> float:
+        """How long the public queue's next task (or ``jumper``) will run, its service time
+        drawn now and kept for its start."""
+        entry = jumper if jumper is not None else self._waiting[0]
+        if isinstance(entry, str) and self._tasks[entry].vendor_cancels:
+            return 0.0
+        if self._peeked is None:
+            self._peeked = self._draw_service(self._service_rng)
+        return self._peeked + (self._tasks[entry].extra if isinstance(entry, str) else 0.0)
+
+    def _start_reserved(self, task_id: str) -> None:
+        """Start the first waiting task of its window (one the vendor cancels ends here)."""
+        timing = self._tasks[task_id]
+        assert timing.window is not None
+        self._reserved[timing.window].popleft()
+        if timing.vendor_cancels:
+            timing.cancelled_at = self.t
+            return
+        service = self._draw_service(self._reserved_rng) + timing.extra
+        timing.start = self.t
+        timing.end = self.t + service
+        self._running = task_id
+        self._running_end = timing.end
+
+    def _close_window(self) -> None:
+        """The first open window ends now: its tasks still waiting are cancelled."""
+        window = self._open.pop(0)
+        waiting = self._reserved[window.name]
+        for task_id in waiting:
+            self._tasks[task_id].cancelled_at = self.t
+        waiting.clear()
 
     def _push(self, entry: _Entry) -> None:
         if isinstance(entry, int) and self._waiting and isinstance(self._waiting[-1], int):
@@ -362,7 +525,10 @@ class DeviceQueue:
         if isinstance(entry, str) and self._tasks[entry].vendor_cancels:
             self._tasks[entry].cancelled_at = self.t
             return
-        service = self._draw_service()
+        service = (
+            self._peeked if self._peeked is not None else self._draw_service(self._service_rng)
+        )
+        self._peeked = None
         if isinstance(entry, int):
             self._running = 0
         else:

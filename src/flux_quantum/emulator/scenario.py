@@ -1,5 +1,5 @@
 """Scenarios for the vendor emulator: which devices exist, how loaded their queues are, when
-they are offline and which faults they inject.
+they are offline, which faults they inject and which reservations (Braket Direct) are booked.
 
 This module owns the scenario format (YAML or a plain dict), its validation and the default
 scenario. It must never touch the network, the clock or any emulator state: a ``Scenario`` is
@@ -12,11 +12,12 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -80,6 +81,10 @@ S3_OPERATIONS = (
     "HeadBucket",
     "CreateBucket",
 )
+
+# A Braket Direct reservation ARN (botocore's Association.arn pattern, narrowed to reservations).
+RESERVATION_ARN = re.compile(r"arn:aws:braket:[a-z0-9-]+:[0-9]{12}:reservation/[A-Za-z0-9][\w.-]*")
+RESERVATION_ARN_SHAPE = "arn:aws:braket:<region>:<12 digits>:reservation/<id>"
 
 _PROVIDERS = {
     "amazon": "Amazon Braket",
@@ -240,11 +245,43 @@ class DeviceSpec:
 
 
 @dataclass(frozen=True)
+class ReservationSpec:
+    """A Braket Direct reservation: ``device`` (a device ARN) runs only this reservation's
+    tasks during ``[start, end)`` (emulated seconds), for ``price_per_hour`` dollars an hour
+    of the window, billed from the moment it is booked whatever runs in it."""
+
+    arn: str
+    device: str
+    start: float
+    end: float
+    price_per_hour: float = 0.0
+
+    @property
+    def cost(self) -> float:
+        """What the window costs: ``price_per_hour`` x its length in hours."""
+        return self.price_per_hour * (self.end - self.start) / 3600.0
+
+    def overlaps(self, other: ReservationSpec) -> bool:
+        """Whether both are on one device and their windows share an instant."""
+        return self.device == other.device and self.start < other.end and other.start < self.end
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "arn": self.arn,
+            "device": self.device,
+            "start": self.start,
+            "end": self.end,
+            "price_per_hour": self.price_per_hour,
+        }
+
+
+@dataclass(frozen=True)
 class Scenario:
     """Everything the emulator serves, immutable; build with ``from_yaml``/``from_dict``."""
 
     devices: tuple[DeviceSpec, ...]
     faults: tuple[Fault, ...] = ()
+    reservations: tuple[ReservationSpec, ...] = ()
     region: str = "us-east-1"
     account: str = "123456789012"
     bucket: str = "amazon-braket-flux-quantum-emulator"
@@ -290,17 +327,20 @@ class Scenario:
 class _Fields:
     """Typed, located reads from one mapping of a scenario; every error names where it is."""
 
-    def __init__(self, data: Any, source: str, device: str | None, prefix: str) -> None:
+    def __init__(
+        self, data: Any, source: str, device: str | None, prefix: str, where: str | None = None
+    ) -> None:
         self.source = source
         self.device = device
         self.prefix = prefix
+        self.where = where  # what the message names first (default: "scenario SOURCE")
         if not isinstance(data, Mapping):
             self.fail("", f"expected a mapping, got {_show(data)}")
         self.data: Mapping[str, Any] = data
 
-    def fail(self, key: str, problem: str) -> None:
+    def fail(self, key: str, problem: str) -> NoReturn:
         name = f"{self.prefix}{key}".rstrip(".") or "(top level)"
-        where = f"scenario {self.source}"
+        where = self.where or f"scenario {self.source}"
         if self.device is not None:
             where += f": device {self.device!r}"
         raise ScenarioError(f"{where}: field {name!r} {problem}")
@@ -385,6 +425,7 @@ _SCENARIO_KEYS = (
     "max_simulated_qubits",
     "faults",
     "devices",
+    "reservations",
 )
 _DEVICE_KEYS = (
     "arn",
@@ -434,9 +475,16 @@ def _parse_scenario(data: Mapping[str, Any], source: str) -> Scenario:
     for i, fault in enumerate(faults):
         if fault.device is not None and fault.device not in names:
             top.fail(f"faults[{i}].device", f"names no device of this scenario: {fault.device!r}")
+    reservations: list[ReservationSpec] = []
+    for i, raw in enumerate(top.items("reservations")):
+        f = _Fields(raw, source, None, f"reservations[{i}].")
+        reservation = parse_reservation(f, devices)
+        check_reservation(f, reservation, reservations)
+        reservations.append(reservation)
     return Scenario(
         devices=tuple(devices),
         faults=faults,
+        reservations=tuple(sorted(reservations, key=lambda r: (r.device, r.start))),
         region=region or "us-east-1",
         account=top.string("account", "123456789012") or "123456789012",
         bucket=top.string("bucket", Scenario.bucket) or Scenario.bucket,
@@ -626,6 +674,67 @@ def _parse_device(raw: Any, source: str, index: int) -> DeviceSpec:
         summary=f.string("summary", "") or "",
         calibration=calibration,
     )
+
+
+_RESERVATION_KEYS = ("arn", "device", "start", "end", "price_per_hour")
+
+
+def reservation_from(
+    data: Any,
+    devices: Sequence[DeviceSpec],
+    booked: Sequence[ReservationSpec] = (),
+    now: float = 0.0,
+    where: str = "reservation",
+) -> ReservationSpec:
+    """A reservation booked on a running emulator (``Emulator.add_reservation``, the
+    ``POST /_emulator/reservations`` route): its fields as in a scenario, its ARN not taken,
+    its window over none of ``booked`` on its device and ending after ``now``. ScenarioError
+    in one sentence naming the field, ``where`` first."""
+    f = _Fields(data, where, None, "", where=where)
+    reservation = parse_reservation(f, devices)
+    check_reservation(f, reservation, booked)
+    if reservation.end <= now:
+        f.fail("end", f"must be after the emulator's now ({now:g}), got {reservation.end:g}")
+    return reservation
+
+
+def parse_reservation(f: _Fields, devices: Sequence[DeviceSpec]) -> ReservationSpec:
+    """One reservation's fields, its device (a name or an ARN) resolved to the device's ARN."""
+    f.reject_unknown(_RESERVATION_KEYS)
+    arn = f.string("arn", None)
+    if arn is None:
+        f.fail("arn", f"is required ({RESERVATION_ARN_SHAPE})")
+    if not RESERVATION_ARN.fullmatch(arn):
+        f.fail("arn", f"is not a reservation ARN ({RESERVATION_ARN_SHAPE}): {_show(arn)}")
+    named = f.string("device", None)
+    if named is None:
+        f.fail("device", "is required (a device name or ARN of this scenario)")
+    device = next((d.arn for d in devices if named in (d.arn, d.name)), None)
+    if device is None:
+        f.fail("device", f"names no device of this scenario: {named!r}")
+    start = f.number("start", None)
+    if start is None:
+        f.fail("start", "is required (emulated seconds since the timeline's start, >= 0)")
+    end = f.number("end", None)
+    if end is None or end <= start:
+        f.fail("end", f"must be a number after start ({start:g}), got {_show(end)}")
+    price = f.number("price_per_hour", 0.0) or 0.0
+    return ReservationSpec(arn=arn, device=device, start=start, end=end, price_per_hour=price)
+
+
+def check_reservation(
+    f: _Fields, reservation: ReservationSpec, booked: Sequence[ReservationSpec]
+) -> None:
+    """Refuse a reservation whose ARN is taken or whose window overlaps another on its device."""
+    for other in booked:
+        if other.arn == reservation.arn:
+            f.fail("arn", f"repeats reservation {reservation.arn!r}")
+        if reservation.overlaps(other):
+            f.fail(
+                "start",
+                f"puts a window [{reservation.start:g}, {reservation.end:g}) over reservation "
+                f"{other.arn!r} on {other.device} [{other.start:g}, {other.end:g})",
+            )
 
 
 def _hhmmss(f: _Fields, key: str, default: str) -> str:

@@ -3,7 +3,9 @@
 This module owns the emulator's state behind one lock and answers every request the server
 receives: the Braket rest-json operations (CreateQuantumTask, GetQuantumTask,
 CancelQuantumTask, SearchQuantumTasks, GetDevice, SearchDevices, tags) and, under ``/s3``,
-the minimal S3 that serves each task's results.json once the task has COMPLETED. Queue state
+the minimal S3 that serves each task's results.json once the task has COMPLETED. It also
+keeps the Braket Direct reservations booked (from the scenario or ``add_reservation``) and
+checks a create's ``associations`` against them. Queue state
 is a pure function of the injected clock and of the calls made; faults are counted per call
 and drawn from the seed. It must never sleep while holding its lock, never read the wall
 clock (time comes from the injected ``Clock``), and never answer with a shape botocore's
@@ -24,11 +26,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.emulator import s3
-from flux_quantum.emulator.bill import BilledTask, braket_charge, execution_ms
+from flux_quantum.emulator.bill import (
+    BilledReservation,
+    BilledTask,
+    braket_charge,
+    execution_ms,
+    window_seconds,
+)
 from flux_quantum.emulator.capabilities import capabilities_json
 from flux_quantum.emulator.clock import Clock, timestamp
-from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
-from flux_quantum.emulator.scenario import BRAKET_ERRORS, S3_ERRORS, DeviceSpec, Fault, Scenario
+from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline, Window
+from flux_quantum.emulator.scenario import (
+    BRAKET_ERRORS,
+    S3_ERRORS,
+    DeviceSpec,
+    Fault,
+    ReservationSpec,
+    Scenario,
+    reservation_from,
+)
 from flux_quantum.emulator.simulate import ProgramError, SimulationRequest, action_type, simulate
 from flux_quantum.emulator.wire import (
     Request,
@@ -44,6 +60,7 @@ DEVICE_QUEUE_CAP = 4000
 RESULTS_FILENAME = "results.json"
 _REGION = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
 _BAD_PREFIX = re.compile(r"[{}\[\]<>\\|^~`%#\"\x00-\x1f\x7f-\xff]|\.\./|\./")
+RESERVATION_ASSOCIATION = "RESERVATION_TIME_WINDOW_ARN"
 
 
 @dataclass(frozen=True)
@@ -83,6 +100,7 @@ class TaskRecord:
     result: dict[str, Any] | None = field(default=None, compare=False)
     failure_reason: str | None = None
     associations: tuple[dict[str, str], ...] = ()
+    reservation: str | None = None  # the reservation ARN among the associations
 
     def same_request(self, body: dict[str, Any]) -> bool:
         """Whether a create with the same clientToken asks for the same task."""
@@ -92,6 +110,7 @@ class TaskRecord:
             and body.get("action") == self.action
             and body.get("outputS3Bucket") == self.bucket
             and body.get("outputS3KeyPrefix") == self.key_prefix
+            and list(body.get("associations") or []) == list(self.associations)
         )
 
 
@@ -166,6 +185,10 @@ class BraketService:
         self._effects: Counter[str] = Counter()
         self.store = s3.ObjectStore()
         self.store.create_bucket(scenario.bucket)
+        # Braket Direct reservations by ARN (the scenario's, then those added while running).
+        self._reservations: dict[str, ReservationSpec] = {}
+        for reservation in scenario.reservations:
+            self._book(reservation, 0.0)
 
     # -- public views -------------------------------------------------------------------------
 
@@ -187,8 +210,74 @@ class BraketService:
             task = self._tasks[arn]
             return self._queues[task.device_arn].timeline(arn, self.clock.now())
 
+    def task_forecast(self, arn: str) -> TaskTimeline:
+        """The milestones a task will reach if nothing but the background changes its
+        device's queue from now on (``DeviceQueue.forecast``)."""
+        with self._lock:
+            task = self._tasks[arn]
+            return self._queues[task.device_arn].forecast(arn, self.clock.now())
+
+    # -- reservations -------------------------------------------------------------------------
+
+    def add_reservation(self, fields: Any) -> ReservationSpec:
+        """Book a reservation while running (``fields``: arn, device, start, end,
+        price_per_hour); ScenarioError in one sentence naming the field when refused."""
+        with self._lock:
+            reservation = reservation_from(
+                fields,
+                self.scenario.devices,
+                booked=list(self._reservations.values()),
+                now=self.clock.now(),
+            )
+            self._book(reservation, self.clock.now())
+            return reservation
+
+    def reservations(self) -> list[ReservationSpec]:
+        """Every reservation booked, by start."""
+        with self._lock:
+            return sorted(self._reservations.values(), key=lambda r: (r.start, r.arn))
+
+    def _book(self, reservation: ReservationSpec, now: float) -> None:
+        window = Window(reservation.arn, reservation.start, reservation.end)
+        self._queues[reservation.device].reserve(window, now)
+        self._reservations[reservation.arn] = reservation
+
+    def bill_reservations(self) -> list[BilledReservation]:
+        """Every reservation booked, with its cost and what its tasks did so far."""
+        with self._lock:
+            now = self.clock.now()
+            rows = []
+            for reservation in self._reservations.values():
+                queue = self._queues[reservation.device]
+                progress = [
+                    queue.progress(task.arn, now)
+                    for task in self._tasks.values()
+                    if task.reservation == reservation.arn
+                ]
+                runs = [(p.started_at, p.ended_at) for p in progress]
+                rows.append(
+                    BilledReservation(
+                        arn=reservation.arn,
+                        device=reservation.device,
+                        start=reservation.start,
+                        end=reservation.end,
+                        start_at=iso8601(timestamp(self.clock, reservation.start)),
+                        end_at=iso8601(timestamp(self.clock, reservation.end)),
+                        price_per_hour=reservation.price_per_hour,
+                        cost=reservation.cost,
+                        tasks=len(progress),
+                        completed=sum(p.status == "COMPLETED" for p in progress),
+                        cancelled=sum(p.status in ("CANCELLING", "CANCELLED") for p in progress),
+                        used_seconds=window_seconds(
+                            (reservation.start, reservation.end), runs, now
+                        ),
+                    )
+                )
+            return rows
+
     def bill(self) -> list[BilledTask]:
-        """Every task created so far, with what Braket charges for it now (see ``bill``)."""
+        """Every task created so far, with what Braket charges for it now (see ``bill``);
+        a task in a reservation costs nothing (the reservation is billed instead)."""
         with self._lock:
             now = self.clock.now()
             rows = []
@@ -199,6 +288,8 @@ class BraketService:
                 seconds, cost = braket_charge(
                     spec.cost, progress.status, task.shots, progress.started_at, progress.ended_at
                 )
+                if task.reservation is not None:
+                    seconds, cost = None, 0.0
                 rows.append(
                     BilledTask(
                         vendor="braket",
@@ -211,6 +302,9 @@ class BraketService:
                         cost=cost,
                         session=None,
                         created=task.created_t,
+                        reservation=task.reservation,
+                        started=progress.started_at,
+                        ended=progress.ended_at,
                     )
                 )
             return rows
@@ -445,12 +539,15 @@ class BraketService:
             raise _invalid(f"shots must be an integer >= 0, got {shots!r}")
         if _BAD_PREFIX.search(body["outputS3KeyPrefix"]):
             raise _invalid("outputS3KeyPrefix contains a character or sequence S3 does not allow")
+        reservation_arn = _reservation_arn(body.get("associations"))
         token, device_arn = body["clientToken"], body["deviceArn"]
         with self._lock:
             existing = self._existing_task(token, body, created)
             if existing is not None:
                 return existing
             spec = self._device_for_region(device_arn, region, for_create=True)
+            if reservation_arn is not None:
+                self._check_reservation(reservation_arn, spec, self.clock.now())
             queue = self._queues[spec.arn]
             refusal = queue.availability.accepts_tasks_at(self.clock.now())
         if refusal is not None:
@@ -484,9 +581,11 @@ class BraketService:
             existing = self._existing_task(token, body, created)
             if existing is not None:
                 return existing
+            now = self.clock.now()
+            if reservation_arn is not None:  # its window may have ended since the check
+                self._check_reservation(reservation_arn, spec, now)
             task_id = str(uuid.UUID(int=self._task_ids.getrandbits(128), version=4))
             arn = f"arn:aws:braket:{region}:{self.scenario.account}:quantum-task/{task_id}"
-            now = self.clock.now()
             prefix = body["outputS3KeyPrefix"].rstrip("/")
             record = TaskRecord(
                 arn=arn,
@@ -503,10 +602,16 @@ class BraketService:
                 created_t=now,
                 result=result,
                 failure_reason=fail_task,
-                associations=tuple(body.get("associations") or ()),
+                associations=tuple(dict(a) for a in body.get("associations") or ()),
+                reservation=reservation_arn,
             )
             self._queues[spec.arn].submit(
-                arn, now, shots, fails=fail_task is not None, vendor_cancels=cancel_task
+                arn,
+                now,
+                shots,
+                fails=fail_task is not None,
+                vendor_cancels=cancel_task,
+                window=reservation_arn,
             )
             if fail_task is not None:
                 self._effects["fail_task"] += 1
@@ -537,6 +642,18 @@ class BraketService:
             )
         created.append(arn)
         return json_response(201, {"quantumTaskArn": arn})
+
+    def _check_reservation(self, arn: str, spec: DeviceSpec, now: float) -> None:
+        """Refuse a create in reservation ``arn`` on ``spec`` unless it is booked on that
+        device and its window has not ended (lock held)."""
+        reservation = self._reservations.get(arn)
+        if reservation is None:
+            raise _invalid(f"Reservation {arn} was not found in this account")
+        if reservation.device != spec.arn:
+            raise _invalid(f"Reservation {arn} is for device {reservation.device}, not {spec.arn}")
+        if reservation.end <= now:
+            ended = iso8601(timestamp(self.clock, reservation.end))
+            raise _invalid(f"Reservation {arn} ended at {ended}; it takes no more quantum tasks")
 
     def _device_for_region(self, arn: str, region: str, for_create: bool = False) -> DeviceSpec:
         """The device, if this region's endpoint knows it (lock held)."""
@@ -582,6 +699,14 @@ class BraketService:
                 "queue": "QUANTUM_TASKS_QUEUE",
                 "position": position,
                 "queuePriority": "Normal",
+            }
+        elif progress.status == "QUEUED" and task.reservation is not None:
+            queue_info = {
+                "queue": "QUANTUM_TASKS_QUEUE",
+                "position": "None",
+                "queuePriority": "Normal",
+                "message": f"Quantum task is queued for reservation {task.reservation}. "
+                "AmazonBraket does not show queue position for reservation tasks.",
             }
         else:
             queue_info = {
@@ -825,6 +950,28 @@ def _json_body(request: Request, operation: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise _Reject(operation, braket_error("ValidationException", 400, "body is not an object"))
     return body
+
+
+def _reservation_arn(associations: Any) -> str | None:
+    """The reservation ARN a create's ``associations`` name (None: none); ValidationException
+    for anything but a list of one {arn, type: RESERVATION_TIME_WINDOW_ARN}."""
+    if associations is None:
+        return None
+    if not isinstance(associations, list):
+        raise _invalid("associations must be a list of {arn, type} objects")
+    arns = []
+    for i, association in enumerate(associations):
+        if not isinstance(association, dict) or not isinstance(association.get("arn"), str):
+            raise _invalid(f"associations[{i}] must be an object with a string arn and a type")
+        kind = association.get("type")
+        if kind != RESERVATION_ASSOCIATION:
+            raise _invalid(
+                f"associations[{i}].type must be {RESERVATION_ASSOCIATION}, got {kind!r}"
+            )
+        arns.append(association["arn"])
+    if len(arns) > 1:
+        raise _invalid(f"associations name {len(arns)} reservations; a quantum task takes one")
+    return arns[0] if arns else None
 
 
 def _json_string(value: Any) -> str:
