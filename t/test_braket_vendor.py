@@ -20,6 +20,7 @@ from flux_quantum.vendors.braket import (
     client_token,
     in_execution_window,
     parse_queue_count,
+    reservation_of,
 )
 from flux_quantum.vendors.local import LocalVendor
 
@@ -432,3 +433,30 @@ def test_submit_without_results_bucket_is_refused(clock, monkeypatch, emu):
     with pytest.raises(errors.InvalidRequest, match="no results bucket"):
         vendor.submit(LINE5, GHZ, 10, token="nobucket")
     assert emu.call_count("CreateQuantumTask") == 0
+
+
+WINDOW_ARN = "arn:aws:braket:us-east-1:123456789012:reservation/vendor-window"
+
+
+def test_a_task_in_a_reserved_window_carries_its_arn_and_waits_for_it(vendor, emu, clock):
+    emu.add_reservation(arn=WINDOW_ARN, device=LINE5.id, start=600.0, end=4200.0)
+    ref = vendor.submit(LINE5, GHZ, 10, token="in-window", reservation=WINDOW_ARN)
+    waiting = vendor.poll(ref)
+    # No place in the public queue: the task waits for its window.
+    assert waiting.state is TaskState.QUEUED and waiting.position is None
+    assert reservation_of(vendor._get_task(ref.task_id)) == WINDOW_ARN
+    clock.set(620.0)
+    assert vendor.poll(ref).state in (TaskState.RUNNING, TaskState.COMPLETED)
+    # Without one, a task joins the public queue and says so.
+    plain = vendor.submit(LINE5, GHZ, 10, token="public")
+    assert reservation_of(vendor._get_task(plain.task_id)) is None
+
+
+def test_a_window_arn_on_another_device_or_after_its_end_is_refused(vendor, emu, clock):
+    emu.add_reservation(arn=WINDOW_ARN, device=LINE5.id, start=10.0, end=100.0)
+    other = CATALOG.get("sv1")
+    with pytest.raises(errors.InvalidRequest, match="is for device"):
+        vendor.submit(other, GHZ, 10, token="elsewhere", reservation=WINDOW_ARN)
+    clock.set(200.0)
+    with pytest.raises(errors.InvalidRequest, match="ended"):
+        vendor.submit(LINE5, GHZ, 10, token="too-late", reservation=WINDOW_ARN)
