@@ -154,6 +154,7 @@ SAMPLES: dict[str, events.QpuEvent] = {
             since=1795941366.25,
             ahead=12,
             session="0123456789ab",
+            reservation="forte-dec03",
         ),
         events.TaskCreated(unit=7, index=0, attempt=1, token=TOKEN1, task="arn:t", device="sv1"),
         events.QueueMilestone(index=0, attempt=1, milestone=10, position=8, task="arn:t"),
@@ -206,6 +207,15 @@ SAMPLES: dict[str, events.QpuEvent] = {
             state="COMPLETED",
             task="arn:t",
             billed_seconds=3.0,
+        ),
+        events.ReservationEnded(
+            reservation="forte-dec03",
+            end=1796288400.0,
+            action="on-demand",
+            index=0,
+            attempt=0,
+            task="arn:t",
+            reason="reservation forte-dec03 ended at 2026-12-03T10:00:00Z",
         ),
     )
 }
@@ -299,3 +309,29 @@ def test_replay_keeps_since_ahead_and_the_session():
     assert history.session_closed
     other = events.SessionClosed(device="fez", fingerprint="ffffffffffff")
     assert not events.replay([*log, ev(events.SESSION_CLOSED, **other.to_context())]).session_closed
+
+
+def test_replay_keeps_the_window_of_a_token_and_the_windows_that_ended():
+    """What a recovery of a job in a reserved window needs: the window its token was
+    recorded with (admitted: its task carries the ARN), and the windows its eventlog
+    says ended (not said again)."""
+    submit = events.Submit(
+        unit=7, index=0, attempt=0, token=TOKEN0, device="forte1", reservation="forte-dec03"
+    )
+    history = replay([ev(events.SUBMIT, **submit.to_context())])
+    assert history.programs[0].reservation == "forte-dec03"
+    assert history.reservations_ended == ()
+    ended = events.ReservationEnded(reservation="forte-dec03", end=200.0, action="on-demand")
+    failover = events.Failover(index=0, attempt=1, reason="ended", mode="on-demand")
+    history = replay(
+        [
+            ev(events.SUBMIT, **submit.to_context()),
+            ev(events.RESERVATION_ENDED, **ended.to_context()),
+            ev(events.FAILOVER, **failover.to_context()),
+        ]
+    )
+    assert history.reservations_ended == ("forte-dec03",)
+    prog = history.programs[0]
+    assert (prog.attempt, prog.token, prog.reservation) == (1, None, None)
+    # A context without the window's end is refused, as any malformed one.
+    assert events.ReservationEnded.decode({"reservation": "x", "action": "fail"}) is None

@@ -242,6 +242,7 @@ RELEASE = "qpu-release"
 SESSION = "qpu-session"
 SESSION_CLOSED = "qpu-session-closed"
 COST = "qpu-cost"
+RESERVATION_ENDED = "qpu-reservation-ended"
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,9 @@ class Submit(QpuEvent):
     idempotent create (IBM) looks for the task again (``Vendor.find_task``); ``ahead`` is
     the device's pending count seen before the create, which a vendor that reports no
     queue position (IBM) leaves as the only measure of where the task stands;
-    ``session`` is the fingerprint of the session the task rides (never its id)."""
+    ``session`` is the fingerprint of the session the task rides (never its id);
+    ``reservation`` the name of the reserved window (Braket Direct) the task is created
+    in, with its ARN: the job was admitted into it."""
 
     name: ClassVar[str] = SUBMIT
     context_keys: ClassVar[Mapping[str, str]] = {"device_class": "class"}
@@ -282,6 +285,7 @@ class Submit(QpuEvent):
     since: float | None = None
     ahead: int | None = None
     session: str | None = None
+    reservation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -473,6 +477,25 @@ class Cost(QpuEvent):
     billed_seconds: float | None = None
 
 
+@dataclass(frozen=True)
+class ReservationEnded(QpuEvent):
+    """The reserved window the job waited for, or whose task it was held on, ended (or
+    has less than one task's time left) before the job's task ran in it: ``end`` (epoch
+    seconds) is the window's end, ``action`` what the service does now, by the job's end
+    rule (``on-demand``: a new task in the device's public queue; ``fail``: the job
+    fails). ``index``/``attempt``: the program's attempt that was for the window;
+    ``task``: its task, when one was created (Braket cancels it at the end)."""
+
+    name: ClassVar[str] = RESERVATION_ENDED
+    reservation: str
+    end: float
+    action: str
+    index: int | None = None
+    attempt: int | None = None
+    task: str | None = None
+    reason: str | None = None
+
+
 RECORDS: dict[str, type[QpuEvent]] = {
     cls.name: cls
     for cls in (
@@ -493,6 +516,7 @@ RECORDS: dict[str, type[QpuEvent]] = {
         SessionClosed,
         Release,
         Cost,
+        ReservationEnded,
     )
 }
 NAMES = frozenset(RECORDS)
@@ -523,6 +547,7 @@ class AttemptHistory:
     milestones: tuple[int, ...] = ()
     since: float | None = None
     ahead: int | None = None
+    reservation: str | None = None  # the reserved window its task is created in
 
     @property
     def progress(self) -> tuple[int, bool, bool]:
@@ -543,6 +568,8 @@ class History:
     position: int | None = None
     session: Session | None = None
     session_closed: bool = False
+    # Reserved windows the job's eventlog says ended before its task ran in them.
+    reservations_ended: tuple[str, ...] = ()
 
 
 def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
@@ -553,6 +580,7 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
     released = False
     session: Session | None = None
     session_closed = False
+    ended: list[str] = []
     latest: dict[str, Any] = {"device": None, "task": None, "position": None}
     for entry in events:
         event = Event.from_entry(entry)
@@ -567,6 +595,10 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
             continue
         if isinstance(record, Release):
             released = True
+            continue
+        if isinstance(record, ReservationEnded):
+            if record.reservation not in ended:
+                ended.append(record.reservation)
             continue
         if isinstance(record, Join):
             unit = record.unit
@@ -596,6 +628,7 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
                 milestones=prog.milestones if record.attempt == prog.attempt else (),
                 since=record.since,
                 ahead=record.ahead,
+                reservation=record.reservation,
             )
         elif isinstance(record, TaskCreated):
             unit = record.unit
@@ -641,6 +674,7 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
         position=latest["position"],
         session=session,
         session_closed=session_closed,
+        reservations_ended=tuple(ended),
     )
 
 
