@@ -470,7 +470,8 @@ def route(
             continue
         seconds = task_seconds.get(reservation.device, 0.0)
         queued = waiting.get(reservation.name, 0) + 1
-        if queued * seconds > reservation.left(now):
+        # As admission() counts: a task must end before the window does.
+        if seconds > 0 and queued * seconds >= reservation.left(now):
             notes.append(f"{name} is full ({queued - 1} job(s) wait for it)")
             continue
         public = public_wait.get(reservation.device)
