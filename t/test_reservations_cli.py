@@ -185,6 +185,30 @@ def test_a_configuration_error_is_one_sentence(
     assert err.count("\n") == 1
 
 
+def test_a_date_time_flux_would_misread_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = hour_floor(time.time())
+    text = window("w", "forte1", now, now + HOUR)
+    local = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    for written, read in (
+        (f"{local}-05:00", f"{local}Z"),  # Flux drops the offset
+        (local, f"{local}Z"),  # and takes a local date-time as UTC
+    ):
+        argv = setup(tmp_path, text.replace(f"start = {local}Z", f"start = {written}"))
+        rc, out, err = run(capsys, *argv)
+        assert rc == 1 and out == ""
+        config = tmp_path / "quantum.toml"
+        assert err.startswith(f"flux-quantum: ERROR: {config}: quantum.reservations[1].start = ")
+        assert (
+            f": Flux reads a TOML date-time's digits as UTC, so the instance would take it as {read}; write it in UTC (ending in Z) or as a quoted string"
+            in err
+        )
+    # quoted, the offset is kept
+    argv = setup(tmp_path, text.replace(f"start = {local}Z", f'start = "{local}+00:00"'))
+    assert run(capsys, *argv)[0] == 0
+
+
 def test_no_windows_and_no_instance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = setup(tmp_path, "[quantum.ledger]\npath = '/nowhere'\n")
     rc, out, _ = run(capsys, *argv)

@@ -24,7 +24,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Mapping
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from flux_quantum import reservations as braket_direct
@@ -98,13 +98,22 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 # --- the configuration ---------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
-    """A TOML file's values as ``flux config get`` gives them: date-times as RFC 3339
-    text (a local date-time keeps no offset, which the reservations refuse)."""
+def _plain(value: Any, where: str) -> Any:
+    """A TOML file's values as the instance will see them, date-times as RFC 3339 text.
+    Flux's TOML reader keeps a date-time's digits and drops its offset (09:00:00-05:00
+    and a local 09:00:00 both read as 09:00:00Z): such a date-time is refused here with
+    what the instance would make of it."""
     if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: _plain(item, f"{where}.{key}") for key, item in value.items()}
     if isinstance(value, list):
-        return [_plain(item) for item in value]
+        return [_plain(item, f"{where}[{i}]") for i, item in enumerate(value, start=1)]
+    if isinstance(value, datetime) and value.utcoffset() != timedelta(0):
+        as_read = value.replace(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        raise CommandError(
+            f"{where} = {value.isoformat()}: Flux reads a TOML date-time's digits as UTC, so "
+            f"the instance would take it as {as_read}; write it in UTC (ending in Z) or as a "
+            f'quoted string ("{value.isoformat()}")'
+        )
     if isinstance(value, (datetime, date)):
         return value.isoformat()
     return value
@@ -119,7 +128,7 @@ def quantum_table(config: str | None) -> Mapping[str, Any]:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise CommandError(f"{config}: cannot read it as TOML: {exc}") from None
         quantum = document.get("quantum", {})
-        return _plain(quantum) if isinstance(quantum, Mapping) else {}
+        return _plain(quantum, f"{config}: quantum") if isinstance(quantum, Mapping) else {}
     if not os.environ.get("FLUX_URI"):
         raise CommandError(
             "flux quantum reservations reads the instance's configuration: run it inside a "
