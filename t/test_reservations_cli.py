@@ -247,3 +247,20 @@ def test_a_real_instance_lists_its_windows_without_a_service(tmp_path: Path) -> 
         assert record["start_at"] == toml_time(now + 2 * HOUR)
     finally:
         inst.stop()
+
+
+def test_the_example_in_etc_is_a_valid_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """etc/flux-quantum/quantum.toml's commented [[quantum.reservations]], uncommented."""
+    text = (Path(__file__).resolve().parents[1] / "etc/flux-quantum/quantum.toml").read_text()
+    lines = text.splitlines()
+    first = lines.index(next(line for line in lines if "[[quantum.reservations]]" in line))
+    block = []
+    for line in lines[first:]:
+        if not line.startswith("# ") or line.startswith("# ("):
+            break
+        block.append(line[2:])
+    argv = setup(tmp_path, "\n".join(block) + "\n")
+    rc, out, _ = run(capsys, *argv, "--all", "-n", "-o", "{name} {device} {on_end} {who}")
+    assert rc == 0 and out == "forte-dec03 forte1 on-demand users alice, bob\n"
