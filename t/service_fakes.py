@@ -9,7 +9,11 @@ given, posting an event to a job that is gone fails, and ``qpu-release`` is writ
 "plugin" on release. ``ScriptedVendor`` runs a queue model on the manual clock (each
 device: tasks ahead at creation and a service time), returns the same task for a token
 it has seen (as Braket's clientToken does), records every call, and fails the calls a
-test scripts. ``Harness`` drives the service like its reactor would: tick, then run the
+test scripts. It models Braket Direct windows (``add_window``): a task created with a
+window's ARN skips the public queue, waits QUEUED until the window opens, runs after the
+window's earlier tasks, and is CANCELLED at the end if it did not start by then; an
+unknown ARN or one on another device is refused as Braket refuses it; every create
+records the ARN it was given (``creates``). ``Harness`` drives the service like its reactor would: tick, then run the
 completions, as the clock advances.
 """
 
@@ -40,7 +44,12 @@ from flux_quantum.vendors.base import (
     Vendor,
     VendorSession,
 )
-from flux_quantum.vendors.errors import AccessDenied, NotFound, VendorUnavailable
+from flux_quantum.vendors.errors import (
+    AccessDenied,
+    InvalidRequest,
+    NotFound,
+    VendorUnavailable,
+)
 
 OWNER = 1000
 
@@ -209,7 +218,11 @@ class FakeFlux:
         job = self.jobs.get(jobid)
         if job is None or not self._active(job):
             raise OSError(2, "no such job")
-        job.annotations.update(memo)
+        for key, value in memo.items():  # as Flux: a null value removes the key
+            if value is None:
+                job.annotations.pop(key, None)
+            else:
+                job.annotations[key] = value
 
     @staticmethod
     def _active(job: FakeJob) -> bool:
@@ -224,6 +237,13 @@ class FakeFlux:
             for j in self.jobs.values()
             if j.userid == userid and j.annotations.get("qpu_session")
         ]
+
+    def reservation_jobs(self) -> dict[int, tuple[str, int]]:
+        return {
+            j.id: (j.annotations["qpu_reservation"], j.userid)
+            for j in self.jobs.values()
+            if j.state == "released" and not j.ended and j.annotations.get("qpu_reservation")
+        }
 
     def _take(self, ids: list[int], verb: str) -> list[FakeJob]:
         jobs = [self.jobs.get(i) for i in ids]
@@ -313,6 +333,16 @@ class FakeTask:
     cancelled: bool = False
     failed: str | None = None
     run: float | None = None
+    reservation: str | None = None
+
+
+@dataclass
+class FakeWindow:
+    """A Braket Direct window of one device, by ARN."""
+
+    device: str
+    start: float
+    end: float
 
 
 class ScriptedVendor(Vendor):
@@ -329,6 +359,12 @@ class ScriptedVendor(Vendor):
         self.journal = journal
         self.failures: dict[str, list[BaseException]] = {}
         self._ids = itertools.count(1)
+        self.windows: dict[str, FakeWindow] = {}
+        # Every create call: (time, token, the reservation ARN it was given).
+        self.creates: list[tuple[float, str, str | None]] = []
+
+    def add_window(self, arn: str, device: str, start: float, end: float) -> None:
+        self.windows[arn] = FakeWindow(device, start, end)
 
     def fail(self, operation: str, error: BaseException, times: int = 1) -> None:
         self.failures.setdefault(operation, []).extend([error] * times)
@@ -356,22 +392,68 @@ class ScriptedVendor(Vendor):
             t=self.clock(),
         )
 
-    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        self.creates.append((self.clock(), token, reservation))
         self._call("submit", token)
+        if reservation is not None:
+            window = self.windows.get(reservation)
+            if window is None or window.device != device.name:
+                raise InvalidRequest(
+                    f"reservation {reservation} is not valid for device {device.id}",
+                    vendor="local",
+                    vendor_code="ValidationException",
+                )
         if token in self.by_token:
             return self.tasks[self.by_token[token]].ref
         q = self.queues[device.name]
         task_id = f"arn:task/{device.name}/{next(self._ids)}"
         ref = TaskRef("local", device.name, task_id, token)
-        self.tasks[task_id] = FakeTask(ref, self.clock(), q.depth, q.service, run=q.run)
+        ahead = 0 if reservation is not None else q.depth
+        self.tasks[task_id] = FakeTask(
+            ref, self.clock(), ahead, q.service, run=q.run, reservation=reservation
+        )
         self.by_token[token] = task_id
         return ref
+
+    def window_start(self, task: FakeTask) -> float:
+        """When a window's task starts: at the window's start or its creation, after the
+        window's earlier tasks (one at a time)."""
+        assert task.reservation is not None
+        window = self.windows[task.reservation]
+        at = window.start
+        for other in sorted(self.tasks.values(), key=lambda t: t.created):
+            if other.reservation != task.reservation or other.cancelled or other.failed:
+                continue
+            at = max(at, other.created)
+            if other is task:
+                return at
+            at += other.run if other.run is not None else other.service
+        return at
 
     def state_of(self, task: FakeTask) -> tuple[TaskState, int | None]:
         if task.cancelled:
             return TaskState.CANCELLED, None
         if task.failed:
             return TaskState.FAILED, None
+        if task.reservation is not None:
+            # No place in the public queue: QUEUED until it starts in its window, and
+            # cancelled at the end when it did not start by then (as Braket does).
+            window = self.windows[task.reservation]
+            start, now = self.window_start(task), self.clock()
+            if start >= window.end:
+                return (TaskState.CANCELLED if now >= window.end else TaskState.QUEUED), None
+            if now < start:
+                return TaskState.QUEUED, None
+            run = task.run if task.run is not None else task.service
+            return (TaskState.RUNNING if now < start + run else TaskState.COMPLETED), None
         served = math.floor((self.clock() - task.created) / task.service) if task.service else 10**9
         position = task.ahead - served
         if position >= 1:
@@ -460,7 +542,15 @@ class IbmLikeVendor(ScriptedVendor):
         served = (self.clock() - task.created) / task.service
         return task.ahead - math.floor((1.0 - refill) * served)
 
-    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
         return self._create(device, token, None)
 
     def _create(self, device: Device, token: str, session: VendorSession | None) -> TaskRef:
@@ -557,7 +647,15 @@ class NoCredentials(Vendor):
             t=self.clock(),
         )
 
-    def submit(self, device: Device, program_text: str, shots: int, token: str) -> TaskRef:
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
         raise self._refuse("submit", token)
 
     def poll(self, task: TaskRef) -> TaskSnapshot:
@@ -689,8 +787,10 @@ class Harness:
             session_keys=self.keys,
         )
 
-    def restart(self, options: ServiceOptions = FAST) -> Harness:
-        """A new service (its predecessor is gone, state and all) on the same world."""
+    def restart(self, options: ServiceOptions = FAST, site: SitePolicy | None = None) -> Harness:
+        """A new service (its predecessor is gone, state and all) on the same world;
+        ``site``: the site policy it enforces (its predecessor's ledger file, opened
+        again)."""
         return Harness(
             options=options,
             flux=self.flux,
@@ -699,6 +799,7 @@ class Harness:
             catalog=self.catalog,
             ibm=self.ibm,
             session_keys=self.keys.survivor(),
+            site=site,
         )
 
     def step(self) -> None:

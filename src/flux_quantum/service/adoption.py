@@ -12,7 +12,9 @@ and can be missed; a list is one cheap RPC, works for guests and cannot drift.
 This part never calls a vendor: a recovered task is re-attached by its first poll (and
 reserved again in the site's ledger, counted once), a recorded token without a task is
 submitted again with the same token (the vendor returns the same task), and a job whose
-request does not parse fails at once.
+request does not parse fails at once. A token recorded with a reserved window
+(``qpu-submit``'s ``reservation``) was admitted into it: ``Windows`` counts it there, and
+its task, once re-attached, releases the job (or its end rule applies).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from flux_quantum.service.state import (
     UnitState,
 )
 from flux_quantum.service.tasks import Tasks
+from flux_quantum.service.windows import Windows
 from flux_quantum.vendors.base import TaskRef
 
 Adoptee = tuple[HeldJob, JobRecord, events.History]
@@ -63,6 +66,7 @@ class Adoption:
         tasks: Tasks,
         charges: Charges,
         sessions: Sessions,
+        windows: Windows,
     ) -> None:
         self.ctx = ctx
         self.face = face
@@ -71,6 +75,7 @@ class Adoption:
         self.tasks = tasks
         self.charges = charges
         self.sessions = sessions
+        self.windows = windows
         self._scan_error: str | None = None
         self._scan_error_count = 0
         # While a batch is adopted: the units it touched, the events it has to post and
@@ -226,6 +231,7 @@ class Adoption:
         unit = self._new_unit(unit_id, members[0][0].userid, t_submit, request, cwd)
         self._restore(unit, events.merge_histories(m[2] for m in members))
         self._restore_session(unit, [m[2] for m in members])
+        self.windows.recovered(unit, {n for m in members for n in m[2].reservations_ended})
         for job, record, history in members:
             self._add_member(unit, job, record, history, via=None)
         self._recount(unit)
@@ -263,6 +269,7 @@ class Adoption:
         unit = self._new_unit(job.id, job.userid, job.t_submit, request, record.cwd)
         self._restore(unit, dict(history.programs))
         self._restore_session(unit, [history])
+        self.windows.recovered(unit, history.reservations_ended)
         self._add_member(unit, job, record, history, via=None)
         self._recount(unit)
         self._settle(unit)
@@ -334,9 +341,16 @@ class Adoption:
                 continue
             if h.token is None or device is None:
                 continue
+            window = self.windows.book.named(h.reservation) if h.reservation else None
+            if h.reservation and window is None:
+                ctx.log(
+                    syslog.LOG_WARNING,
+                    f"unit {unit.id}: reservation {h.reservation} is no longer configured: "
+                    "its recorded task is followed without it",
+                )
             # Recorded, maybe created: look for the task by its token first (IBM,
             # since the recorded time), else the same token gets the same task.
-            attempt.resumed(device, h.token, since=h.since, ahead=h.ahead)
+            attempt.resumed(device, h.token, since=h.since, ahead=h.ahead, window=window)
             if h.task:
                 task = TaskRef(device.vendor, device.name, h.task, h.token)
                 self.tasks.start_tracking(

@@ -13,6 +13,12 @@ After a restart the recovered attempts are reserved again (``recovering``: never
 counted twice, the ledger is keyed by the task's token) and the ledger's open
 reservations that no held job owns are settled or released.
 
+A task in a reserved window (Braket Direct, ``Attempt.window``) is reserved at nothing
+(the window is paid, booked in the ledger when the service starts) and settled at
+nothing, with its QPU seconds in the window (from when it was first seen RUNNING, else
+from when it could start, to when it was seen ended, clipped to the window) and the
+share of the window's cost they are.
+
 Who asks is the job's owner as Flux knows it (the plugin's list: the job's userid) and
 the bank of its current jobspec, never anything else the user set. Without a site
 policy (``site=None``) every verb is a no-op. It never decides a limit itself (the
@@ -26,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_quantum import events
+from flux_quantum import events, reservations
 from flux_quantum.access import Requester
 from flux_quantum.catalog import Device
 from flux_quantum.errors import CommandError, FluxQuantumError
@@ -35,6 +41,7 @@ from flux_quantum.protocol import COST_MEMO
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.retry import Retries
 from flux_quantum.service.state import Attempt, Program, Unit
+from flux_quantum.service.windows import Windows
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
 from flux_quantum.vendors.errors import NotFound
@@ -43,7 +50,8 @@ from flux_quantum.vendors.errors import NotFound
 @dataclass
 class Billing:
     """A task the service no longer tracks for a job but whose cost is not settled yet:
-    polled until it ends. ``jobs`` get its ``qpu-cost`` event and memo."""
+    polled until it ends. ``jobs`` get its ``qpu-cost`` event and memo. ``window``: the
+    reserved window it runs in, ``created`` and ``running_seen`` bound its QPU time."""
 
     token: str
     device: Device
@@ -54,15 +62,31 @@ class Billing:
     index: int = 0
     attempt: int = 0
     attached: bool = True
+    window: reservations.Reservation | None = None
+    created: float | None = None
+    running_seen: float | None = None
     due: float = 0.0
     busy: bool = False
     retry: Retries = field(default_factory=Retries)
 
+    def qpu_seconds(self, ended: float) -> float:
+        """Its QPU time in its window: from RUNNING first seen (else from when it could
+        start: the window's start or its creation) to ``ended``, clipped to the window."""
+        window = self.window
+        if window is None:
+            return 0.0
+        start = self.running_seen
+        if start is None:
+            start = max(window.start, self.created or window.start)
+        start = max(start, window.start)
+        return max(0.0, min(ended, window.end) - start)
+
 
 class Charges:
-    def __init__(self, ctx: ServiceContext, site: SitePolicy | None) -> None:
+    def __init__(self, ctx: ServiceContext, site: SitePolicy | None, windows: Windows) -> None:
         self.ctx = ctx
         self.site = site
+        self.windows = windows
         self.watching: dict[str, Billing] = {}
         self._settled: set[str] = set()
         self.swept = False
@@ -126,6 +150,8 @@ class Charges:
             attempt.reserved = True
             return None
         request = unit.request
+        # In a reserved window the task costs nothing more: estimate 0.
+        window = {"reservation": attempt.window} if attempt.window is not None else {}
         charge = self.site.charge(
             attempt.device,
             self.requester(unit),
@@ -134,6 +160,7 @@ class Charges:
             shots=request.shots,
             t=self.ctx.clock(),
             job_cap=request.max_cost,
+            **window,
         )
         try:
             reservation = self.site.reserve(charge, recovering=recovering)
@@ -183,7 +210,7 @@ class Charges:
         if attempt.task is None or attempt.token in self._settled:
             return
         billing = self._billing(unit, program, attempt, list(unit.jobs))
-        self._finish(billing, snap.state)
+        self._finish(billing, snap.state, snap.t)
 
     def leave(self, unit: Unit, program: Program, attempt: Attempt, jobs: Sequence[int]) -> None:
         """The service stops tracking ``attempt`` (a fail-over, or its unit was
@@ -201,12 +228,20 @@ class Charges:
         billing = self._billing(unit, program, attempt, jobs)
         snap = attempt.snapshot
         if snap is not None and snap.terminal:
-            self._finish(billing, snap.state)
+            self._finish(billing, snap.state, snap.t)
             return
         if snap is not None:
             # Just seen running or queued: the next look is not due at once.
-            billing.due = snap.t + self.ctx.schedule.cold_max_interval
+            billing.due = snap.t + self._interval(billing)
         self.watching[attempt.token] = billing
+
+    def _interval(self, billing: Billing) -> float:
+        """How often a watched task is looked at: a window task's QPU time is measured
+        by these looks, so at most every device check."""
+        cold = self.ctx.schedule.cold_max_interval
+        if billing.window is None:
+            return cold
+        return min(cold, self.ctx.options.device_check_interval)
 
     def _billing(
         self, unit: Unit, program: Program, attempt: Attempt, jobs: Sequence[int]
@@ -222,12 +257,20 @@ class Charges:
             index=program.index,
             attempt=attempt.number,
             attached=attempt.attached,
+            window=attempt.window,
+            created=attempt.queued_at,
+            running_seen=attempt.running_seen,
         )
 
-    def _finish(self, billing: Billing, state: TaskState) -> None:
-        """Settle now, or fetch a time-billed simulator's run time first (a worker)."""
+    def _finish(self, billing: Billing, state: TaskState, ended: float | None = None) -> None:
+        """Settle now, or fetch a time-billed simulator's run time first (a worker).
+        ``ended``: when the task was seen ended (a window task's QPU time ends there)."""
         self.watching.pop(billing.token, None)
         self._settled.add(billing.token)
+        if billing.window is not None:
+            at = self.ctx.clock() if ended is None else ended
+            self._settle(billing, state, None, qpu_seconds=billing.qpu_seconds(at))
+            return
         if state is not TaskState.COMPLETED or billing.device.price.per_minute == 0:
             self._settle(billing, state, None)
             return
@@ -252,8 +295,17 @@ class Charges:
 
         self.ctx.workers.submit(fetch, done)
 
-    def _settle(self, billing: Billing, state: TaskState, seconds: float | None) -> None:
+    def _settle(
+        self,
+        billing: Billing,
+        state: TaskState,
+        seconds: float | None,
+        qpu_seconds: float | None = None,
+    ) -> None:
         assert self.site is not None
+        window: dict[str, Any] = {}
+        if billing.window is not None:
+            window = {"reservation": billing.window, "qpu_seconds": qpu_seconds}
         try:
             record = self.site.settle(
                 billing.token,
@@ -263,6 +315,7 @@ class Charges:
                 now=self.ctx.clock(),
                 billed_seconds=seconds,
                 task_id=billing.task.task_id,
+                **window,
             )
         except FluxQuantumError as exc:
             self.ctx.log(syslog.LOG_WARNING, f"ledger: {exc}")
@@ -351,10 +404,12 @@ class Charges:
                 return
             billing.attached = True
             billing.retry.clear()
+            if snap.state is TaskState.RUNNING and billing.running_seen is None:
+                billing.running_seen = snap.t
             if snap.terminal:
-                self._finish(billing, snap.state)
+                self._finish(billing, snap.state, snap.t)
             else:
-                billing.due = ctx.clock() + ctx.schedule.cold_max_interval
+                billing.due = ctx.clock() + self._interval(billing)
 
         ctx.workers.submit(poll, done)
 
@@ -378,7 +433,7 @@ class Charges:
     def _orphan(self, record: ChargeRecord) -> None:
         device = self.ctx.catalog.get(record.device)
         try:
-            task_id, released = self._in_eventlog(record)
+            task_id, released, window_name = self._in_eventlog(record)
         except Exception as exc:  # tried again at the service's next start
             self.ctx.log(syslog.LOG_DEBUG, f"{record.jobid}: lookup failed: {exc}")
             return
@@ -401,6 +456,7 @@ class Charges:
             unit=record.jobid,
             jobs=(record.jobid,),
             attached=False,
+            window=self.windows.book.named(window_name) if window_name else None,
         )
         self.watching[record.token] = billing
         if not released:
@@ -433,21 +489,25 @@ class Charges:
 
         self.ctx.workers.submit(lambda: vendor.cancel(billing.task), done)
 
-    def _in_eventlog(self, record: ChargeRecord) -> tuple[str | None, bool]:
-        """The task the job's eventlog names for the charge's token, and whether the job
-        was released (whose consumer may read the task's result)."""
+    def _in_eventlog(self, record: ChargeRecord) -> tuple[str | None, bool, str | None]:
+        """The task the job's eventlog names for the charge's token, whether the job was
+        released (whose consumer may read the task's result), and the reserved window
+        its ``qpu-submit`` says the task was created in."""
         job = self.ctx.flux.record(record.jobid)
         if job is None:
-            return None, True  # nothing to tell: leave the task alone
-        task = None
+            return None, True, None  # nothing to tell: leave the task alone
+        task = window = None
         for event in job.events:
-            created = events.decode(event)
-            if isinstance(created, events.TaskCreated) and created.token == record.token:
-                task = created.task
+            decoded = events.decode(event)
+            if isinstance(decoded, events.TaskCreated) and decoded.token == record.token:
+                task = decoded.task
+            elif isinstance(decoded, events.Submit) and decoded.token == record.token:
+                window = decoded.reservation
         request = job.system.get("qpu")
         if isinstance(request, Mapping) and request.get("group") is not None:
-            return task, True  # a fan-out group's other jobs may have been released on it
-        return task, events.replay(job.events).released
+            # A fan-out group's other jobs may have been released on it.
+            return task, True, window
+        return task, events.replay(job.events).released, window
 
     def close(self) -> None:
         if self.site is not None:

@@ -21,6 +21,8 @@ thread and never block. The parts, each given its collaborators here:
 - ``sessions``: vendor sessions recorded, kept while a job may use them, always closed
 - ``charges``: the site's policy (access, the reservation before a create, the
   settlement when a task ends)
+- ``windows``: reserved QPU time (Braket Direct): who waits for which window, who is
+  in it, the one guard before a create with a window's ARN
 - ``units``: the tracked units and their indexes (in the shared ``context``)
 """
 
@@ -49,6 +51,7 @@ from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Counters, Phase, Program, Unit
 from flux_quantum.service.tasks import Tasks
 from flux_quantum.service.units import Units
+from flux_quantum.service.windows import Windows
 from flux_quantum.service.workers import Workers
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import Vendor
@@ -88,15 +91,18 @@ class QuantumService:
             module_name=module_name,
         )
         # Each part gets its collaborators here, in an order where each exists first.
-        self.face = Face(ctx)
+        self.windows = Windows(ctx, site)
+        self.face = Face(ctx, self.windows)
         self.sessions = Sessions(ctx, self.face, session_keys or SessionKeys())
-        self.charges = Charges(ctx, site)
-        self.outcomes = Outcomes(ctx, self.face, self.charges, self.sessions)
+        self.charges = Charges(ctx, site, self.windows)
+        self.outcomes = Outcomes(ctx, self.face, self.charges, self.sessions, self.windows)
         self.calls = AttemptCalls(
             ctx, workers, self.face, self.outcomes, orphan=self.sessions.orphan
         )
         self.release = Release(ctx, self.face, self.outcomes, self.sessions)
-        self.selection = Selection(ctx, self.calls, self.face, self.outcomes, self.charges)
+        self.selection = Selection(
+            ctx, self.calls, self.face, self.outcomes, self.charges, self.windows
+        )
         self.tasks = Tasks(
             ctx,
             self.calls,
@@ -106,9 +112,17 @@ class QuantumService:
             self.charges,
             self.sessions,
             self.selection,
+            self.windows,
         )
         self.adoption = Adoption(
-            ctx, self.face, self.outcomes, self.release, self.tasks, self.charges, self.sessions
+            ctx,
+            self.face,
+            self.outcomes,
+            self.release,
+            self.tasks,
+            self.charges,
+            self.sessions,
+            self.windows,
         )
         self.devices = Devices(ctx, self.outcomes)
         self.due = DueQueue(retry_after=options.tick)
@@ -189,6 +203,7 @@ class QuantumService:
         self._fenced("cancels", self.outcomes.retry_cancels, now)
         self._fenced("groups", self.outcomes.expire_groups, now)
         self._fenced("sessions", self.sessions.check, now)
+        self._fenced("reservations", self.windows.check, now)
         self._fenced("start-up", self.release.measure_startup, now)
 
     def _fenced(self, part: str, call: Callable[..., None], *args: Any) -> None:
@@ -220,7 +235,11 @@ class QuantumService:
             for program in unit.programs:
                 if not unit.active:
                     break
-                if program.attempt.phase is Phase.TRACK:
+                attempt = program.attempt
+                waits = attempt.window is not None and attempt.phase is Phase.SUBMIT
+                if attempt.phase is Phase.TRACK or waits:
+                    # The lead (the classical one, or a window's) compares with the
+                    # cluster view.
                     need_cluster = True
                     if lead:
                         self.tasks.watch(unit, program, now)
@@ -266,6 +285,8 @@ class QuantumService:
             "units": units,
             "jobs": sum(len(u["jobs"]) for u in units),
         }
+        # The site's reserved windows (a guest sees only their own jobs in them).
+        out["reservations"] = self.windows.status(ctx.clock(), userid)
         if userid is None:
             out.update(
                 # Sessions kept for released jobs still running or a loop's steps, or

@@ -16,6 +16,7 @@ from typing import Any
 from flux_quantum.protocol import POSITION_MEMO, WAIT_MEMO, HeldMemo, session_memo
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.state import Member, Phase, Unit
+from flux_quantum.service.windows import Windows
 
 # Keys that move with every poll of a queue: sent at most every QUEUE_MEMO_INTERVAL
 # seconds per unit (any other change goes at once, and takes them along).
@@ -24,8 +25,9 @@ QUEUE_MEMO_INTERVAL = 2.0
 
 
 class Face:
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext, windows: Windows) -> None:
         self.ctx = ctx
+        self.windows = windows
 
     def memo_of(self, unit: Unit, state: str | None = None) -> dict[str, Any]:
         """The memo every job of the unit shows now."""
@@ -43,10 +45,13 @@ class Face:
         waits = [a.expected_wait for a in waiting if a.expected_wait is not None]
         holding = [a.retry.holding for a in waiting if a.retry.holding]
         if state is None:
+            window = self.windows.waiting_reason(unit)
             if holding:
                 # Why the job is held, until the obstacle passes: a vendor that does
                 # not answer, an error retried, all slots busy.
                 state = f"waiting: {holding[0]}"
+            elif window is not None:
+                state = window  # held with no task until admitted into its window
             elif any(a.phase is Phase.SELECT for a in attempts):
                 state = "selecting a device"
             elif any(a.phase is Phase.SUBMIT for a in attempts):
@@ -158,6 +163,7 @@ class Face:
                             "phase": p.attempt.phase.value,
                             "attempt": p.attempt.number,
                             "device": p.attempt.device.name if p.attempt.device else None,
+                            "reservation": p.attempt.window.name if p.attempt.window else None,
                             "task": p.attempt.task.task_id if p.attempt.task else None,
                             "state": p.attempt.snapshot.state.value if p.attempt.snapshot else None,
                             "position": p.attempt.snapshot.position if p.attempt.snapshot else None,

@@ -24,6 +24,10 @@ from flux_quantum.fluxrpc import pipelined
 from flux_quantum.plugin import HeldJob, PluginClient
 from flux_quantum.protocol import SESSION_MEMO
 
+# The persistent memo naming the reserved window (Braket Direct) a job waits for or was
+# released into (``service/windows.py``).
+RESERVATION_MEMO = "qpu_reservation"
+
 # Events the service may post to a job it has released (its task ends later).
 AFTER_RELEASE = frozenset({COST})
 
@@ -300,6 +304,8 @@ class FluxSide(Protocol):
 
     def session_jobs(self, userid: int, since: float) -> list[int]: ...
 
+    def reservation_jobs(self) -> dict[int, tuple[str, int]]: ...
+
     def release(
         self,
         ids: list[int],
@@ -501,6 +507,33 @@ class FluxJobs:
             for job in jobs
             if ((job.get("annotations") or {}).get("user") or {}).get(SESSION_MEMO)
         ]
+
+    def reservation_jobs(self) -> dict[int, tuple[str, int]]:
+        """The jobs released and not ended (waiting for nodes, running, cleaning up) whose
+        persistent memo names a reserved window, with the window and their userid: one
+        job-list RPC."""
+        import flux.constants
+
+        payload = {
+            "max_entries": 0,
+            "attrs": ["annotations", "userid"],
+            "since": 0.0,
+            "constraint": {
+                "states": [
+                    flux.constants.FLUX_JOB_STATE_PRIORITY,
+                    flux.constants.FLUX_JOB_STATE_SCHED,
+                    flux.constants.FLUX_JOB_STATE_RUN,
+                    flux.constants.FLUX_JOB_STATE_CLEANUP,
+                ]
+            },
+        }
+        jobs = self.handle.rpc("job-list.list", payload).get().get("jobs", [])
+        out = {}
+        for job in jobs:
+            name = ((job.get("annotations") or {}).get("user") or {}).get(RESERVATION_MEMO)
+            if isinstance(name, str) and name:
+                out[int(job["id"])] = (name, int(job.get("userid", -1)))
+        return out
 
     def release(
         self,

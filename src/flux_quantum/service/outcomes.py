@@ -3,8 +3,10 @@
 A task that failed, waited past ``qpu.max_wait`` or lost its device is recorded in the
 eventlog, cancelled if it may still run (it is billed), and followed by a new attempt
 (``qpu.failover``) or by the failure of every job of the unit with a reason that says
-what happened. A unit that every job left has its tasks cancelled. Cancels that the
-vendor could not take are retried. Every attempt it leaves behind goes to ``Charges``
+what happened. A job whose reserved window (Braket Direct) ended before its task ran in
+it is told so (``qpu-reservation-ended``) and follows its end rule: a new attempt in the
+device's public queue, or the failure of the job. A unit that every job left has its
+tasks cancelled. Cancels that the vendor could not take are retried. Every attempt it leaves behind goes to ``Charges``
 (its reservation released, or its task watched until it is settled). This part never
 releases a job and never chooses a device: it only ends things and says why.
 """
@@ -16,7 +18,7 @@ import syslog
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_quantum import events
+from flux_quantum import events, reservations
 from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
@@ -24,6 +26,7 @@ from flux_quantum.service.face import Face
 from flux_quantum.service.retry import Retries
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitState
+from flux_quantum.service.windows import Windows, ended_note
 from flux_quantum.vendors.base import TaskRef
 
 CANCEL_TRIES = 5  # retryable failures of a cancel before it is left to the vendor
@@ -41,12 +44,18 @@ class PendingCancel:
 
 class Outcomes:
     def __init__(
-        self, ctx: ServiceContext, face: Face, charges: Charges, sessions: Sessions
+        self,
+        ctx: ServiceContext,
+        face: Face,
+        charges: Charges,
+        sessions: Sessions,
+        windows: Windows,
     ) -> None:
         self.ctx = ctx
         self.face = face
         self.charges = charges
         self.sessions = sessions
+        self.windows = windows
         self._pending_cancels: list[PendingCancel] = []
 
     # -- a program's attempt
@@ -81,10 +90,28 @@ class Outcomes:
                 unit, f"qpu: {what}; gave up after {attempt.number + 1} task(s) for this program"
             )
             return
-        following = attempt.following(failed, "simulator" if mode == "simulator" else None)
+        self.ctx.counters.failovers += 1
+        self.next_attempt(
+            unit, program, failed, what, mode, "simulator" if mode == "simulator" else None
+        )
+        self.ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: fail-over ({mode}) after: {what}")
+        self.face.update_memos(unit, state=f"fail-over: {what}")
+
+    def next_attempt(
+        self,
+        unit: Unit,
+        program: Program,
+        failed: str | None,
+        what: str,
+        mode: str,
+        device_class: str | None = None,
+    ) -> None:
+        """The program's next attempt (a new token), recorded (``qpu-failover`` with
+        ``mode``); the one it replaces goes to ``Charges``."""
+        attempt = program.attempt
+        following = attempt.following(failed, device_class)
         self.charges.leave(unit, program, attempt, list(unit.jobs))
         program.attempt = following
-        self.ctx.counters.failovers += 1
         record = events.Failover(
             index=program.index,
             attempt=following.number,
@@ -95,8 +122,59 @@ class Outcomes:
             device_class=following.device_class,
         )
         self.ctx.post_all(unit, record)
-        self.ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: fail-over ({mode}) after: {what}")
-        self.face.update_memos(unit, state=f"fail-over: {what}")
+
+    # -- a reserved window
+
+    def window_ended(
+        self, unit: Unit, window: reservations.Reservation, reason: str, *, task: str | None = None
+    ) -> None:
+        """The unit's window takes no more work (over, or too little left for a task)
+        before its task ran in it: say so once (``qpu-reservation-ended``), then follow
+        the job's end rule. ``on-demand``: every program that was for the window gets a
+        new attempt on the public queue (a new token, never the window's ARN again);
+        ``fail``: the job fails. Called at selection too, with no attempt in the window
+        yet: then only the event, and the selection goes on (on-demand) or the job fails."""
+        ctx = self.ctx
+        now = ctx.clock()
+        rule = self.windows.end_rule(unit, window)
+        programs = [
+            p
+            for p in unit.programs
+            if p.attempt.window is not None and p.attempt.window.name == window.name
+        ]
+        first = programs[0] if programs else None
+        if self.windows.first_end(unit, window):
+            record = events.ReservationEnded(
+                reservation=window.name,
+                end=window.end,
+                action=rule,
+                index=first.index if first is not None else None,
+                attempt=first.attempt.number if first is not None else None,
+                task=task,
+                reason=reason,
+            )
+            ctx.post_all(unit, record)
+            ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: {reason}; {rule}")
+        self.windows.left(unit)
+        note = ended_note(window, now, self.windows.task_seconds(window))
+        if rule == reservations.FAIL:
+            self.fail_unit(unit, note)
+            return
+        for program in programs:
+            live = program.attempt.live_task()
+            if live is not None:
+                # Braket cancels it at the end; nobody will read it.
+                self.cancel(live, f"{window.label} ended before it ran")
+                program.attempt.cancelled = True
+            self.next_attempt(
+                unit,
+                program,
+                None,
+                f"{note.removeprefix('qpu: ')}; the task goes to the public queue",
+                reservations.ON_DEMAND,
+            )
+        if programs:
+            self.face.update_memos(unit)
 
     # -- a unit
 
@@ -138,6 +216,7 @@ class Outcomes:
         riders = [*unit.jobs, *unit.released_jobs]
         ctx.units.end(unit, state)
         self.sessions.unit_ended(unit, state, why)
+        self.windows.unit_ended(unit, state)
         for program in unit.programs:
             attempt = program.attempt
             self.charges.leave(unit, program, attempt, riders)

@@ -7,7 +7,10 @@ takes to reach its release point (the classical lead), or, with ``release_at=pre
 the expected wait for the result is below the time released jobs take to start (measured
 by ``StartupMeter``). When every program of a unit is READY its jobs are released through
 the plugin, one of them with the QPU slot vertices its tasks occupy when the devices are
-in Fluxion's graph. This part never calls a vendor: it decides from the last snapshots.
+in Fluxion's graph. A job admitted into a reserved window (Braket Direct) is released as
+soon as its task exists, whatever its ``release_at`` (``Tasks``), with the window in its
+release record; how long before its window it is admitted is ``window_lead``. This part
+never calls a vendor: it decides from the last snapshots.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from flux_quantum.poller import (
     unpositioned_poll_interval,
     unpositioned_release,
 )
-from flux_quantum.protocol import SITE_ACCOUNT, ReleaseInfo
+from flux_quantum.protocol import SITE_ACCOUNT, ReleasedWindow, ReleaseInfo
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import ClusterView
@@ -179,6 +182,14 @@ class Release:
         planned = estimate if pace == drain else place(pace)
         return unpositioned_poll_interval(planned, release_at, pace, self.ctx.schedule)
 
+    def window_lead(self, unit: Unit, now: float) -> float:
+        """How long before its reserved window a job waiting for one goes in: the
+        learned start-up of released jobs (as ``release_at=predict`` uses it) plus the
+        expected wait for the unit's cores (the classical lead; none when unknown)."""
+        cluster = self.ctx.cluster
+        classical = self._classical_wait(unit, cluster, now) if cluster is not None else None
+        return self.startup.estimate() + (classical or 0.0)
+
     def check_lead(self, unit: Unit, attempt: Attempt, now: float) -> None:
         """Between polls: the cluster may have filled up, or time passed."""
         if not attempt.busy and attempt.snapshot is not None:
@@ -227,6 +238,11 @@ class Release:
             read_via=ctx.module_name,
             # A guest's job on the site's accounts: it has no credentials of its own.
             account=SITE_ACCOUNT if unit.userid != ctx.userid else None,
+            # Admitted into a reserved window: the job's own tasks on the device carry
+            # its ARN while it lasts (the shell plugin exports it).
+            reservation=ReleasedWindow(first.window.name, first.window.arn, first.window.end)
+            if first.window is not None
+            else None,
         ).to_dict()
         reasons = tuple(
             {

@@ -256,6 +256,8 @@ def site_policy(handle: Any, catalog: Catalog) -> SitePolicy:
             currency=catalog.currency,
             statedir=statedir,
             owner=os.getuid(),
+            # Each reserved window's device is checked against the catalog.
+            devices={device.name: device for device in catalog.devices},
         )
     except (ValueError, FluxQuantumError) as exc:
         raise ServiceError(str(exc)) from None

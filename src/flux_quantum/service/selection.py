@@ -7,7 +7,16 @@ the same device (first come, first served), and records the choice with its
 explanation (``qpu-select``). When no device fits it waits if the obstacle passes by
 itself (a vendor that did not answer, all slots busy) and fails over or fails the unit
 when it does not. ``compact_explanation`` shortens the policy's explanation for the
-eventlog. This part never creates a task.
+eventlog.
+
+Reserved windows (Braket Direct, ``Windows``): a job that names one is checked (known,
+for its user and bank, on the device it asks for) and put on the window's device with
+no probing, unless the window takes no more work, when the job's end rule applies at
+once (on-demand: an ordinary choice on the window's device; fail). A job that named
+none may be routed into a window when the policy chose a Braket QPU and a window opens
+sooner than that device's public queue; ``qpu-select``'s explanation says why, or why
+not. A window's tasks take no device slot (they skip the public queue). This part never
+creates a task.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
-from flux_quantum import events
+from flux_quantum import events, reservations
 from flux_quantum.catalog import Device
 from flux_quantum.policy import Explanation, NoDeviceError, select_device
 from flux_quantum.request import QpuRequest
@@ -26,6 +35,7 @@ from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.state import Attempt, Phase, Program, Unit
+from flux_quantum.service.windows import Windows
 from flux_quantum.vendors import probe_devices
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
 
@@ -74,17 +84,24 @@ class Selection:
         face: Face,
         outcomes: Outcomes,
         charges: Charges,
+        windows: Windows,
     ) -> None:
         self.ctx = ctx
         self.calls = calls
         self.face = face
         self.outcomes = outcomes
         self.charges = charges
+        self.windows = windows
 
     def request_for(self, unit: Unit, attempt: Attempt) -> QpuRequest:
         """The request as a fail-over sees it: a named device is no longer required
-        (its replacement is chosen by min-wait), and ``class`` may be forced."""
+        (its replacement is chosen by min-wait), and ``class`` may be forced. A job
+        that names a reserved window names its device."""
         request = unit.request
+        named = request.named_reservation
+        window = self.windows.book.named(named) if named is not None else None
+        if window is not None:
+            request = replace(request, device=window.device, policy="explicit")
         if attempt.number == 0 or request.failover == "fail":
             return request
         changes: dict[str, Any] = {}
@@ -105,10 +122,10 @@ class Selection:
             if other is unit:
                 continue
             for attempt in other.attempts():
-                if attempt.device is not None and attempt.phase in (
-                    Phase.SUBMIT,
-                    Phase.TRACK,
-                    Phase.READY,
+                if (
+                    attempt.device is not None
+                    and attempt.window is None  # a window's tasks skip the public queue
+                    and attempt.phase in (Phase.SUBMIT, Phase.TRACK, Phase.READY)
                 ):
                     counts[attempt.device.name] = counts.get(attempt.device.name, 0) + 1
         return counts
@@ -118,6 +135,10 @@ class Selection:
         from flux_quantum.policy import static_candidates
 
         attempt = program.attempt
+        if unit.request.named_reservation is not None and self._into_named(unit, program):
+            return
+        if not unit.active:
+            return
         request = self.request_for(unit, attempt)
         pool = self._pool(attempt)
         # Devices the job's owner may not use are never probed.
@@ -138,6 +159,80 @@ class Selection:
             )
 
         self.calls.call(unit, program, probe, self._selected)
+
+    def _into_named(self, unit: Unit, program: Program) -> bool:
+        """A job that names a reserved window: True when it is decided here (put on the
+        window's device to wait for its admission, or failed); False when its window
+        ended and its end rule sends it to the public queue (an ordinary choice)."""
+        ctx = self.ctx
+        attempt = program.attempt
+        try:
+            window = self.windows.named(
+                unit, lambda: self.charges.requester(unit) if self.charges.enabled else None
+            )
+        except LookupError as exc:
+            self.outcomes.fail_unit(unit, f"qpu: {exc.args[0]}")
+            return True
+        device = ctx.catalog.get(window.device)
+        assert device is not None  # Windows.named checked it
+        refused = self.charges.not_allowed(unit, [device])
+        if device.name in refused:
+            self.outcomes.fail_unit(unit, f"qpu: {refused[device.name]}")
+            return True
+        now = ctx.clock()
+        if self.windows.ended(window, now):
+            seconds = self.windows.task_seconds(window)
+            reason = reservations.admission(
+                window, now=now, lead=0.0, active=0, task_seconds=seconds
+            ).reason
+            self.outcomes.window_ended(unit, window, reason)
+            return not unit.active
+        attempt.chosen(
+            device,
+            events.task_token(unit.id, unit.t_submit, program.index, attempt.number),
+            None,
+            window=window,
+        )
+        explanation = {
+            "policy": unit.request.policy,
+            "order": "reservation",
+            "chosen": device.name,
+            "candidates": [],
+            "reservation": {
+                "name": window.name,
+                "reason": (
+                    f"the job asked for {window.label} on {device.name} "
+                    f"({reservations.iso(window.start)}..{reservations.iso(window.end)}); "
+                    "it waits held with no task until admitted"
+                ),
+            },
+        }
+        record = events.Select(
+            index=program.index,
+            attempt=attempt.number,
+            device=device.name,
+            explanation=explanation,
+        )
+        ctx.post_all(unit, record)
+        self.face.update_memos(unit)
+        return True
+
+    def _route(
+        self, unit: Unit, attempt: Attempt, chosen: Device, explanation: Explanation
+    ) -> tuple[reservations.Reservation | None, str | None]:
+        """The window the policy routes the unit into (None: the public queue), with the
+        route's sentence for ``qpu-select`` (None: no window could take it)."""
+        if not self.windows.routable(unit, chosen):
+            return None, None
+        route = self.windows.route(
+            unit, self.charges.requester(unit), explanation, self.ctx.clock()
+        )
+        window = route.reservation
+        if window is not None and (
+            window.device in attempt.exclude or self.ctx.catalog.get(window.device) is None
+        ):
+            window = None
+        return window, route.reason or None
 
     def _selected(
         self, unit: Unit, program: Program, attempt: Attempt, snapshots: Any, error: Any
@@ -169,8 +264,13 @@ class Selection:
             self._no_device(unit, program, exc, snapshots, in_flight, request, excluded)
             return
         chosen = selection.device
+        window, routing = self._route(unit, attempt, chosen, selection.explanation)
+        if window is not None:
+            routed = ctx.catalog.get(window.device)
+            assert routed is not None
+            chosen = routed
         older = self._older_waiters(unit, chosen)
-        if older >= chosen.slots - in_flight.get(chosen.name, 0):
+        if window is None and older >= chosen.slots - in_flight.get(chosen.name, 0):
             # First come, first served: older jobs waiting for this device's slots
             # take them first.
             self.calls.wait(
@@ -182,12 +282,21 @@ class Selection:
             chosen,
             events.task_token(unit.id, unit.t_submit, program.index, attempt.number),
             chosen_snapshot.queue_depth if chosen_snapshot is not None else None,
+            window=window,
         )
+        explanation = compact_explanation(selection.explanation, site=excluded)
+        if routing is not None:
+            # Routed into a window, or why not: the job's owner sees which.
+            explanation["chosen"] = chosen.name
+            explanation["reservation"] = {
+                "name": window.name if window is not None else None,
+                "reason": routing,
+            }
         record = events.Select(
             index=program.index,
             attempt=attempt.number,
             device=chosen.name,
-            explanation=compact_explanation(selection.explanation, site=excluded),
+            explanation=explanation,
         )
         ctx.post_all(unit, record)
         self.face.update_memos(unit)

@@ -21,6 +21,7 @@ from flux_quantum.catalog import Device
 from flux_quantum.poller import AdaptivePoller
 from flux_quantum.qasm import ProgramCounts
 from flux_quantum.request import QpuRequest
+from flux_quantum.reservations import Reservation
 from flux_quantum.service.fluxside import JobSize
 from flux_quantum.service.retry import Retries
 from flux_quantum.vendors.base import DeviceSnapshot, TaskRef, TaskSnapshot, VendorSession
@@ -47,7 +48,9 @@ class Attempt:
 
     ``number`` counts the program's attempts (0 first); ``exclude`` and ``device_class``
     constrain the choice of device after fail-overs. ``due``/``busy`` schedule the
-    attempt's next step; ``retry`` is its record of failed calls in a row. Its phase
+    attempt's next step; ``retry`` is its record of failed calls in a row. ``window``:
+    the reserved window (Braket Direct) its task is created in, with the window's ARN,
+    once the job is admitted into it (``windows.py``); None: the public queue. Its phase
     changes only through the methods below (SELECT -> SUBMIT -> TRACK -> READY, any ->
     DONE), each setting what that phase needs together.
     """
@@ -59,6 +62,7 @@ class Attempt:
     # What was submitted: the device chosen, the token recorded before the create.
     device: Device | None = None
     token: str | None = None
+    window: Reservation | None = None
     submit_posted: bool = False  # the token is in the eventlog
     reserved: bool = False  # its estimate is reserved in the site's ledger
     since: float | None = None  # taken before the create (qpu-submit): find_task's window
@@ -85,9 +89,18 @@ class Attempt:
 
     # -- phases
 
-    def chosen(self, device: Device, token: str, ahead: int | None) -> None:
-        """SELECT -> SUBMIT: ``device`` chosen, ``token`` to record before the create."""
+    def chosen(
+        self,
+        device: Device,
+        token: str,
+        ahead: int | None,
+        window: Reservation | None = None,
+    ) -> None:
+        """SELECT -> SUBMIT: ``device`` chosen, ``token`` to record before the create;
+        ``window``: the reserved window the task goes into (the job waits for its
+        admission before the token is recorded)."""
         self.device, self.token, self.ahead = device, token, ahead
+        self.window = window
         self.wait_posted = None
         self.retry.clear()
         self.submit_posted = False
@@ -95,11 +108,17 @@ class Attempt:
         self.due = 0.0
 
     def resumed(
-        self, device: Device, token: str, *, since: float | None, ahead: int | None
+        self,
+        device: Device,
+        token: str,
+        *,
+        since: float | None,
+        ahead: int | None,
+        window: Reservation | None = None,
     ) -> None:
         """-> SUBMIT after a restart: the token was recorded, the task maybe created
-        (looked for by its token first)."""
-        self.device, self.token = device, token
+        (looked for by its token first); ``window``: recorded as admitted into it."""
+        self.device, self.token, self.window = device, token, window
         self.since, self.ahead = since, ahead
         self.submit_posted = True
         self.look_first = True
@@ -258,3 +277,5 @@ class Counters:
     sessions_opened: int = 0
     sessions_joined: int = 0  # a later step of a loop rode its loop's open session
     sessions_closed: int = 0
+    window_admitted: int = 0  # units admitted into a reserved window (Braket Direct)
+    window_ended: int = 0  # units whose window ended before their task ran in it

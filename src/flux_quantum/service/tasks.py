@@ -6,8 +6,13 @@ unit's session opened with its first task when it asked for one, the idempotency
 goes to the eventlog, then the vendor create; a refused reservation fails the job and
 nothing is created) -> TRACK (adaptive polls of the task; queue milestones; the release
 point or ``max_wait``; a task that ends is settled) -> READY (handed to ``Release``).
-Every blocking call runs in a worker through ``AttemptCalls``, which retries a failed
-one by the service's one retry policy. This part never releases or fails a job itself:
+An attempt for a reserved window (``Attempt.window``) waits in SUBMIT, before its token
+is recorded, until ``Windows`` admits it (queued for the admission time, not polled);
+admitted, its create carries the window's ARN (the guard ``Windows.arn`` right before
+the vendor's create) and the job is released as soon as the task exists. A window that
+takes no more work hands it to ``Outcomes.window_ended``. Every blocking call runs in a
+worker through ``AttemptCalls``, which retries a failed one by the service's one retry
+policy. This part never releases or fails a job itself:
 it hands over to ``Release`` and ``Outcomes``.
 """
 
@@ -35,6 +40,7 @@ from flux_quantum.service.release import Release
 from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitSession
+from flux_quantum.service.windows import WindowClosed, Windows
 from flux_quantum.vendors.base import SessionOpening, TaskRef, TaskSnapshot, TaskState
 from flux_quantum.vendors.errors import NotFound, VendorError
 
@@ -53,6 +59,7 @@ class Tasks:
         charges: Charges,
         sessions: Sessions,
         selection: Selection,
+        windows: Windows,
     ) -> None:
         self.ctx = ctx
         self.calls = calls
@@ -62,6 +69,7 @@ class Tasks:
         self.charges = charges
         self.sessions = sessions
         self.selection = selection
+        self.windows = windows
 
     # -- scheduling
 
@@ -100,8 +108,20 @@ class Tasks:
         return unit.active and earlier.attempt.submit_posted
 
     def watch(self, unit: Unit, program: Program, now: float) -> None:
-        """Between calls: max_wait and the early release of a tracked task."""
+        """Between calls: max_wait and the early release of a tracked task; a job waiting
+        for its window is stepped sooner when its lead grew (the cluster filled up)."""
         attempt = program.attempt
+        if self._waits_for_window(attempt) and not attempt.busy:
+            window = attempt.window
+            assert window is not None
+            decision = self.windows.decide(
+                window, now=now, lead=self.release.window_lead(unit, now)
+            )
+            if decision.admit or decision.ended:
+                attempt.due = 0.0
+            elif decision.retry_at is not None and decision.retry_at < attempt.due:
+                attempt.due = decision.retry_at
+            return
         if unit.active and attempt.phase is Phase.TRACK:
             self.release.check_lead(unit, attempt, now)
         if unit.active and attempt.phase is Phase.TRACK:
@@ -145,6 +165,7 @@ class Tasks:
             session=self._riding(unit, attempt.device).fingerprint
             if self._riding(unit, attempt.device)
             else None,
+            reservation=attempt.window.name if attempt.window is not None else None,
         )
 
     @staticmethod
@@ -167,11 +188,45 @@ class Tasks:
             device=attempt.device.name if attempt.device else None,
         )
 
+    @staticmethod
+    def _waits_for_window(attempt: Attempt) -> bool:
+        """Whether the attempt is for a window and not admitted yet (no token recorded)."""
+        return (
+            attempt.window is not None
+            and attempt.phase is Phase.SUBMIT
+            and not attempt.submit_posted
+        )
+
+    def _admitted(self, unit: Unit, program: Program) -> bool:
+        """Whether the unit goes into its attempt's window now. Not yet: the attempt is
+        due when the answer may change (the admission time, or the time the window
+        stops taking work; a freed place wakes it sooner), and its memo says why; the
+        window took no more work: the end rule applies."""
+        ctx = self.ctx
+        attempt = program.attempt
+        window = attempt.window
+        assert window is not None
+        now = ctx.clock()
+        decision = self.windows.admission(
+            unit, window, now=now, lead=self.release.window_lead(unit, now)
+        )
+        if decision.admit:
+            return True
+        if decision.ended:
+            self.outcomes.window_ended(unit, window, decision.reason)
+            return False
+        stops = window.end - self.windows.task_seconds(window)
+        attempt.due = stops if decision.retry_at is None else min(decision.retry_at, stops)
+        self.face.update_memos(unit)
+        return False
+
     def _start_submit(self, unit: Unit, program: Program) -> None:
         ctx = self.ctx
         attempt = program.attempt
         assert attempt.device is not None and attempt.token is not None
         assert program.text is not None
+        if self._waits_for_window(attempt) and not self._admitted(unit, program):
+            return  # held with no task until admitted into its window
         refusal = self.charges.reserve(unit, program, attempt)
         if refusal is not None:
             # Reserved before the create (and before any session), or not created at all.
@@ -220,6 +275,8 @@ class Tasks:
         session = riding.handle if riding is not None else None
         look, since = attempt.look_first, attempt.since or unit.t_submit
         found: list[TaskRef] = []
+        window, clock, windows = attempt.window, ctx.clock, self.windows
+        task_seconds = windows.task_seconds(window) if window is not None else 0.0
 
         def create() -> TaskRef:
             if look:
@@ -230,6 +287,11 @@ class Tasks:
                 if task is not None:
                     found.append(task)
                     return task
+            if window is not None:
+                # The one guard, right before the create: never an ARN on another
+                # device, nor once the window has less than one task's time left.
+                arn = windows.arn(window, device, now=clock(), task_seconds=task_seconds)
+                return vendor.submit(device, text, shots, token, reservation=arn)
             if session is not None:
                 return vendor.submit_in(session, device, text, shots, token)
             return vendor.submit(device, text, shots, token)
@@ -283,6 +345,9 @@ class Tasks:
     ) -> None:
         ctx = self.ctx
         assert attempt.device is not None
+        if isinstance(error, WindowClosed) and attempt.window is not None:
+            self.outcomes.window_ended(unit, attempt.window, str(error))
+            return
         if error is not None:
             if isinstance(error, VendorError) and not error.retryable:
                 record = events.SubmitFailed(
@@ -316,6 +381,10 @@ class Tasks:
         ctx.post_all(unit, self.task_record(unit, program))
         self.face.update_memos(unit)
         ctx.log(syslog.LOG_INFO, f"unit {unit.id}: task {task.task_id} on {attempt.device.name}")
+        if attempt.window is not None:
+            # Admitted: released at once, whatever release_at says (the task waits
+            # QUEUED until the window opens, the job's start-up overlaps that wait).
+            self.release.ready(unit, attempt, self._admission_reason(unit, attempt))
 
     # -- track
 
@@ -377,8 +446,27 @@ class Tasks:
             ctx.log(syslog.LOG_INFO, f"unit {unit.id}: re-attached {snap.task.task_id}")
         attempt.snapshot = snap
         self.calls.recovered(attempt)
+        if snap.state is TaskState.RUNNING:
+            attempt.running_seen = attempt.running_seen or snap.t
         if snap.terminal:
             self.charges.ended(unit, program, attempt, snap)
+        window = attempt.window
+        if window is not None:
+            # A window's task is polled only after a restart (the job was released
+            # when it was created): released at once, unless the window ended first.
+            if snap.state in (TaskState.CANCELLED, TaskState.CANCELLING) and snap.t >= window.end:
+                self.outcomes.window_ended(
+                    unit,
+                    window,
+                    f"task {snap.task.task_id} was cancelled at the end of {window.label} "
+                    f"({snap.state.value}) while the job was held",
+                    task=snap.task.task_id,
+                )
+                return
+            if snap.state not in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
+                self.release.ready(unit, attempt, self._admission_reason(unit, attempt))
+                self.face.update_memos(unit)
+                return
         if snap.state in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
             reason = snap.message or f"the vendor reports {snap.state.value}"
             record = events.TaskFailed(
@@ -422,6 +510,12 @@ class Tasks:
         elif not self.release.lead_reached(unit, attempt, now):
             attempt.due = now + min(delay, ctx.schedule.max_interval)
         self.face.update_memos(unit)
+
+    def _admission_reason(self, unit: Unit, attempt: Attempt) -> str:
+        """Why the job is released: its admission into its window."""
+        assert attempt.window is not None
+        reason = self.windows.admitted_reason(unit) or f"admitted into {attempt.window.label}"
+        return f"admitted: {reason}"
 
     def _unpositioned(self, attempt: Attempt) -> bool:
         """Whether the attempt's vendor reports no queue positions on its device."""
