@@ -594,6 +594,10 @@ def test_a_task_in_a_window_is_free_and_records_its_qpu_time_and_share(tmp_path:
         reserved = site.reserve(held)
         if i < 3:
             assert reserved.allowed, reserved.decision.reason
+            assert reserved.decision.reason == (
+                "within 3 limit(s); this task on forte1 would cost $0.00 (in reservation "
+                "forte-jun03)"
+            )
             tokens.append(token)
     assert not reserved.allowed
     assert "over quota: [quantum.quota] limit 3: user alice, 3 tasks a day" in (

@@ -441,6 +441,8 @@ def decide(
         return QuotaDecision(False, refusal[1], tuple(checks), refusal[0])
     if not checks:
         return QuotaDecision(True, f"no limit applies; {would}", ())
+    if paid:  # no spend counted: what is left of a spend limit says nothing about it
+        return QuotaDecision(True, f"within {len(checks)} limit(s); {would}", tuple(checks))
     tightest = min(
         (c for c in checks if c.limit.spend is not None),
         key=lambda c: (c.limit.spend or 0.0) - c.used.spend,
