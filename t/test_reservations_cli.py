@@ -264,3 +264,32 @@ def test_the_example_in_etc_is_a_valid_window(
     argv = setup(tmp_path, "\n".join(block) + "\n")
     rc, out, _ = run(capsys, *argv, "--all", "-n", "-o", "{name} {device} {on_end} {who}")
     assert rc == 0 and out == "forte-dec03 forte1 on-demand users alice, bob\n"
+
+
+def test_the_live_part_from_the_services_status() -> None:
+    """A window as the service's status reports it (``reservations`` in ``flux quantum
+    service status --json``): its jobs, tasks, QPU time and utilisation win over the
+    ledger's, whose share is kept."""
+    from flux_quantum.cli.reservations import window_record, window_row
+    from flux_quantum.reservations import ReservationBook
+
+    now = hour_floor(time.time())
+    (forte,) = ReservationBook.from_config(
+        [{"name": "w", "device": "forte1", "arn": f"{ARN}w", "start": now - HOUR,
+          "end": now + HOUR, "cost": 7200.0}]
+    )  # fmt: skip
+    live = {"name": "w", "state": "now", "waiting": [11, 12, "x"], "active": [13],
+            "tasks": 4, "used_seconds": 5400.0, "utilisation": 0.75}  # fmt: skip
+    record = window_record(forte, now, live, (2, 100.0, 100.0))
+    assert (record["waiting"], record["active"], record["tasks"]) == ([11, 12, "x"], [13], 4)
+    assert (record["used_seconds"], record["utilisation"], record["share"]) == (5400.0, 0.75, 100.0)
+    assert record["source"] == "service"
+    row = window_row(record, "USD")
+    assert (row["wait"], row["on_nodes"], row["tasks"], row["qpu_time"], row["util"]) == (
+        "3", "1", "4", "1h30m", "75%",
+    )  # fmt: skip
+    assert row["jobids"].startswith("waiting: ") and "; on nodes: " in row["jobids"]
+    # a window the service does not report: the ledger's figures, no jobs
+    record = window_record(forte, now, None, (2, 100.0, 100.0))
+    assert (record["waiting"], record["tasks"], record["source"]) == (None, 2, "ledger")
+    assert window_row(record, "USD")["wait"] == "-"
