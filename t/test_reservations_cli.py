@@ -289,6 +289,10 @@ def test_the_live_part_from_the_services_status() -> None:
         "3", "1", "4", "1h30m", "75%",
     )  # fmt: skip
     assert row["jobids"].startswith("waiting: ") and "; on nodes: " in row["jobids"]
+    # a service without a ledger says None: shown as "-"
+    quiet = {**live, "tasks": None, "used_seconds": None, "utilisation": None}
+    row = window_row(window_record(forte, now, quiet, None), "USD")
+    assert (row["wait"], row["tasks"], row["qpu_time"], row["util"]) == ("3", "-", "-", "-")
     # a window the service does not report: the ledger's figures, no jobs
     record = window_record(forte, now, None, (2, 100.0, 100.0))
     assert (record["waiting"], record["tasks"], record["source"]) == (None, 2, "ledger")

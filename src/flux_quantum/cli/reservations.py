@@ -209,6 +209,13 @@ def _jobs(ids: Any) -> list[int | str]:
     return [i for i in ids if isinstance(i, (int, str)) and not isinstance(i, bool)]
 
 
+def _number(value: Any) -> float | None:
+    """A number from the service's answer, or None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 def _jobid(jobid: int | str) -> str:
     """A job id the Flux way (f58), as ``flux jobs`` shows it."""
     try:
@@ -228,13 +235,17 @@ def window_record(
     """One window for --json: the configuration, its state now, what runs in it."""
     record: dict[str, Any] = {**window.to_dict(), "state": window.state(now)}
     if live is not None:
-        used = float(live.get("used_seconds") or 0.0)
+        # The service says None where it cannot (no ledger): shown as "-".
+        tasks, used = _number(live.get("tasks")), _number(live.get("used_seconds"))
+        util = _number(live.get("utilisation"))
+        if util is None and used is not None:
+            util = used / window.duration
         record.update(
             waiting=_jobs(live.get("waiting")),
             active=_jobs(live.get("active")),
-            tasks=int(live.get("tasks") or 0),
+            tasks=None if tasks is None else int(tasks),
             used_seconds=used,
-            utilisation=float(live.get("utilisation") or used / window.duration),
+            utilisation=util,
             source="service",
         )
     else:
