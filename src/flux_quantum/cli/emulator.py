@@ -5,8 +5,12 @@ client needs (and writes them to ``--env-file``, with the emulator's pid in a co
 logs one line per call to stderr with ``-v``, and stops cleanly on SIGTERM or SIGINT.
 ``--background`` returns once the emulator serves (no wait on a clock), ``--stop``
 ends the one an env file names and ``--report`` prints that one's report (its bill,
-calls and faults) as JSON. It must never listen on or ask anything but loopback and
-never print anything but the export lines (or the report) on stdout.
+calls and faults) as JSON. ``--reserve DEVICE`` books a Braket Direct window on the
+emulator an env file names, as Braket Direct's console would (its ARN the emulator's), on
+the wall clock whatever the emulator's speed, and prints the site's
+``[[quantum.reservations]]`` table for it. It must never listen on or ask anything but
+loopback and never print anything but the export lines (or the report, or the table) on
+stdout.
 """
 
 from __future__ import annotations
@@ -14,19 +18,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
+import re
 import shlex
 import signal
 import sys
 import tempfile
 import threading
 import time
+import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 from urllib.parse import urlsplit
 
+from flux_quantum import reservations as braket_direct
+from flux_quantum.cli import table
 from flux_quantum.emulator import Call, Emulator, Scenario, ScenarioError, WallClock
 from flux_quantum.emulator.bill import read_report
+from flux_quantum.emulator.direct import book_wall
 from flux_quantum.emulator.ibm_scenario import IbmScenario
 from flux_quantum.emulator.server import check_loopback
 from flux_quantum.errors import CommandError
@@ -75,6 +87,54 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of queues and faults")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each call to stderr")
+    reserve = parser.add_argument_group(
+        "Braket Direct windows",
+        "Book a window of a device on the running emulator that wrote --env-file, on the "
+        "wall clock whatever its --speed, and print the [[quantum.reservations]] table "
+        "for the instance's configuration: flux quantum emulator --env-file F --reserve "
+        "local-forte1 --in 30s --for 3m --name demo >> CONFIG",
+    )
+    reserve.add_argument(
+        "--reserve",
+        metavar="DEVICE",
+        help="book DEVICE (the catalog's name of a Braket device, e.g. local-forte1)",
+    )
+    reserve.add_argument(
+        "--in",
+        dest="opens_in",
+        metavar="DURATION",
+        help="the window opens this long from now (30s, 5m, 1h; default 0)",
+    )
+    reserve.add_argument(
+        "--for", dest="lasts", metavar="DURATION", help="how long the window lasts (required)"
+    )
+    reserve.add_argument(
+        "--name", help="the window's name (default: DEVICE-YYYYMMDD-HHMMSS of its start, UTC)"
+    )
+    reserve.add_argument(
+        "--price-per-hour",
+        type=float,
+        metavar="PRICE",
+        help="what an hour of the window costs (default 0); the table's cost is PRICE x its hours",
+    )
+    reserve.add_argument("--users", metavar="LIST", help="who may use it: user names or uids, a,b")
+    reserve.add_argument("--banks", metavar="LIST", help="who may use it: banks, a,b")
+    reserve.add_argument("--bank", help="the bank that booked it (default: the site)")
+    reserve.add_argument(
+        "--on-end",
+        choices=braket_direct.ON_END,
+        help="a job whose task did not run by the end: on-demand (default) or fail",
+    )
+    reserve.add_argument(
+        "--route", action="store_true", help="the policy may route jobs that named no window"
+    )
+    reserve.add_argument(
+        "--route-within", metavar="DURATION", help="with --route: taken this long before it opens"
+    )
+    reserve.add_argument("--jobs", type=int, help="its jobs on nodes at once (default 2)")
+    reserve.add_argument(
+        "--catalog", metavar="FILE", help="backends catalog (default: lookup order)"
+    )
 
 
 def export_lines(env: dict[str, str]) -> list[str]:
@@ -220,6 +280,11 @@ def _background(args: argparse.Namespace) -> int:
 
 
 def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
+    if getattr(args, "reserve", None) is not None:
+        return reserve_window(args)
+    given = [option for option, dest in RESERVE_OPTIONS if getattr(args, dest, None)]
+    if given:
+        raise CommandError(f"{given[0]} goes with --reserve DEVICE (the device to book)")
     report = getattr(args, "report", False)
     if args.stop or args.background or report:
         if not args.env_file and report:
@@ -292,6 +357,169 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         emulator.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    return 0
+
+
+# --- Braket Direct windows -------------------------------------------------------------
+
+RESERVE_OPTIONS = (
+    ("--in", "opens_in"),
+    ("--for", "lasts"),
+    ("--name", "name"),
+    ("--price-per-hour", "price_per_hour"),
+    ("--users", "users"),
+    ("--banks", "banks"),
+    ("--bank", "bank"),
+    ("--on-end", "on_end"),
+    ("--route", "route"),
+    ("--route-within", "route_within"),
+    ("--jobs", "jobs"),
+    ("--catalog", "catalog"),
+)
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(s|m|h|d)?", re.ASCII)
+_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# Checks the table before the window is booked; the emulator gives the real one.
+_PLACEHOLDER_ARN = "arn:aws:braket:us-east-1:000000000000:reservation/not-booked-yet"
+
+
+def duration(text: str, option: str) -> float:
+    """Seconds of ``30s``, ``5m``, ``1.5h``, ``1d`` or plain seconds; CommandError naming
+    ``option`` otherwise."""
+    match = _DURATION.fullmatch(text.strip())
+    seconds = float(match.group(1)) * _SECONDS[match.group(2) or ""] if match else math.nan
+    if not math.isfinite(seconds):
+        raise CommandError(f"{option} must be a duration such as 90, 30s, 5m or 2h, got {text!r}")
+    return seconds
+
+
+def _names(text: str, option: str) -> list[str]:
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise CommandError(f"{option} must be names separated by commas (a,b), got {text!r}")
+    return names
+
+
+def _toml_datetime(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    return json.dumps(value)  # a JSON string is a TOML basic string
+
+
+def window_table(fields: dict[str, Any]) -> str:
+    """``fields`` (``start``/``end`` in epoch seconds) as one ``[[quantum.reservations]]``
+    table, the date-times in UTC (Flux's TOML reader drops any other offset)."""
+    lines = [f"[[{braket_direct.TABLE}]]"]
+    for key, value in fields.items():
+        shown = _toml_datetime(value) if key in ("start", "end") else _toml_value(value)
+        lines.append(f"{key} = {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def check_table(text: str, devices: dict[str, Any]) -> braket_direct.Reservation:
+    """The window ``text`` describes, read back as TOML and checked as the handler service
+    checks the instance's tables; CommandError with its sentence."""
+    entries = tomllib.loads(text)["quantum"]["reservations"]
+    plain = [
+        {k: v.isoformat() if isinstance(v, datetime) else v for k, v in entry.items()}
+        for entry in entries
+    ]
+    try:
+        [reservation] = braket_direct.ReservationBook.from_config(plain, devices)
+    except braket_direct.ReservationConfigError as exc:
+        raise CommandError(str(exc)) from None
+    return reservation
+
+
+def _window_fields(
+    args: argparse.Namespace, name: str, device: str, arn: str, start: float, end: float
+) -> dict[str, Any]:
+    price = args.price_per_hour or 0.0
+    fields: dict[str, Any] = {
+        "name": name,
+        "device": device,
+        "arn": arn,
+        "start": start,
+        "end": end,
+        "cost": round(price * (end - start) / 3600.0, 2),
+    }
+    if args.users:
+        fields["users"] = _names(args.users, "--users")
+    if args.banks:
+        fields["banks"] = _names(args.banks, "--banks")
+    optional = {
+        "bank": args.bank,
+        "on_end": args.on_end,
+        "route": args.route or None,
+        "route_within": args.route_within,
+        "jobs": args.jobs,
+    }
+    fields.update({key: value for key, value in optional.items() if value is not None})
+    return fields
+
+
+def reserve_window(args: argparse.Namespace) -> int:
+    """Book ``--reserve DEVICE`` on the emulator ``--env-file`` names, from ``--in`` for
+    ``--for`` on the wall clock (whole seconds), and print its table on stdout."""
+    for option, wanted in (("--stop", args.stop), ("--report", args.report)):
+        if wanted:
+            raise CommandError(f"{option} and --reserve do not go together: one at a time")
+    if args.background:
+        raise CommandError("--background and --reserve do not go together: start it first")
+    if not args.env_file:
+        raise CommandError("--reserve needs --env-file FILE (where the emulator's URL is)")
+    if args.lasts is None:
+        raise CommandError("--reserve needs --for DURATION (how long the window lasts)")
+    lasts = math.ceil(duration(args.lasts, "--for"))
+    if lasts <= 0:
+        raise CommandError(f"--for must be at least one second, got {args.lasts!r}")
+    opens_in = duration(args.opens_in, "--in") if args.opens_in is not None else 0.0
+    if args.price_per_hour is not None and not (
+        math.isfinite(args.price_per_hour) and args.price_per_hour >= 0
+    ):
+        raise CommandError(f"--price-per-hour must be a number >= 0, got {args.price_per_hour:g}")
+    catalog = table.catalog(args.catalog)
+    vendor, _, named = args.reserve.rpartition(":")
+    device = next((d for d in catalog if d.name == named), None)
+    if device is None or vendor not in ("", device.vendor):
+        raise CommandError(
+            f"--reserve {args.reserve!r} is not a device of the catalog {catalog.path} "
+            f"(devices: {', '.join(catalog.names()) or 'none'})"
+        )
+    devices = {d.name: d for d in catalog}
+    url = _url_of(Path(args.env_file))
+    start = math.ceil(time.time() + opens_in)
+    end = start + lasts
+    stamp = datetime.fromtimestamp(start, UTC).strftime("%Y%m%d-%H%M%S")
+    name = args.name or f"{device.name}-{stamp}".lower()
+    # Everything the site's table says is checked before anything is booked.
+    unbooked = _window_fields(args, name, device.name, _PLACEHOLDER_ARN, start, end)
+    check_table(window_table(unbooked), devices)
+    try:
+        check_loopback(urlsplit(url).hostname or "")
+        record = book_wall(url, device.id, start, end, price_per_hour=args.price_per_hour or 0.0)
+    except ValueError as exc:
+        raise CommandError(f"the emulator at {url} did not book the window: {exc}") from None
+    arn = record.get("arn")
+    if not isinstance(arn, str) or record.get("device") != device.id:
+        raise CommandError(f"the emulator at {url} answered a booking without {device.id}'s ARN")
+    text = window_table(_window_fields(args, name, device.name, arn, start, end))
+    check_table(text, devices)
+    print(text, end="", flush=True)
+    print(
+        f"flux-quantum-emulator: booked {device.name} ({device.id}) as {name}, "
+        f"{_toml_datetime(start)} to {_toml_datetime(end)} on the wall clock (the emulator's "
+        f"seconds {record.get('start', 0):.0f} to {record.get('end', 0):.0f}); append the "
+        "table to the instance's configuration, then start (or restart) the handler service",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -25,6 +25,16 @@ class Clock(Protocol):
     def now(self) -> float: ...
 
 
+@runtime_checkable
+class OnWallClock(Protocol):
+    """A clock whose timeline runs on the wall clock (``time.time()``), so that a date an
+    admin asks for maps to emulated seconds and back: ``WallClock``, ``ScaledClock``."""
+
+    def at(self, wall_time: float) -> float: ...
+
+    def wall(self, emulated: float) -> float: ...
+
+
 def timestamp(clock: Clock, t: float) -> datetime:
     """The calendar date of emulated second ``t`` on ``clock``'s timeline."""
     return clock.epoch + timedelta(seconds=t)
@@ -73,9 +83,19 @@ class WallClock:
         self.speed = float(speed)
         self.epoch = epoch or datetime.now(UTC)
         self._origin = time.monotonic()
+        self._wall_origin = time.time()  # the wall time of emulated second 0
 
     def now(self) -> float:
         return (time.monotonic() - self._origin) * self.speed
+
+    def at(self, wall_time: float) -> float:
+        """The emulated time at ``wall_time`` (``time.time()`` seconds; negative before
+        the clock was made)."""
+        return (wall_time - self._wall_origin) * self.speed
+
+    def wall(self, emulated: float) -> float:
+        """The wall time (``time.time()`` seconds) at which the clock reads ``emulated``."""
+        return self._wall_origin + emulated / self.speed
 
     def __repr__(self) -> str:
         return f"WallClock(speed={self.speed}, now={self.now():.3f})"

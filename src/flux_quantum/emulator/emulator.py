@@ -4,7 +4,8 @@ This module owns the lifecycle of an emulator (start, stop, context manager), th
 a client needs to reach it, read access to its call log, and its report (the bill, calls and
 faults: ``report()``, also served at ``GET /_emulator/report``, a route of the emulator's own
 that needs no credential), and booking Braket Direct reservations while it runs
-(``add_reservation``, also ``POST /_emulator/reservations``, beside the report). It must
+(``add_reservation``, also ``POST /_emulator/reservations``, beside the report, which also
+takes a window on the wall clock and gives a reservation without one its ARN). It must
 never bind anything but IPv4 loopback, never leave a
 thread running after ``stop()``, never put a credential in a report, and never change what
 the scenario describes: everything it serves comes from the scenario, the clock and the seed.
@@ -20,7 +21,7 @@ from typing import Any
 
 from flux_quantum.emulator.bill import REPORT_PATH, report_document
 from flux_quantum.emulator.clock import Clock, WallClock
-from flux_quantum.emulator.direct import RESERVATIONS_PATH, reservation_document
+from flux_quantum.emulator.direct import RESERVATIONS_PATH, on_timeline, reservation_document
 from flux_quantum.emulator.ibm import API as IBM_API
 from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
 from flux_quantum.emulator.ibm import IbmService
@@ -90,7 +91,8 @@ class Emulator:
 
     def _book(self, request: Request) -> Response:
         """``POST /_emulator/reservations``: 201 and the reservation's record, or 400 and
-        the one-sentence reason it was refused."""
+        the one-sentence reason it was refused. The window may be given on the wall clock
+        (``wall_start``, ``wall_end``) and the ARN left to the emulator."""
         try:
             fields = json.loads(request.body or b"null")
         except ValueError:
@@ -98,10 +100,10 @@ class Emulator:
         if not isinstance(fields, dict):
             return json_response(400, {"message": "reservation: the body must be a JSON object"})
         try:
-            reservation = self._service.add_reservation(fields)
+            reservation = self._service.add_reservation(on_timeline(fields, self.clock))
         except ScenarioError as exc:
             return json_response(400, {"message": str(exc)})
-        return json_response(201, reservation_document(reservation, self.clock.epoch))
+        return json_response(201, reservation_document(reservation, self.clock))
 
     def stop(self) -> None:
         """Close every connection and join every thread (bounded); safe to call twice."""

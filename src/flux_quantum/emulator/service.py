@@ -177,6 +177,7 @@ class BraketService:
         self._published: set[str] = set()
         self._calls: list[Call] = []
         self._task_ids = random.Random(f"{seed}:task-ids")
+        self._reservation_ids = random.Random(f"{seed}:reservation-ids")
         self._faults = self._bind_faults(scenario)
         self._fault_counts = [0] * len(self._faults)
         # For the report: calls by operation and fault effects by kind, since the start
@@ -221,8 +222,12 @@ class BraketService:
 
     def add_reservation(self, fields: Any) -> ReservationSpec:
         """Book a reservation while running (``fields``: arn, device, start, end,
-        price_per_hour); ScenarioError in one sentence naming the field when refused."""
+        price_per_hour; without ``arn``, the emulator gives it one, as Braket Direct does
+        when a window is booked); ScenarioError in one sentence naming the field when
+        refused."""
         with self._lock:
+            if isinstance(fields, dict) and fields.get("arn") is None:
+                fields = {**fields, "arn": self._new_reservation_arn(fields.get("device"))}
             reservation = reservation_from(
                 fields,
                 self.scenario.devices,
@@ -231,6 +236,14 @@ class BraketService:
             )
             self._book(reservation, self.clock.now())
             return reservation
+
+    def _new_reservation_arn(self, device: object) -> str:
+        """A reservation ARN in the device's region (the scenario's for a global device)
+        and the scenario's account, its id drawn from the seed (lock held)."""
+        spec = next((d for d in self.scenario.devices if device in (d.arn, d.name)), None)
+        region = (spec.arn.split(":")[3] if spec is not None else "") or self.scenario.region
+        reservation_id = uuid.UUID(int=self._reservation_ids.getrandbits(128), version=4)
+        return f"arn:aws:braket:{region}:{self.scenario.account}:reservation/{reservation_id}"
 
     def reservations(self) -> list[ReservationSpec]:
         """Every reservation booked, by start."""
