@@ -338,6 +338,59 @@ def test_a_job_naming_no_window_is_routed_into_one_that_opens_sooner_than_the_pu
     assert h.flux.last(job, events.SUBMIT).reservation == NAME
 
 
+def test_a_job_is_routed_only_when_the_window_opens_sooner_than_the_queue_it_would_join(
+    ledger,
+):
+    """min-wait would send it to solo: routed into alpha's window only when the window
+    opens before solo's queue would serve it, whatever alpha's own queue is."""
+    any_qpu = {"class": "qpu", "policy": "min-wait", "release_at": 1}
+    busy = {"alpha": QueueModel(50), "beta": QueueModel(40), "solo": QueueModel(20)}
+    h = WindowHarness(ledger, [window(route=True)], queues=busy)
+    job = h.flux.submit(any_qpu)
+    h.run(2.0)
+    select = h.flux.last(job, events.SELECT)
+    assert select.device == "alpha" and select.explanation["reservation"]["name"] == NAME
+    # Solo's queue (19 tasks ahead x 10 s), not alpha's own (~8m).
+    assert "sooner than its public queue (~3m)" in select.explanation["reservation"]["reason"]
+
+    quiet = {"alpha": QueueModel(50), "beta": QueueModel(40), "solo": QueueModel(1)}
+    h = WindowHarness(ledger, [window(route=True)], queues=quiet)
+    job = h.flux.submit(any_qpu)
+    h.until(lambda: h.state(job) == "released")
+    select = h.flux.last(job, events.SELECT)
+    assert select.device == "solo" and select.explanation["reservation"]["name"] is None
+    assert [arn for _, _, arn in h.vendor.creates] == [None]
+
+
+@pytest.mark.parametrize("on_end", ["on-demand", "fail"])
+def test_a_routed_job_whose_window_ends_first_follows_the_window_s_end_rule(ledger, on_end):
+    """Routed into a window whose one place stays taken: at the end, the window's
+    ``on_end``: the same device's public queue, or the job fails."""
+    busy = {"alpha": QueueModel(50), "beta": QueueModel(40), "solo": QueueModel(30)}
+    h = WindowHarness(ledger, [window(route=True, jobs=1, on_end=on_end)], queues=busy)
+    first = h.flux.submit(named())
+    h.clock.advance(1.0)
+    routed = h.flux.submit({"class": "qpu", "policy": "min-wait", "release_at": 100})
+    h.until(lambda: h.state(first) == "released")
+    assert h.flux.last(routed, events.SELECT).explanation["reservation"]["name"] == NAME
+    h.until(lambda: h.state(routed) != "held", limit=LASTS + OPENS)
+    assert h.flux.last(routed, events.RESERVATION_ENDED).action == on_end
+    if on_end == "fail":
+        assert h.state(routed) == "failed"
+        # It stopped waiting when less than one task's time was left.
+        assert h.flux.jobs[routed].note == (
+            "qpu: reservation alpha-w ends at 1970-01-12T13:53:40Z, too soon for the "
+            "job's task (~10s): it did not run in it"
+        )
+        assert [arn for _, _, arn in h.vendor.creates] == [ARN]
+    else:
+        assert h.state(routed) == "released"
+        # The same device, in its public queue (min-wait alone would take solo).
+        assert h.flux.last(routed, events.SUBMIT).device == "alpha"
+        assert [arn for _, _, arn in h.vendor.creates] == [ARN, None]
+    no_arn_at_or_after_the_end(h)
+
+
 def test_a_window_later_than_the_public_queue_is_not_taken_and_the_explanation_says_why(
     ledger,
 ):

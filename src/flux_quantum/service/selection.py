@@ -96,10 +96,12 @@ class Selection:
     def request_for(self, unit: Unit, attempt: Attempt) -> QpuRequest:
         """The request as a fail-over sees it: a named device is no longer required
         (its replacement is chosen by min-wait), and ``class`` may be forced. A job
-        that names a reserved window names its device."""
+        that names a reserved window, or whose window ended (it falls back to the
+        public queue), names the window's device."""
         request = unit.request
         named = request.named_reservation
         window = self.windows.book.named(named) if named is not None else None
+        window = window or self.windows.fell_back(unit)
         if window is not None:
             request = replace(request, device=window.device, policy="explicit")
         if attempt.number == 0 or request.failover == "fail":
@@ -193,6 +195,7 @@ class Selection:
             None,
             window=window,
         )
+        self.windows.waits(unit, window)
         explanation = {
             "policy": unit.request.policy,
             "order": "reservation",
@@ -284,6 +287,7 @@ class Selection:
             chosen_snapshot.queue_depth if chosen_snapshot is not None else None,
             window=window,
         )
+        self.windows.waits(unit, window)
         explanation = compact_explanation(selection.explanation, site=excluded)
         if routing is not None:
             # Routed into a window, or why not: the job's owner sees which.

@@ -12,15 +12,15 @@ the window's ARN (``arn``, the guard: never on another device, never when less t
 task's time is left) and the job is released at once. A window that takes no more work
 applies the job's end rule (``end_rule``: on-demand or fail; ``Outcomes.window_ended``).
 
-This part owns the bookkeeping of every window: why each waiting unit waits, the units
-admitted and not yet released, the jobs released into a window that have not ended
+This part owns the bookkeeping of every window: the units waiting for it and why, the
+units admitted and not yet released, the jobs released into it that have not ended
 (their places: watched with job-list as ``Sessions`` watches released jobs, and found
-again after a restart through their persistent memo ``qpu_reservation``), and which
-end was said to which unit. It books
-the windows in the site's ledger when the service starts (``SitePolicy.book_windows``)
-and answers the ``reservations`` section of ``status`` (tasks and QPU time: the
-ledger's, which outlives a restart). It never calls a vendor, never
-creates, releases or fails anything: ``Tasks``, ``Release`` and ``Outcomes`` do, asking it.
+again after a restart through their persistent memo ``qpu_reservation``), and which end
+was said to which unit. It books the windows in the site's ledger when the service
+starts (``SitePolicy.book_windows``) and answers the ``reservations`` section of
+``status`` (tasks and QPU time: the ledger's, which outlives a restart). It never calls
+a vendor, never creates, releases or fails anything: ``Tasks``, ``Release`` and
+``Outcomes`` do, asking it.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from flux_quantum.errors import FluxQuantumError
 from flux_quantum.policy import Explanation
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.fluxside import RESERVATION_MEMO
-from flux_quantum.service.state import Attempt, Phase, Unit, UnitState
+from flux_quantum.service.state import Unit, UnitState
 from flux_quantum.site_policy import SitePolicy
 
 
@@ -73,7 +73,8 @@ class Windows:
         self.site = site
         # The site's windows (no site policy: none).
         self.book = site.reservations if site is not None else reservations.ReservationBook()
-        self._reasons: dict[int, tuple[str, str]] = {}  # unit -> (window, why it waits)
+        # Units whose attempt is for a window, not admitted yet: (window, why it waits).
+        self._waiting: dict[int, tuple[str, str | None]] = {}
         self._admitted: dict[int, Admitted] = {}
         self._running: dict[int, tuple[str, int]] = {}  # released job -> (window, userid)
         self._marked: set[int] = set()  # jobs whose persistent memo names their window
@@ -102,15 +103,16 @@ class Windows:
 
     def end_rule(self, unit: Unit, window: reservations.Reservation) -> str:
         """What becomes of the unit when its window ended before its task ran: the job's
-        ``qpu.reservation_end``, else the window's ``on_end`` for a job that named it; a
-        job the policy routed into it goes back to the public queue (it never asked for
-        a window, so it never fails for one)."""
-        request = unit.request
-        if request.reservation_end is not None:
-            return request.reservation_end
-        if request.named_reservation == window.name:
-            return window.on_end
-        return reservations.ON_DEMAND
+        ``qpu.reservation_end``, else the window's ``on_end`` (a routed job's too)."""
+        return unit.request.reservation_end or window.on_end
+
+    def fell_back(self, unit: Unit) -> reservations.Reservation | None:
+        """The window the unit was told ended (its later attempts go to that window's
+        device, in the public queue), or None."""
+        for unit_id, name in self._said_end:
+            if unit_id == unit.id:
+                return self.book.named(name)
+        return None
 
     # -- choosing
 
@@ -157,25 +159,39 @@ class Windows:
         self, unit: Unit, requester: Requester, explanation: Explanation, now: float
     ) -> reservations.Route:
         """Route the unit into a window among the devices the policy found eligible,
-        when one opens sooner than that device's public queue (or within its
-        ``route_within``); the route's reason says which, or why none."""
+        when one opens sooner than the public queue would serve the job (or within its
+        ``route_within``); the route's reason says which, or why none. The public queue
+        is the one the job would go to: a window's device's own, or the device the
+        policy chose when that one serves it sooner."""
         eligible = [c for c in explanation.candidates if c.eligible]
-        devices = [c.device for c in eligible]
-        task_seconds = {}
-        for window in self.book:
-            task_seconds[window.device] = self.task_seconds(window)
+        chosen = next((c.expected_wait for c in eligible if c.device == explanation.chosen), None)
+        public: dict[str, float | None] = {}
+        for candidate in eligible:
+            own = candidate.expected_wait
+            public[candidate.device] = (
+                chosen if chosen is not None and (own is None or chosen < own) else own
+            )
+        task_seconds = {window.device: self.task_seconds(window) for window in self.book}
         return reservations.route(
             self.book,
             now=now,
             requester=requester,
-            devices=devices,
-            public_wait={c.device: c.expected_wait for c in eligible},
+            devices=[c.device for c in eligible],
+            public_wait=public,
             max_wait=unit.request.max_wait,
             waiting={w.name: len(self.waiting_jobs(w)) for w in self.book},
             task_seconds=task_seconds,
         )
 
     # -- admission
+
+    def waits(self, unit: Unit, window: reservations.Reservation | None) -> None:
+        """The unit's attempt was chosen for ``window``: it waits for its admission
+        (None: for the public queue, waiting for no window)."""
+        if window is None:
+            self._waiting.pop(unit.id, None)
+        elif unit.id not in self._admitted:
+            self._waiting[unit.id] = (window.name, None)
 
     def admission(
         self, unit: Unit, window: reservations.Reservation, *, now: float, lead: float
@@ -188,12 +204,12 @@ class Windows:
         decision = self.decide(window, now=now, lead=lead)
         self._mark(unit, window.name)
         if decision.admit:
-            self._reasons.pop(unit.id, None)
+            self._waiting.pop(unit.id, None)
             self._admitted[unit.id] = Admitted(window.name, decision.reason)
             self.ctx.counters.window_admitted += 1
             self.ctx.log(syslog.LOG_INFO, f"unit {unit.id}: admitted: {decision.reason}")
         elif not decision.ended:
-            self._reasons[unit.id] = (window.name, decision.reason)
+            self._waiting[unit.id] = (window.name, decision.reason)
         return decision
 
     def decide(
@@ -210,10 +226,10 @@ class Windows:
 
     def waiting_reason(self, unit: Unit) -> str | None:
         """What the unit's memo says while it waits for its window."""
-        waiting = self._reasons.get(unit.id)
-        if waiting is None:
+        name, reason = self._waiting.get(unit.id, (None, None))
+        if reason is None:
             return None
-        return f"waiting for reservation {waiting[0]}: {waiting[1]}"
+        return f"waiting for reservation {name}: {reason}"
 
     def admitted_reason(self, unit: Unit) -> str | None:
         admitted = self._admitted.get(unit.id)
@@ -256,7 +272,7 @@ class Windows:
     def left(self, unit: Unit) -> None:
         """The unit waits for no window and holds no place any more (its window ended):
         its jobs' memo no longer names the window."""
-        self._reasons.pop(unit.id, None)
+        self._waiting.pop(unit.id, None)
         self._admitted.pop(unit.id, None)
         marked = [jobid for jobid in unit.jobs if jobid in self._marked]
         for jobid in marked:
@@ -283,15 +299,17 @@ class Windows:
     def unit_ended(self, unit: Unit, state: UnitState) -> None:
         """The unit was released (its jobs hold its window's places until they end),
         failed or abandoned (its places free up: the next waiting job may go in)."""
-        self._reasons.pop(unit.id, None)
+        self._waiting.pop(unit.id, None)
+        self._said_end = {key for key in self._said_end if key[0] != unit.id}
         admitted = self._admitted.pop(unit.id, None)
-        if admitted is None:
-            return
-        if state is UnitState.RELEASED:
-            for jobid in [*unit.released_jobs, *unit.jobs]:
+        jobs = [*unit.released_jobs, *unit.jobs]
+        if admitted is not None and state is UnitState.RELEASED:
+            for jobid in jobs:
                 self._running[jobid] = (admitted.window, unit.userid)
             return
-        self._wake(admitted.window)
+        self._marked.difference_update(jobs)
+        if admitted is not None:
+            self._wake(admitted.window)
 
     def recovered(self, unit: Unit, ended: Iterable[str]) -> None:
         """A unit adopted after a restart: an attempt whose token was recorded with a
@@ -311,19 +329,12 @@ class Windows:
 
     # -- counts
 
-    def _window_of(self, attempt: Attempt) -> str | None:
-        return attempt.window.name if attempt.window is not None else None
-
     def waiting_units(self, window: reservations.Reservation) -> list[Unit]:
         """Active units whose attempt is for ``window`` and not admitted yet."""
         out = []
-        for unit in self.ctx.units.active():
-            if unit.id in self._admitted:
-                continue
-            if any(
-                self._window_of(a) == window.name and a.phase is Phase.SUBMIT
-                for a in unit.attempts()
-            ):
+        for unit_id, (name, _) in self._waiting.items():
+            unit = self.ctx.units.get(unit_id)
+            if name == window.name and unit is not None and unit.active:
                 out.append(unit)
         return out
 
@@ -378,6 +389,7 @@ class Windows:
             self.ctx.log(syslog.LOG_DEBUG, f"reservations: job states unavailable: {exc}")
             return
         freed = {name for jobid, (name, _) in self._running.items() if jobid not in alive}
+        self._marked.difference_update(j for j in self._running if j not in alive)
         self._running = {j: w for j, w in self._running.items() if j in alive}
         for name in freed:
             self._wake(name)
@@ -403,14 +415,15 @@ class Windows:
             ctx.log(syslog.LOG_INFO, f"reservations: {count} released job(s) in windows")
 
     def _wake(self, name: str) -> None:
-        """A place of window ``name`` freed up: its waiting jobs ask again now."""
-        for unit in self.ctx.units.active():
+        """A place of window ``name`` freed up: its waiting jobs ask again now (the next
+        full pass queues them)."""
+        for unit_id, (waits_for, _) in self._waiting.items():
+            unit = self.ctx.units.get(unit_id)
+            if waits_for != name or unit is None:
+                continue
             for attempt in unit.attempts():
-                if (
-                    self._window_of(attempt) == name
-                    and attempt.phase is Phase.SUBMIT
-                    and not attempt.submit_posted
-                ):
+                window = attempt.window
+                if window is not None and window.name == name and not attempt.submit_posted:
                     attempt.due = 0.0
 
     # -- status
