@@ -80,6 +80,7 @@ class Windows:
         self._marked: set[int] = set()  # jobs whose persistent memo names their window
         self._said_end: set[tuple[int, str]] = set()  # (unit, window) told it ended
         self._booked = False
+        self._book_failed = False  # said once
         self._recovered = False
         self._due = 0.0
 
@@ -368,12 +369,17 @@ class Windows:
         jobs that ended and wake the jobs waiting for those windows."""
         if not self.enabled:
             return
-        if not self._booked and self.site is not None:
-            self.site.book_windows(now)
-            self._booked = True
         if now < self._due:
             return
         self._due = now + self.ctx.options.scan_interval
+        if not self._booked and self.site is not None:
+            try:
+                self.site.book_windows(now)
+                self._booked = True
+            except FluxQuantumError as exc:  # tried again at the next scan interval
+                level = syslog.LOG_DEBUG if self._book_failed else syslog.LOG_WARNING
+                self._book_failed = True
+                self.ctx.log(level, f"reservations: windows not booked in the ledger yet: {exc}")
         if not self._recovered:
             self._recover()
         # A past window's places no longer matter.
