@@ -20,6 +20,7 @@ import select
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -197,6 +198,49 @@ def test_ibm_quantum_on_the_emulator(tmp_path: Path) -> None:
     # The second printed the names of the session's variables, and the session closed.
     assert re.search(r"^export QRMI_\w+$", out, re.M), out
     assert '"sessions_opened": 1' in out and '"sessions_closed": 1' in out, out
+    assert "ERROR" not in out, out
+    assert "\nleft: 0\n" in out, out
+    _no_emulator_left(tmp_path)
+
+
+def test_a_reserved_window_on_the_emulator(tmp_path: Path) -> None:
+    found = blocks("### Try it: a window on the emulator")
+    assert len(found) == 3, found
+    out = run_walkthrough(found, tmp_path)
+    # The booking printed the window's table into the instance's configuration.
+    [window] = tomllib.loads((tmp_path / "conf" / "quantum.toml").read_text())["quantum"][
+        "reservations"
+    ]
+    assert window["name"] == "demo" and window["device"] == "local-forte1", window
+    assert window["cost"] == 350.0, window
+    arn, start = window["arn"], window["start"].timestamp()
+    # While the window was ahead: held in DEPEND, waiting for it, listed with the window.
+    jobid = re.search(r"^  demo waiting: (\S+)$", out, re.M)
+    assert jobid, out
+    assert re.search(
+        rf"^{re.escape(jobid[1])} DEPEND demo waiting for reservation demo: reservation demo "
+        r"opens in \d+s",
+        out,
+        re.M,
+    ), out
+    # Its task was created with the window (no earlier than the lead before it opens)
+    # and the job released then; the job saw the window's ARN and read its counts.
+    submit = re.search(r"^(\d+\.\d+) qpu-submit .*reservation=\"demo\"", out, re.M)
+    assert submit, out
+    assert start - 15 <= float(submit[1]) <= start + 5, (submit[0], start)
+    assert re.search(r"qpu-ready .*admitted: reservation demo", out), out
+    assert re.search(rf"^window {re.escape(arn)}$", out, re.M), out
+    assert re.search(r"^state:\s+COMPLETED$", out, re.M), out
+    # The second listing: the window open, its one task's QPU time in it, its cost.
+    row = re.findall(r"^demo\s+now\s.*$", out, re.M)
+    assert row, out
+    columns = row[-1].split()
+    # NAME STATE START END DEVICE ON_END WAIT ON_NODES TASKS QPU_TIME UTIL COST WHO
+    assert columns[6:8] == ["local-forte1", "on-demand"], row
+    assert columns[10] == "1" and columns[11] != "0s" and columns[13] == "$350.00", row
+    # The emulator recorded the window's ARN on the task.
+    assert re.findall(r'^\s*"reservation": "(arn:[^"]+)",?$', out, re.M) == [arn], out
+    assert "qpu handler service 'qpu_handlers' stopped" in out, out
     assert "ERROR" not in out, out
     assert "\nleft: 0\n" in out, out
     _no_emulator_left(tmp_path)
