@@ -362,20 +362,29 @@ def test_a_job_is_routed_only_when_the_window_opens_sooner_than_the_queue_it_wou
     assert [arn for _, _, arn in h.vendor.creates] == [None]
 
 
-@pytest.mark.parametrize("on_end", ["on-demand", "fail"])
-def test_a_routed_job_whose_window_ends_first_follows_the_window_s_end_rule(ledger, on_end):
-    """Routed into a window whose one place stays taken: at the end, the window's
-    ``on_end``: the same device's public queue, or the job fails."""
+@pytest.mark.parametrize(
+    ("on_end", "asked", "action"),
+    [("fail", None, "on-demand"), ("on-demand", None, "on-demand"), ("on-demand", "fail", "fail")],
+)
+def test_a_routed_job_whose_window_ends_first_goes_on_demand_unless_it_asked_otherwise(
+    ledger, on_end, asked, action
+):
+    """Routed into a window whose one place stays taken: at the end it goes to the same
+    device's public queue whatever the window's ``on_end`` (it never asked for the
+    window), unless its own ``qpu.reservation_end`` says fail."""
     busy = {"alpha": QueueModel(50), "beta": QueueModel(40), "solo": QueueModel(30)}
     h = WindowHarness(ledger, [window(route=True, jobs=1, on_end=on_end)], queues=busy)
     first = h.flux.submit(named())
     h.clock.advance(1.0)
-    routed = h.flux.submit({"class": "qpu", "policy": "min-wait", "release_at": 100})
+    request = {"class": "qpu", "policy": "min-wait", "release_at": 100}
+    if asked is not None:
+        request["reservation_end"] = asked
+    routed = h.flux.submit(request)
     h.until(lambda: h.state(first) == "released")
     assert h.flux.last(routed, events.SELECT).explanation["reservation"]["name"] == NAME
     h.until(lambda: h.state(routed) != "held", limit=LASTS + OPENS)
-    assert h.flux.last(routed, events.RESERVATION_ENDED).action == on_end
-    if on_end == "fail":
+    assert h.flux.last(routed, events.RESERVATION_ENDED).action == action
+    if action == "fail":
         assert h.state(routed) == "failed"
         # It stopped waiting when less than one task's time was left.
         assert h.flux.jobs[routed].note == (

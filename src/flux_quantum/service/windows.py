@@ -104,8 +104,13 @@ class Windows:
 
     def end_rule(self, unit: Unit, window: reservations.Reservation) -> str:
         """What becomes of the unit when its window ended before its task ran: the job's
-        ``qpu.reservation_end``, else the window's ``on_end`` (a routed job's too)."""
-        return unit.request.reservation_end or window.on_end
+        ``qpu.reservation_end``, else the window's ``on_end`` for a job that named it; a
+        job the policy routed there never asked for the window, so it goes on demand."""
+        if unit.request.reservation_end is not None:
+            return unit.request.reservation_end
+        if unit.request.named_reservation is None:
+            return reservations.ON_DEMAND
+        return window.on_end
 
     def fell_back(self, unit: Unit) -> reservations.Reservation | None:
         """The window the unit was told ended (its later attempts go to that window's
