@@ -128,6 +128,7 @@ def test_the_forms_of_a_date_time(value: object) -> None:
         ({"device": "fez"}, f"{WHERE}.device 'fez' is on vendor ibm: only Braket devices "
          "(vendor braket, or the emulator's local) have reservations"),
         ({"device": "local-fez"}, f"{WHERE}.device 'local-fez' is on vendor local: only Braket"),
+        ({"device": "sv1"}, f"{WHERE}.device 'sv1' is a simulator: Braket Direct reserves QPUs only"),
         ({"arn": "arn:aws:braket:us-east-1::device/qpu/ionq/Forte-1"},
          f"{WHERE}.arn must be a Braket Direct reservation ARN "
          "(arn:aws:braket:REGION:ACCOUNT:reservation/ID), got 'arn:aws:braket:us-east-1::"),

@@ -289,6 +289,11 @@ def _parse(entry: object, index: int, devices: Mapping[str, object] | None) -> R
                 f"{where}.device {device!r} is not in the catalog "
                 f"(devices: {', '.join(sorted(devices)) or 'none'})"
             )
+        if getattr(known, "device_class", None) != "qpu":
+            raise ReservationConfigError(
+                f"{where}.device {device!r} is a {getattr(known, 'device_class', None)}: "
+                "Braket Direct reserves QPUs only"
+            )
         vendor = getattr(known, "vendor", None)
         if vendor not in ("braket", "local") or str(getattr(known, "id", "")).startswith("ibm"):
             raise ReservationConfigError(
