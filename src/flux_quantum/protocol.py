@@ -200,6 +200,10 @@ COST_MEMO = "qpu_cost"
 # Persistent (a memo event, kept after the job ends): the vendor session the job's tasks
 # ride, as "MODE FINGERPRINT" (never the session id), so a restarted service finds it.
 SESSION_MEMO = "qpu_session"
+# Persistent too: the reserved window (Braket Direct) a job waits for or was released
+# into, by name, so ``flux jobs``, ``flux quantum reservations`` and a restarted service
+# find the window's jobs.
+RESERVATION_MEMO = "qpu_reservation"
 
 
 def _integer(value: Any) -> int | None:

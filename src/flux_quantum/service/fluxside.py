@@ -22,11 +22,7 @@ from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.events import COST, Event, first, parse_eventlog
 from flux_quantum.fluxrpc import pipelined
 from flux_quantum.plugin import HeldJob, PluginClient
-from flux_quantum.protocol import SESSION_MEMO
-
-# The persistent memo naming the reserved window (Braket Direct) a job waits for or was
-# released into (``service/windows.py``).
-RESERVATION_MEMO = "qpu_reservation"
+from flux_quantum.protocol import RESERVATION_MEMO, SESSION_MEMO
 
 # Events the service may post to a job it has released (its task ends later).
 AFTER_RELEASE = frozenset({COST})

@@ -35,8 +35,8 @@ from flux_quantum.access import Requester
 from flux_quantum.catalog import Device
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.policy import Explanation
+from flux_quantum.protocol import RESERVATION_MEMO
 from flux_quantum.service.context import ServiceContext
-from flux_quantum.service.fluxside import RESERVATION_MEMO
 from flux_quantum.service.state import Unit, UnitState
 from flux_quantum.site_policy import SitePolicy
 
