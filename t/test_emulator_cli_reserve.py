@@ -21,9 +21,6 @@ from pathlib import Path
 
 import pytest
 
-# point_sdk_at: the unmodified SDK and boto3 pointed at an emulator (t/emulator_fixtures.py).
-from emulator_fixtures import point_sdk_at
-
 from flux_quantum import reservations as braket_direct
 from flux_quantum.catalog import load_catalog, packaged_catalog_path
 from flux_quantum.cli.emulator import export_lines, main
@@ -193,6 +190,10 @@ def test_a_task_created_with_the_tables_arn_waits_for_the_window(
 ) -> None:
     from braket.aws import AwsDevice, AwsQuantumTask
     from braket.circuits import Circuit
+
+    # The unmodified SDK pointed at the emulator (imported here: other modules load
+    # t/emulator_fixtures.py as a pytest plugin, which must come first).
+    from emulator_fixtures import point_sdk_at
 
     status, out, err = reserve(
         env_file, capsys, "--reserve", "local-forte1", "--in", "1h", "--for", "1h"
