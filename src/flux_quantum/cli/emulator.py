@@ -513,11 +513,17 @@ def reserve_window(args: argparse.Namespace) -> int:
     text = window_table(_window_fields(args, name, device.name, arn, start, end))
     check_table(text, devices)
     print(text, end="", flush=True)
+    timeline = [record.get(key) for key in ("start", "end")]
+    on_timeline = (
+        f" (the emulator's seconds {timeline[0]:.0f} to {timeline[1]:.0f})"
+        if all(isinstance(t, (int, float)) for t in timeline)
+        else ""
+    )
     print(
         f"flux-quantum-emulator: booked {device.name} ({device.id}) as {name}, "
-        f"{_toml_datetime(start)} to {_toml_datetime(end)} on the wall clock (the emulator's "
-        f"seconds {record.get('start', 0):.0f} to {record.get('end', 0):.0f}); append the "
-        "table to the instance's configuration, then start (or restart) the handler service",
+        f"{_toml_datetime(start)} to {_toml_datetime(end)} on the wall clock{on_timeline}; "
+        "append the table to the instance's configuration, then start (or restart) the "
+        "handler service",
         file=sys.stderr,
     )
     return 0
