@@ -43,7 +43,8 @@ def braket_charge(
 ) -> tuple[float | None, float]:
     """(billed seconds or None, dollars) of one Braket task in ``state``.
 
-    Only a COMPLETED task is billed. Per shot: ``task_price + price x shots``; per task:
+    Only a COMPLETED task is billed. A program set is one task whose ``shots`` are those of
+    all its executables. Per shot: ``task_price + price x shots``; per task:
     ``task_price + price``; per minute (managed simulators): ``task_price + price / 60 x
     max(3, executionDuration / 1000)``, the billed seconds being that max.
     """
@@ -102,9 +103,12 @@ class BilledTask:
     reservation: str | None = None  # the Braket Direct reservation it ran in (its ARN)
     started: float | None = None  # when it ran (emulated seconds; None: not yet, or never)
     ended: float | None = None  # when it ended, whatever the state (None: not yet)
+    programs: int | None = None  # a Braket program set's programs (None: one program)
+    executables: int | None = None  # and its executables
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The bill's row; ``programs`` and ``executables`` only for a program set."""
+        row: dict[str, Any] = {
             "vendor": self.vendor,
             "id": self.id,
             "device": self.device,
@@ -119,6 +123,10 @@ class BilledTask:
             "started": self.started,
             "ended": self.ended,
         }
+        if self.programs is not None:
+            row["programs"] = self.programs
+            row["executables"] = self.executables
+        return row
 
 
 @dataclass(frozen=True)

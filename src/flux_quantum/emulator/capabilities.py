@@ -3,7 +3,8 @@
 This module owns the translation of a ``DeviceSpec`` into the provider-specific Braket
 capabilities schema (IonQ, IQM, Rigetti, gate-model simulator) that the SDK parses with
 ``BraketSchemaBase.parse_raw_schema``: deviceCost, executionWindows, shotsRange, qubit count,
-native gates, connectivity, and a QPU's calibration the way Braket publishes it
+native gates, connectivity, the program set action and its limits where the device takes
+program sets, and a QPU's calibration the way Braket publishes it
 (``standardized``: per-qubit and per-pair fidelities in the version-1 schema for IQM and
 Rigetti, device-wide ones in version 3 plus the ``provider`` fidelity for IonQ). It must
 never import the Braket SDK (the emulator's import stays light) nor invent fields the
@@ -20,6 +21,8 @@ from typing import Any
 from flux_quantum.emulator.scenario import CalibrationSpec, DeviceSpec
 
 OPENQASM_ACTION = "braket.ir.openqasm.program"
+# The program set action (OpenQASMProgramSetDeviceActionProperties in the schemas).
+PROGRAM_SET_ACTION = "braket.ir.openqasm.program_set"
 
 # Gates the Braket local simulator accepts, as the managed simulators list them.
 SUPPORTED_OPERATIONS = (
@@ -132,6 +135,13 @@ def capabilities(spec: DeviceSpec, updated_at: datetime) -> dict[str, Any]:
             "disabledQubitRewiringSupported": spec.type == "QPU",
         }
     }
+    if spec.program_sets is not None:
+        action[PROGRAM_SET_ACTION] = {
+            "actionType": PROGRAM_SET_ACTION,
+            "version": ["1"],
+            "maximumExecutables": spec.program_sets.max_executables,
+            "maximumTotalShots": spec.program_sets.max_total_shots,
+        }
     if spec.type == "SIMULATOR" or spec.provider not in _HEADERS:
         return {
             "braketSchemaHeader": _header(

@@ -214,8 +214,19 @@ class CalibrationSpec:
 
 
 @dataclass(frozen=True)
+class ProgramSetSpec:
+    """A device's Braket program sets (the ``braket.ir.openqasm.program_set`` action, as
+    its capabilities advertise it): at most ``max_executables`` executables and
+    ``max_total_shots`` shots across them in one task."""
+
+    max_executables: int = 100
+    max_total_shots: int = 100_000
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
-    """One emulated Braket device."""
+    """One emulated Braket device. ``program_sets`` is None for a device that takes no
+    program sets (by default Braket's managed simulators; every QPU takes them)."""
 
     arn: str
     name: str
@@ -237,6 +248,7 @@ class DeviceSpec:
     location: str = ""
     summary: str = ""
     calibration: CalibrationSpec | None = None
+    program_sets: ProgramSetSpec | None = None
 
     @property
     def region(self) -> str:
@@ -448,6 +460,7 @@ _DEVICE_KEYS = (
     "location",
     "summary",
     "calibration",
+    "program_sets",
 )
 
 
@@ -643,6 +656,8 @@ def _parse_device(raw: Any, source: str, index: int) -> DeviceSpec:
         spread = c.number("spread", 0.0, high=0.5) or 0.0
         calibration = CalibrationSpec(spread=spread, **figures)
 
+    program_sets = _parse_program_sets(f, dtype, shots[1])
+
     native = f.items("native_gates")
     if not all(isinstance(g, str) for g in native):
         f.fail("native_gates", f"expected a list of gate names, got {_show(native)}")
@@ -673,6 +688,27 @@ def _parse_device(raw: Any, source: str, index: int) -> DeviceSpec:
         location=f.string("location", "") or "",
         summary=f.string("summary", "") or "",
         calibration=calibration,
+        program_sets=program_sets,
+    )
+
+
+def _parse_program_sets(f: _Fields, dtype: str, max_shots: int) -> ProgramSetSpec | None:
+    """A device's ``program_sets``: absent, on by default on a QPU (Braket runs program
+    sets on every gate-based QPU, not on its managed simulators); ``false`` off; ``true``
+    or ``{max_executables, max_total_shots}`` on (defaults: 100 executables, as on Braket,
+    and the device's max shots per task)."""
+    value = f.data.get("program_sets")
+    if value is False or (value is None and dtype != "QPU"):
+        return None
+    if value is None or value is True:
+        return ProgramSetSpec(max_total_shots=max_shots)
+    if not isinstance(value, Mapping):
+        f.fail("program_sets", f"expected true, false or a mapping, got {_show(value)}")
+    p = f.child("program_sets")
+    p.reject_unknown(("max_executables", "max_total_shots"))
+    return ProgramSetSpec(
+        max_executables=p.integer("max_executables", 100, low=1) or 100,
+        max_total_shots=p.integer("max_total_shots", max_shots, low=1) or max_shots,
     )
 
 

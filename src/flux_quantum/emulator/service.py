@@ -45,7 +45,17 @@ from flux_quantum.emulator.scenario import (
     Scenario,
     reservation_from,
 )
-from flux_quantum.emulator.simulate import ProgramError, SimulationRequest, action_type, simulate
+from flux_quantum.emulator.simulate import (
+    OPENQASM_PROGRAM_SET,
+    ProgramError,
+    ProgramSetError,
+    SetProgram,
+    SimulationRequest,
+    action_type,
+    read_program_set,
+    simulate,
+    simulate_program_set,
+)
 from flux_quantum.emulator.wire import (
     Request,
     Response,
@@ -101,6 +111,8 @@ class TaskRecord:
     failure_reason: str | None = None
     associations: tuple[dict[str, str], ...] = ()
     reservation: str | None = None  # the reservation ARN among the associations
+    programs: int = 0  # a program set's programs and executables (0: a single program)
+    executables: int = 0
 
     def same_request(self, body: dict[str, Any]) -> bool:
         """Whether a create with the same clientToken asks for the same task."""
@@ -318,6 +330,8 @@ class BraketService:
                         reservation=task.reservation,
                         started=progress.started_at,
                         ended=progress.ended_at,
+                        programs=task.programs or None,
+                        executables=task.executables or None,
                     )
                 )
             return rows
@@ -574,22 +588,39 @@ class BraketService:
                     + (f" ({status.reason})" if status.reason else ""),
                 ),
             )
-        low, high = spec.shots
-        if not low <= shots <= high:
-            raise _invalid(f"shots must be between {low} and {high} on {spec.name}, got {shots}")
-        try:
-            kind = action_type(body["action"])
-            result = simulate(
-                SimulationRequest(
-                    action=body["action"],
-                    shots=shots,
-                    backend=spec.backend,
-                    device_qubits=spec.qubits,
-                    max_qubits=self.scenario.max_simulated_qubits,
+        request = SimulationRequest(
+            action=body["action"],
+            shots=shots,
+            backend=spec.backend,
+            device_qubits=spec.qubits,
+            max_qubits=self.scenario.max_simulated_qubits,
+        )
+        programs: list[SetProgram] = []
+        if _names_program_set(body["action"]):
+            programs = _check_program_set(spec, body["action"], shots)
+            executables = sum(program.executables for program in programs)
+            per_executable = shots // executables
+            try:
+                runs = simulate_program_set(programs, per_executable, request)
+            except ProgramSetError as exc:
+                raise _set_invalid(exc) from exc
+            kind = OPENQASM_PROGRAM_SET
+            result: dict[str, Any] = {
+                "programs": [program.document() for program in programs],
+                "runs": runs,
+                "shotsPerExecutable": per_executable,
+            }
+        else:
+            low, high = spec.shots
+            if not low <= shots <= high:
+                raise _invalid(
+                    f"shots must be between {low} and {high} on {spec.name}, got {shots}"
                 )
-            )
-        except ProgramError as exc:
-            raise _invalid(str(exc)) from exc
+            try:
+                kind = action_type(body["action"])
+                result = simulate(request)
+            except ProgramError as exc:
+                raise _invalid(str(exc)) from exc
         with self._lock:
             existing = self._existing_task(token, body, created)
             if existing is not None:
@@ -617,6 +648,8 @@ class BraketService:
                 failure_reason=fail_task,
                 associations=tuple(dict(a) for a in body.get("associations") or ()),
                 reservation=reservation_arn,
+                programs=len(programs),
+                executables=sum(program.executables for program in programs),
             )
             self._queues[spec.arn].submit(
                 arn,
@@ -742,6 +775,9 @@ class BraketService:
             "queueInfo": queue_info,
             "actionMetadata": {"actionType": task.action_type},
         }
+        if task.programs:
+            doc["actionMetadata"]["programCount"] = task.programs
+            doc["actionMetadata"]["executableCount"] = task.executables
         if progress.ended_at is not None:
             doc["endedAt"] = iso8601(timestamp(self.clock, progress.ended_at))
         if progress.status == "FAILED":
@@ -906,6 +942,9 @@ class BraketService:
             if progress.status in ("QUEUED", "RUNNING", "CANCELLING"):
                 continue
             self._published.add(task.arn)
+            if task.programs and progress.status in ("COMPLETED", "FAILED"):
+                self._publish_program_set(task, progress.status, progress.ended_at or now)
+                continue
             if progress.status != "COMPLETED":
                 continue
             document = json.loads(json.dumps(task.result))
@@ -932,6 +971,150 @@ class BraketService:
             key = f"{task.directory}/{RESULTS_FILENAME}"
             self.store.put(task.bucket, key, body, when, "application/json")
 
+    def _publish_program_set(self, task: TaskRecord, status: str, ended: float) -> None:
+        """Write a program set's results where Braket does (lock held): results.json
+        naming the other files relative to ``s3Location``, metadata.json, and for program
+        i ``programs/i/results.json``, its ``program.json`` and one
+        ``executables/j.json`` per executable (its measurements, or for a FAILED task the
+        failure)."""
+        assert task.result is not None
+        when = timestamp(self.clock, ended)
+        completed = status == "COMPLETED"
+        failed = {
+            "failureReason": task.failure_reason or "Task failed",
+            "retryable": False,
+            "category": "DEVICE",
+        }
+
+        def put(name: str, document: dict[str, Any]) -> None:
+            body = json.dumps(document).encode()
+            self.store.put(task.bucket, f"{task.directory}/{name}", body, when, "application/json")
+
+        executables_metadata = []
+        for index, (program, runs) in enumerate(
+            zip(task.result["programs"], task.result["runs"], strict=True)
+        ):
+            names = []
+            for inputs_index, run in enumerate(runs):
+                if completed:
+                    document: dict[str, Any] = {
+                        "braketSchemaHeader": _header("program_set_executable_result"),
+                        "inputsIndex": inputs_index,
+                        "measurements": run.get("measurements"),
+                        "measuredQubits": run.get("measuredQubits"),
+                    }
+                else:
+                    document = {
+                        "braketSchemaHeader": _header("program_set_executable_failure"),
+                        "inputsIndex": inputs_index,
+                        "failureMetadata": failed,
+                    }
+                names.append(f"executables/{inputs_index}.json")
+                put(f"programs/{index}/{names[-1]}", document)
+            put(f"programs/{index}/program.json", program)
+            put(
+                f"programs/{index}/{RESULTS_FILENAME}",
+                {
+                    "braketSchemaHeader": _header("program_result"),
+                    "executableResults": names,
+                    "source": "program.json",
+                    "additionalMetadata": {},
+                },
+            )
+            executables_metadata.append({"executables": [{} if completed else failed] * len(runs)})
+        put(
+            "metadata.json",
+            {
+                "braketSchemaHeader": _header("program_set_task_metadata"),
+                "id": task.arn,
+                "deviceId": task.device_arn,
+                "requestedShots": task.shots,
+                "successfulShots": task.shots if completed else 0,
+                "programMetadata": executables_metadata,
+                "createdAt": iso8601(timestamp(self.clock, task.created_t)),
+                "endedAt": iso8601(when),
+                "status": status,
+                "totalFailedExecutables": 0 if completed else task.executables,
+            },
+        )
+        put(
+            RESULTS_FILENAME,
+            {
+                "braketSchemaHeader": _header("program_set_task_result"),
+                "programResults": [
+                    f"programs/{i}/{RESULTS_FILENAME}" for i in range(task.programs)
+                ],
+                "s3Location": [task.bucket, task.directory],
+                "taskMetadata": "metadata.json",
+            },
+        )
+
+
+def _header(name: str) -> dict[str, str]:
+    """The schema header of a ``braket.task_result`` document."""
+    return {"name": f"braket.task_result.{name}", "version": "1"}
+
+
+def _names_program_set(action: str) -> bool:
+    """Whether a create's action says it is a program set (its schema header's name)."""
+    try:
+        return action_type(action) == OPENQASM_PROGRAM_SET
+    except ProgramError:
+        return False
+
+
+def _check_program_set(spec: DeviceSpec, action: str, shots: int) -> list[SetProgram]:
+    """The programs of a program set ``spec`` can run with ``shots`` in all, or the
+    ValidationException saying why not: the device takes no program sets, the set is empty
+    or malformed, has more executables than the device takes, or its shots are zero, not
+    a multiple of its executables or over the device's total."""
+    limits = spec.program_sets
+    if limits is None:
+        raise _invalid(
+            f"Device {spec.arn} does not support action type {OPENQASM_PROGRAM_SET}; "
+            "run its programs as separate quantum tasks"
+        )
+    try:
+        programs = read_program_set(action)
+    except ProgramSetError as exc:
+        raise _set_invalid(exc) from exc
+    if not programs:
+        raise _invalid("A program set must contain at least one program")
+    executables = sum(program.executables for program in programs)
+    if executables > limits.max_executables:
+        raise _invalid(
+            f"The program set has {executables} executables; {spec.name} runs at most "
+            f"{limits.max_executables} in one quantum task"
+        )
+    if shots == 0:
+        raise _invalid("shots must be greater than 0 for a program set (no result types)")
+    if shots % executables:
+        raise _invalid(
+            f"shots ({shots}) must be a multiple of the program set's {executables} "
+            "executables: each executable runs shots / executables times"
+        )
+    if shots > limits.max_total_shots:
+        raise _invalid(
+            f"The program set's {shots} total shots exceed {spec.name}'s maximum of "
+            f"{limits.max_total_shots} for a program set"
+        )
+    low, high = spec.shots
+    if not low <= shots // executables <= high:
+        raise _invalid(
+            f"shots per executable must be between {low} and {high} on {spec.name}, "
+            f"got {shots // executables}"
+        )
+    return programs
+
+
+def _set_invalid(error: ProgramSetError) -> _Reject:
+    """The ValidationException of programs that cannot run, with their failures."""
+    return _invalid(
+        str(error),
+        reason="ProgramSetValidationFailed",
+        programSetValidationFailures=error.failures,
+    )
+
 
 def _error_kind(fault: Fault) -> str:
     """The report's name of an error fault: ``error:CODE`` (Braket) or ``s3:CODE``."""
@@ -947,8 +1130,8 @@ class _Reject(Exception):
         self.response = response
 
 
-def _invalid(message: str) -> _Reject:
-    return _Reject("", braket_error("ValidationException", 400, message))
+def _invalid(message: str, **members: Any) -> _Reject:
+    return _Reject("", braket_error("ValidationException", 400, message, **members))
 
 
 def _json_body(request: Request, operation: str) -> dict[str, Any]:

@@ -59,9 +59,11 @@ def json_response(status: int, document: Any) -> Response:
     return Response(status, body, (("Content-Type", "application/json"),))
 
 
-def braket_error(code: str, status: int, message: str) -> Response:
-    """A rest-json error as Braket sends it: the code in x-amzn-ErrorType, a message body."""
-    body = json.dumps({"message": message}).encode()
+def braket_error(code: str, status: int, message: str, **members: Any) -> Response:
+    """A rest-json error as Braket sends it: the code in x-amzn-ErrorType, a message body
+    (plus the error shape's other ``members``: a ValidationException's ``reason`` and
+    ``programSetValidationFailures``)."""
+    body = json.dumps({"message": message, **members}).encode()
     headers = (("Content-Type", "application/json"), ("x-amzn-ErrorType", code))
     return Response(status, body, headers, error=code)
 
