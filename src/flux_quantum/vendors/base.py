@@ -15,7 +15,7 @@ import abc
 import hashlib
 import math
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -340,6 +340,37 @@ class Vendor(abc.ABC):
         where the vendor's read of a task gives both (Braket)."""
         self.attach(task.task_id)
         return self.poll(task)
+
+    # Merged tasks: many programs in one vendor task (a Braket program set, an IBM job of
+    # several PUBs), one fee and one trip through the queue for all of them.
+
+    def submit_set(
+        self,
+        device: Device,
+        programs: Sequence[tuple[str, int]],
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        """Create one task that runs every ``(program_text, shots)`` of ``programs``;
+        calling again with the same ``token`` and programs never makes a second one.
+        ``poll``, ``cancel`` and ``attach`` take the task as any other; ``results`` splits
+        it back. ``reservation`` as for ``submit``. A vendor that cannot merge programs
+        refuses (``NotSupported``); one whose limits the set exceeds (programs, shots,
+        size) raises ``InvalidRequest``."""
+        raise NotSupported(
+            f"{self.name} cannot run several programs in one task",
+            vendor=self.name,
+            vendor_code="NotSupported",
+            operation="submit_set",
+        )
+
+    def results(self, task: TaskRef) -> list[TaskResult]:
+        """One result per program of a COMPLETED task, in the order ``submit_set`` took
+        them, each exactly as if the program had been its own task (its counts, its
+        shots); a task of one program (``submit``) gives ``[result(task)]``. Raises like
+        ``result``."""
+        return [self.result(task)]
 
     # Optional verbs: the defaults suit a vendor whose create is idempotent by token,
     # that reports queue positions and that has no sessions (Braket).
