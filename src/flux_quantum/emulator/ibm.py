@@ -4,14 +4,15 @@ This module owns the IBM side of the emulator as the client sees it: it answers 
 IAM's token call and the Qiskit Runtime REST API (``/api/v1``: backends, jobs, sessions)
 under the emulator's ``/ibm`` prefix, in the shapes the unmodified ``qrmi`` client parses,
 for the backends of an ``IbmScenario``. It routes each request, checks its bearer token and
-service CRN, checks its body (sampler pubs, shots, session modes), runs a job's circuits on
-the Braket local simulator before the job is queued, injects the scenario's faults (HTTP
-errors with IBM's error codes, throttling, slow answers, connections reset without an
-answer, failed jobs, jobs IBM cancels, a call answered, late or not at all, only after it
-was committed), refuses the Open plan's dedicated sessions, counts calls and fault effects
-for the report and logs every request. Queues,
-jobs and sessions live in ``IbmRuntime`` (``ibm_runtime``), which it changes only through
-that class's methods. It must never sleep while holding a lock and never read the wall
+service CRN, checks its body (sampler pubs, shots, session modes) and IBM's job limits (a
+Sampler job's executions, its pubs' shots summed, and the size of its input: over either it
+is refused with IBM's validation error, 1002), runs each pub's circuit on the Braket local
+simulator before the job is queued (one job for all its pubs), injects the scenario's
+faults (HTTP errors with IBM's error codes, throttling, slow answers, connections reset
+without an answer, failed jobs, jobs IBM cancels, a call answered, late or not at all, only
+after it was committed), refuses the Open plan's dedicated sessions, counts calls and
+fault effects for the report and logs every request. Queues, jobs and sessions live in
+``IbmRuntime`` (``ibm_runtime``), which it changes only through that class's methods. It must never sleep while holding a lock and never read the wall
 clock except for IAM token expiry (the client compares that with its own clock).
 """
 
@@ -393,9 +394,25 @@ class IbmService:
         params = body.get("params")
         if not isinstance(params, dict) or not isinstance(params.get("pubs"), list):
             raise refuse(1002, "params.pubs must be a list of pubs", 400)
+        size = len(json.dumps(params, separators=(",", ":")).encode())
+        if size > self.scenario.max_input_bytes:
+            raise refuse(
+                1002,
+                f"Error in the validation process of the job: its input is {size} bytes, "
+                f"over the limit of {self.scenario.max_input_bytes} bytes.",
+                413,
+            )
         pubs = [self._pub(pub, params, spec) for pub in params["pubs"]]
         if not pubs:
             raise refuse(1002, "params.pubs is empty", 400)
+        executions = sum(shots for _, shots in pubs)
+        if executions > self.scenario.max_executions:
+            raise refuse(
+                1002,
+                f"Error in the validation process of the job: {executions} executions "
+                f"(circuits x shots over its {len(pubs)} pubs) exceed the limit of "
+                f"{self.scenario.max_executions} for a Sampler job.",
+            )
         session_id = body.get("session_id")
         results = []
         for qasm, shots in pubs:
@@ -404,11 +421,12 @@ class IbmService:
             spec,
             params,
             results,
-            shots=sum(shots for _, shots in pubs),
+            shots=executions,
             session_id=session_id,
             cost=body.get("cost") if isinstance(body.get("cost"), int) else 0,
             failure=failure,
             cancels=cancels,
+            support_qiskit=params.get("support_qiskit") is not False,
         )
         created.append(job_id)
         answer = {"id": job_id, "backend": spec.name, "private": False}

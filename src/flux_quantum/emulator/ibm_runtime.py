@@ -276,9 +276,12 @@ class IbmRuntime:
         cost: int,
         failure: str | None,
         cancels: bool = False,
+        support_qiskit: bool = True,
     ) -> str:
-        """Queue a sampler job of ``shots`` in all, its pubs' ``results`` simulated
-        beforehand (``(register, rows, num_bits, shots)``, answered once it completes);
+        """Queue a sampler job of ``shots`` in all (its pubs' shots summed: it runs as
+        long as all of them take, as one job), its pubs' ``results`` simulated beforehand
+        (``(register, rows, num_bits, shots)`` each, answered in the pubs' order once it
+        completes, RuntimeEncoder JSON or, without ``support_qiskit``, IBM's plain JSON);
         its id. With a ``failure`` it fails instead of completing; with ``cancels`` IBM
         cancels it when it would start."""
         with self._lock:
@@ -301,7 +304,7 @@ class IbmRuntime:
                 created_t=now,
                 session_id=session_id,
                 cost=cost,
-                result=sampler_result(results, job_id),
+                result=sampler_result(results, job_id, support_qiskit),
                 failure=failure,
                 shots=shots,
             )
@@ -421,7 +424,8 @@ class IbmRuntime:
             del self._jobs[job.id]
 
     def job_result(self, job_id: str | None) -> str:
-        """A completed job's result (RuntimeEncoder JSON); IBM's refusal before."""
+        """A completed job's result (RuntimeEncoder or plain JSON, as the job asked);
+        IBM's refusal before."""
         with self._lock:
             job = self._job(job_id)
             status, _ = self._status(job, self.clock.now())

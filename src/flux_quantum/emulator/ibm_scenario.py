@@ -14,6 +14,8 @@ Format::
     crn: CRN                   # the service instance CRN it expects (default: any)
     price_per_second: 1.60     # what a completed job's usage seconds cost on the bill
                                # (default 1.60 on paid, $96/min Pay-As-You-Go; 0 on open)
+    max_executions: 10000000   # a Sampler job's executions (its pubs' shots summed) at most
+    max_input_bytes: 67108864  # a job's input (its params as compact JSON) at most
     backends:
       - name: ibm_fez
         qubits: 156
@@ -54,6 +56,13 @@ from flux_quantum.emulator.bill import IBM_PAID_PRICE_PER_SECOND
 from flux_quantum.emulator.scenario import DISTRIBUTIONS, QueueSpec, ScenarioError
 
 PLANS = ("open", "paid")
+# IBM's job validation: at most 10 million executions (circuits x shots, after the pubs'
+# parameters are broadcast; summed over the pubs: the limit is per job, not per pub) in a
+# Sampler job (the "Job limits" guide), and job inputs of at most 64 MB (Qiskit Runtime's
+# documented input limit). Neither counts pubs: IBM sets no limit on their number (the
+# configuration's ``max_experiments`` is no longer enforced).
+MAX_EXECUTIONS = 10_000_000
+MAX_INPUT_BYTES = 64 * 1024 * 1024
 STATUSES = ("online", "paused", "offline")
 OPERATIONS = (
     "IamToken",
@@ -78,6 +87,7 @@ OPERATIONS = (
 # emulator's own, for refusals the registry gives no code the emulator could check.
 ERROR_CODES: Mapping[int, tuple[int, str]] = {
     1000: (500, "API internal error."),
+    1002: (400, "Error in the validation process of the job."),
     1004: (400, "The backend is not available."),
     1007: (404, "Backend not found."),
     1201: (401, "Invalid credentials."),
@@ -176,6 +186,8 @@ class IbmScenario:
     faults: tuple[IbmFault, ...] = ()
     source: str = "<dict>"
     price_per_second: float = IBM_PAID_PRICE_PER_SECOND
+    max_executions: int = MAX_EXECUTIONS
+    max_input_bytes: int = MAX_INPUT_BYTES
 
     def backend(self, name: str) -> IbmBackendSpec | None:
         for spec in self.backends:
@@ -264,9 +276,11 @@ class _Reader:
         return tuple(sorted(periods))
 
     def scenario(self, data: Mapping[str, Any]) -> IbmScenario:
-        top = self.mapping(
-            data, "(top level)", ("plan", "apikey", "crn", "price_per_second", "backends", "faults")
-        )
+        accepted = (
+            "plan", "apikey", "crn", "price_per_second", "max_executions", "max_input_bytes",
+            "backends", "faults",
+        )  # fmt: skip
+        top = self.mapping(data, "(top level)", accepted)
         raw_backends = top.get("backends")
         if not isinstance(raw_backends, list) or not raw_backends:
             raise self.fail("backends", "must list at least one backend")
@@ -283,6 +297,12 @@ class _Reader:
             backends=tuple(backends),
             plan=plan,
             price_per_second=self.number(price, "price_per_second"),
+            max_executions=self.integer(
+                top.get("max_executions", MAX_EXECUTIONS), "max_executions", low=1
+            ),
+            max_input_bytes=self.integer(
+                top.get("max_input_bytes", MAX_INPUT_BYTES), "max_input_bytes", low=1
+            ),
             apikey=self.text(top["apikey"], "apikey") if "apikey" in top else None,
             crn=self.text(top["crn"], "crn") if "crn" in top else None,
             faults=faults,

@@ -3,8 +3,12 @@
 This module owns the documents the IBM side sends: IBM's error body
 (``{"errors": [{"code", "message"}], "status_code"}``), timestamps, backend configuration
 and calibration properties (seeded, with gate and readout errors a quality-aware policy can
-read), a sampler job's result in qiskit-ibm-runtime's ``RuntimeEncoder`` JSON
-(``PrimitiveResult`` > ``SamplerPubResult`` > ``DataBin`` > ``BitArray``), and the
+read), a sampler job's result, one entry per pub in the pubs' order, in either of IBM's
+two forms: qiskit-ibm-runtime's ``RuntimeEncoder`` JSON (``PrimitiveResult`` >
+``SamplerPubResult`` > ``DataBin`` > ``BitArray``) for a job sent with
+``support_qiskit: true`` or none, and the plain JSON IBM answers a job sent with
+``support_qiskit: false`` (``{"results": [{"data": {REGISTER: {"samples": ["0x3", ...],
+"num_bits": N}}, "metadata": {...}}], "metadata": {...}}``), and the
 translation of an IBM-flavoured OpenQASM 3 circuit (``stdgates.inc`` names such as ``sx``,
 ``cx``) into the dialect the Braket local simulator runs. It holds no state and does no
 I/O.
@@ -228,9 +232,13 @@ def ndarray(rows: Iterable[int], num_bits: int) -> dict[str, Any]:
     return {"__type__": "ndarray", "__value__": encoded}
 
 
-def sampler_result(pubs: Sequence[tuple[str, list[int], int, int]], job_id: str) -> str:
+def sampler_result(
+    pubs: Sequence[tuple[str, list[int], int, int]], job_id: str, support_qiskit: bool = True
+) -> str:
     """A SamplerV2 job's result text: one entry per pub of ``(register, rows, num_bits,
-    shots)``."""
+    shots)``, in RuntimeEncoder JSON, or in IBM's plain JSON when not ``support_qiskit``."""
+    if not support_qiskit:
+        return plain_sampler_result(pubs, job_id)
     results = []
     for register, rows, num_bits, shots in pubs:
         bits = {
@@ -253,3 +261,17 @@ def sampler_result(pubs: Sequence[tuple[str, list[int], int, int]], job_id: str)
         },
     }
     return json.dumps(document)
+
+
+def plain_sampler_result(pubs: Sequence[tuple[str, list[int], int, int]], job_id: str) -> str:
+    """A SamplerV2 job's result as IBM answers a job sent with ``support_qiskit: false``:
+    per pub, each register's shots as hex numbers (bit i = the register's bit i)."""
+    results = [
+        {
+            "data": {register: {"samples": [hex(row) for row in rows], "num_bits": num_bits}},
+            "metadata": {"circuit_metadata": {}},
+        }
+        for register, rows, num_bits, _shots in pubs
+    ]
+    metadata = {"execution": {"job_id": job_id}, "version": 2}
+    return json.dumps({"results": results, "metadata": metadata})
