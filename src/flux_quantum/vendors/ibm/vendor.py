@@ -15,6 +15,12 @@ never import qiskit.
   before it creates whenever this process already tried that token.
 - Queue: IBM reports a backend's pending jobs, never a job's position: ``poll`` gives
   ``position=None``; the release rule for that lives in ``flux_quantum.poller``.
+- Merged tasks: ``submit_set`` (``submit_set_in`` in a session) runs several programs as
+  the pubs of one Sampler job, every pub marked with the one token (so ``find_task``
+  finds the job as for one program), within IBM's limits (``payload``: over one it is
+  refused before anything is sent); ``results`` gives one ``TaskResult`` per pub, in
+  order, each as if that pub had been a job of its own. IBM bills the job's usage
+  seconds as a whole, with no fee per job or per pub.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,7 +60,13 @@ from flux_quantum.vendors.errors import (
 )
 from flux_quantum.vendors.ibm.calibration import CALIBRATION_TTL, read_calibration
 from flux_quantum.vendors.ibm.errors import PLAN_REFUSED, translate_error
-from flux_quantum.vendors.ibm.payload import counts_from_result, program_token, sampler_input
+from flux_quantum.vendors.ibm.payload import (
+    OverLimit,
+    program_token,
+    sampler_input,
+    sampler_set_input,
+    split_result,
+)
 from flux_quantum.vendors.ibm.settings import (
     SESSION_MODES,
     SETTING_PREFIX,
@@ -220,6 +232,41 @@ class IbmVendor(Vendor):
         *,
         reservation: str | None = None,
     ) -> TaskRef:
+        self._no_reservation(reservation)
+        return self._create(device, lambda: sampler_input(program_text, shots, token), token, None)
+
+    def submit_in(
+        self, session: VendorSession, device: Device, program_text: str, shots: int, token: str
+    ) -> TaskRef:
+        return self._create(
+            device, lambda: sampler_input(program_text, shots, token), token, session
+        )
+
+    def submit_set(
+        self,
+        device: Device,
+        programs: Sequence[tuple[str, int]],
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        """One Sampler job running ``programs`` (OpenQASM 3 text, shots) as its pubs, in
+        order; ``results`` splits it back. Over one of IBM's job limits it raises
+        ``InvalidRequest`` (vendor code ``OverLimit``) and creates nothing."""
+        self._no_reservation(reservation)
+        return self._create(device, lambda: sampler_set_input(programs, token), token, None)
+
+    def submit_set_in(
+        self,
+        session: VendorSession,
+        device: Device,
+        programs: Sequence[tuple[str, int]],
+        token: str,
+    ) -> TaskRef:
+        """``submit_set`` riding ``session``."""
+        return self._create(device, lambda: sampler_set_input(programs, token), token, session)
+
+    def _no_reservation(self, reservation: str | None) -> None:
         if reservation:
             raise NotSupported(
                 f"{self.name} has no reserved windows (Braket Direct reservations are Braket's)",
@@ -227,28 +274,22 @@ class IbmVendor(Vendor):
                 vendor_code="NotSupported",
                 operation="create",
             )
-        return self._create(device, program_text, shots, token, None)
-
-    def submit_in(
-        self, session: VendorSession, device: Device, program_text: str, shots: int, token: str
-    ) -> TaskRef:
-        return self._create(device, program_text, shots, token, session)
 
     def _create(
         self,
         device: Device,
-        program_text: str,
-        shots: int,
+        build: Callable[[], str],
         token: str,
         session: VendorSession | None,
     ) -> TaskRef:
+        """Create the job whose input ``build`` makes (ValueError: refused here)."""
         try:
-            payload_input = sampler_input(program_text, shots, token)
+            payload_input = build()
         except ValueError as exc:
             raise InvalidRequest(
                 f"{self.name} create for {device.name}: {exc}",
                 vendor=self.name,
-                vendor_code="InvalidProgram",
+                vendor_code="OverLimit" if isinstance(exc, OverLimit) else "InvalidProgram",
                 operation="create",
             ) from None
         import qrmi
@@ -377,11 +418,25 @@ class IbmVendor(Vendor):
         return None
 
     def result(self, task: TaskRef) -> TaskResult:
+        """The job's result: its first pub's (the only one of a job ``submit`` made), with
+        the whole result document as ``raw``."""
+        value = self._result_text(task)
+        first = self._split(task, value)[0]
+        return TaskResult(task=task, counts=first.counts, raw=json.loads(value))
+
+    def results(self, task: TaskRef) -> list[TaskResult]:
+        """One result per pub of the job, in the pubs' order: each pub's counts (its own
+        shots) and, as ``raw``, the result document with that pub only."""
+        return self._split(task, self._result_text(task))
+
+    def _result_text(self, task: TaskRef) -> str:
         resource = self._resource(self.backend_of(task.device))
-        value = self._call("result", task.task_id, lambda: resource.task_result(task.task_id)).value
+        return self._call("result", task.task_id, lambda: resource.task_result(task.task_id)).value
+
+    def _split(self, task: TaskRef, value: str) -> list[TaskResult]:
         try:
-            counts = counts_from_result(value)
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            pubs = split_result(value)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidRequest(
                 f"{self.name} result of {task.task_id} is not a sampler result flux-quantum "
                 f"can read: {exc}",
@@ -389,7 +444,7 @@ class IbmVendor(Vendor):
                 vendor_code="UnreadableResult",
                 operation="result",
             ) from None
-        return TaskResult(task=task, counts=counts, raw=json.loads(value))
+        return [TaskResult(task=task, counts=counts, raw=raw) for counts, raw in pubs]
 
     def attach(self, task_id: str) -> TaskRef:
         backend = next(iter(self._devices.values())).id if self._devices else "ibm"
