@@ -23,17 +23,25 @@ Decisions worth knowing:
   clients.
 - Heavy SDK modules (``braket.aws`` takes seconds to import) load only when a task is
   created or a result is read, so ``flux quantum backends`` stays quick.
+- Program sets (``submit_set``/``results``): the SDK's ``ProgramSet`` of OpenQASM
+  programs, created like any task (same AwsSession path, same clientToken idempotency) and
+  read with the SDK's ``ProgramSetQuantumTaskResult``, its files fetched through our own S3
+  client (the SDK's reader builds a default one). Braket runs every executable of a set
+  for the same shots, so programs asking for different shots run as several executables
+  of ``gcd`` shots each (``program_set_layout``), the layout kept in a tag of the task so
+  that ``results`` can add their counts back up after a restart.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from datetime import time as dtime
@@ -83,6 +91,11 @@ from flux_quantum.vendors.errors import (
 
 RESULTS_FILENAME = "results.json"
 TOKEN_MAX = 64  # CreateQuantumTask clientToken: 1..64 characters
+PROGRAM_SET_ACTION = "braket.ir.openqasm.program_set"
+# The tag of a program set task that says how many executables each program runs as
+# ("1.1.3.1"); absent: one each. Braket tag values: at most 256 characters.
+LAYOUT_TAG = "flux-quantum-set"
+TAG_VALUE_MAX = 256
 
 # Braket's error codes (botocore model 2019-09-01) and S3's, to our error classes.
 _ERROR_CLASSES: Mapping[str, type[VendorError]] = {
@@ -345,6 +358,36 @@ def client_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def program_set_layout(shots: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+    """``(shots per executable, executables per program)`` for one Braket program set of
+    programs asking for ``shots`` each.
+
+    Braket runs every executable of a set for the same shots (the task's shots divided by
+    its executables). So with ``g`` the greatest common divisor of ``shots``, program ``i``
+    runs as ``shots[i] // g`` executables of ``g`` shots whose counts add up to its own:
+    equal shots make one executable each; 100 and 300 make 1 and 3 of 100. The task's
+    shots, and its bill, stay the sum of ``shots``. ValueError for no shots or shots < 1.
+    """
+    if not shots or any(s < 1 for s in shots):
+        raise ValueError(f"shots must be one or more integers >= 1, got {list(shots)!r}")
+    per = math.gcd(*shots)
+    return per, tuple(s // per for s in shots)
+
+
+def encode_layout(executables: Sequence[int]) -> str:
+    """The ``LAYOUT_TAG`` value of a program set: executables per program, dot-separated."""
+    return ".".join(str(n) for n in executables)
+
+
+def decode_layout(value: object) -> tuple[int, ...] | None:
+    """Executables per program from a ``LAYOUT_TAG`` value; None when it is not one."""
+    if not isinstance(value, str) or not re.fullmatch(
+        r"[1-9][0-9]{0,5}(\.[1-9][0-9]{0,5})*", value
+    ):
+        return None
+    return tuple(int(n) for n in value.split("."))
+
+
 def arn_region(arn: str) -> str | None:
     parts = arn.split(":")
     return parts[3] or None if len(parts) > 3 else None
@@ -402,6 +445,30 @@ def translate_error(exc: Exception, *, vendor: str, operation: str, subject: str
             f"{what} failed ({code}: {exc})", vendor=vendor, vendor_code=code, operation=operation
         )
     raise exc
+
+
+def _is_program_set(data: Mapping[str, Any]) -> bool:
+    """Whether a GetQuantumTask answer is of a program set (its actionMetadata)."""
+    metadata = data.get("actionMetadata")
+    return isinstance(metadata, Mapping) and metadata.get("actionType") == PROGRAM_SET_ACTION
+
+
+def _name_first_failure(exc: ClientError) -> None:
+    """Add Braket's first ``programSetValidationFailures`` entry to a refused program
+    set's message, as the SDK does (which program, which inputs, what is wrong)."""
+    failures = exc.response.get("programSetValidationFailures")
+    if not isinstance(failures, list) or not failures or not isinstance(failures[0], Mapping):
+        return
+    first = failures[0]
+    where = f"program {first.get('programIndex')}"
+    if first.get("inputsIndex") is not None:
+        where += f" inputs {first.get('inputsIndex')}"
+    errors = first.get("errors") if isinstance(first.get("errors"), list) else []
+    error = exc.response.setdefault("Error", {})
+    message = str(error.get("Message") or "").rstrip(".")
+    detail = "; ".join(map(str, errors))
+    if detail and detail not in message:  # Braket's message may already say it
+        error["Message"] = f"{message} (first failure: {where}: {detail})"
 
 
 # --- the vendor ----------------------------------------------------------------------
@@ -594,6 +661,86 @@ class BraketVendor(Vendor):
         *,
         reservation: str | None = None,
     ) -> TaskRef:
+        from braket.ir.openqasm import Program
+
+        request = self._create_request(
+            device, token, shots, Program(source=program_text).json(), reservation
+        )
+        session = self._aws_session(device.region)
+        arn = self._call(
+            "CreateQuantumTask", device.name, lambda: session.create_quantum_task(**request)
+        )
+        return TaskRef(
+            vendor=self.name, device=device.name, task_id=arn, token=request["clientToken"]
+        )
+
+    def submit_set(
+        self,
+        device: Device,
+        programs: Sequence[tuple[str, int]],
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        """One Braket program set of ``programs`` (OpenQASM text, shots): the SDK's
+        ``ProgramSet``, each program as ``program_set_layout`` says, created like
+        ``submit``. Braket's ValidationException (too many executables or shots, a device
+        without program sets, a program that does not compile) is ``InvalidRequest``,
+        naming the first failing program when Braket says which."""
+        shots = []
+        for index, entry in enumerate(programs):
+            text, count = entry if isinstance(entry, tuple) and len(entry) == 2 else (None, None)
+            if not isinstance(text, str) or not text.strip():
+                raise self._invalid_set(device, f"programs[{index}] must be (OpenQASM text, shots)")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise self._invalid_set(
+                    device, f"programs[{index}] shots must be an integer >= 1, got {count!r}"
+                )
+            shots.append(count)
+        if not shots:
+            raise self._invalid_set(device, "programs is empty: give at least one (text, shots)")
+        per, layout = program_set_layout(shots)
+        from braket.program_sets import ProgramSet
+
+        entries = [text for (text, _), n in zip(programs, layout, strict=True) for _ in range(n)]
+        program_set = ProgramSet(entries, shots_per_executable=per)
+        action = program_set.to_ir().json()
+        request = self._create_request(device, token, program_set.total_shots, action, reservation)
+        if any(n > 1 for n in layout):
+            tag = encode_layout(layout)
+            if len(tag) > TAG_VALUE_MAX:
+                raise self._invalid_set(
+                    device,
+                    f"{len(shots)} programs of unequal shots need a layout longer than a "
+                    "Braket tag holds; give them equal shots or merge fewer",
+                )
+            request["tags"][LAYOUT_TAG] = tag
+        session = self._aws_session(device.region)
+
+        def create() -> str:
+            try:
+                return session.create_quantum_task(**request)
+            except ClientError as exc:
+                _name_first_failure(exc)
+                raise
+
+        arn = self._call("CreateQuantumTask", device.name, create)
+        return TaskRef(
+            vendor=self.name, device=device.name, task_id=arn, token=request["clientToken"]
+        )
+
+    def _invalid_set(self, device: Device, problem: str) -> InvalidRequest:
+        return InvalidRequest(
+            f"{self.name} program set for {device.name}: {problem}",
+            vendor=self.name,
+            vendor_code="InvalidProgramSet",
+            operation="CreateQuantumTask",
+        )
+
+    def _create_request(
+        self, device: Device, token: str, shots: int, action: str, reservation: str | None
+    ) -> dict[str, Any]:
+        """The CreateQuantumTask request of ``action`` on ``device``."""
         bucket = self.settings.s3_bucket or self._environ.get("AMZN_BRAKET_OUT_S3_BUCKET")
         if not bucket:
             raise InvalidRequest(
@@ -603,14 +750,11 @@ class BraketVendor(Vendor):
                 vendor_code="NoResultsBucket",
                 operation="CreateQuantumTask",
             )
-        from braket.ir.openqasm import Program
-
-        token = client_token(token)
-        request = {
-            "clientToken": token,
+        request: dict[str, Any] = {
+            "clientToken": client_token(token),
             "deviceArn": device.id,
             "shots": shots,
-            "action": Program(source=program_text).json(),
+            "action": action,
             "outputS3Bucket": bucket,
             "outputS3KeyPrefix": self.settings.s3_prefix,
             "tags": {"flux-quantum": __version__},
@@ -619,11 +763,7 @@ class BraketVendor(Vendor):
             # What AwsQuantumTask.create(reservation_arn=...) sends: the task waits QUEUED
             # for the window and runs in it, outside the public queue.
             request["associations"] = [{"arn": reservation, "type": RESERVATION_ASSOCIATION}]
-        session = self._aws_session(device.region)
-        arn = self._call(
-            "CreateQuantumTask", device.name, lambda: session.create_quantum_task(**request)
-        )
-        return TaskRef(vendor=self.name, device=device.name, task_id=arn, token=token)
+        return request
 
     def _aws_session(self, region: str) -> Any:
         """The SDK's AwsSession for ``region``, wrapping our Braket client (so its
@@ -698,10 +838,15 @@ class BraketVendor(Vendor):
         )
 
     def billed_seconds(self, task: TaskRef) -> float | None:
-        """A managed simulator's run time, from its results.json (execution_seconds)."""
-        return execution_seconds(self.result(task).raw)
+        """A managed simulator's run time, from its results.json (execution_seconds);
+        None for a program set (Braket runs them on QPUs, billed per task and shot)."""
+        data = self._completed(task)
+        if _is_program_set(data):
+            return None
+        return execution_seconds(self._gate_model_result(task, data).raw)
 
-    def result(self, task: TaskRef) -> TaskResult:
+    def _completed(self, task: TaskRef) -> dict[str, Any]:
+        """GetQuantumTask of a COMPLETED task; InvalidRequest for any other state."""
         data = self._get_task(task.task_id)
         status = data.get("status")
         if status != TaskState.COMPLETED:
@@ -713,8 +858,10 @@ class BraketVendor(Vendor):
                 vendor_code="ResultNotReady",
                 operation="GetQuantumTask",
             )
-        bucket, directory = data.get("outputS3Bucket"), data.get("outputS3Directory")
-        key = f"{directory}/{RESULTS_FILENAME}"
+        return data
+
+    def _read(self, task: TaskRef, bucket: object, key: str) -> str:
+        """One S3 object of ``task``'s results, as text."""
         s3 = self._client("s3", self._region_of(arn=task.task_id))
 
         def read() -> bytes:
@@ -722,7 +869,23 @@ class BraketVendor(Vendor):
             with response["Body"] as body:
                 return body.read()
 
-        body = self._call("GetObject", f"s3://{bucket}/{key}", read).decode("utf-8")
+        return self._call("GetObject", f"s3://{bucket}/{key}", read).decode("utf-8")
+
+    def result(self, task: TaskRef) -> TaskResult:
+        data = self._completed(task)
+        if _is_program_set(data):
+            raise InvalidRequest(
+                f"{self.name} task {task.task_id} is a program set; read it per program "
+                "with results()",
+                vendor=self.name,
+                vendor_code="ProgramSet",
+                operation="GetQuantumTask",
+            )
+        return self._gate_model_result(task, data)
+
+    def _gate_model_result(self, task: TaskRef, data: Mapping[str, Any]) -> TaskResult:
+        bucket, directory = data.get("outputS3Bucket"), data.get("outputS3Directory")
+        body = self._read(task, bucket, f"{directory}/{RESULTS_FILENAME}")
         from braket.tasks import GateModelQuantumTaskResult
 
         try:
@@ -736,6 +899,114 @@ class BraketVendor(Vendor):
                 operation="GetObject",
             ) from None
         return TaskResult(task=task, counts=counts, raw=json.loads(body))
+
+    def results(self, task: TaskRef) -> list[TaskResult]:
+        """One result per program ``submit_set`` was given, in order: the counts of its
+        executables added up (its shots, as if it had been its own task), read with the
+        SDK's ``ProgramSetQuantumTaskResult``. ``raw`` is that program's own view: the
+        task's metadata with the program's shots, and where it sat in the set. A task of
+        one program gives ``[result(task)]``. InvalidRequest when not COMPLETED, or when a
+        program's executable failed (naming it and Braket's reason)."""
+        data = self._completed(task)
+        if not _is_program_set(data):
+            return [self._gate_model_result(task, data)]
+        parsed = self._program_set_result(task, data)
+        tags = data.get("tags") if isinstance(data.get("tags"), Mapping) else {}
+        entries = list(parsed.entries)
+        layout = decode_layout(tags.get(LAYOUT_TAG)) or (1,) * len(entries)
+        if sum(layout) != len(entries) or any(len(e.entries) != 1 for e in entries):
+            raise self._unreadable(
+                task,
+                f"its {len(entries)} programs do not match the layout {encode_layout(layout)} "
+                "submit_set gave it (one executable each)",
+            )
+        metadata = parsed.task_metadata
+        per = metadata.requestedShots // max(1, parsed.num_executables)
+        out = []
+        start = 0
+        for index, n in enumerate(layout):
+            group = [entry.entries[0] for entry in entries[start : start + n]]
+            start += n
+            counts: dict[str, int] = {}
+            for executable in group:
+                if not hasattr(executable, "counts"):  # a ProgramSetExecutableFailure
+                    reason = executable.failureMetadata.failureReason
+                    raise InvalidRequest(
+                        f"{self.name} task {task.task_id}: program {index} failed: {reason}",
+                        vendor=self.name,
+                        vendor_code="ProgramFailed",
+                        operation="GetObject",
+                    )
+                for bits, count in executable.counts.items():
+                    counts[str(bits)] = counts.get(str(bits), 0) + int(count)
+            raw = {
+                "taskMetadata": {
+                    "id": metadata.id,
+                    "deviceId": metadata.deviceId,
+                    "shots": sum(counts.values()),
+                    "createdAt": metadata.createdAt,
+                    "endedAt": metadata.endedAt,
+                    "status": metadata.status,
+                },
+                "programSet": {
+                    "program": index,
+                    "programs": len(layout),
+                    "executables": n,
+                    "shotsPerExecutable": per,
+                    "requestedShots": metadata.requestedShots,
+                },
+            }
+            out.append(TaskResult(task=task, counts=counts, raw=raw))
+        return out
+
+    def _program_set_result(self, task: TaskRef, data: Mapping[str, Any]) -> Any:
+        """The SDK's ``ProgramSetQuantumTaskResult`` of a program set task, its files
+        (Braket's results.json names the others relative to ``s3Location``) read through
+        our S3 client and handed to the SDK inline."""
+        bucket, directory = data.get("outputS3Bucket"), data.get("outputS3Directory")
+        try:
+            document = json.loads(self._read(task, bucket, f"{directory}/{RESULTS_FILENAME}"))
+            location = document.get("s3Location")
+            if location:
+                where, prefix = location
+
+                def fetch(path: str) -> Any:
+                    return json.loads(self._read(task, where, f"{prefix}/{path}"))
+
+                if isinstance(document.get("taskMetadata"), str):
+                    document["taskMetadata"] = fetch(document["taskMetadata"])
+                programs = []
+                for entry in document.get("programResults") or []:
+                    if isinstance(entry, str):
+                        folder = entry.removesuffix(f"/{RESULTS_FILENAME}")
+                        entry = fetch(entry)
+                        if isinstance(entry.get("source"), str):
+                            entry["source"] = fetch(f"{folder}/{entry['source']}")
+                        entry["executableResults"] = [
+                            fetch(f"{folder}/{e}") if isinstance(e, str) else e
+                            for e in entry.get("executableResults") or []
+                        ]
+                    programs.append(entry)
+                document["programResults"] = programs
+                document["s3Location"] = None
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise self._unreadable(task, f"its files are not Braket's: {exc}") from None
+        from braket.schema_common import BraketSchemaBase
+        from braket.tasks import ProgramSetQuantumTaskResult
+
+        try:
+            schema = BraketSchemaBase.parse_raw_schema(json.dumps(document))
+            return ProgramSetQuantumTaskResult.from_object(schema)
+        except Exception as exc:  # the SDK raises assorted pydantic/value errors
+            raise self._unreadable(task, f"the SDK cannot read it: {exc}") from None
+
+    def _unreadable(self, task: TaskRef, problem: str) -> InvalidRequest:
+        return InvalidRequest(
+            f"{self.name} result of program set {task.task_id}: {problem}",
+            vendor=self.name,
+            vendor_code="UnreadableResult",
+            operation="GetObject",
+        )
 
     def attach_and_poll(self, task: TaskRef) -> TaskSnapshot:
         """One GetQuantumTask: it fails for a task that is not there (``attach``) and

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from flux_quantum.catalog import Device
@@ -184,6 +184,20 @@ class LocalVendor(BraketVendor):
             return ibm.submit(device, program_text, shots, token, reservation=reservation)
         return super().submit(device, program_text, shots, token, reservation=reservation)
 
+    def submit_set(
+        self,
+        device: Device,
+        programs: Sequence[tuple[str, int]],
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        self._require_emulator()
+        ibm = self._ibm_side(device.id)
+        if ibm is not None:
+            return ibm.submit_set(device, programs, token, reservation=reservation)
+        return super().submit_set(device, programs, token, reservation=reservation)
+
     def poll(self, task: TaskRef) -> TaskSnapshot:
         ibm = self._ibm_side(task.task_id)
         return ibm.poll(task) if ibm is not None else super().poll(task)
@@ -195,6 +209,10 @@ class LocalVendor(BraketVendor):
     def result(self, task: TaskRef) -> TaskResult:
         ibm = self._ibm_side(task.task_id)
         return ibm.result(task) if ibm is not None else super().result(task)
+
+    def results(self, task: TaskRef) -> list[TaskResult]:
+        ibm = self._ibm_side(task.task_id)
+        return ibm.results(task) if ibm is not None else super().results(task)
 
     def billed_seconds(self, task: TaskRef) -> float | None:
         ibm = self._ibm_side(task.task_id)

@@ -14,7 +14,7 @@ first needed.
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from flux_quantum.catalog import Device
@@ -134,6 +134,13 @@ class RelayedVendor(Vendor):
             raw={"taskMetadata": metadata} if isinstance(metadata, dict) else None,
         )
 
+    def results(self, task: TaskRef) -> list[TaskResult]:
+        """A released task's result as the service relays it (the job's own share); a
+        task of the job's own, per program from its own vendor."""
+        if not self._relayed(task):
+            return self.own("results").results(task)
+        return [self.result(task)]
+
     # -- the job's own business
 
     def probe(self, device: Device) -> DeviceSnapshot:
@@ -151,6 +158,16 @@ class RelayedVendor(Vendor):
         return self.own("submit").submit(
             device, program_text, shots, token, reservation=reservation
         )
+
+    def submit_set(
+        self,
+        device: Device,
+        programs: Sequence[tuple[str, int]],
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        return self.own("submit_set").submit_set(device, programs, token, reservation=reservation)
 
     def cancel(self, task: TaskRef) -> None:
         self.own("cancel").cancel(task)
