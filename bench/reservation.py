@@ -52,6 +52,7 @@ import argparse
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import tempfile
@@ -195,7 +196,14 @@ class Arm:
         for sub in ("conf", "out"):
             (work / sub).mkdir(parents=True)
         r = subprocess.run(
-            ["flux", "R", "encode", "--ranks=0", f"--cores=0-{CORES - 1}", f"--hosts={_host()}"],
+            [
+                "flux",
+                "R",
+                "encode",
+                "--ranks=0",
+                f"--cores=0-{CORES - 1}",
+                f"--hosts={socket.gethostname()}",
+            ],
             capture_output=True,
             text=True,
             check=True,
@@ -409,10 +417,6 @@ class Arm:
                 "no window booked: every task joined the public queue of "
                 f"{self.setup.queue_hours:g} h"
             )
-
-
-def _host() -> str:
-    return subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
 
 
 def revision() -> str:
