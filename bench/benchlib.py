@@ -4,6 +4,7 @@ next to them)."""
 from __future__ import annotations
 
 import csv
+import subprocess
 from collections.abc import Iterable
 from dataclasses import fields
 from pathlib import Path
@@ -58,3 +59,17 @@ def read_rows(path: Path, cls: type[T]) -> list[T]:
                     values[key] = text
             rows.append(cls(**values))
     return rows
+
+
+def revision(repo: Path, paths: Iterable[str] = ("src", "examples", "bench")) -> str:
+    """The commit being measured, "(modified)" when ``paths`` of ``repo`` differ from it
+    (new files count too). Read when the run starts."""
+    commit = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain", "--", *paths],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return (commit or "?") + (" (modified)" if dirty else "")

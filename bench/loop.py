@@ -105,7 +105,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchlib import percentile, read_rows, verdict
+from benchlib import percentile, read_rows, revision, verdict
 
 from flux_quantum import events
 
@@ -747,20 +747,6 @@ def break_even(table: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
-def revision() -> str:
-    """The commit being measured, "(modified)" when the package, the example or the
-    benchmarks differ from it (new files count too). Read when the run starts."""
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "--", "src", "examples", "bench"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return (commit or "?") + (" (modified)" if dirty else "")
-
-
 def header(args: argparse.Namespace, wall: float) -> str:
     k = 1 + 2 * args.iterations
     if args.from_csv:
@@ -834,7 +820,7 @@ def main(argv: list[str] | None = None) -> int:
         quick = Path(tempfile.gettempdir()) / "fq-loop-quick" / "loop"
         args.out = quick if args.quick else RESULTS / "loop"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.revision = revision()
+    args.revision = revision(REPO)
     t0 = time.monotonic()
     rows: list[Run] = []
     with contextlib.ExitStack() as stack:

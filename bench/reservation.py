@@ -62,7 +62,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchlib import verdict
+from benchlib import revision, verdict
 
 from flux_quantum import events
 
@@ -419,18 +419,6 @@ class Arm:
             )
 
 
-def revision() -> str:
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "--", "src", "bench"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return (commit or "?") + (" (modified)" if dirty else "")
-
-
 def _h(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
@@ -529,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     args.tasks = args.tasks or (4 if quick else 6)
     args.window_minutes = args.window_minutes or (20.0 if quick else 60.0)
     args.speed_on_demand = args.speed_on_demand or (1200.0 if quick else 600.0)
-    args.revision = revision()
+    args.revision = revision(REPO, ("src", "bench"))
     setup = Setup(
         queue_hours=args.queue_hours,
         background_seconds=20.0,
