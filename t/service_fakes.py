@@ -334,6 +334,7 @@ class FakeTask:
     failed: str | None = None
     run: float | None = None
     reservation: str | None = None
+    programs: tuple[tuple[str, int], ...] = ()  # a merged task's (submit_set)
 
 
 @dataclass
@@ -362,6 +363,7 @@ class ScriptedVendor(Vendor):
         self.windows: dict[str, FakeWindow] = {}
         # Every create call: (time, token, the reservation ARN it was given).
         self.creates: list[tuple[float, str, str | None]] = []
+        self.set_limit: int | None = None  # programs a merged task may hold
 
     def add_window(self, arn: str, device: str, start: float, end: float) -> None:
         self.windows[arn] = FakeWindow(device, start, end)
@@ -422,6 +424,48 @@ class ScriptedVendor(Vendor):
         )
         self.by_token[token] = task_id
         return ref
+
+    def submit_set(
+        self,
+        device: Device,
+        programs: Sequence[tuple[str, int]],
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        """One task for every ``(program, shots)``; the same token gets the same task.
+        ``set_limit``: more programs than that are refused as Braket refuses a set over
+        a device's limits."""
+        self.creates.append((self.clock(), token, reservation))
+        self._call("submit_set", token)
+        if self.set_limit is not None and len(programs) > self.set_limit:
+            raise InvalidRequest(
+                f"program set of {len(programs)} programs is over {self.set_limit}",
+                vendor="local",
+                vendor_code="ValidationException",
+            )
+        if token in self.by_token:
+            return self.tasks[self.by_token[token]].ref
+        q = self.queues[device.name]
+        task_id = f"arn:task/{device.name}/{next(self._ids)}"
+        ref = TaskRef("local", device.name, task_id, token)
+        self.tasks[task_id] = FakeTask(
+            ref, self.clock(), q.depth, q.service, run=q.run, programs=tuple(programs)
+        )
+        self.by_token[token] = task_id
+        return ref
+
+    def results(self, task: TaskRef) -> list[TaskResult]:
+        """Per program of a merged task: its shots, all on a bitstring naming its place
+        (``p0``, ``p1``, ...), so a test sees whose counts a job got."""
+        self._call("results", task.task_id)
+        fake = self.tasks[task.task_id]
+        if not fake.programs:
+            return [self.result(task)]
+        return [
+            TaskResult(task=task, counts={f"p{i}": shots})
+            for i, (_, shots) in enumerate(fake.programs)
+        ]
 
     def window_start(self, task: FakeTask) -> float:
         """When a window's task starts: at the window's start or its creation, after the

@@ -219,14 +219,14 @@ def test_plan_setattr_leaves_alone(entries: list[str]) -> None:
             {"qpu_opt": ["shots"]},
             "--qpu-opt must be KEY=VALUE with a KEY from device, vendor, policy, shots,"
             " program, release_at, max_wait, max_cost, min_qubits, min_fidelity, class,"
-            " failover, group, session, account, loop, reservation, reservation_end, got 'shots'",
+            " failover, group, session, account, loop, reservation, reservation_end, merge, got 'shots'",
         ),
         (
             [],
             {"qpu_opt": ["release-at=running"]},
             "--qpu-opt must be KEY=VALUE with a KEY from device, vendor, policy, shots,"
             " program, release_at, max_wait, max_cost, min_qubits, min_fidelity, class,"
-            " failover, group, session, account, loop, reservation, reservation_end, got 'release-at=running'",
+            " failover, group, session, account, loop, reservation, reservation_end, merge, got 'release-at=running'",
         ),
         (
             ["qpu=true", "qpu.shots=1"],

@@ -158,7 +158,7 @@ def test_options_of_run_batch_and_alloc(plugin_env, command: str) -> None:
             ["--qpu=sv1", "--qpu-opt=release-at=1"],
             "--qpu-opt must be KEY=VALUE with a KEY from device, vendor, policy, shots, program,"
             " release_at, max_wait, max_cost, min_qubits, min_fidelity, class, failover, group,"
-            " session, account, loop, reservation, reservation_end, got 'release-at=1'",
+            " session, account, loop, reservation, reservation_end, merge, got 'release-at=1'",
         ),
         (
             ["--qpu=sv1", "--setattr=qpu=ibm:fez"],

@@ -63,7 +63,7 @@ RESERVATION_END = "qpu.reservation_end must be one of on-demand, fail, got "
 KEYS = (
     " is unknown; the keys are device, vendor, policy, shots, program, release_at,"
     " max_wait, max_cost, min_qubits, min_fidelity, class, failover, group, session, account,"
-    " loop, reservation, reservation_end"
+    " loop, reservation, reservation_end, merge"
 )
 
 # (value of attributes.system.qpu, field named, exact message)
@@ -71,6 +71,8 @@ MALFORMED: list[tuple[object, str, str]] = [
     ({"reservation": "Forte AM"}, "qpu.reservation", RESERVATION + "'Forte AM'"),
     ({"reservation": 3}, "qpu.reservation", RESERVATION + "3"),
     ({"reservation_end": "public"}, "qpu.reservation_end", RESERVATION_END + "'public'"),
+    ({"merge": "maybe"}, "qpu.merge", "qpu.merge must be one of yes, no, got 'maybe'"),
+    ({"merge": False}, "qpu.merge", "qpu.merge must be one of yes, no, got false"),
     # top level: what --setattr=qpu=1, -S qpu, qpu=true, qpu=null give
     (1, "qpu", TOP + "1"),
     (0, "qpu", TOP + "0"),
@@ -364,6 +366,7 @@ def test_defaults() -> None:
         "loop",
         "reservation",
         "reservation_end",
+        "merge",
     ]
 
 

@@ -118,7 +118,12 @@ class JobTask:
                 f"task {task_id} is not one of job {encode_jobid(self.jobid)}'s tasks "
                 f"({', '.join(self.tasks)})"
             )
-        return TaskRef(vendor=self.vendor or "", device=self.device_of(task_id), task_id=task_id)
+        return TaskRef(
+            vendor=self.vendor or "",
+            device=self.device_of(task_id),
+            task_id=task_id,
+            program=self.info.program_of(task_id),
+        )
 
     def device_of(self, task_id: str) -> str:
         """The device TASK_ID runs on: ``qpu_info.devices`` (one per task, when a batch
@@ -642,7 +647,7 @@ def result_of(
         deadline=max_error_time + max_interval,
     )
     try:
-        return budget.run(lambda: vendor.result(ref), clock=clock, sleep=sleep)
+        return budget.run(lambda: vendor.result_of(ref), clock=clock, sleep=sleep)
     except VendorError as exc:
         raise CommandError(f"task {ref.task_id}: {exc}") from None
 

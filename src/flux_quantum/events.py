@@ -257,6 +257,43 @@ class Select(QpuEvent):
 
 
 @dataclass(frozen=True)
+class MergeSlot:
+    """A job's place in a merged vendor task (several jobs' programs in one Braket
+    program set or IBM Sampler job): ``key`` is the task's idempotency token at the
+    vendor (the same on every member), ``index`` the job's program in it (``results``
+    answers in that order) and ``shots`` every member's shots in that order (the cost
+    shares are computed from them)."""
+
+    key: str
+    index: int
+    shots: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.shots)
+
+    def to_context(self) -> dict[str, Any]:
+        return {"key": self.key, "index": self.index, "size": self.size, "shots": list(self.shots)}
+
+    @classmethod
+    def decode(cls, value: Any) -> MergeSlot | None:
+        """The slot of a ``merge`` context; None unless every field is sound (an
+        eventlog is read, never trusted)."""
+        if not isinstance(value, Mapping):
+            return None
+        key, index, shots = value.get("key"), value.get("index"), value.get("shots")
+        if not isinstance(key, str) or not key:
+            return None
+        if not isinstance(shots, list) or not shots:
+            return None
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shots):
+            return None
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(shots):
+            return None
+        return cls(key, index, tuple(shots))
+
+
+@dataclass(frozen=True)
 class Submit(QpuEvent):
     """The idempotency token of a task attempt, recorded BEFORE the vendor hears of it:
     a service that dies after the create finds the token and gets the same task back.
@@ -267,7 +304,10 @@ class Submit(QpuEvent):
     queue position (IBM) leaves as the only measure of where the task stands;
     ``session`` is the fingerprint of the session the task rides (never its id);
     ``reservation`` the name of the reserved window (Braket Direct) the task is created
-    in, with its ARN: the job was admitted into it."""
+    in, with its ARN: the job was admitted into it; ``merge`` the job's place in a
+    merged task (``MergeSlot``): ``token`` stays the job's own (its ledger row), the
+    vendor knows the task by the slot's key, the same on every member's event, and the
+    task is created once for all of them."""
 
     name: ClassVar[str] = SUBMIT
     context_keys: ClassVar[Mapping[str, str]] = {"device_class": "class"}
@@ -286,6 +326,11 @@ class Submit(QpuEvent):
     ahead: int | None = None
     session: str | None = None
     reservation: str | None = None
+    merge: Mapping[str, Any] | None = None
+
+    @property
+    def slot(self) -> MergeSlot | None:
+        return MergeSlot.decode(self.merge)
 
 
 @dataclass(frozen=True)
@@ -548,6 +593,7 @@ class AttemptHistory:
     since: float | None = None
     ahead: int | None = None
     reservation: str | None = None  # the reserved window its task is created in
+    merge: MergeSlot | None = None  # its place in a merged task
 
     @property
     def progress(self) -> tuple[int, bool, bool]:
@@ -629,6 +675,7 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
                 since=record.since,
                 ahead=record.ahead,
                 reservation=record.reservation,
+                merge=record.slot,
             )
         elif isinstance(record, TaskCreated):
             unit = record.unit

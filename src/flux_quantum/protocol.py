@@ -90,8 +90,10 @@ class ReleaseInfo:
     the device of each, in the same order (``""`` where the record said nothing usable);
     ``read_via`` is the service endpoint the job reads those tasks through (set by the
     instance owner's service), ``account`` is ``SITE_ACCOUNT`` when the site's accounts
-    pay. None and empty fields are ones the release did not record (an older release, or
-    one made by hand with ``flux quantum release``)."""
+    pay; ``programs`` gives, for each task, the job's program's place in it when the task
+    is a merged one (several jobs' programs; -1: the task is the job's own). None and
+    empty fields are ones the release did not record (an older release, or one made by
+    hand with ``flux quantum release``)."""
 
     vendor: str | None = None
     device_id: str | None = None
@@ -102,6 +104,7 @@ class ReleaseInfo:
     read_via: str | None = None
     account: str | None = None
     reservation: ReleasedWindow | None = None
+    programs: tuple[int, ...] = ()
 
     @property
     def site_paid(self) -> bool:
@@ -122,7 +125,16 @@ class ReleaseInfo:
                 out[key] = getattr(self, key)
         if self.reservation is not None:
             out[RESERVATION_INFO] = self.reservation.to_dict()
+        if any(p >= 0 for p in self.programs):
+            out["programs"] = list(self.programs)
         return out
+
+    def program_of(self, task_id: str) -> int | None:
+        """The job's program's place in ``task_id`` if it is a merged task, else None."""
+        if len(self.programs) != len(self.tasks) or task_id not in self.tasks:
+            return None
+        place = self.programs[self.tasks.index(task_id)]
+        return place if place >= 0 else None
 
     @classmethod
     def decode(cls, value: Any) -> ReleaseInfo:
@@ -133,6 +145,11 @@ class ReleaseInfo:
             return cls()
         tasks = value.get("tasks")
         devices = value.get("devices")
+        programs = value.get("programs")
+        if not isinstance(programs, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p >= -1 for p in programs
+        ):
+            programs = []
         return cls(
             vendor=_text(value.get("vendor")),
             device_id=_text(value.get("device_id")),
@@ -143,6 +160,7 @@ class ReleaseInfo:
             read_via=_text(value.get("read_via")),
             account=_text(value.get("account")),
             reservation=ReleasedWindow.decode(value.get(RESERVATION_INFO)),
+            programs=tuple(programs),
         )
 
 

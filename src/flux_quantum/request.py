@@ -40,6 +40,9 @@ DEFAULT_FAILOVER = "fail"
 NO_RESERVATION = "none"
 # What happens to a job whose window ended before its task ran (default: the window's on_end).
 RESERVATION_ENDS: tuple[str, ...] = ("on-demand", "fail")
+# qpu.merge: whether the job's programs may share one vendor task with other jobs'
+# (where the site merges tasks, ``[quantum.merge]``); unset means yes.
+MERGE_CHOICES: tuple[str, ...] = ("yes", "no")
 
 # Table keys in the order they are documented and reported; "class" is the user's
 # spelling of QpuRequest.device_class (``class`` is a Python keyword).
@@ -62,6 +65,7 @@ TABLE_KEYS: tuple[str, ...] = (
     "loop",
     "reservation",
     "reservation_end",
+    "merge",
 )
 
 # Who pays for the task: the site's accounts (the system instance's handler service
@@ -268,6 +272,10 @@ def _check_reservation_end(value: object) -> str:
     return _check_choice("qpu.reservation_end", value, RESERVATION_ENDS)
 
 
+def _check_merge(value: object) -> str:
+    return _check_choice("qpu.merge", value, MERGE_CHOICES)
+
+
 # Table key -> (QpuRequest field, checker). "device" is parsed apart: it may carry a vendor.
 _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "vendor": ("vendor", _check_vendor),
@@ -287,6 +295,7 @@ _TABLE_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "loop": ("loop", _check_loop),
     "reservation": ("reservation", _check_reservation),
     "reservation_end": ("reservation_end", _check_reservation_end),
+    "merge": ("merge", _check_merge),
 }
 
 
@@ -339,6 +348,9 @@ class QpuRequest:
     # site's policy may route the job into a window.
     reservation: str | None = None
     reservation_end: str | None = None
+    # "no": the job's programs never share a vendor task with other jobs' (None: they
+    # may, where the site merges tasks).
+    merge: str | None = None
 
     def __post_init__(self) -> None:
         # Same checks as the table form, so code that builds a request by hand (the
@@ -384,6 +396,8 @@ class QpuRequest:
             _check_reservation(self.reservation)
         if self.reservation_end is not None:
             _check_reservation_end(self.reservation_end)
+        if self.merge is not None:
+            _check_merge(self.merge)
 
     @property
     def named_reservation(self) -> str | None:
@@ -429,6 +443,8 @@ class QpuRequest:
             attr["reservation"] = self.reservation
         if self.reservation_end is not None:
             attr["reservation_end"] = self.reservation_end
+        if self.merge is not None:
+            attr["merge"] = self.merge
         return attr
 
     def describe(self) -> str:

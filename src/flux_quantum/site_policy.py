@@ -15,7 +15,7 @@ from the deciders, worded by them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from flux_quantum.access import AccessRules, DeviceFacts, Requester, bank_of, us
 from flux_quantum.accounts import SiteAccounts
 from flux_quantum.catalog import Device
 from flux_quantum.ledger import ChargeRecord, Ledger, Reservation, ledger_path
+from flux_quantum.merging import MergeConfig, price_shares
 from flux_quantum.quota import Charge, QuotaConfig, actual_cost
 
 # Braket bills a QPU task that failed or was cancelled nothing (the SDK's Tracker agrees).
@@ -56,6 +57,8 @@ class SitePolicy:
         default_factory=braket_direct.ReservationBook
     )
     devices: Mapping[str, Device] = field(default_factory=dict)
+    # Merged tasks ([quantum.merge]): None without the table (every job its own task).
+    merge: MergeConfig | None = None
 
     @classmethod
     def from_config(
@@ -80,6 +83,8 @@ class SitePolicy:
         accounts = SiteAccounts.from_config(table.get("accounts"))
         quota = QuotaConfig.from_config(table.get("quota"))
         book = braket_direct.ReservationBook.from_config(table.get("reservations"), devices)
+        merge_table = table.get("merge")
+        merge = None if merge_table is None else MergeConfig.from_config(merge_table, devices)
         return cls(
             access=access,
             accounts=accounts,
@@ -88,6 +93,7 @@ class SitePolicy:
             ledger=Ledger(path, currency=currency),
             reservations=book,
             devices=dict(devices or {}),
+            merge=merge,
         )
 
     def close(self) -> None:
@@ -191,13 +197,17 @@ class SitePolicy:
         task_id: str | None = None,
         reservation: braket_direct.Reservation | None = None,
         qpu_seconds: float | None = None,
+        merged: tuple[int, Sequence[int]] | None = None,
     ) -> ChargeRecord:
         """Record what a finished task cost: a QPU task that FAILED or was CANCELLED
         costs nothing, a simulator its billed run time (``execution_seconds`` of its
         result; its minimum when not reported), anything else its price model. A task
         in a reserved window costs nothing (no per-task or per-shot charge: the window
         is paid); its row records the window, its ``qpu_seconds`` in it and its share of
-        the window's cost."""
+        the window's cost. ``merged`` (the job's place in a merged task and every
+        member's shots): the job pays its share of the task's bill (``price_shares``:
+        the per-task fee divided equally, its own shots), the members' shares adding up
+        to the bill."""
         if reservation is not None:
             seconds = None if qpu_seconds is None else max(0.0, qpu_seconds)
             return self.ledger.settle(
@@ -214,6 +224,9 @@ class SitePolicy:
             cost = 0.0
         elif state in UNBILLED_STATES and billed_seconds is None:
             cost = 0.0  # a simulator task that never ran
+        elif merged is not None:
+            place, every = merged
+            cost = price_shares(device.price, every, billed_seconds)[place]
         else:
             cost = actual_cost(device.price, shots, billed_seconds)
         return self.ledger.settle(

@@ -350,9 +350,13 @@ class Adoption:
                 )
             # Recorded, maybe created: look for the task by its token first (IBM,
             # since the recorded time), else the same token gets the same task.
-            attempt.resumed(device, h.token, since=h.since, ahead=h.ahead, window=window)
+            attempt.resumed(
+                device, h.token, since=h.since, ahead=h.ahead, window=window, merge=h.merge
+            )
             if h.task:
-                task = TaskRef(device.vendor, device.name, h.task, h.token)
+                # A merged task's member reads its own program's result from it.
+                place = h.merge.index if h.merge is not None else None
+                task = TaskRef(device.vendor, device.name, h.task, h.token, program=place)
                 self.tasks.start_tracking(
                     unit, attempt, task, queued_at=h.queued_at, attached=False
                 )

@@ -16,7 +16,7 @@ a call succeeds. This part never chooses, creates or releases anything.
 from __future__ import annotations
 
 import syslog
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from flux_quantum import events
@@ -67,6 +67,35 @@ class AttemptCalls:
                     self._orphan(result.session, "its jobs are gone")
                 return
             handler(unit, program, attempt, result, error)
+
+        self._workers.submit(call, done)
+
+    def call_many(
+        self,
+        members: Sequence[tuple[Unit, Program]],
+        call: Callable[[], Any],
+        handler: Callable[[list[tuple[Unit, Program]], Any, BaseException | None], None],
+    ) -> None:
+        """``call`` on behalf of several attempts at once (a merged task's create): each
+        is busy until it answers; ``handler`` gets the members whose attempt is still
+        current and whose unit is still active. A task created when none is left is
+        cancelled."""
+        attempts = [(unit, program, program.attempt) for unit, program in members]
+        for _, _, attempt in attempts:
+            attempt.busy = True
+
+        def done(result: Any, error: BaseException | None) -> None:
+            alive = []
+            for unit, program, attempt in attempts:
+                attempt.busy = False
+                self._completed.append((unit, program))
+                if unit.active and program.attempt is attempt:
+                    alive.append((unit, program))
+            if not alive:
+                if isinstance(result, TaskRef):
+                    self.outcomes.cancel(result, "its jobs are gone")
+                return
+            handler(alive, result, error)
 
         self._workers.submit(call, done)
 

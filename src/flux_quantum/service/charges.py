@@ -36,6 +36,7 @@ from flux_quantum import events, reservations
 from flux_quantum.access import Requester
 from flux_quantum.catalog import Device
 from flux_quantum.errors import CommandError, FluxQuantumError
+from flux_quantum.events import MergeSlot
 from flux_quantum.ledger import ChargeRecord
 from flux_quantum.protocol import COST_MEMO
 from flux_quantum.service.context import ServiceContext
@@ -65,6 +66,7 @@ class Billing:
     window: reservations.Reservation | None = None
     created: float | None = None
     running_seen: float | None = None
+    merged: MergeSlot | None = None  # its job's place in a merged task: it pays its share
     due: float = 0.0
     busy: bool = False
     retry: Retries = field(default_factory=Retries)
@@ -260,6 +262,7 @@ class Charges:
             window=attempt.window,
             created=attempt.queued_at,
             running_seen=attempt.running_seen,
+            merged=attempt.merge,
         )
 
     def _finish(self, billing: Billing, state: TaskState, ended: float | None = None) -> None:
@@ -306,6 +309,8 @@ class Charges:
         window: dict[str, Any] = {}
         if billing.window is not None:
             window = {"reservation": billing.window, "qpu_seconds": qpu_seconds}
+        if billing.merged is not None:
+            window["merged"] = (billing.merged.index, billing.merged.shots)
         try:
             record = self.site.settle(
                 billing.token,

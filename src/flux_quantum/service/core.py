@@ -23,6 +23,8 @@ thread and never block. The parts, each given its collaborators here:
   settlement when a task ends)
 - ``windows``: reserved QPU time (Braket Direct): who waits for which window, who is
   in it, the one guard before a create with a window's ARN
+- ``merges``: the pool of programs waiting to share one vendor task with other jobs'
+  (``[quantum.merge]``), and the merged tasks recorded but not created yet
 - ``units``: the tracked units and their indexes (in the shared ``context``)
 """
 
@@ -42,6 +44,7 @@ from flux_quantum.service.devices import Devices
 from flux_quantum.service.due import DueQueue
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import FluxSide, JobRecord
+from flux_quantum.service.merges import Merges
 from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.release import Release
@@ -100,6 +103,7 @@ class QuantumService:
             ctx, workers, self.face, self.outcomes, orphan=self.sessions.orphan
         )
         self.release = Release(ctx, self.face, self.outcomes, self.sessions)
+        self.merges = Merges(ctx, site.merge if site is not None else None, self.charges.requester)
         self.selection = Selection(
             ctx, self.calls, self.face, self.outcomes, self.charges, self.windows
         )
@@ -113,6 +117,7 @@ class QuantumService:
             self.sessions,
             self.selection,
             self.windows,
+            self.merges,
         )
         self.adoption = Adoption(
             ctx,

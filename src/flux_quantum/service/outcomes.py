@@ -73,7 +73,7 @@ class Outcomes:
             record = _with(record, action="cancel the stranded task")
         self.ctx.post_all(unit, record)
         if stranded and task is not None:
-            self.cancel(task, what)
+            self.cancel(task, what, unit=unit)
             attempt.cancelled = True
         self.failover(unit, program, attempt.device.name, what)
 
@@ -183,7 +183,7 @@ class Outcomes:
         for attempt in unit.attempts():
             task = attempt.live_task()
             if task is not None:
-                self.cancel(task, "its jobs failed")
+                self.cancel(task, "its jobs failed", unit=unit)
         self.sessions.unit_ended(unit, UnitState.FAILED, note)  # before its jobs leave
         ids = list(unit.jobs)
         if ids:
@@ -206,7 +206,7 @@ class Outcomes:
         for attempt in unit.attempts():
             task = attempt.live_task()
             if task is not None:
-                self.cancel(task, "every job riding it is gone")
+                self.cancel(task, "every job riding it is gone", unit=unit)
         self.finish(unit, UnitState.ABANDONED)
 
     def finish(self, unit: Unit, state: UnitState) -> None:
@@ -234,8 +234,16 @@ class Outcomes:
 
     # -- cancels
 
-    def cancel(self, task: TaskRef, why: str) -> None:
-        """Cancel a vendor task in a worker; a retryable vendor error is retried later."""
+    def cancel(self, task: TaskRef, why: str, *, unit: Unit | None = None) -> None:
+        """Cancel ``task`` (``why``: for the log), retried while the vendor cannot take
+        it; a merged task that another active unit than ``unit`` still needs is left to
+        run (the others' programs are in it)."""
+        if task.program is not None and self._needed(task, unit):
+            self.ctx.log(
+                syslog.LOG_INFO,
+                f"task {task.task_id} left running ({why}): other jobs' programs are in it",
+            )
+            return
         self._cancel(PendingCancel(task, why))
 
     def _cancel(self, pending: PendingCancel) -> None:
@@ -263,6 +271,21 @@ class Outcomes:
             ctx.log(level, f"cannot cancel task {task.task_id} yet, will retry: {error}")
 
         ctx.workers.submit(lambda: vendor.cancel(task), done)
+
+    def _needed(self, task: TaskRef, unit: Unit | None) -> bool:
+        """Whether an active unit other than ``unit`` still waits for ``task``."""
+        for other in self.ctx.active_units():
+            if other is unit:
+                continue
+            for attempt in other.attempts():
+                if (
+                    attempt.task is not None
+                    and attempt.task.task_id == task.task_id
+                    and attempt.phase is not Phase.DONE
+                    and not attempt.cancelled
+                ):
+                    return True
+        return False
 
     def retry_cancels(self, now: float) -> None:
         due = [c for c in self._pending_cancels if c.due <= now]

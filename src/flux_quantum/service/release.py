@@ -231,6 +231,10 @@ class Release:
             region=first.device.region,
             tasks=tuple(a.task.task_id for a in attempts if a.task is not None),
             devices=tuple(a.device.name for a in attempts if a.device is not None),
+            # In a merged task, the job reads its own program's result only.
+            programs=tuple(
+                a.merge.index if a.merge is not None else -1 for a in attempts if a.task is not None
+            ),
             catalog=ctx.catalog.path,
             # Every rank of the job reads its task through the service, which asks the
             # vendor once per task (flux_quantum.service.taskread): the job needs no

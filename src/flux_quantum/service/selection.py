@@ -120,16 +120,24 @@ class Selection:
         """Tasks this service watches per device, other units' only: a batch's own
         tasks never block each other (or it could never be released)."""
         counts: dict[str, int] = {}
+        merged: set[str] = set()
         for other in self.ctx.active_units():
             if other is unit:
                 continue
             for attempt in other.attempts():
                 if (
-                    attempt.device is not None
-                    and attempt.window is None  # a window's tasks skip the public queue
-                    and attempt.phase in (Phase.SUBMIT, Phase.TRACK, Phase.READY)
+                    attempt.device is None
+                    or attempt.window is not None  # a window's tasks skip the public queue
+                    or attempt.phase not in (Phase.SUBMIT, Phase.TRACK, Phase.READY)
+                    or attempt.pooled  # waiting to be merged: no task, no slot yet
                 ):
-                    counts[attempt.device.name] = counts.get(attempt.device.name, 0) + 1
+                    continue
+                if attempt.merge is not None:
+                    # A merged task takes one slot, whatever the jobs in it.
+                    if attempt.merge.key in merged:
+                        continue
+                    merged.add(attempt.merge.key)
+                counts[attempt.device.name] = counts.get(attempt.device.name, 0) + 1
         return counts
 
     def start(self, unit: Unit, program: Program) -> None:

@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 from flux_quantum.catalog import Device
+from flux_quantum.events import MergeSlot
 from flux_quantum.poller import AdaptivePoller
 from flux_quantum.qasm import ProgramCounts
 from flux_quantum.request import QpuRequest
@@ -68,6 +69,11 @@ class Attempt:
     since: float | None = None  # taken before the create (qpu-submit): find_task's window
     ahead: int | None = None  # the device's pending count seen before the create
     look_first: bool = False  # token recorded by an earlier service: find before creating
+    # Merged tasks (``merges.py``): waiting in the pool to be merged (no task, no slot
+    # taken yet); the job's place in the merged task once recorded; why it goes alone.
+    pooled: bool = False
+    merge: MergeSlot | None = None
+    alone: str | None = None
     # What is tracked: the vendor task and what its polls said.
     task: TaskRef | None = None
     attached: bool = True  # False: found in the eventlog, not yet polled by this service
@@ -115,11 +121,13 @@ class Attempt:
         since: float | None,
         ahead: int | None,
         window: Reservation | None = None,
+        merge: MergeSlot | None = None,
     ) -> None:
         """-> SUBMIT after a restart: the token was recorded, the task maybe created
-        (looked for by its token first); ``window``: recorded as admitted into it."""
+        (looked for by its token first); ``window``: recorded as admitted into it;
+        ``merge``: recorded as a member of a merged task."""
         self.device, self.token, self.window = device, token, window
-        self.since, self.ahead = since, ahead
+        self.since, self.ahead, self.merge = since, ahead, merge
         self.submit_posted = True
         self.look_first = True
         self.phase = Phase.SUBMIT
@@ -152,12 +160,14 @@ class Attempt:
         self.phase = Phase.DONE
 
     def following(self, failed: str | None, device_class: str | None) -> Attempt:
-        """The next attempt after a fail-over away from ``failed``."""
+        """The next attempt after a fail-over away from ``failed``; one whose merged
+        create was refused goes alone (``alone``)."""
         exclude = self.exclude | {failed} if failed else self.exclude
         return Attempt(
             number=self.number + 1,
             exclude=frozenset(exclude),
             device_class=device_class or self.device_class,
+            alone=self.alone,
         )
 
     def live_task(self) -> TaskRef | None:
@@ -279,3 +289,5 @@ class Counters:
     sessions_closed: int = 0
     window_admitted: int = 0  # units admitted into a reserved window (Braket Direct)
     window_ended: int = 0  # units whose window ended before their task ran in it
+    tasks_merged: int = 0  # vendor tasks that hold several jobs' programs
+    jobs_merged: int = 0  # programs sent in them

@@ -144,7 +144,9 @@ class TaskReads:
     def read(self, op: str, ref: TaskRef, vendor: Any, reply: Reply) -> None:
         """Answer ``reply(0, answer)`` or ``reply(errno, sentence)`` for a checked
         caller: from memory, by joining a read under way, or by one vendor call."""
-        key = (op, ref.task_id)
+        # A merged task's members each read their own program's counts.
+        merged = op == "result" and ref.program is not None
+        key = (op, f"{ref.task_id}#{ref.program}" if merged else ref.task_id)
         kept = self._answers.get(key)
         if kept is not None:
             self._answers.move_to_end(key)
@@ -164,7 +166,7 @@ class TaskReads:
         self.calls += 1
 
         def call() -> Any:
-            return vendor.poll(ref) if op == "poll" else vendor.result(ref)
+            return vendor.poll(ref) if op == "poll" else vendor.result_of(ref)
 
         def done(value: Any, error: BaseException | None) -> None:
             outcome, keep = self._outcome(op, ref, value, error)

@@ -19,10 +19,13 @@ it hands over to ``Release`` and ``Outcomes``.
 from __future__ import annotations
 
 import syslog
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from flux_quantum import events
 from flux_quantum.catalog import Device
+from flux_quantum.events import MergeSlot
 from flux_quantum.poller import (
     RELEASE_DONE,
     RELEASE_PREDICT,
@@ -34,6 +37,7 @@ from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
+from flux_quantum.service.merges import Merges, merge_key
 from flux_quantum.service.outcomes import Outcomes, problem_base
 from flux_quantum.service.programs import DEFAULT_PROGRAM_NAME, ProgramError, read_counted
 from flux_quantum.service.release import Release
@@ -41,7 +45,7 @@ from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitSession
 from flux_quantum.service.windows import WindowClosed, Windows
-from flux_quantum.vendors.base import SessionOpening, TaskRef, TaskSnapshot, TaskState
+from flux_quantum.vendors.base import SessionOpening, TaskRef, TaskSnapshot, TaskState, Vendor
 from flux_quantum.vendors.errors import NotFound, VendorError
 
 # Queue positions that earn a qpu-queue event when first reached (not every poll).
@@ -60,6 +64,7 @@ class Tasks:
         sessions: Sessions,
         selection: Selection,
         windows: Windows,
+        merges: Merges,
     ) -> None:
         self.ctx = ctx
         self.calls = calls
@@ -70,6 +75,7 @@ class Tasks:
         self.sessions = sessions
         self.selection = selection
         self.windows = windows
+        self.merges = merges
 
     # -- scheduling
 
@@ -166,6 +172,7 @@ class Tasks:
             if self._riding(unit, attempt.device)
             else None,
             reservation=attempt.window.name if attempt.window is not None else None,
+            merge=attempt.merge.to_context() if attempt.merge is not None else None,
         )
 
     @staticmethod
@@ -236,6 +243,22 @@ class Tasks:
         vendor = self.calls.vendor(unit, program, device.vendor, "create")
         if vendor is None:
             return
+        if attempt.merge is not None:
+            # Recorded as a member of a merged task: the one create for all of them.
+            self._create_set_again(unit, program, vendor)
+            return
+        if not attempt.submit_posted and self.merges.alone_reason(unit, program) is None:
+            offer = self.merges.offer(unit, program, ctx.clock())
+            if not offer.send:
+                # Waits in the pool, no token recorded yet; its memo says until when.
+                attempt.due = offer.due if offer.due is not None else ctx.clock() + 1.0
+                attempt.retry.holding = offer.text
+                self.face.update_memos(unit)
+                return
+            attempt.retry.holding = None
+            if len(offer.members) > 1:
+                self._submit_set(offer.members, vendor)
+                return
         if unit.request.session is not None and unit.session is None and not attempt.submit_posted:
             # The first task of a unit that asked for a session opens it, then rides it;
             # the unit's other programs wait for it. A later step of a loop rides the
@@ -300,6 +323,144 @@ class Tasks:
             self._created(unit, program, attempt, task, error, found=bool(found))
 
         self.calls.call(unit, program, create, created)
+
+    # -- merged tasks
+
+    def _submit_set(self, members: Sequence[tuple[Unit, Program]], vendor: Vendor) -> None:
+        """Record every member's place in the merged task (its ``qpu-submit`` with the
+        slot, BEFORE the vendor hears of it), then create the task once for all."""
+        ctx = self.ctx
+        tokens = [p.attempt.token or "" for _, p in members]
+        key = merge_key(tokens)
+        shots = tuple(u.request.shots for u, _ in members)
+        since = ctx.clock()
+        for index, (member_unit, member) in enumerate(members):
+            attempt = member.attempt
+            attempt.merge = MergeSlot(key, index, shots)
+            attempt.since = since
+            attempt.retry.holding = None
+            # A job gone meanwhile keeps its place: the layout is what was recorded.
+            ctx.post_all(member_unit, self.submit_record(member_unit, member))
+            attempt.submit_posted = True
+        programs = [(p.text or "", u.request.shots) for u, p in members]
+        self.merges.sent(key, members, programs)
+        ctx.counters.tasks_merged += 1
+        ctx.counters.jobs_merged += len(members)
+        self._create_set(members, key, vendor, look=False, since=since)
+
+    def _create_set_again(self, unit: Unit, program: Program, vendor: Vendor) -> None:
+        """A recorded member is due again (its create failed and is retried, or a
+        restart found its token): the set's create, for every member still waiting."""
+        ctx = self.ctx
+        attempt = program.attempt
+        assert attempt.merge is not None
+        key = attempt.merge.key
+        formed = self.merges.again(unit, program, ctx.clock())
+        if formed is None:
+            return
+        if not formed.members:
+            attempt.due = formed.due if formed.due is not None else ctx.clock() + 1.0
+            attempt.retry.holding = formed.text
+            self.face.update_memos(unit)
+            return
+        look = any(p.attempt.look_first for _, p in formed.members)
+        since = min(
+            (p.attempt.since for _, p in formed.members if p.attempt.since is not None),
+            default=unit.t_submit,
+        )
+        self._create_set(formed.members, key, vendor, look=look, since=since)
+
+    def _create_set(
+        self,
+        members: Sequence[tuple[Unit, Program]],
+        key: str,
+        vendor: Vendor,
+        *,
+        look: bool,
+        since: float,
+    ) -> None:
+        device = members[0][1].attempt.device
+        assert device is not None
+        programs = self.merges.programs(key)
+        assert programs is not None
+        found: list[TaskRef] = []
+
+        def create() -> TaskRef:
+            if look:
+                # Recorded by an earlier service, maybe created (see _start_submit).
+                task = vendor.find_task(device, key, since=since)
+                if task is not None:
+                    found.append(task)
+                    return task
+            return vendor.submit_set(device, programs, key)
+
+        def created(alive: list[tuple[Unit, Program]], task: Any, error: Any) -> None:
+            self._set_created(alive, key, task, error, found=bool(found))
+
+        self.calls.call_many(members, create, created)
+
+    def _set_created(
+        self,
+        alive: list[tuple[Unit, Program]],
+        key: str,
+        task: Any,
+        error: Any,
+        *,
+        found: bool,
+    ) -> None:
+        ctx = self.ctx
+        if error is not None:
+            if isinstance(error, VendorError) and not error.retryable:
+                # Refused (over the device's own limits, say): each job tries alone.
+                self.merges.forget(key)
+                for member_unit, member in alive:
+                    attempt = member.attempt
+                    assert attempt.device is not None
+                    name = attempt.device.name
+                    record = events.SubmitFailed(
+                        index=member.index,
+                        attempt=attempt.number,
+                        device=name,
+                        reason=str(error),
+                        code=error.vendor_code,
+                    )
+                    ctx.post_all(member_unit, record)
+                    attempt.alone = f"{name} refused its merged task ({error.vendor_code})"
+                    self.outcomes.next_attempt(
+                        member_unit,
+                        member,
+                        None,
+                        f"{name} refused the merged task: {error} [{error.vendor_code}]; "
+                        "the job's program goes alone",
+                        "alone",
+                    )
+                    self.face.update_memos(member_unit)
+                return
+            for member_unit, member in alive:
+                member.attempt.look_first = True
+                self.calls.failed(member_unit, member, "create merged task", error)
+            return
+        self.merges.forget(key)
+        if found:
+            ctx.counters.tasks_found += 1
+        else:
+            ctx.counters.tasks_created += 1
+        for member_unit, member in alive:
+            attempt = member.attempt
+            assert attempt.merge is not None
+            ref = replace(task, program=attempt.merge.index)
+            queued_at = ctx.clock() if attempt.since is None or not found else attempt.since
+            self.start_tracking(member_unit, attempt, ref, queued_at=queued_at, attached=True)
+            self.charges.attach(attempt)
+            self.calls.recovered(attempt)
+            ctx.post_all(member_unit, self.task_record(member_unit, member))
+            self.face.update_memos(member_unit)
+        device = alive[0][1].attempt.device
+        ctx.log(
+            syslog.LOG_INFO,
+            f"task {task.task_id} on {device.name if device else '?'}: "
+            f"{len(alive)} jobs' programs in one task",
+        )
 
     def _session_opened(
         self, unit: Unit, program: Program, attempt: Attempt, opening: Any, error: Any

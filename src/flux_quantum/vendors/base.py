@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from flux_quantum.catalog import Device, PriceModel
-from flux_quantum.vendors.errors import NotSupported, VendorError
+from flux_quantum.vendors.errors import NotFound, NotSupported, VendorError
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -189,14 +189,20 @@ class TaskRef:
     device: str
     task_id: str
     token: str | None = None
+    # The job's program's place in a merged task (``submit_set``): its result is
+    # ``results(task)[program]``. None: the task is the job's own.
+    program: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "vendor": self.vendor,
             "device": self.device,
             "task_id": self.task_id,
             "token": self.token,
         }
+        if self.program is not None:
+            out["program"] = self.program
+        return out
 
 
 @dataclass(frozen=True)
@@ -364,6 +370,19 @@ class Vendor(abc.ABC):
             vendor_code="NotSupported",
             operation="submit_set",
         )
+
+    def result_of(self, task: TaskRef) -> TaskResult:
+        """The result of ``task`` for the job that holds the reference: one program's
+        of a merged task (``task.program``), else the task's own (``result``)."""
+        if task.program is None:
+            return self.result(task)
+        results = self.results(task)
+        if not 0 <= task.program < len(results):
+            raise NotFound(
+                f"task {task.task_id} has {len(results)} program(s), not a program "
+                f"#{task.program + 1}"
+            )
+        return results[task.program]
 
     def results(self, task: TaskRef) -> list[TaskResult]:
         """One result per program of a COMPLETED task, in the order ``submit_set`` took

@@ -134,6 +134,13 @@ class RelayedVendor(Vendor):
             raw={"taskMetadata": metadata} if isinstance(metadata, dict) else None,
         )
 
+    def result_of(self, task: TaskRef) -> TaskResult:
+        """The job's own result: the service knows the job's place in a merged task and
+        answers only that program's counts."""
+        if not self._relayed(task):
+            return self.own("result").result_of(task)
+        return self.result(task)
+
     def results(self, task: TaskRef) -> list[TaskResult]:
         """A released task's result as the service relays it (the job's own share); a
         task of the job's own, per program from its own vendor."""
