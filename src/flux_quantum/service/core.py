@@ -105,7 +105,7 @@ class QuantumService:
         self.release = Release(ctx, self.face, self.outcomes, self.sessions)
         self.merges = Merges(ctx, site.merge if site is not None else None, self.charges.requester)
         self.selection = Selection(
-            ctx, self.calls, self.face, self.outcomes, self.charges, self.windows
+            ctx, self.calls, self.face, self.outcomes, self.charges, self.windows, self.merges
         )
         self.tasks = Tasks(
             ctx,

@@ -85,6 +85,8 @@ class Offer:
     members: tuple[tuple[Unit, Program], ...] = ()
     due: float | None = None
     text: str = ""
+    # While the batch waits: every member's line (a job that joined changes them all).
+    waiting: tuple[tuple[Unit, str], ...] = ()
 
     @property
     def send(self) -> bool:
@@ -160,7 +162,11 @@ class Merges:
         )
         text = merging.explain(mine, decision, pooled.candidate.jobid)
         if not decision.send:
-            return Offer(due=decision.retry_at, text=text)
+            by_id = {p.unit.id: p for p in here}
+            lines = tuple(
+                (by_id[m.unit].unit, merging.explain(mine, decision, m.jobid)) for m in mine.members
+            )
+            return Offer(due=decision.retry_at, text=text, waiting=lines)
         by_unit = {p.unit.id: p for p in here}
         members = []
         for candidate in mine.members:

@@ -33,6 +33,7 @@ from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
+from flux_quantum.service.merges import Merges
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.state import Attempt, Phase, Program, Unit
 from flux_quantum.service.windows import Windows
@@ -85,6 +86,7 @@ class Selection:
         outcomes: Outcomes,
         charges: Charges,
         windows: Windows,
+        merges: Merges,
     ) -> None:
         self.ctx = ctx
         self.calls = calls
@@ -92,6 +94,7 @@ class Selection:
         self.outcomes = outcomes
         self.charges = charges
         self.windows = windows
+        self.merges = merges
 
     def request_for(self, unit: Unit, attempt: Attempt) -> QpuRequest:
         """The request as a fail-over sees it: a named device is no longer required
@@ -124,14 +127,17 @@ class Selection:
         for other in self.ctx.active_units():
             if other is unit:
                 continue
-            for attempt in other.attempts():
+            for program in other.programs:
+                attempt = program.attempt
                 if (
                     attempt.device is None
                     or attempt.window is not None  # a window's tasks skip the public queue
                     or attempt.phase not in (Phase.SUBMIT, Phase.TRACK, Phase.READY)
-                    or attempt.pooled  # waiting to be merged: no task, no slot yet
                 ):
                     continue
+                unsent = attempt.phase is Phase.SUBMIT and not attempt.submit_posted
+                if unsent and (attempt.pooled or self.merges.alone_reason(other, program) is None):
+                    continue  # it may be merged: no task, no slot until it is sent
                 if attempt.merge is not None:
                     # A merged task takes one slot, whatever the jobs in it.
                     if attempt.merge.key in merged:

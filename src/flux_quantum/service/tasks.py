@@ -252,8 +252,11 @@ class Tasks:
             if not offer.send:
                 # Waits in the pool, no token recorded yet; its memo says until when.
                 attempt.due = offer.due if offer.due is not None else ctx.clock() + 1.0
-                attempt.retry.holding = offer.text
-                self.face.update_memos(unit)
+                for member, line in offer.waiting or ((unit, offer.text),):
+                    for waiting in member.attempts():
+                        if waiting.pooled:
+                            waiting.retry.holding = line.removeprefix("waiting ")
+                    self.face.update_memos(member)
                 return
             attempt.retry.holding = None
             if len(offer.members) > 1:
