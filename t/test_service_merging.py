@@ -21,6 +21,7 @@ from flux_quantum.catalog import parse_catalog
 from flux_quantum.protocol import ReleaseInfo
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import TaskRef, TaskState
+from flux_quantum.vendors.errors import VendorUnavailable
 
 GUEST_A, GUEST_B = 2001, 2002
 
@@ -73,6 +74,10 @@ def test_jobs_on_a_busy_device_share_one_task_each_reading_its_own_result(ledger
     memo = h.flux.jobs[jobs[0]].memo["qpu_state"]
     assert memo.startswith("waiting: merging with 3 other jobs on alpha: sent"), memo
     assert "max_wait" in memo
+    status = h.service.status()
+    assert status["merge"]["waiting"] == {"alpha": 4}
+    assert status["merge"]["rule"].startswith("merging on (every device that takes merged")
+    assert {t["phase"] for u in status["units"] for t in u["tasks"]} == {"merging"}
     h.until(lambda: all(h.state(j) == "released" for j in jobs), limit=900)
     assert len(h.sets()) == 1 and h.singles() == []
     # Sent when the first job had waited max_wait (20 s), not sooner.
@@ -220,3 +225,46 @@ def test_a_restarted_service_keeps_the_merged_task_and_each_place(ledger):
     assert OWNER  # the harness's instance owner runs the service
     snap = h.vendor.poll(TaskRef("local", "alpha", again.task_of(jobs[0])))
     assert snap.state is TaskState.COMPLETED
+
+
+def test_a_restart_between_the_record_and_the_create_creates_the_recorded_set_once(ledger):
+    h = MergeHarness(ledger, {"max_wait": "20s"})
+    # The create does not get through (an outage); then the service dies.
+    h.vendor.fail("submit_set", VendorUnavailable("down", vendor="local", vendor_code="503"), 3)
+    jobs = [h.flux.submit(alpha()) for _ in range(3)]
+    h.until(lambda: all(events.SUBMIT in h.flux.names(j) for j in jobs), limit=900)
+    h.run(1.0)
+    assert h.vendor.tasks == {}
+    keys = {h.flux.last(j, events.SUBMIT).slot.key for j in jobs}
+    assert len(keys) == 1
+    h.site.close()
+    h.vendor.failures.clear()
+    again = MergeHarness(ledger, {"max_wait": "20s"}, flux=h.flux, vendor=h.vendor, clock=h.clock)
+    again.until(lambda: all(again.state(j) == "released" for j in jobs), limit=900)
+    # One task, with the recorded key, each job in its recorded place.
+    assert len(h.vendor.tasks) == 1
+    (fake,) = h.vendor.tasks.values()
+    assert fake.ref.token in keys and len(fake.programs) == 3
+    for place, job in enumerate(jobs):
+        assert again.own_result(job) == {f"p{place}": 100}
+
+
+def test_a_member_gone_while_the_service_was_down_keeps_the_others_places(ledger):
+    h = MergeHarness(ledger, {"max_wait": "20s"})
+    h.vendor.fail("submit_set", VendorUnavailable("down", vendor="local", vendor_code="503"), 3)
+    jobs = [h.flux.submit(alpha()) for _ in range(3)]
+    h.until(lambda: all(events.SUBMIT in h.flux.names(j) for j in jobs), limit=900)
+    h.site.close()
+    h.vendor.failures.clear()
+    h.flux.cancel(jobs[1])
+    again = MergeHarness(ledger, {"max_wait": "20s"}, flux=h.flux, vendor=h.vendor, clock=h.clock)
+    start = again.clock()
+    again.until(lambda: h.vendor.tasks != {}, limit=900)
+    # Waited for the missing member up to max_wait, then made the set as recorded.
+    assert again.clock() - start >= 20.0
+    assert any("their places run a copy" in msg for _, msg in again.logs)
+    (fake,) = h.vendor.tasks.values()
+    assert len(fake.programs) == 3
+    again.until(lambda: all(again.state(j) == "released" for j in (jobs[0], jobs[2])), limit=900)
+    assert again.own_result(jobs[0]) == {"p0": 100}
+    assert again.own_result(jobs[2]) == {"p2": 100}

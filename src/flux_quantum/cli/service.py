@@ -248,6 +248,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("  " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counters.items()))
     if status.get("sessions_open"):
         print(f"  open vendor sessions: {status['sessions_open']}")
+    merge = status.get("merge")
+    if isinstance(merge, dict):
+        waiting = merge.get("waiting") or {}
+        jobs = ", ".join(f"{n} on {device}" for device, n in waiting.items()) or "none"
+        print(f"  merged tasks: {merge.get('rule')}; waiting to merge: {jobs}")
     if status.get("last_error"):
         print(f"  last error: {status['last_error']}")
     rows = [("UNIT", "JOBS", "PROG", "PHASE", "DEVICE", "TASK", "POS", "WAIT", "REQUEST")]

@@ -292,6 +292,9 @@ class QuantumService:
         }
         # The site's reserved windows (a guest sees only their own jobs in them).
         out["reservations"] = self.windows.status(ctx.clock(), userid)
+        merge = self.merges.status()
+        if merge is not None:
+            out["merge"] = merge
         if userid is None:
             out.update(
                 # Sessions kept for released jobs still running or a loop's steps, or

@@ -160,11 +160,12 @@ class Face:
                     "tasks": [
                         {
                             "index": p.index,
-                            "phase": p.attempt.phase.value,
+                            "phase": "merging" if p.attempt.pooled else p.attempt.phase.value,
                             "attempt": p.attempt.number,
                             "device": p.attempt.device.name if p.attempt.device else None,
                             "reservation": p.attempt.window.name if p.attempt.window else None,
                             "task": p.attempt.task.task_id if p.attempt.task else None,
+                            "merge": p.attempt.merge.to_context() if p.attempt.merge else None,
                             "state": p.attempt.snapshot.state.value if p.attempt.snapshot else None,
                             "position": p.attempt.snapshot.position if p.attempt.snapshot else None,
                             "expected_wait": None

@@ -138,6 +138,20 @@ class Merges:
         """Programs in the pool (on ``device``)."""
         return sum(1 for p in self._pool.values() if device in (None, p.candidate.device))
 
+    def status(self) -> dict[str, object] | None:
+        """The site's rule and the programs waiting per device (None: no merging)."""
+        if self.config is None:
+            return None
+        self._prune()
+        waiting: dict[str, int] = {}
+        for pooled in self._pool.values():
+            waiting[pooled.candidate.device] = waiting.get(pooled.candidate.device, 0) + 1
+        return {
+            "config": self.config.to_dict(),
+            "rule": self.config.describe(),
+            "waiting": dict(sorted(waiting.items())),
+        }
+
     # -- the pool
 
     def offer(self, unit: Unit, program: Program, now: float) -> Offer:
