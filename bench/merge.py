@@ -53,6 +53,7 @@ result no worse. The table says met or MISSED.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -458,6 +459,9 @@ class Arm:
             run.error = f"{type(exc).__name__}: {exc}"[:500]
             for jobid in jobids:
                 self.flux("cancel", jobid, check=False)
+        finally:
+            # What the service said (flux dmesg), for whoever keeps the files (--work).
+            (self.work / "dmesg.log").write_text(self.flux("dmesg", "-H", check=False))
         run.wall = time.monotonic() - wall
         return run
 
@@ -687,7 +691,7 @@ def plan(quick: bool, braket_jobs: str | None, ibm_jobs: str | None) -> list[tup
 
     out = [("braket", n) for n in counts(braket_jobs, "100" if quick else "10,50,100,200")]
     out += [("ibm", n) for n in counts(ibm_jobs, "20" if quick else "100")]
-    return out
+    return list(dict.fromkeys(out))  # each pair of arms once
 
 
 def devices(args: argparse.Namespace) -> dict[str, Device]:
@@ -726,7 +730,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-wait", type=float, default=60.0, help="vendor seconds (60)")
     parser.add_argument("--speed", type=float, default=20.0, help="the emulator's clock (x20)")
     parser.add_argument("--out", type=Path, help="results directory (full run: bench/results)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="wall seconds per arm")
+    parser.add_argument("--work", type=Path, help="keep the arms' files here (a new directory)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="wall seconds per arm")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     quick = args.quick
@@ -742,12 +747,17 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (None if quick else RESULTS)
     started = time.monotonic()
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory(prefix="fq-merge-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.work is not None:
+            args.work.mkdir(parents=True)
+            tmp = args.work
+        else:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fq-merge-")))
         for kind, n in plan(quick, args.braket_jobs, args.ibm_jobs):
             for mode in modes:
                 print(f"-- {kind} N={n} {mode} (clock x{args.speed:g})", flush=True)
                 bench = Arm(
-                    Path(tmp) / f"{kind}-{n}-{mode}",
+                    tmp / f"{kind}-{n}-{mode}",
                     args.devices[kind],
                     mode,
                     n,

@@ -153,7 +153,7 @@ def test_cores_a_job_and_the_plan_of_arms() -> None:
         ("braket", 200),
         ("ibm", 100),
     ]
-    assert bench.plan(True, "4", "") == [("braket", 4)]
+    assert bench.plan(True, "4,4", "") == [("braket", 4)]
 
 
 def test_the_ledger_s_sum_is_read_from_flux_quantum_usage_json() -> None:
