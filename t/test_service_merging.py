@@ -268,3 +268,17 @@ def test_a_member_gone_while_the_service_was_down_keeps_the_others_places(ledger
     again.until(lambda: all(again.state(j) == "released" for j in (jobs[0], jobs[2])), limit=900)
     assert again.own_result(jobs[0]) == {"p0": 100}
     assert again.own_result(jobs[2]) == {"p2": 100}
+
+
+def test_a_wrong_table_is_one_sentence_naming_the_key(ledger):
+    catalog = parse_catalog(CATALOG)
+    devices = {d.name: d for d in catalog.devices}
+    with pytest.raises(ValueError) as info:
+        SitePolicy.from_config({"merge": {"devices": ["garnet"]}}, devices=devices)
+    assert str(info.value).startswith("[quantum.merge] devices: 'garnet' is not in the catalog")
+    with pytest.raises(ValueError) as info:
+        SitePolicy.from_config({"merge": {"max_wait": "soon"}}, devices=devices)
+    assert str(info.value) == (
+        "[quantum.merge] max_wait must be a duration >= 0 such as 0, 30s, 2m or 1h, got 'soon'"
+    )
+    assert SitePolicy.from_config({}, devices=devices).merge is None

@@ -246,6 +246,25 @@ def test_a_reserved_window_on_the_emulator(tmp_path: Path) -> None:
     _no_emulator_left(tmp_path)
 
 
+def test_three_jobs_one_merged_task_on_the_emulator(tmp_path: Path) -> None:
+    found = blocks("### Try it: three jobs, one task, on the emulator")
+    assert len(found) == 3, found
+    out = run_walkthrough(found, tmp_path)
+    # Each job's place in the one task, recorded before it was created.
+    submit = re.search(r'qpu-submit .* merge=\{"key":"(merge-\w+)","index":2,"size":3', out)
+    assert submit, out
+    # One task for the three jobs, each reading its own program's counts.
+    tasks = re.findall(r"^task:\s+(arn:\S+)$", out, re.M)
+    assert len(tasks) == 3 and len(set(tasks)) == 1, out
+    counts = re.findall(r"^counts:\s+(.*)$", out, re.M)
+    assert counts == ["00=100", "11=100", "00=100"], out
+    assert re.search(r"tasks created 1,", out) and "tasks merged 1, jobs merged 3" in out, out
+    assert "qpu handler service 'qpu_handlers' stopped" in out, out
+    assert "ERROR" not in out, out
+    assert "\nleft: 0\n" in out, out
+    _no_emulator_left(tmp_path)
+
+
 def test_walkthrough_blocks_are_found() -> None:
     """The parser finds what the tests above run (a README edit that moves a block
     fails here with the blocks it saw)."""
