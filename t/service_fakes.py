@@ -29,6 +29,7 @@ from flux_quantum import events
 from flux_quantum.catalog import Catalog, Device, parse_catalog
 from flux_quantum.errors import CommandError
 from flux_quantum.plugin import HeldJob
+from flux_quantum.protocol import Released, ReleaseInfo
 from flux_quantum.service import QuantumService, ServiceOptions
 from flux_quantum.service.fluxside import ClusterView, JobRecord
 from flux_quantum.service.sessionkeys import SessionKeys
@@ -874,3 +875,13 @@ class Harness:
 
     def state(self, jobid: int) -> str:
         return self.flux.jobs[jobid].state
+
+
+def released_record(h: Harness, job: int) -> JobRecord:
+    """What Flux says of a job the "plugin" released: its jobspec with the release's
+    ``attributes.system`` keys (the task, its device, ``qpu_info``)."""
+    fake = h.flux.jobs[job]
+    system = fake.jobspec["attributes"]["system"]
+    info = ReleaseInfo.decode(fake.release["info"])
+    system.update(Released(fake.release["task"], fake.release["device"], info).to_system())
+    return JobRecord(job, tuple(fake.events), system, jobspec=fake.jobspec)

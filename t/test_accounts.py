@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_fakes import OWNER, Harness, InlineWorkers
+from service_fakes import OWNER, Harness, InlineWorkers, released_record
 
 from flux_quantum import events
 from flux_quantum.accounts import AccountsConfigError, SiteAccounts, request_account
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.ledger import GuestError
-from flux_quantum.protocol import SITE_ACCOUNT, Released, ReleaseInfo
-from flux_quantum.service.fluxside import JobRecord
+from flux_quantum.protocol import SITE_ACCOUNT, ReleaseInfo
 from flux_quantum.service.programs import ProgramError, read_program
 from flux_quantum.service.taskread import TaskReads, checked_request, readable_ref
 from flux_quantum.site_policy import SitePolicy
@@ -150,14 +149,6 @@ def test_a_guests_own_service_handles_only_that_guests_user_account_jobs(tmp_pat
 
 
 # --- reading a task through the service ---------------------------------------------------------
-
-
-def released_record(h: Harness, job: int) -> JobRecord:
-    fake = h.flux.jobs[job]
-    system = fake.jobspec["attributes"]["system"]
-    info = ReleaseInfo.decode(fake.release["info"])
-    system.update(Released(fake.release["task"], fake.release["device"], info).to_system())
-    return JobRecord(job, tuple(fake.events), system, jobspec=fake.jobspec)
 
 
 def test_only_the_jobs_user_or_the_owner_reads_its_task_through_the_service(tmp_path):

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_fakes import CATALOG, OWNER, Harness, QueueModel
+from service_fakes import CATALOG, OWNER, Harness, InlineWorkers, QueueModel, released_record
 
 from flux_quantum import events, merging
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.protocol import ReleaseInfo
+from flux_quantum.service.taskread import TaskReads, readable_ref
 from flux_quantum.site_policy import SitePolicy
 from flux_quantum.vendors.base import TaskRef, TaskState
 from flux_quantum.vendors.errors import VendorUnavailable
@@ -282,3 +283,24 @@ def test_a_wrong_table_is_one_sentence_naming_the_key(ledger):
         "[quantum.merge] max_wait must be a duration >= 0 such as 0, 30s, 2m or 1h, got 'soon'"
     )
     assert SitePolicy.from_config({}, devices=devices).merge is None
+
+
+def test_every_member_reading_a_merged_task_costs_one_download_of_its_results(ledger):
+    h = MergeHarness(ledger, {"max_wait": "20s"})
+    jobs = [h.flux.submit(alpha()) for _ in range(5)]
+    h.until(lambda: all(h.state(j) == "released" for j in jobs), limit=900)
+    h.run(600)  # the task completes at the vendor
+    workers = InlineWorkers()
+    reads = TaskReads(workers.submit)
+    got: list[tuple[int, Any]] = []
+    refs = []
+    for job in jobs:
+        refs.append(readable_ref(released_record(h, job), job, None, OWNER, OWNER))
+    for ref in refs[:3]:  # three ranks of different jobs at once
+        reads.read("result", ref, h.vendor, lambda n, v: got.append((n, v)))
+    for done, result, error in workers.drain():
+        done(result, error)
+    for ref in refs[3:]:  # later readers: answered from memory
+        reads.read("result", ref, h.vendor, lambda n, v: got.append((n, v)))
+    assert h.vendor.count("results") == 1 and reads.calls == 1
+    assert [v["counts"] for _, v in got] == [{f"p{i}": 100} for i in range(5)]

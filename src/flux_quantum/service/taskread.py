@@ -21,6 +21,7 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from flux_quantum.consumer import encode_jobid, job_task_from_jobspec
@@ -138,6 +139,8 @@ class TaskReads:
         self._answers: OrderedDict[tuple[str, str], tuple[int, Any]] = OrderedDict()
         self._recent: dict[tuple[str, str], tuple[float, tuple[int, Any]]] = {}
         self._waiting: dict[tuple[str, str], list[Reply]] = {}
+        # Readers of a merged task's programs, waiting for its one download.
+        self._sets_waiting: dict[str, list[tuple[TaskRef, Reply]]] = {}
         self.calls = 0
         self.answered = 0
 
@@ -158,6 +161,9 @@ class TaskReads:
             self.answered += 1
             reply(*recent[1])
             return
+        if merged:
+            self._read_set(ref, vendor, reply)
+            return
         waiting = self._waiting.get(key)
         if waiting is not None:
             waiting.append(reply)
@@ -172,9 +178,7 @@ class TaskReads:
             outcome, keep = self._outcome(op, ref, value, error)
             self._recent.pop(key, None)
             if keep:
-                self._answers[key] = outcome
-                while len(self._answers) > self._kept:
-                    self._answers.popitem(last=False)
+                self._keep(key, outcome)
             elif outcome[0] == 0:  # a task under way: good for the next few readers
                 self._forget_stale()
                 self._recent[key] = (self._clock(), outcome)
@@ -183,6 +187,52 @@ class TaskReads:
                 waiter(*outcome)
 
         self._submit(call, done)
+
+    def _read_set(self, ref: TaskRef, vendor: Any, reply: Reply) -> None:
+        """A merged task's result: one download of every program's (``results``) for
+        all its jobs' readers, each answered with its own program's counts; every
+        program's answer is kept, so the other jobs' readers need no vendor call."""
+        waiting = self._sets_waiting.get(ref.task_id)
+        if waiting is not None:
+            waiting.append((ref, reply))
+            return
+        self._sets_waiting[ref.task_id] = [(ref, reply)]
+        self.calls += 1
+
+        def call() -> Any:
+            return vendor.results(ref)
+
+        def done(value: Any, error: BaseException | None) -> None:
+            results = value if error is None and isinstance(value, list) else []
+            outcomes: dict[int, tuple[int, Any]] = {}
+            for place, result in enumerate(results):
+                mine = replace(ref, program=place)
+                outcomes[place], keep = self._outcome("result", mine, result, None)
+                if keep:
+                    self._keep(("result", f"{ref.task_id}#{place}"), outcomes[place])
+            for waiter, answer_to in self._sets_waiting.pop(ref.task_id, []):
+                place = waiter.program
+                assert place is not None
+                if error is None and not 0 <= place < len(results):
+                    error_here: BaseException | None = ValueError(
+                        f"it has {len(results)} program(s), not a program #{place + 1}"
+                    )
+                else:
+                    error_here = error
+                if error_here is not None:
+                    outcome, _ = self._outcome("result", waiter, None, error_here)
+                else:
+                    outcome = outcomes[place]
+                self.answered += 1
+                answer_to(*outcome)
+
+        self._submit(call, done)
+
+    def _keep(self, key: tuple[str, str], outcome: tuple[int, Any]) -> None:
+        self._answers[key] = outcome
+        self._answers.move_to_end(key)
+        while len(self._answers) > self._kept:
+            self._answers.popitem(last=False)
 
     def _forget_stale(self) -> None:
         now = self._clock()
