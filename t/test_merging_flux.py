@@ -514,13 +514,6 @@ def test_a_device_that_refuses_the_set_runs_each_job_alone(make_site):
         assert got["program"] is None and got["counts"] == {PROGRAMS[program][1]: shots}
 
 
-@pytest.mark.xfail(
-    reason="product bug: Selection._older_waiters counts older jobs still choosing a "
-    "device as taking its slots although, merged, they take none: on a 1-slot device "
-    "younger jobs back off ('in use or promised') and miss the merged task",
-    raises=AssertionError,
-    strict=False,
-)
 def test_a_burst_on_a_one_slot_device_is_merged_into_one_task(make_site):
     """Eight jobs held before the service starts (adopted together), on a device of one
     slot (the catalog's default), the service's own retry timings: all of them wait in

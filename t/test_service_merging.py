@@ -304,3 +304,11 @@ def test_every_member_reading_a_merged_task_costs_one_download_of_its_results(le
         reads.read("result", ref, h.vendor, lambda n, v: got.append((n, v)))
     assert h.vendor.count("results") == 1 and reads.calls == 1
     assert [v["counts"] for _, v in got] == [{f"p{i}": 100} for i in range(5)]
+
+
+def test_a_burst_on_a_one_slot_device_goes_out_as_one_task_with_no_slot_wait(ledger):
+    h = MergeHarness(ledger, {"max_wait": "20s"}, queues={"solo": QueueModel(30)})
+    jobs = [h.flux.submit({"device": "solo", "shots": 100}) for _ in range(6)]
+    h.until(lambda: all(h.state(j) == "released" for j in jobs), limit=900)
+    assert len(h.sets()) == 1 and h.singles() == []
+    assert all(events.WAIT not in h.flux.names(j) for j in jobs)

@@ -109,11 +109,13 @@ class Merges:
 
     # -- reading
 
-    def alone_reason(self, unit: Unit, program: Program) -> str | None:
-        """Why the program's task is its own (None: it may be merged). Said only for
-        what the site or the job decided; plain cases (merging off) say nothing."""
+    def alone_reason(
+        self, unit: Unit, program: Program, device: Device | None = None
+    ) -> str | None:
+        """Why the program's task is its own (None: it may be merged), on its attempt's
+        device or, before one is chosen, on ``device``."""
         attempt = program.attempt
-        device = attempt.device
+        device = device or attempt.device
         if self.config is None or not self.config.enabled or device is None:
             return "merging is off"
         if attempt.alone is not None:

@@ -373,7 +373,13 @@ class Selection:
                 continue
             if other.request.device not in (device.name, device.id):
                 continue
-            count += sum(1 for a in other.attempts() if a.phase is Phase.SELECT)
+            # One that will wait to be merged takes no slot of its own.
+            count += sum(
+                1
+                for p in other.programs
+                if p.attempt.phase is Phase.SELECT
+                and self.merges.alone_reason(other, p, device) is not None
+            )
         return count
 
     # -- submit
