@@ -4,6 +4,9 @@ parses a catalog of just those, in that order."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from flux_quantum.catalog import Catalog, parse_catalog
 
 DEVICES = {
@@ -27,3 +30,35 @@ DEVICES = {
 def catalog_of(*names: str) -> Catalog:
     text = "devices:\n" + "".join(f"  - {DEVICES[name]}\n" for name in names)
     return parse_catalog(text, "catalog.yaml")
+
+
+def emulated_catalog(
+    scenario: Mapping[str, Any],
+    *,
+    drain: float = 10,
+    slots: int | None = None,
+    per_task: float = 0.3,
+    per_shot: float = 0.001,
+    region: str | None = "us-east-1",
+) -> str:
+    """A catalog (YAML text) of an emulator scenario's devices, each ``q-NAME`` on the
+    ``local`` vendor, a 20-qubit QPU at ``per_task`` + ``per_shot``, draining a task in
+    ``drain`` seconds; ``slots``: the catalog's default when None."""
+    lines = ["devices:"]
+    for spec in scenario["devices"]:
+        lines += [
+            f"  - name: q-{spec['name'].lower()}",
+            "    vendor: local",
+            f"    id: {spec['arn']}",
+            "    class: qpu",
+            "    qubits: 20",
+        ]
+        if region is not None:
+            lines.append(f"    region: {region}")
+        if slots is not None:
+            lines.append(f"    slots: {slots}")
+        lines += [
+            f"    price: {{per_task: {per_task}, per_shot: {per_shot}}}",
+            f"    properties: {{drain_seconds_per_task: {drain}}}",
+        ]
+    return "\n".join(lines) + "\n"

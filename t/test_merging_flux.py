@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from catalogs import emulated_catalog
 from fluxinstance import FluxInstance, quantum_config
 
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
@@ -81,23 +82,6 @@ def _qpu(name: str, depth: int, **more: Any) -> dict[str, Any]:
     }
 
 
-def _catalog(scenario: dict[str, Any], slots: int) -> str:
-    lines = ["devices:"]
-    for spec in scenario["devices"]:
-        lines += [
-            f"  - name: q-{spec['name'].lower()}",
-            "    vendor: local",
-            f"    id: {spec['arn']}",
-            "    class: qpu",
-            "    qubits: 20",
-            "    region: us-east-1",
-            f"    slots: {slots}",
-            f"    price: {{per_task: {PRICE['per_task']}, per_shot: {PRICE['per_shot']}}}",
-            "    properties: {drain_seconds_per_task: 10}",
-        ]
-    return "\n".join(lines) + "\n"
-
-
 def share(shots: int, members: int) -> float:
     """A member's share of a merged task's bill: the per-task fee split equally, its own
     shots (merging.price_shares)."""
@@ -113,7 +97,11 @@ class Site:
     ) -> None:
         self.workdir = workdir
         self.catalog = workdir / "backends.yaml"
-        self.catalog.write_text(_catalog(scenario, slots))
+        self.catalog.write_text(
+            emulated_catalog(
+                scenario, slots=slots, per_task=PRICE["per_task"], per_shot=PRICE["per_shot"]
+            )
+        )
         for name, (gates, _) in PROGRAMS.items():
             text = f"OPENQASM 3.0;\nbit[2] c;\nqubit[2] q;\n{gates}c = measure q;\n"
             (workdir / f"{name}.qasm").write_text(text)

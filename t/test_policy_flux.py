@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from catalogs import emulated_catalog
 from fluxinstance import FluxInstance, quantum_config
 from test_service_flux import FAST, GHZ
 
@@ -56,21 +57,6 @@ SCENARIO = {
 TASK = 1.3
 
 
-def _catalog_text() -> str:
-    lines = ["devices:"]
-    for spec in SCENARIO["devices"]:
-        lines += [
-            f"  - name: q-{spec['name'].lower()}",
-            "    vendor: local",
-            f"    id: {spec['arn']}",
-            "    class: qpu",
-            "    qubits: 20",
-            "    price: {per_task: 0.3, per_shot: 0.001}",
-            "    properties: {drain_seconds_per_task: 10}",
-        ]
-    return "\n".join(lines) + "\n"
-
-
 class Site:
     """An instance with a site policy, an emulator and the handler service."""
 
@@ -78,7 +64,7 @@ class Site:
         self.workdir = workdir
         self.ledger = workdir / "ledger" / "ledger.db"
         self.catalog = workdir / "backends.yaml"
-        self.catalog.write_text(_catalog_text())
+        self.catalog.write_text(emulated_catalog(SCENARIO, region=None))
         config = quantum_config() + policy + f'\n[quantum.ledger]\npath = "{self.ledger}"\n'
         self.clock = ManualClock()
         self.emu = Emulator(Scenario.from_dict(SCENARIO), clock=self.clock).start()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from catalogs import emulated_catalog
 from fluxinstance import FluxInstance, quantum_config
 from test_ibm_flux import Ibm
 from test_service_flux import BELL, FAST
@@ -47,22 +48,6 @@ SCENARIO: dict[str, Any] = {
 }
 
 
-def _catalog_text() -> str:
-    lines = ["devices:"]
-    for spec in SCENARIO["devices"]:
-        lines += [
-            f"  - name: q-{spec['name'].lower()}",
-            "    vendor: local",
-            f"    id: {spec['arn']}",
-            "    class: qpu",
-            "    qubits: 20",
-            "    region: us-east-1",
-            "    price: {per_task: 0.3, per_shot: 0.001}",
-            "    properties: {drain_seconds_per_task: 10}",
-        ]
-    return "\n".join(lines) + "\n"
-
-
 class Run:
     """An instance with a ledger, the emulator and the handler service."""
 
@@ -70,7 +55,7 @@ class Run:
         self.workdir = workdir
         self.ledger = workdir / "ledger" / "ledger.db"
         self.catalog = workdir / "backends.yaml"
-        self.catalog.write_text(_catalog_text())
+        self.catalog.write_text(emulated_catalog(SCENARIO))
         (workdir / "bell.qasm").write_text(BELL)
         config = quantum_config() + f'\n[quantum.ledger]\npath = "{self.ledger}"\n'
         self.clock = ManualClock()

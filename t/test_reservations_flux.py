@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from catalogs import emulated_catalog
 from emulator_fixtures import point_sdk_at
 from fluxinstance import FluxInstance
 
@@ -51,22 +52,6 @@ def _qpu(name: str) -> dict[str, Any]:
 
 
 SCENARIO = {"devices": [_qpu("Alpha"), _qpu("Delta")]}
-
-
-def _catalog() -> str:
-    lines = ["devices:"]
-    for spec in SCENARIO["devices"]:
-        lines += [
-            f"  - name: q-{spec['name'].lower()}",
-            "    vendor: local",
-            f"    id: {spec['arn']}",
-            "    class: qpu",
-            "    qubits: 20",
-            "    region: us-east-1",
-            "    price: {per_task: 0.3, per_shot: 0.001}",
-            "    properties: {drain_seconds_per_task: 1}",
-        ]
-    return "\n".join(lines) + "\n"
 
 
 def _window(name: str, device: str, arn: str, start: float, end: float, **more: Any) -> str:
@@ -107,7 +92,7 @@ class Site:
         self.emu = Emulator(Scenario.from_dict(SCENARIO), clock=self.clock).start()
         self.handle = flux.Flux(inst.uri)
         self.catalog = inst.workdir / "backends.yaml"
-        self.catalog.write_text(_catalog())
+        self.catalog.write_text(emulated_catalog(SCENARIO, drain=1))
         self.env = {
             "FLUX_QUANTUM_EMULATOR_URL": self.emu.url,
             "FLUX_QUANTUM_BACKENDS": str(self.catalog),
