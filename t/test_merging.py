@@ -1131,3 +1131,27 @@ def test_alone_reason_is_what_batches_say():
     for job in (cand(1, opt_out=True), cand(2, session="dedicated"), cand(3)):
         (batch,) = batches([job], BRAKET, DEFAULT)
         assert batch.alone == alone_reason(job, DEFAULT)
+
+
+def test_a_complete_batch_of_two_or_more_goes_at_once_a_lone_job_still_waits():
+    pair = batches([cand(1, since=T0), cand(2, since=T0 + 1)], BRAKET, DEFAULT)
+    (batch,) = pair
+    waiting = decide(batch, now=T0 + 2, device_idle=False, expected_queue_wait=900, config=DEFAULT)
+    assert not waiting.send
+    done = decide(
+        batch,
+        now=T0 + 2,
+        device_idle=False,
+        expected_queue_wait=900,
+        config=DEFAULT,
+        complete=True,
+    )
+    assert done.send and done.cause == "no other job is on its way"
+    assert explain(batch, done, 1) == (
+        "merged with 1 other job into one task on forte1: no other job is on its way"
+    )
+    (lone,) = batches([cand(1, since=T0)], BRAKET, DEFAULT)
+    still = decide(
+        lone, now=T0 + 2, device_idle=False, expected_queue_wait=900, config=DEFAULT, complete=True
+    )
+    assert not still.send

@@ -67,22 +67,26 @@ def alpha(**more: Any) -> dict[str, Any]:
 
 def test_jobs_on_a_busy_device_share_one_task_each_reading_its_own_result(ledger):
     h = MergeHarness(ledger, {"max_wait": "20s"})
-    jobs = [h.flux.submit(alpha()) for _ in range(4)]
+    first = h.flux.submit(alpha())
     h.run(5.0)
-    # Pooled: no task yet, and each job says why it waits and until when.
+    # Alone in the pool: no task yet, and the job says why it waits and until when.
     assert h.sets() == [] and h.singles() == []
-    assert all(events.SUBMIT not in h.flux.names(j) for j in jobs)
-    memo = h.flux.jobs[jobs[0]].memo["qpu_state"]
-    assert memo.startswith("waiting: merging with 3 other jobs on alpha: sent"), memo
-    assert "max_wait" in memo
+    assert events.SUBMIT not in h.flux.names(first)
+    memo = h.flux.jobs[first].memo["qpu_state"]
+    assert memo.startswith("waiting: to merge on alpha: sent when 100 wait or at"), memo
+    assert "max_wait, 20s" in memo
     status = h.service.status()
-    assert status["merge"]["waiting"] == {"alpha": 4}
+    assert status["merge"]["waiting"] == {"alpha": 1}
     assert status["merge"]["rule"].startswith("merging on (every device that takes merged")
     assert {t["phase"] for u in status["units"] for t in u["tasks"]} == {"merging"}
+    # Three more come: once they are all in (none on its way, a scan found no more),
+    # the four go at once, well before the first job's 20 s.
+    jobs = [first, *(h.flux.submit(alpha()) for _ in range(3))]
+    h.until(lambda: bool(h.vendor.creates), limit=60)
+    (t, key, _), *_ = h.vendor.creates
+    assert t - h.flux.jobs[first].t_submit < 10.0
     h.until(lambda: all(h.state(j) == "released" for j in jobs), limit=900)
     assert len(h.sets()) == 1 and h.singles() == []
-    # Sent when the first job had waited max_wait (20 s), not sooner.
-    (t, key, _), *_ = h.vendor.creates
     assert key.startswith("merge-")
     assert {h.task_of(j) for j in jobs} == {h.task_of(jobs[0])}
     for place, job in enumerate(jobs):
@@ -95,6 +99,15 @@ def test_jobs_on_a_busy_device_share_one_task_each_reading_its_own_result(ledger
         assert h.own_result(job) == {f"p{place}": 100}
     assert h.service.ctx.counters.tasks_merged == 1
     assert h.service.ctx.counters.jobs_merged == 4
+
+
+def test_a_lone_job_waits_its_bound_then_goes_alone(ledger):
+    h = MergeHarness(ledger, {"max_wait": "20s"})
+    job = h.flux.submit(alpha())
+    h.until(lambda: bool(h.vendor.creates), limit=60)
+    (t, token, _), *_ = h.vendor.creates
+    assert 20.0 <= t - h.flux.jobs[job].t_submit < 22.0
+    assert h.singles() == [token] and h.sets() == []
 
 
 def test_the_shares_add_up_to_the_vendor_bill(ledger):

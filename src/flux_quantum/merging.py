@@ -778,11 +778,14 @@ def decide(
     device_idle: bool,
     expected_queue_wait: float | None,
     config: MergeConfig,
+    complete: bool = False,
 ) -> Decision:
     """Send ``batch`` now, or wait for more programs to merge with (the bounded wait).
 
     Sent at once when it is never merged (``alone``), when the device is idle or its
-    expected queue wait is 0 (nothing waits then), and when it is full. Otherwise each
+    expected queue wait is 0 (nothing waits then), when it is full, and, holding two
+    jobs or more, when it is ``complete``: the caller knows no other job on its way to
+    it (a burst is all in: waiting longer only delays them all). Otherwise each
     member may wait until its ``since`` plus its ``wait_bound`` (its queue gain, at most
     ``max_wait`` and the device's ``expected_queue_wait``); the batch goes when the first
     of those ends, so no member waits longer than merging saves it.
@@ -798,6 +801,9 @@ def decide(
         return Decision(True, f"{sent}: {cause}", cause=cause)
     if batch.full:
         cause = f"the task is full ({batch.full_reason})"
+        return Decision(True, f"{sent}: {cause}", cause=cause)
+    if complete and n > 1:
+        cause = "no other job is on its way"
         return Decision(True, f"{sent}: {cause}", cause=cause)
     due, bound, by, seconds = math.inf, BOUND_GAIN, batch.oldest, 0.0
     for member in batch.members:

@@ -106,14 +106,16 @@ class Merges:
         self._pool: dict[tuple[int, int], _Pooled] = {}
         self._sent: dict[str, _Sent] = {}
         self._gathering: dict[str, _Gathering] = {}
+        self._joined: dict[str, float] = {}  # by device: when a program last joined
 
     # -- reading
 
     def alone_reason(
-        self, unit: Unit, program: Program, device: Device | None = None
+        self, unit: Unit, program: Program, device: Device | None = None, *, coming: bool = False
     ) -> str | None:
         """Why the program's task is its own (None: it may be merged), on its attempt's
-        device or, before one is chosen, on ``device``."""
+        device or, before one is chosen, on ``device``; ``coming``: whether it may come
+        to the pool later (its program not read yet is no reason)."""
         attempt = program.attempt
         device = device or attempt.device
         if self.config is None or not self.config.enabled or device is None:
@@ -132,7 +134,7 @@ class Merges:
             return f"{device.name} takes no merged tasks"
         if not self.config.covers(device.name):
             return f"{device.name} is not in [quantum.merge] devices"
-        if program.text is None:
+        if program.text is None and not coming:
             return "its program is not read yet"
         return None
 
@@ -166,6 +168,7 @@ class Merges:
             pooled = _Pooled(unit, program, attempt, self._candidate(unit, program, now))
             self._pool[key] = pooled
             attempt.pooled = True
+            self._joined[attempt.device.name] = now
         self._prune()
         device = attempt.device
         here = [p for p in self._pool.values() if p.candidate.device == device.name]
@@ -173,16 +176,28 @@ class Merges:
         batches = merging.batches([p.candidate for p in here], LIMITS[device.vendor], self.config)
         mine = next(b for b in batches if any(m.unit == unit.id for m in b.members))
         idle, queue = self._queue(device)
+        # A burst is all in once no job that may join is still on its way and a scan
+        # of the held jobs since the last one joined found no more.
+        coming = self._coming(device)
+        quiet_at = self._joined.get(device.name, now) + self.ctx.options.scan_interval
         decision = merging.decide(
-            mine, now=now, device_idle=idle, expected_queue_wait=queue, config=self.config
+            mine,
+            now=now,
+            device_idle=idle,
+            expected_queue_wait=queue,
+            config=self.config,
+            complete=coming == 0 and now >= quiet_at,
         )
         text = merging.explain(mine, decision, pooled.candidate.jobid)
         if not decision.send:
+            due = decision.retry_at
+            if coming == 0 and len(mine.members) > 1 and (due is None or quiet_at < due):
+                due = quiet_at  # looked at again when the burst may be all in
             by_id = {p.unit.id: p for p in here}
             lines = tuple(
                 (by_id[m.unit].unit, merging.explain(mine, decision, m.jobid)) for m in mine.members
             )
-            return Offer(due=decision.retry_at, text=text, waiting=lines)
+            return Offer(due=due, text=text, waiting=lines)
         by_unit = {p.unit.id: p for p in here}
         members = []
         for candidate in mine.members:
@@ -191,6 +206,26 @@ class Merges:
             self._pool.pop((taken.unit.id, taken.program.index), None)
             taken.attempt.pooled = False
         return Offer(members=tuple(members), text=text)
+
+    def _coming(self, device: Device) -> int:
+        """Programs of held jobs that may still join ``device``'s pool: not in it, no
+        task recorded, their device not chosen yet (or this one)."""
+        count = 0
+        for unit in self.ctx.active_units():
+            request = unit.request
+            if request.device not in (None, device.name, device.id):
+                continue
+            if request.vendor not in (None, device.vendor):
+                continue
+            for program in unit.programs:
+                attempt = program.attempt
+                if attempt.pooled or attempt.phase not in (Phase.SELECT, Phase.SUBMIT):
+                    continue
+                if attempt.submit_posted or attempt.device not in (None, device):
+                    continue
+                if self.alone_reason(unit, program, device, coming=True) is None:
+                    count += 1
+        return count
 
     def withdraw(self, unit: Unit, program: Program) -> None:
         """The program no longer waits to be merged (its attempt ended or changed)."""
