@@ -325,3 +325,17 @@ def test_a_burst_on_a_one_slot_device_goes_out_as_one_task_with_no_slot_wait(led
     h.until(lambda: all(h.state(j) == "released" for j in jobs), limit=900)
     assert len(h.sets()) == 1 and h.singles() == []
     assert all(events.WAIT not in h.flux.names(j) for j in jobs)
+
+
+def test_the_jobs_of_a_merged_task_share_its_polls(ledger):
+    h = MergeHarness(ledger, {"max_wait": "20s"})
+    jobs = [h.flux.submit(alpha()) for _ in range(8)]
+    h.until(lambda: all(h.state(j) == "released" for j in jobs), limit=900)
+    (task,) = {h.task_of(j) for j in jobs}
+    polls = [what for op, what in h.vendor.calls if op == "poll" and what == task]
+    # Eight jobs ride it; polled about as often as one job's task would be.
+    alone = MergeHarness(ledger.with_name("alone.db"), None)
+    one = alone.flux.submit(alpha())
+    alone.until(lambda: alone.state(one) == "released", limit=900)
+    single = [what for op, what in alone.vendor.calls if op == "poll"]
+    assert len(polls) <= 2 * len(single), (len(polls), len(single))

@@ -99,6 +99,11 @@ class AttemptCalls:
 
         self._workers.submit(call, done)
 
+    def completed(self, unit: Unit, program: Program) -> None:
+        """A call made for the attempt elsewhere (a merged task's shared poll) ended:
+        its next step may be due now."""
+        self._completed.append((unit, program))
+
     def take_completed(self) -> list[tuple[Unit, Program]]:
         """The attempts whose call completed since the last take (their next step may
         be due now)."""

@@ -76,6 +76,9 @@ class Tasks:
         self.selection = selection
         self.windows = windows
         self.merges = merges
+        # A merged task's last poll, by task id (when, what): its other jobs share it.
+        self._polls: dict[str, tuple[float, TaskSnapshot]] = {}
+        self._riders: dict[str, list[tuple[Unit, Program, Attempt]]] = {}  # a poll under way
 
     # -- scheduling
 
@@ -579,13 +582,57 @@ class Tasks:
         vendor = self.calls.vendor(unit, program, task.vendor, "poll")
         if vendor is None:
             return
+        if attempt.merge is not None and attempt.attached:
+            self._poll_merged(unit, program, vendor)
+            return
         if not attempt.attached:
             self.calls.call(unit, program, lambda: vendor.attach_and_poll(task), self._polled)
         else:
             self.calls.call(unit, program, lambda: vendor.poll(task), self._polled)
 
+    def _poll_merged(self, unit: Unit, program: Program, vendor: Vendor) -> None:
+        """One poll of a merged task for all its jobs that poll it at about the same
+        time: one under way is joined, one within the shortest poll interval reused."""
+        attempt = program.attempt
+        task = attempt.task
+        assert task is not None
+        seen = self._polls.get(task.task_id)
+        if seen is not None and self.ctx.clock() - seen[0] < self.ctx.schedule.min_interval:
+            self._polled(unit, program, attempt, replace(seen[1], task=task), None, shared=True)
+            return
+        riders = self._riders.get(task.task_id)
+        attempt.busy = True
+        if riders is not None:
+            riders.append((unit, program, attempt))
+            return
+        self._riders[task.task_id] = [(unit, program, attempt)]
+
+        def done(snap: Any, error: BaseException | None) -> None:
+            for rider_unit, rider, rode in self._riders.pop(task.task_id, []):
+                rode.busy = False
+                self.calls.completed(rider_unit, rider)
+                if not rider_unit.active or rider.attempt is not rode or rode.task is None:
+                    continue
+                mine = None if snap is None else replace(snap, task=rode.task)
+                self._polled(rider_unit, rider, rode, mine, error, shared=rode is not attempt)
+
+        self.ctx.workers.submit(lambda: vendor.poll(task), done)
+
+    def _keep_poll(self, now: float, snap: TaskSnapshot) -> None:
+        for task_id, (t, _) in list(self._polls.items()):
+            if now - t > self.ctx.schedule.min_interval:
+                del self._polls[task_id]
+        self._polls[snap.task.task_id] = (now, snap)
+
     def _polled(
-        self, unit: Unit, program: Program, attempt: Attempt, snap: Any, error: Any
+        self,
+        unit: Unit,
+        program: Program,
+        attempt: Attempt,
+        snap: Any,
+        error: Any,
+        *,
+        shared: bool = False,
     ) -> None:
         ctx = self.ctx
         assert attempt.device is not None and attempt.poller is not None
@@ -603,7 +650,10 @@ class Tasks:
                 return
             self.calls.failed(unit, program, "poll", error)
             return
-        ctx.counters.polls += 1
+        if not shared:
+            ctx.counters.polls += 1
+            if attempt.merge is not None:
+                self._keep_poll(now, snap)
         if not attempt.attached:
             attempt.attached = True
             ctx.counters.tasks_attached += 1
