@@ -671,3 +671,55 @@ def test_findings_counts_every_promise_even_when_zero():
     findings = Findings((Violation("no_secret", "log", "x"),), (), 0.0, None)
     assert findings.counts() == {**dict.fromkeys(PROMISES, 0), "no_secret": 1}
     assert not findings.ok()
+
+
+# --- merged tasks --------------------------------------------------------------------------------
+
+
+def merged_facts(shares: tuple[float, float, float], cost: float = 0.9) -> Facts:
+    """Three jobs whose programs ran in one merged task, each with its own row (its
+    share of the task's bill)."""
+    task, key = ARN + "m", "merge-0123456789abcdef"
+    jobs, rows = [], []
+    for place, jobid in enumerate((21, 22, 23)):
+        tok = token(jobid)
+        slot = events.MergeSlot(key, place, (100, 200, 300))
+        story = [
+            submit(),
+            qpu(
+                events.Submit(
+                    unit=jobid, index=0, attempt=0, token=tok, device="q-a", merge=slot.to_context()
+                )
+            ),
+            qpu(events.TaskCreated(unit=jobid, index=0, attempt=0, token=tok, task=task)),
+            qpu(events.Release(task=task), T0 + 4),
+            *ran(),
+        ]
+        jobs.append(
+            JobFacts(jobid, 1000, "INACTIVE", tuple(story), qpu=True, released_tasks=(task,))
+        )
+        rows.append(
+            LedgerRow(
+                token=tok,
+                jobid=jobid,
+                state="settled",
+                cost=shares[place],
+                estimate=0.4,
+                task_id=task,
+            )
+        )
+    one = BilledTask(id=task, state="COMPLETED", cost=cost, token=key)
+    return Facts(jobs=tuple(jobs), bill=bill(one), ledger=tuple(rows), texts={}, secrets=())
+
+
+def test_a_merged_task_serves_every_members_request_and_its_shares_add_up_to_its_bill():
+    findings = check(merged_facts((0.2, 0.3, 0.4)))
+    assert findings.ok, [v.to_dict() for v in findings.violations]
+    # A bill of $0.735 is shared as whole cents adding up to $0.74.
+    findings = check(merged_facts((0.25, 0.25, 0.24), cost=0.735))
+    assert findings.ok, [v.to_dict() for v in findings.violations]
+
+
+def test_shares_that_do_not_add_up_to_the_bill_are_a_violation():
+    (violation,) = found(merged_facts((0.2, 0.3, 0.3)), "ledger_matches")[-1:]
+    assert "the vendor billed 0.90" in violation.detail, violation

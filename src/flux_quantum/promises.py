@@ -17,6 +17,7 @@ and name a vendor session by its fingerprint, never its id.
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
 from collections import defaultdict
@@ -310,6 +311,9 @@ class _Story:
         self.requests: dict[Request, set[int]] = defaultdict(set)
         self.by_token: dict[str, Request] = {}
         self.by_task: dict[str, Request] = {}
+        # A merged task serves several requests: by its key (its token at the vendor)
+        # and by its id.
+        self.merged: dict[str, set[Request]] = defaultdict(set)
         self.named: set[str] = set()  # task ids any eventlog or jobspec names
         self.session_jobs: dict[str, set[int]] = defaultdict(set)  # fingerprint -> jobs
         for job in facts.jobs:
@@ -322,12 +326,16 @@ class _Story:
                     request = (record.unit, record.index)
                     self.requests[request].add(job.jobid)
                     self.by_token[record.token] = request
+                    if record.slot is not None:
+                        self.merged[record.slot.key].add(request)
                 elif isinstance(record, events.Session) and record.fingerprint:
                     self.session_jobs[record.fingerprint].add(job.jobid)
                 elif isinstance(record, events.TaskCreated):
                     request = (record.unit, record.index)
                     self.requests[request].add(job.jobid)
                     self.by_token.setdefault(record.token, request)
+                    if record.task in self.by_task and self.by_task[record.task] != request:
+                        self.merged[record.task] |= {self.by_task[record.task], request}
                     self.by_task[record.task] = request
                     self.named.add(record.task)
                 task = getattr(record, "task", None)
@@ -361,10 +369,18 @@ class _Story:
         )
         self.outcomes = [_outcome(job) for job in facts.jobs]
 
-    def request_of(self, task: BilledTask) -> Request | None:
+    def is_merged(self, task: BilledTask) -> bool:
+        return (task.token is not None and task.token in self.merged) or task.id in self.merged
+
+    def requests_of(self, task: BilledTask) -> set[Request]:
+        """The requests ``task`` serves: one, or every member's of a merged task."""
+        if task.token is not None and task.token in self.merged:
+            return set(self.merged[task.token])
+        if task.id in self.merged:
+            return set(self.merged[task.id])
         if task.token is not None and task.token in self.by_token:
-            return self.by_token[task.token]
-        return self.by_task.get(task.id)
+            return {self.by_token[task.token]}
+        return {self.by_task[task.id]} if task.id in self.by_task else set()
 
     def _in_scope(self, task: BilledTask) -> bool:
         if self.facts.scope is None or task.id in self.named:
@@ -387,8 +403,8 @@ def _one_task(story: _Story) -> Iterator[Violation]:
     completed."""
     per_request: dict[Request, list[BilledTask]] = defaultdict(list)
     for task in story.tasks:
-        request = story.request_of(task)
-        if request is None:
+        requests = story.requests_of(task)
+        if not requests:
             if task.id in story.named or not (task.billed or task.live):
                 continue
             token = f"token {task.token}" if task.token else "no token"
@@ -398,7 +414,8 @@ def _one_task(story: _Story) -> Iterator[Violation]:
                 f"orphan: {_task_words(task)} ({token}) is named by no job's eventlog",
             )
             continue
-        per_request[request].append(task)
+        for request in requests:
+            per_request[request].append(task)
     for (unit, index), tasks in sorted(per_request.items()):
         counted = [t for t in tasks if t.billed or t.live]
         if len(counted) > 1:
@@ -494,9 +511,18 @@ def _settled_total(rows: Iterable[LedgerRow]) -> float:
 
 
 def _billed_total(story: _Story) -> float:
-    if story.facts.scope is None:
-        return story.facts.bill.total
-    return sum(task.cost for task in story.tasks)
+    """What the ledger must add up to: the bill, a merged task's cost to the cent (its
+    jobs' shares are whole cents adding up to it rounded)."""
+    total = story.facts.bill.total if story.facts.scope is None else None
+    if total is not None and not story.merged:
+        return total
+    in_scope = story.tasks if total is None else story.facts.bill.tasks
+    return sum(_cents(t.cost) if story.is_merged(t) else t.cost for t in in_scope)
+
+
+def _cents(amount: float) -> float:
+    """``amount`` rounded to the cent, half up (as the shares of a merged task are)."""
+    return math.floor(amount * 100 + 0.5 + 1e-9) / 100
 
 
 def _ledger_matches(story: _Story) -> Iterator[Violation]:
@@ -515,14 +541,18 @@ def _ledger_matches(story: _Story) -> Iterator[Violation]:
             f"the ledger settled {settled:.2f} {currency}, the vendor billed {billed:.2f}",
         )
     counted = [row for row in rows if row.state != "released"]
-    by_task = {row.task_id: row for row in counted if row.task_id}
+    # A merged task has a row per job (each its share): they add up to its bill.
+    by_task: dict[str, list[LedgerRow]] = defaultdict(list)
+    for row in counted:
+        if row.task_id:
+            by_task[row.task_id].append(row)
     by_token = {row.token: row for row in counted}
     matched: set[str] = set()
     for task in story.tasks:
-        row = by_task.get(task.id)
-        if row is None and task.token is not None:
-            row = by_token.get(task.token)
-        if row is None:
+        found = by_task.get(task.id, [])
+        if not found and task.token is not None and task.token in by_token:
+            found = [by_token[task.token]]
+        if not found:
             if task.billed:
                 yield Violation(
                     "ledger_matches",
@@ -530,12 +560,17 @@ def _ledger_matches(story: _Story) -> Iterator[Violation]:
                     f"billed {task.cost:.2f} {currency} ({task.state}) but not in the ledger",
                 )
             continue
-        matched.add(row.token)
-        if row.state == "settled" and abs((row.cost or 0.0) - task.cost) >= TOLERANCE:
+        matched.update(row.token for row in found)
+        if not all(row.state == "settled" for row in found):
+            continue
+        settled_here = sum(row.cost or 0.0 for row in found)
+        owed = _cents(task.cost) if story.is_merged(task) else task.cost
+        if abs(settled_here - owed) >= TOLERANCE:
+            tokens = ", ".join(row.token for row in found)
             yield Violation(
                 "ledger_matches",
                 f"task {task.id}",
-                f"the ledger settled {row.cost or 0.0:.2f} {currency} (token {row.token}),"
+                f"the ledger settled {settled_here:.2f} {currency} (token {tokens}),"
                 f" the vendor billed {task.cost:.2f}",
             )
     for row in rows:
