@@ -229,7 +229,7 @@ class Run:
     mode: str
     jobs: int
     speed: float
-    jobs_done: int = 0  # finished 0 with exactly their own shots
+    jobs_done: int = 0  # exited 0 with exactly their own shots
     jobs_failed: int = 0
     own_shots: int = 0  # jobs whose counts were exactly their own program's shots
     tasks: int = 0  # vendor tasks created (the emulator's bill)
@@ -659,7 +659,7 @@ def report(runs: list[Run], args: argparse.Namespace, wall: float) -> str:
             lines.append(f"  {run.label}: {note}")
     lines += [
         "",
-        "jobs ok: finished 0 with exactly their own program's shots (merge_job.py checks the",
+        "jobs ok: exited 0 with exactly their own program's shots (merge_job.py checks the",
         "  tag bits); tasks: vendor tasks created (the emulator's bill); largest: jobs in the",
         "  largest task; bill: the emulator's; ledger: what the ledger settled for the jobs",
         "  (flux quantum usage); last result: first submit -> the last job's task ended",
