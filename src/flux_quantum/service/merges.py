@@ -138,10 +138,6 @@ class Merges:
             return "its program is not read yet"
         return None
 
-    def waiting(self, device: str | None = None) -> int:
-        """Programs in the pool (on ``device``)."""
-        return sum(1 for p in self._pool.values() if device in (None, p.candidate.device))
-
     def status(self) -> dict[str, object] | None:
         """The site's rule and the programs waiting per device (None: no merging)."""
         if self.config is None:
@@ -226,12 +222,6 @@ class Merges:
                 if self.alone_reason(unit, program, device, coming=True) is None:
                     count += 1
         return count
-
-    def withdraw(self, unit: Unit, program: Program) -> None:
-        """The program no longer waits to be merged (its attempt ended or changed)."""
-        pooled = self._pool.pop((unit.id, program.index), None)
-        if pooled is not None:
-            pooled.attempt.pooled = False
 
     # -- recorded merged tasks
 
