@@ -126,6 +126,13 @@ backends = "$CATALOG"
 # site's credentials (~flux/.aws/credentials); others need qpu.account=user.
 [quantum.accounts]
 site = ["local"]
+
+# Merged tasks on one QPU only; users share a task only within bank "shared"
+# (t/multiuser/test_merging.py).
+[quantum.merge]
+devices = ["local-garnet"]
+across_users = ["shared"]
+max_wait = "20s"
 TOML
 
 # --- the site's vendor credentials: the instance owner's, 0600 -----------------
