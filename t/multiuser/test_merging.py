@@ -29,13 +29,14 @@ READ = "flux quantum task --json"
 
 
 def _braket(script: str) -> str:
+    """Run SCRIPT with the Braket SDK's boto3 against the emulator (Garnet's region)."""
     out = subprocess.run(
         ["/opt/flux-quantum/bin/python", "-c", script],
         capture_output=True,
         text=True,
-        check=True,
         env={**EMULATOR_ENV, "PATH": "/usr/bin:/bin"},
     )
+    assert out.returncode == 0, out.stderr
     return out.stdout
 
 
@@ -45,7 +46,8 @@ def busy_garnet() -> Iterator[None]:
     arns = json.loads(
         _braket(
             "import json, boto3\n"
-            "c = boto3.client('braket', aws_access_key_id='x', aws_secret_access_key='y')\n"
+            "c = boto3.client('braket', aws_access_key_id='x', aws_secret_access_key='y',\n"
+            "                 region_name='eu-north-1')\n"
             "prog = json.dumps({'braketSchemaHeader': {'name': 'braket.ir.openqasm.program',"
             " 'version': '1'}, 'source': 'OPENQASM 3.0; qubit[1] q; bit[1] c; c = measure q;'})\n"
             "arns = [c.create_quantum_task(clientToken=f'fq-busy-{i}', deviceArn="
@@ -58,7 +60,8 @@ def busy_garnet() -> Iterator[None]:
     yield
     _braket(
         "import boto3\n"
-        "c = boto3.client('braket', aws_access_key_id='x', aws_secret_access_key='y')\n"
+        "c = boto3.client('braket', aws_access_key_id='x', aws_secret_access_key='y',\n"
+        "                 region_name='eu-north-1')\n"
         f"for arn in {arns!r}:\n"
         "    c.cancel_quantum_task(quantumTaskArn=arn, clientToken='fq-busy-cancel')\n"
     )
