@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -73,3 +73,22 @@ def revision(repo: Path, paths: Iterable[str] = ("src", "examples", "bench")) ->
         text=True,
     ).stdout.strip()
     return (commit or "?") + (" (modified)" if dirty else "")
+
+
+def flux_command(
+    env: Mapping[str, str],
+    cwd: Path,
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    timeout: float = 120.0,
+) -> str:
+    """``flux ARGV`` in an instance's environment, its output; RuntimeError with what
+    it said (on one line, its end) when it fails and ``check``."""
+    proc = subprocess.run(
+        ["flux", *argv], env=dict(env), cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+    if check and proc.returncode != 0:
+        said = " ".join(f"{proc.stdout.strip()} {proc.stderr.strip()}".split())
+        raise RuntimeError(f"flux {' '.join(argv)}: {said[-600:]}")
+    return proc.stdout

@@ -75,7 +75,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchlib import percentile, revision, verdict
+from benchlib import flux_command, percentile, revision, verdict
 
 from flux_quantum import events
 
@@ -369,18 +369,7 @@ class Arm:
         self._handle: Any = None
 
     def flux(self, *argv: str, check: bool = True, timeout: float = 120.0) -> str:
-        proc = subprocess.run(
-            ["flux", *argv],
-            env=self.env,
-            cwd=self.work,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if check and proc.returncode != 0:
-            said = " ".join(f"{proc.stdout.strip()} {proc.stderr.strip()}".split())
-            raise RuntimeError(f"flux {' '.join(argv)}: {said[-600:]}")
-        return proc.stdout
+        return flux_command(self.env, self.work, argv, check=check, timeout=timeout)
 
     def handle(self) -> Any:
         """A Flux handle on the instance (eventlogs of many jobs without a process each)."""

@@ -62,7 +62,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchlib import revision, verdict
+from benchlib import flux_command, revision, verdict
 
 from flux_quantum import events
 
@@ -236,17 +236,7 @@ class Arm:
         )
 
     def flux(self, *argv: str, check: bool = True, timeout: float = 120.0) -> str:
-        proc = subprocess.run(
-            ["flux", *argv],
-            env=self.env,
-            cwd=self.work,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if check and proc.returncode != 0:
-            raise RuntimeError(f"flux {' '.join(argv)}: {(proc.stderr or proc.stdout)[-600:]}")
-        return proc.stdout
+        return flux_command(self.env, self.work, argv, check=check, timeout=timeout)
 
     def close(self) -> None:
         try:

@@ -414,6 +414,18 @@ class ScriptedVendor(Vendor):
                     vendor="local",
                     vendor_code="ValidationException",
                 )
+        return self._task(device, token, reservation=reservation)
+
+    def _task(
+        self,
+        device: Device,
+        token: str,
+        *,
+        reservation: str | None = None,
+        programs: Sequence[tuple[str, int]] = (),
+    ) -> TaskRef:
+        """The task ``token`` made before, else a new one at the back of the device's
+        queue (a window's: no place in it)."""
         if token in self.by_token:
             return self.tasks[self.by_token[token]].ref
         q = self.queues[device.name]
@@ -421,7 +433,13 @@ class ScriptedVendor(Vendor):
         ref = TaskRef("local", device.name, task_id, token)
         ahead = 0 if reservation is not None else q.depth
         self.tasks[task_id] = FakeTask(
-            ref, self.clock(), ahead, q.service, run=q.run, reservation=reservation
+            ref,
+            self.clock(),
+            ahead,
+            q.service,
+            run=q.run,
+            reservation=reservation,
+            programs=tuple(programs),
         )
         self.by_token[token] = task_id
         return ref
@@ -445,16 +463,7 @@ class ScriptedVendor(Vendor):
                 vendor="local",
                 vendor_code="ValidationException",
             )
-        if token in self.by_token:
-            return self.tasks[self.by_token[token]].ref
-        q = self.queues[device.name]
-        task_id = f"arn:task/{device.name}/{next(self._ids)}"
-        ref = TaskRef("local", device.name, task_id, token)
-        self.tasks[task_id] = FakeTask(
-            ref, self.clock(), q.depth, q.service, run=q.run, programs=tuple(programs)
-        )
-        self.by_token[token] = task_id
-        return ref
+        return self._task(device, token, programs=programs)
 
     def results(self, task: TaskRef) -> list[TaskResult]:
         """Per program of a merged task: its shots, all on a bitstring naming its place
