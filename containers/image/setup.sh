@@ -65,6 +65,11 @@ text = (resources.files("flux_quantum") / "data" / "backends.yaml").read_text()
 doc = yaml.safe_load(text)
 doc.setdefault("vendors", {}).setdefault("local", {})
 doc["vendors"]["local"] = dict(doc["vendors"]["local"] or {}, url=url)
+# Four tasks at once on local-garnet (t/multiuser/test_merging.py: a merged task and
+# two tasks of their own in flight together).
+for device in doc["devices"]:
+    if device["name"] == "local-garnet":
+        device["slots"] = 4
 with open(path, "w") as out:
     out.write("# flux-quantum catalog of this cluster: the packaged example, with the\n"
               "# local vendor pointed at the emulator container.\n")

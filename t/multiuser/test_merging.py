@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from cluster import EMULATOR_ENV, USERS, eventlog, output, run, submit, wait_event
@@ -41,8 +41,9 @@ def _braket(script: str) -> str:
 
 
 @pytest.fixture
-def busy_garnet() -> Iterator[None]:
-    """Two tasks of the test's own queued on Garnet while the jobs are pooled."""
+def busy_garnet() -> Iterator[Callable[[], None]]:
+    """Two tasks of the test's own queued on Garnet while the jobs are pooled; the test
+    calls what it yields to cancel them once its tasks exist (and teardown does)."""
     arns = json.loads(
         _braket(
             "import json, boto3\n"
@@ -57,14 +58,20 @@ def busy_garnet() -> Iterator[None]:
             "print(json.dumps(arns))\n"
         )
     )
-    yield
-    _braket(
-        "import boto3\n"
-        "c = boto3.client('braket', aws_access_key_id='x', aws_secret_access_key='y',\n"
-        "                 region_name='eu-north-1')\n"
-        f"for arn in {arns!r}:\n"
-        "    c.cancel_quantum_task(quantumTaskArn=arn, clientToken='fq-busy-cancel')\n"
-    )
+
+    def cancel() -> None:
+        # Those that ended already are left as they are.
+        _braket(
+            "import boto3\n"
+            "c = boto3.client('braket', aws_access_key_id='x', aws_secret_access_key='y',\n"
+            "                 region_name='eu-north-1')\n"
+            f"for arn in {arns!r}:\n"
+            "    if c.get_quantum_task(quantumTaskArn=arn)['status'] == 'QUEUED':\n"
+            "        c.cancel_quantum_task(quantumTaskArn=arn, clientToken='fq-busy-cancel')\n"
+        )
+
+    yield cancel
+    cancel()
 
 
 def _program(user: str) -> str:
@@ -99,10 +106,12 @@ def test_alice_and_bob_share_a_task_only_within_a_shared_bank(busy_garnet):
     shared = {user: _submit(user, "--setattr=bank=shared") for user in USERS}
     for jobid in shared.values():
         wait_event(jobid, "qpu-task", timeout=120)
-    # In no bank: each goes alone (after waiting its bound for company of its own).
+    # In no bank: each goes alone (after waiting its bound for company of its own; the
+    # image gives local-garnet slots for all four tasks at once).
     alone = {user: _submit(user) for user in USERS}
     for jobid in alone.values():
         wait_event(jobid, "qpu-task", timeout=120)
+    busy_garnet()  # no need to keep Garnet busy any more
 
     # One task for the two in bank shared, each in its own place, recorded first.
     slots = {user: _submitted(jobid)["merge"] for user, jobid in shared.items()}
