@@ -19,7 +19,7 @@ it hands over to ``Release`` and ``Outcomes``.
 from __future__ import annotations
 
 import syslog
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -307,15 +307,7 @@ class Tasks:
         window, clock, windows = attempt.window, ctx.clock, self.windows
         task_seconds = windows.task_seconds(window) if window is not None else 0.0
 
-        def create() -> TaskRef:
-            if look:
-                # Recorded by an earlier service, maybe created: a vendor whose create is
-                # not idempotent (IBM) is asked first; Braket's answers None and its
-                # create with the same token returns the same task.
-                task = vendor.find_task(device, token, since=since)
-                if task is not None:
-                    found.append(task)
-                    return task
+        def make() -> TaskRef:
             if window is not None:
                 # The one guard, right before the create: never an ARN on another
                 # device, nor once the window has less than one task's time left.
@@ -324,6 +316,11 @@ class Tasks:
             if session is not None:
                 return vendor.submit_in(session, device, text, shots, token)
             return vendor.submit(device, text, shots, token)
+
+        def create() -> TaskRef:
+            return _found_or_made(
+                vendor, device, token, look=look, since=since, found=found, make=make
+            )
 
         def created(unit: Unit, program: Program, attempt: Attempt, task: Any, error: Any) -> None:
             self._created(unit, program, attempt, task, error, found=bool(found))
@@ -392,13 +389,15 @@ class Tasks:
         found: list[TaskRef] = []
 
         def create() -> TaskRef:
-            if look:
-                # Recorded by an earlier service, maybe created (see _start_submit).
-                task = vendor.find_task(device, key, since=since)
-                if task is not None:
-                    found.append(task)
-                    return task
-            return vendor.submit_set(device, programs, key)
+            return _found_or_made(
+                vendor,
+                device,
+                key,
+                look=look,
+                since=since,
+                found=found,
+                make=lambda: vendor.submit_set(device, programs, key),
+            )
 
         def created(alive: list[tuple[Unit, Program]], task: Any, error: Any) -> None:
             self._set_created(alive, key, task, error, found=bool(found))
@@ -776,3 +775,25 @@ class Tasks:
             record,
             f"task on {attempt.device.name} waited {waited:.0f}s > qpu.max_wait {limit:g}s",
         )
+
+
+def _found_or_made(
+    vendor: Vendor,
+    device: Device,
+    token: str,
+    *,
+    look: bool,
+    since: float,
+    found: list[TaskRef],
+    make: Callable[[], TaskRef],
+) -> TaskRef:
+    """The create of a task (``make``), in a worker. ``look``: the token was recorded by
+    an earlier service and the task maybe created: a vendor whose create is not
+    idempotent (IBM) is asked first (a task found goes to ``found``); Braket's answers
+    None and its create with the same token returns the same task."""
+    if look:
+        task = vendor.find_task(device, token, since=since)
+        if task is not None:
+            found.append(task)
+            return task
+    return make()
