@@ -30,6 +30,7 @@ Sleep = Callable[[float], None]
 
 class DeviceStatus(StrEnum):
     ONLINE = "ONLINE"
+    PAUSED = "PAUSED"  # up, but takes no work now: its queued tasks wait (QRMI's Paused)
     OFFLINE = "OFFLINE"
     RETIRED = "RETIRED"
     UNREACHABLE = "UNREACHABLE"  # we could not ask (timeout, connection, credentials)
@@ -133,7 +134,9 @@ class DeviceSnapshot:
     vendor only gave a lower bound (Braket's ``">4000"``), so the true depth is larger.
     ``price`` is the price model in force (the catalog's: it is the site's contract).
     ``calibration`` is the vendor's latest quality figures, None when it publishes none
-    (simulators are noise-free and publish none).
+    (simulators are noise-free and publish none). ``capacity`` is (available, max) of the
+    slots the device itself publishes (QRMI's ``ResourceCapacity``, an on-premises
+    device's), None when it publishes none.
     """
 
     device: str
@@ -145,6 +148,7 @@ class DeviceSnapshot:
     in_window: bool = True
     t: float = 0.0
     calibration: Calibration | None = None
+    capacity: tuple[int, int] | None = None
 
     @property
     def available(self) -> bool:
@@ -174,6 +178,11 @@ class DeviceSnapshot:
             "in_window": self.in_window,
             "t": self.t,
             "calibration": self.calibration.to_dict() if self.calibration else None,
+            "capacity": (
+                {"available": self.capacity[0], "max": self.capacity[1]}
+                if self.capacity is not None
+                else None
+            ),
         }
 
 

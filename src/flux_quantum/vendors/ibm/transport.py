@@ -1,11 +1,11 @@
-"""The two ways this package reaches IBM: a qrmi resource, and the REST reads QRMI lacks.
+"""The REST reads IBM's QRMI resource lacks (the resource itself is
+``flux_quantum.vendors.qrmi.QrmiResource``).
 
-This module owns the connections: ``QrmiResource`` lets one thread at a time into a qrmi
-``QuantumResource``, and ``RestReader`` makes the plain ``GET``s QRMI has no call for (list
-a backend's jobs, read a job's failure reason, backend and session) with an IAM token of
-its own, on the same settings. It must never retry (the vendor's ``RetryBudget`` does),
-never translate an error beyond raising ``HttpError`` or ``VendorUnavailable``, and never
-write the API key or a bearer token into a message.
+``RestReader`` makes the plain ``GET``s QRMI has no call for (list a backend's jobs, read
+a job's failure reason, backend and session) with an IAM token of its own, on the same
+settings. It must never retry (the vendor's ``RetryBudget`` does), never translate an
+error beyond raising ``HttpError`` or ``VendorUnavailable``, and never write the API key
+or a bearer token into a message.
 """
 
 from __future__ import annotations
@@ -15,31 +15,13 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from flux_quantum.vendors.base import Clock
 from flux_quantum.vendors.errors import VendorUnavailable
 from flux_quantum.vendors.ibm.errors import HttpError
 from flux_quantum.vendors.ibm.settings import SETTING_PREFIX
-
-
-class QrmiResource:
-    """A qrmi ``QuantumResource`` used by one thread at a time: its methods take the Rust
-    object mutably, and a second thread calling in meanwhile fails ("Already borrowed")."""
-
-    def __init__(self, resource: Any) -> None:
-        self._resource = resource
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self._resource, name)
-
-        def call(*args: Any) -> Any:
-            with self._lock:
-                return method(*args)
-
-        return call
 
 
 class RestReader:

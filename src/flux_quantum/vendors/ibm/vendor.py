@@ -74,17 +74,11 @@ from flux_quantum.vendors.ibm.settings import (
     resource_config,
     session_environment,
 )
-from flux_quantum.vendors.ibm.transport import QrmiResource, RestReader
+from flux_quantum.vendors.ibm.transport import RestReader
+from flux_quantum.vendors.qrmi import TASK_STATES, QrmiResource, read_status
 
 LIST_PAGE = 200
 LIST_PAGES_MAX = 20
-_STATES = {
-    "Queued": TaskState.QUEUED,
-    "Running": TaskState.RUNNING,
-    "Completed": TaskState.COMPLETED,
-    "Failed": TaskState.FAILED,
-    "Cancelled": TaskState.CANCELLED,
-}
 
 
 class IbmVendor(Vendor):
@@ -189,19 +183,7 @@ class IbmVendor(Vendor):
                 price=device.price,
                 t=self._clock(),
             )
-        # qrmi's ResourceStatusCode: Online, Paused (jobs queue, none runs), Offline.
-        raw = str(getattr(status, "status", "") or "").split(".")[-1].upper()
-        state = DeviceStatus.ONLINE if raw == "ONLINE" else DeviceStatus.OFFLINE
-        pending = getattr(status, "pending_job_count", None)
-        return DeviceSnapshot(
-            device=device.name,
-            status=state,
-            reason=None if raw == "ONLINE" else raw or "UNKNOWN",
-            queue_depth=pending if isinstance(pending, int) and pending >= 0 else None,
-            price=device.price,
-            t=self._clock(),
-            calibration=self._calibration(device),
-        )
+        return read_status(status, device, self._clock(), calibration=self._calibration(device))
 
     def _calibration(self, device: Device) -> Calibration | None:
         """The backend's calibration (QRMI ``target``: its properties), read at most once
@@ -367,7 +349,7 @@ class IbmVendor(Vendor):
     def poll(self, task: TaskRef) -> TaskSnapshot:
         resource = self._resource(self.backend_of(task.device))
         status = self._call("status", task.task_id, lambda: resource.task_status(task.task_id))
-        state = _STATES.get(getattr(status, "name", str(status)).split(".")[-1])
+        state = TASK_STATES.get(getattr(status, "name", str(status)).split(".")[-1])
         if state is None:
             raise VendorUnavailable(
                 f"{self.name} status of {task.task_id} is {status!r}, which flux-quantum does "

@@ -1,0 +1,395 @@
+"""What every vendor reached through QRMI shares: one resource per device, the task verbs,
+the device's status and capacity.
+
+QRMI (``qrmi``, the Quantum Resource Management Interface the Slurm SPANK plugins use)
+gives every QPU the same verbs: ``status()`` (a ``ResourceStatus``: ``Online``,
+``Paused`` or ``Offline``, ``pending_job_count``, ``capacity`` as ``available_slots`` of
+``max_slots`` for devices that publish one), ``task_start(payload)``, ``task_status``,
+``task_result``, ``task_stop``, ``target``. This module owns those verbs for a vendor
+whose resources are one QRMI resource type (IQM, Pasqal); the subclass supplies only
+what is the vendor's own: its settings (``_config``), its payload (``_payload``), how its
+result reads as counts (``_results``), how a create whose outcome is unknown is found
+again (``_find``) and how its errors read (``_translate``). ``IbmVendor`` shares
+``QrmiResource`` and ``read_status``.
+
+It must never change ``os.environ``, never retry outside its ``RetryBudget`` and never
+write a setting's value into a message (they hold tokens and passwords).
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from flux_quantum.catalog import Device
+from flux_quantum.vendors.base import (
+    Clock,
+    DeviceSnapshot,
+    DeviceStatus,
+    RetryBudget,
+    Sleep,
+    TaskRef,
+    TaskResult,
+    TaskSnapshot,
+    TaskState,
+    Vendor,
+)
+from flux_quantum.vendors.errors import (
+    AccessDenied,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    QuotaExceeded,
+    VendorError,
+    VendorThrottled,
+    VendorUnavailable,
+)
+
+# qrmi's TaskStatus names.
+TASK_STATES = {
+    "Queued": TaskState.QUEUED,
+    "Running": TaskState.RUNNING,
+    "Completed": TaskState.COMPLETED,
+    "Failed": TaskState.FAILED,
+    "Cancelled": TaskState.CANCELLED,
+}
+# qrmi's error classes, by name (the extension module's classes are not importable
+# without qrmi, which this module loads only when a call is made).
+_KINDS: Mapping[str, type[VendorError]] = {
+    "AuthenticationFailedError": AccessDenied,
+    "ConfigError": AccessDenied,
+    "EnvVarNotSetError": AccessDenied,
+    "TaskNotFoundError": NotFound,
+    "ResourceNotFoundError": NotFound,
+    "TaskNotReadyError": InvalidRequest,
+    "InvalidInputError": InvalidRequest,
+    "UnsupportedPayloadError": InvalidRequest,
+    "UnsupportedFunctionError": InvalidRequest,
+    "UnsupportedResourceTypeError": InvalidRequest,
+}
+_STATUS = re.compile(r"\b(?:status(?: code)?|HTTP)[ :=]*([45]\d\d)\b|\b([45]\d\d) [A-Z][a-z]")
+
+
+class QrmiResource:
+    """A qrmi ``QuantumResource`` used by one thread at a time: its methods take the Rust
+    object mutably, and a second thread calling in meanwhile fails ("Already borrowed")."""
+
+    def __init__(self, resource: Any) -> None:
+        self._resource = resource
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._resource, name)
+
+        def call(*args: Any) -> Any:
+            with self._lock:
+                return method(*args)
+
+        return call
+
+
+def http_class(status: int) -> type[VendorError]:
+    """Our error class for an HTTP status a vendor answered with."""
+    if status == 429:
+        return VendorThrottled
+    if status in (401, 403):
+        return AccessDenied
+    if status == 404:
+        return NotFound
+    if status == 409:
+        return Conflict
+    if status == 402:
+        return QuotaExceeded
+    if status >= 500:
+        return VendorUnavailable
+    return InvalidRequest
+
+
+def translate(exc: BaseException, *, vendor: str, operation: str, subject: str) -> VendorError:
+    """One project error for an exception from qrmi: by its class, else by the HTTP status
+    in its text, else unavailable (retryable: a connection refused, a timeout)."""
+    if isinstance(exc, VendorError):
+        return exc
+    kind = type(exc).__name__
+    text = " ".join(str(exc).split())
+    match = _STATUS.search(text)
+    status = int(match.group(1) or match.group(2)) if match else None
+    cls = _KINDS.get(kind) or (http_class(status) if status else VendorUnavailable)
+    if cls is InvalidRequest and status is not None and status >= 500:
+        cls = VendorUnavailable
+    code = f"HTTP{status}" if status else kind
+    return cls(
+        f"{vendor} {operation} for {subject} failed with {code}: {text[:400]}",
+        vendor=vendor,
+        vendor_code=code,
+        operation=operation,
+    )
+
+
+def read_status(status: Any, device: Device, t: float, **extra: Any) -> DeviceSnapshot:
+    """A ``DeviceSnapshot`` from qrmi's ``ResourceStatus``: ``Online`` takes work,
+    ``Paused`` is up but takes none (PAUSED: its queued tasks wait, none starts),
+    ``Offline`` is down; the pending count is the queue depth; a published capacity is
+    kept as (available, max) slots."""
+    raw = str(getattr(status, "status", "") or "").split(".")[-1].upper()
+    state = {"ONLINE": DeviceStatus.ONLINE, "PAUSED": DeviceStatus.PAUSED}.get(
+        raw, DeviceStatus.OFFLINE
+    )
+    reason = getattr(status, "status_reason", None)
+    if state is not DeviceStatus.ONLINE:
+        reason = reason or raw or "UNKNOWN"
+    elif getattr(status, "healthy", True) is False:
+        reason = f"unhealthy: {reason}" if reason else "unhealthy"
+    else:
+        reason = None
+    pending = getattr(status, "pending_job_count", None)
+    capacity = getattr(status, "capacity", None)
+    slots = None
+    if capacity is not None:
+        free = getattr(capacity, "available_slots", None)
+        most = getattr(capacity, "max_slots", None)
+        if _count(free) and _count(most):
+            slots = (min(free, most), most)
+    return DeviceSnapshot(
+        device=device.name,
+        status=state,
+        reason=reason,
+        queue_depth=pending if _count(pending) else None,
+        price=device.price,
+        t=t,
+        capacity=slots,
+        **extra,
+    )
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class QrmiVendor(Vendor):
+    """A vendor whose devices are resources of one QRMI type (``resource_type``, a name
+    of ``qrmi.ResourceType``). Idempotency as IBM's: QRMI's create has no token, so the
+    subclass marks the payload with it and ``_find`` looks for it; ``submit`` looks
+    before it creates again whenever this process already tried that token."""
+
+    resource_type = ""
+
+    def __init__(
+        self,
+        *,
+        devices: Iterable[Device] = (),
+        retry: RetryBudget | None = None,
+        clock: Clock = time.time,
+        sleep: Sleep = time.sleep,
+        environ: Mapping[str, str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        import os
+
+        self.name = name or self.name
+        self.retry = retry or RetryBudget()
+        self._clock = clock
+        self._sleep = sleep
+        self._environ = dict(os.environ if environ is None else environ)
+        self._devices = {d.name: d for d in devices if d.vendor == self.name}
+        self._lock = threading.Lock()
+        self._resources: dict[str, QrmiResource] = {}
+        self._tried: dict[str, float] = {}  # token -> when this process first created with it
+
+    # -- what the subclass supplies
+
+    @abc.abstractmethod
+    def _config(self, device: Device) -> dict[str, str]:
+        """QRMI's settings for ``device`` (keys without the resource-id prefix)."""
+
+    @abc.abstractmethod
+    def _payload(self, device: Device, program_text: str, shots: int, token: str) -> Any:
+        """The ``qrmi.Payload`` that runs ``program_text``, marked with ``token``
+        (ValueError: the program cannot run there, said in one sentence)."""
+
+    @abc.abstractmethod
+    def _results(self, task: TaskRef, value: str) -> list[TaskResult]:
+        """The task's results from ``task_result().value`` (ValueError: unreadable)."""
+
+    def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
+        """The task a create with ``token`` made at or after ``since``, or None."""
+        return None
+
+    def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
+        return translate(exc, vendor=self.name, operation=operation, subject=subject)
+
+    # -- plumbing
+
+    def device_of(self, name: str) -> Device:
+        device = self._devices.get(name)
+        if device is None:
+            raise NotFound(
+                f"{self.name} has no device {name!r} in the catalog",
+                vendor=self.name,
+                vendor_code="UnknownDevice",
+            )
+        return device
+
+    def _resource(self, device: Device) -> QrmiResource:
+        """QRMI's resource for ``device``, built once."""
+        with self._lock:
+            resource = self._resources.get(device.name)
+        if resource is not None:
+            return resource
+        import qrmi
+
+        kind = getattr(qrmi.ResourceType, self.resource_type)
+        try:
+            created = qrmi.QuantumResource.from_config(device.id, kind, self._config(device))
+        except VendorError:
+            raise
+        except Exception as exc:  # qrmi raises ConfigError for settings it refuses
+            raise self._translate(exc, "configure", device.name) from None
+        with self._lock:
+            return self._resources.setdefault(device.name, QrmiResource(created))
+
+    def _call(self, operation: str, subject: str, call: Callable[[], Any]) -> Any:
+        """One vendor call under the retry budget, errors translated."""
+
+        def attempt() -> Any:
+            try:
+                return call()
+            except VendorError:
+                raise
+            except Exception as exc:  # qrmi's errors are QrmiError subclasses
+                raise self._translate(exc, operation, subject) from None
+
+        return self.retry.run(attempt, clock=self._clock, sleep=self._sleep)
+
+    # -- the interface
+
+    def probe(self, device: Device) -> DeviceSnapshot:
+        try:
+            status = self._call("status", device.name, lambda: self._resource(device).status())
+        except VendorError as exc:
+            attempts = f" after {exc.attempts} attempts" if exc.attempts > 1 else ""
+            return DeviceSnapshot(
+                device=device.name,
+                status=DeviceStatus.UNREACHABLE,
+                reason=f"{exc.vendor_code}{attempts}",
+                price=device.price,
+                t=self._clock(),
+            )
+        return read_status(status, device, self._clock())
+
+    def reports_positions(self, device: Device) -> bool:
+        return False  # QRMI gives a device's pending count, never a task's place
+
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        if reservation:
+            raise InvalidRequest(
+                f"{self.name} has no reserved windows (Braket Direct reservations are Braket's)",
+                vendor=self.name,
+                vendor_code="NotSupported",
+                operation="create",
+            )
+        try:
+            payload = self._payload(device, program_text, shots, token)
+        except ValueError as exc:
+            raise InvalidRequest(
+                f"{self.name} create for {device.name}: {exc}",
+                vendor=self.name,
+                vendor_code="InvalidProgram",
+                operation="create",
+            ) from None
+        resource = self._resource(device)
+        with self._lock:
+            since = self._tried.get(token)
+            first = since is None
+            if first:
+                since = self._tried[token] = self._clock()
+        assert since is not None
+
+        def create() -> str:
+            nonlocal first
+            if not first:
+                # This process created with this token before and the outcome is not
+                # known (an error after the request may have left): look first.
+                found = self._find(device, token, since)
+                if found is not None:
+                    return found.task_id
+            first = False
+            return str(resource.task_start(payload))
+
+        task_id = self._call("create", device.name, create)
+        return TaskRef(vendor=self.name, device=device.name, task_id=task_id, token=token)
+
+    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        with self._lock:
+            self._tried.setdefault(token, since)
+        return self._call("find", device.name, lambda: self._find(device, token, since))
+
+    def poll(self, task: TaskRef) -> TaskSnapshot:
+        resource = self._resource(self.device_of(task.device))
+        status = self._call("status", task.task_id, lambda: resource.task_status(task.task_id))
+        state = TASK_STATES.get(getattr(status, "name", str(status)).split(".")[-1])
+        if state is None:
+            raise VendorUnavailable(
+                f"{self.name} status of {task.task_id} is {status!r}, which flux-quantum "
+                "does not know; it keeps polling",
+                vendor=self.name,
+                vendor_code="UnknownStatus",
+                operation="status",
+            )
+        return TaskSnapshot(task=task, state=state, t=self._clock())
+
+    def cancel(self, task: TaskRef) -> None:
+        resource = self._resource(self.device_of(task.device))
+        self._call("cancel", task.task_id, lambda: resource.task_stop(task.task_id))
+
+    def result(self, task: TaskRef) -> TaskResult:
+        return self.results(task)[0]
+
+    def results(self, task: TaskRef) -> list[TaskResult]:
+        resource = self._resource(self.device_of(task.device))
+        value = self._call("result", task.task_id, lambda: resource.task_result(task.task_id)).value
+        try:
+            results = self._results(task, value)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+            raise InvalidRequest(
+                f"{self.name} result of {task.task_id} is not one flux-quantum can read: {exc}",
+                vendor=self.name,
+                vendor_code="UnreadableResult",
+                operation="result",
+            ) from None
+        if not results:
+            raise InvalidRequest(
+                f"{self.name} result of {task.task_id} holds no measurements",
+                vendor=self.name,
+                vendor_code="UnreadableResult",
+                operation="result",
+            )
+        return results
+
+    def attach(self, task_id: str) -> TaskRef:
+        """A task by its id: QRMI reads a task through its device's resource, so the task
+        is looked for on each catalog device in turn."""
+        last: VendorError | None = None
+        for device in self._devices.values():
+            resource = self._resource(device)
+            try:
+                self._call("status", task_id, lambda r=resource: r.task_status(task_id))
+            except NotFound as exc:
+                last = exc
+                continue
+            return TaskRef(self.name, device.name, task_id)
+        raise last or NotFound(
+            f"{self.name} has no task {task_id}", vendor=self.name, vendor_code="NotFound"
+        )
