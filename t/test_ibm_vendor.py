@@ -140,7 +140,7 @@ def test_probe_reports_status_pending_jobs_price_and_calibration(emu, clock):
     assert 0.9 < calibration.two_qubit_median < 1.0
     paused = ibm.probe(CATALOG.get("paused"))
     assert paused.status is DeviceStatus.PAUSED and "paused" in (paused.reason or ""), paused
-    assert ibm.probe(CATALOG.get("down")).describe_status() == "OFFLINE (OFFLINE)"
+    assert ibm.probe(CATALOG.get("down")).describe_status() == "OFFLINE (The backend is offline.)"
 
 
 def test_lifecycle_counts_and_reattach(emu, clock):
