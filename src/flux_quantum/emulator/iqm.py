@@ -1,0 +1,753 @@
+"""The emulated IQM Server (IQM Resonance or an on-premises IQM Server), as qrmi 0.26.4 sees it.
+
+This module owns the IQM side of the emulator under the ``/iqm`` prefix: the IQM Server
+API v1 calls QRMI's ``IQMServer`` resource makes, answered in the shapes it parses, for the
+quantum computers of an ``IqmScenario``; jobs queued and run on the emulated clock (the
+shared ``DeviceQueue``), cancelled, failed or refused as the scenario says, their circuits
+run on the Braket local simulator when created. It must never sleep holding its lock, and
+never read the wall clock (only ``long_poll`` waits real time, on the stop event).
+
+Checked against qrmi 0.26.4 (its source, and the real client against a logging loopback
+server):
+
+- Settings: ``QuantumResource.from_config(resource_id, ResourceType.IQMServer, config)``
+  with ``QRMI_IQM_ISA_ENDPOINT`` (base URL; paths are appended as ``/api/v1/...``) and
+  ``QRMI_IQM_ISA_TOKEN`` (required: ConfigError without it), optional
+  ``QRMI_JOB_ACQUISITION_TOKEN``. From the environment the same names prefixed
+  ``<resource_id>_``. ``resource_id`` is the quantum computer's alias, optionally
+  ``alias,calibration_set_id`` (default ``default``); its LAST ``_`` becomes ``:``
+  (``garnet_mock`` -> ``garnet:mock``). Auth: ``Authorization: Bearer <token>``.
+- ``status()``: ``GET /api/v1/quantum-computers/{qc}``, parsed strictly as
+  IqmServerQuantumComputerDetails (id uuid, alias, display_name, description,
+  backend_type, number_of_qubits, pulla_enabled, limits{max_executions_per_job,
+  max_instructions_per_circuit}, ``operational`` or ``operational_status``, health
+  {healthy, updated_at} or null, queue_length, pricing{payg_price_per_second: string},
+  additional_info{academy_url, best_suited_for, documentation_url, mock_url}); else the
+  older ``status.health`` shape. ResourceStatus: ``online`` -> Online, ``maintenance`` ->
+  Paused, anything else -> Offline; ``pending_job_count`` = queue_length; ``healthy`` =
+  health.healthy (None if null); ``status_reason`` = "healthy updated at ..." (None
+  without health); ``capacity`` and ``busy`` are always None for IQM.
+- ``task_start(Payload.IQMServer(iqmjson, job_type, use_timeslot, tag))``:
+  ``POST /api/v1/jobs/{qc}/{job_type}?use_timeslot=..&tag=..`` with iqmjson as the JSON
+  body (job_type ``circuit``: a RunRequest ``{"circuits": [...], "shots": N}``); answers
+  an IqmServerJob (id uuid, status, artifacts[], messages[], qc{id}, timeline[], type, tag,
+  queue_position, errors ...); returns its id.
+- ``task_status(id)``: ``GET /api/v1/jobs/{id}?wait_until_terminal=true&timeout_seconds=30``
+  (a long poll on the real server); ``waiting`` -> Queued, ``processing`` -> Running,
+  ``completed``/``failed``/``cancelled`` -> Completed/Failed/Cancelled.
+- ``task_stop(id)``: the same GET, then ``POST /api/v1/jobs/{id}/cancel`` only when
+  waiting or processing. ``task_result(id)``: ``GET .../artifacts/measurements`` and
+  ``.../artifacts/measurement_counts`` (a 404 is null); ``.value`` is the JSON text
+  ``{"measurements": ..., "measurement_counts": ...}``. ``target()``: ``GET
+  /api/v1/calibration-sets/{qc}/{cal}/dynamic-quantum-architecture``, ``.../{cal}``,
+  ``.../{cal}/metrics`` and ``GET /api/v1/quantum-computers/{qc}/artifacts/
+  static-quantum-architectures`` (404 is null), combined. ``metadata()``:
+  ``{"backend_name": qc}`` (plus ``acquisition_token``).
+- Errors: 400 -> InvalidInputError, 401 -> AuthenticationFailedError, 404 ->
+  ResourceNotFoundError (device) or TaskNotFoundError (job), all with the body in the
+  text; any other status -> QrmiError "error in response: status code 409 Conflict",
+  the body dropped.
+
+Emulated (not checked against a live IQM Server): the error body
+``{"error_code", "message", "request_id"}`` of IQM's models; a job's results are the
+``measurements`` artifact (per circuit, measurement key -> one list of bits per shot) and
+``measurement_counts`` (per circuit ``{"measurement_keys", "counts"}``, bits in key order);
+a create on a quantum computer under maintenance or offline is refused 409
+(``qc_not_operational``), one over ``max_slots`` of our jobs waiting or processing 403
+(``quota_exceeded``), a circuit wider than the device or that does not validate 400.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from flux_quantum.emulator.bill import BilledSession, BilledTask
+from flux_quantum.emulator.clock import Clock, timestamp
+from flux_quantum.emulator.iqm_scenario import ERROR_CODES, IqmDeviceSpec, IqmFault, IqmScenario
+from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
+from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
+from flux_quantum.emulator.service import Call
+from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
+from flux_quantum.emulator.simulate import simulate as run_program
+from flux_quantum.emulator.wire import Request, Response, connection_reset, json_response
+from flux_quantum.vendors.iqm_program import ProgramError as IqmProgramError
+from flux_quantum.vendors.iqm_program import validate_circuit
+
+PREFIX = "/iqm"
+API = PREFIX + "/api/v1"
+JOB_TYPES = ("circuit",)
+_STATUS = {
+    "QUEUED": "waiting",
+    "RUNNING": "processing",
+    "COMPLETED": "completed",
+    "FAILED": "failed",
+    "CANCELLING": "cancelled",
+    "CANCELLED": "cancelled",
+}
+_TERMINAL = ("completed", "failed", "cancelled")
+
+
+class IqmRefusal(Exception):
+    """IQM's answer to a request it refuses."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.response = iqm_error(status, message, code)
+
+
+def iqm_error(status: int, message: str, code: str | None = None) -> Response:
+    """An error as the IQM Server API sends it."""
+    error_code = code or ERROR_CODES.get(status, "error")
+    body = {"error_code": error_code, "message": message, "request_id": str(uuid.uuid4())}
+    return Response(
+        status, json.dumps(body).encode(), (("Content-Type", "application/json"),), error=error_code
+    )
+
+
+@dataclass
+class IqmJob:
+    """One job: the facts fixed at creation; its progress lives in its device's queue."""
+
+    id: str
+    device: str
+    qc_id: str
+    tag: str | None
+    shots: int
+    created_t: float
+    payload: dict[str, Any] = field(repr=False)
+    measurements: list[dict[str, list[list[int]]]] = field(repr=False)
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class _Route:
+    operation: str
+    handler: Callable[..., Response]
+    target: str | None = None
+    device: str | None = None
+
+
+def _queue_spec(spec: IqmDeviceSpec) -> DeviceSpec:
+    """The shared queue model's view of a device: maintenance and offline periods stop it
+    (and, checked here, refuse creates); a device down for the whole run never serves."""
+    down = [(0.0, math.inf)] if spec.status != "online" else [*spec.paused, *spec.offline]
+    return DeviceSpec(
+        arn=spec.queue_key,
+        name=spec.id,
+        provider="IQM",
+        type="QPU",
+        qubits=spec.qubits,
+        cost=Cost(0.0, "minute"),
+        queue=spec.queue,
+        offline=tuple(OfflinePeriod(s, e, "MAINTENANCE", accept_tasks=True) for s, e in down),
+    )
+
+
+class IqmService:
+    """The IQM side's requests answered, from any number of server threads."""
+
+    def __init__(
+        self,
+        scenario: IqmScenario,
+        clock: Clock,
+        seed: int = 0,
+        stop: threading.Event | None = None,
+        on_call: Callable[[Call], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.clock = clock
+        self.seed = seed
+        self._stop = stop or threading.Event()
+        self._on_call = on_call
+        self._lock = threading.Lock()
+        self._queues = {d.id: DeviceQueue(_queue_spec(d), seed) for d in scenario.devices}
+        self._qc_ids = {
+            d.id: str(uuid.UUID(int=random.Random(f"{seed}:iqm-qc:{d.id}").getrandbits(128)))
+            for d in scenario.devices
+        }
+        self._ids = random.Random(f"{seed}:iqm-ids")
+        self._jobs: dict[str, IqmJob] = {}
+        self._calls: list[Call] = []
+        self._fault_counts = [0] * len(scenario.faults)
+        self._call_counts: Counter[str] = Counter()
+        self._effects: Counter[str] = Counter()
+
+    # -- views for tests and the facade ---------------------------------------------------
+
+    @property
+    def calls(self) -> list[Call]:
+        with self._lock:
+            return list(self._calls)
+
+    def clear_calls(self) -> None:
+        with self._lock:
+            self._calls.clear()
+
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(calls by operation, fault effects that fired by kind) since the start."""
+        with self._lock:
+            return dict(self._call_counts), dict(self._effects)
+
+    def job_ids(self, device: str | None = None) -> list[str]:
+        """Every job created so far (on ``device``), oldest first."""
+        with self._lock:
+            return [j.id for j in self._jobs.values() if device in (None, j.device)]
+
+    def job_tag(self, job_id: str) -> str | None:
+        with self._lock:
+            return self._jobs[job_id].tag
+
+    def job_timeline(self, job_id: str) -> TaskTimeline:
+        with self._lock:
+            job = self._jobs[job_id]
+            return self._queues[job.device].timeline(job_id, self.clock.now())
+
+    def pending(self, device: str) -> int:
+        with self._lock:
+            return self._queues[device].queue_size(self.clock.now())
+
+    def bill(self) -> tuple[list[BilledTask], list[BilledSession]]:
+        """Every job so far: a completed one billed its run seconds x ``price_per_second``
+        (credits, as IQM prices QPU time); IQM has no sessions."""
+        price = self.scenario.price_per_second
+        with self._lock:
+            now = self.clock.now()
+            tasks = []
+            for job in self._jobs.values():
+                progress = self._queues[job.device].progress(job.id, now)
+                state = progress.status if progress.status != "CANCELLING" else "CANCELLED"
+                seconds = None
+                if (
+                    state == "COMPLETED"
+                    and progress.started_at is not None
+                    and progress.ended_at is not None
+                ):
+                    seconds = round(progress.ended_at - progress.started_at, 3)
+                tasks.append(
+                    BilledTask(
+                        vendor="iqm",
+                        id=job.id,
+                        device=job.device,
+                        token=job.tag,
+                        state=state,
+                        shots=job.shots,
+                        billed_seconds=seconds,
+                        cost=(seconds or 0.0) * price,
+                        session=None,
+                        created=job.created_t,
+                        started=progress.started_at,
+                        ended=progress.ended_at,
+                    )
+                )
+        return tasks, []
+
+    def env(self, url: str) -> dict[str, str]:
+        """QRMI's settings reaching this service from ``url`` (the emulator's base URL), as
+        a site writes them for QRMI's Slurm plugin: per device ``<id>_QRMI_IQM_ISA_*``."""
+        endpoint = url.rstrip("/") + PREFIX
+        env: dict[str, str] = {}
+        for device in self.scenario.devices:
+            env[f"{device.id}_QRMI_IQM_ISA_ENDPOINT"] = endpoint
+            env[f"{device.id}_QRMI_IQM_ISA_TOKEN"] = self.scenario.token
+        return env
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def handle(self, request: Request) -> Response:
+        now = self.clock.now()
+        created: list[str] = []
+        try:
+            route = self._route(request)
+        except IqmRefusal as refusal:
+            route, response = _Route("Unknown", self._unknown), refusal.response
+        else:
+            response = self._run(route, request, now, created)
+        call = Call(route.operation, route.target, response.status, response.error, now,
+                    created[0] if created else None)  # fmt: skip
+        with self._lock:
+            self._calls.append(call)
+            self._call_counts[call.operation] += 1
+        if self._on_call is not None:
+            self._on_call(call)
+        return response
+
+    def _run(self, route: _Route, request: Request, now: float, created: list[str]) -> Response:
+        with self._lock:
+            hits = self._faults(route, now)
+        before = [f for f in hits if not f.after_commit]
+        after = [f for f in hits if f.after_commit]
+        early = self._fault_answer(before, late=False)
+        if early is not None:
+            return early
+        try:
+            if route.operation != "Unknown":
+                self._authorize(request)
+            if route.operation == "SubmitJob":
+                failure = next((f.fail_job for f in before if f.fail_job), None)
+                response = self._submit(route, request, failure, created)
+                if created and failure:
+                    self._count("fail_job")
+            else:
+                response = route.handler(route, request)
+        except IqmRefusal as refusal:
+            response = refusal.response
+        except Exception as exc:  # an emulator bug must still answer like the service
+            response = iqm_error(500, f"emulator error in {route.operation}: {exc!r}")
+        late = self._fault_answer(after, late=True)
+        return late if late is not None else response
+
+    def _fault_answer(self, hits: list[IqmFault], late: bool) -> Response | None:
+        delay = sum(f.delay for f in hits)
+        if delay > 0:
+            self._count("delay")
+            self._stop.wait(delay)
+        if any(f.reset for f in hits):
+            self._count("lost" if late else "reset")
+            return connection_reset()
+        error = next((f for f in hits if f.status), None)
+        if error is None or error.status is None:
+            return None
+        self._count(f"error:{error.status}")
+        return iqm_error(error.status, error.message or "Injected fault.", error.error_code)
+
+    def _count(self, *kinds: str) -> None:
+        with self._lock:
+            self._effects.update(kinds)
+
+    def _faults(self, route: _Route, now: float) -> list[IqmFault]:
+        """Count this call against every matching fault; the ones that fire. Lock held."""
+        hits = []
+        for index, fault in enumerate(self.scenario.faults):
+            if fault.operations and route.operation not in fault.operations:
+                continue
+            if fault.device is not None and route.device != fault.device:
+                continue
+            self._fault_counts[index] += 1
+            n = self._fault_counts[index]
+            draw = random.Random(f"{self.seed}:iqm-fault:{index}:{n}").random()
+            if fault.selects(n, now, draw):
+                hits.append(fault)
+        return hits
+
+    def _authorize(self, request: Request) -> None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or token != self.scenario.token:
+            raise IqmRefusal(401, "Unauthorized: missing or invalid API token.", "unauthorized")
+
+    def _route(self, request: Request) -> _Route:
+        method, path = request.method, request.path
+        if not path.startswith(API + "/"):
+            raise IqmRefusal(404, f"the emulator does not implement {method} {path}", "not_found")
+        parts = request.segments(API)
+        head, n = parts[0], len(parts)
+        if head == "quantum-computers" and method == "GET" and n >= 2:
+            qc = parts[1]
+            if n == 2:
+                return _Route("GetQuantumComputer", self._qc, qc, qc)
+            if n == 4 and parts[2] == "artifacts":
+                return _Route("GetQcArtifact", self._qc_artifact, parts[3], qc)
+        if head == "calibration-sets" and method == "GET" and n >= 3:
+            qc = parts[1]
+            if n == 3:
+                return _Route("GetCalibrationSet", self._calibration_set, parts[2], qc)
+            if n == 4 and parts[3] == "dynamic-quantum-architecture":
+                return _Route("GetDynamicQuantumArchitecture", self._dqa, parts[2], qc)
+            if n == 4 and parts[3] == "metrics":
+                return _Route("GetQualityMetrics", self._metrics, parts[2], qc)
+        if head == "jobs":
+            if n == 3 and method == "POST" and parts[2] != "cancel":
+                return _Route("SubmitJob", self._unknown, parts[2], parts[1])
+            job = parts[1] if n > 1 else ""
+            with self._lock:
+                known = self._jobs.get(job)
+            device = known.device if known else None
+            if n == 2 and method == "GET":
+                return _Route("GetJob", self._get_job, job, device)
+            if n == 3 and parts[2] == "cancel" and method == "POST":
+                return _Route("CancelJob", self._cancel, job, device)
+            if n == 4 and parts[2] == "artifacts" and method == "GET":
+                return _Route("GetJobArtifact", self._artifact, job, device)
+        raise IqmRefusal(404, f"the emulator does not implement {method} {path}", "not_found")
+
+    def _unknown(self, route: _Route, request: Request) -> Response:
+        raise IqmRefusal(404, "Not found.", "not_found")
+
+    def _spec(self, qc: str | None) -> IqmDeviceSpec:
+        spec = self.scenario.device(qc or "")
+        if spec is None:
+            raise IqmRefusal(404, f"Quantum computer {qc} not found.", "qc_not_found")
+        return spec
+
+    # -- quantum computers ------------------------------------------------------------------
+
+    def operational(self, spec: IqmDeviceSpec, now: float) -> str:
+        """``online``, ``maintenance`` or ``offline`` at ``now``."""
+        if spec.status != "online":
+            return spec.status
+        if any(s <= now < e for s, e in spec.offline):
+            return "offline"
+        if any(s <= now < e for s, e in spec.paused):
+            return "maintenance"
+        return "online"
+
+    def _qc(self, route: _Route, request: Request) -> Response:
+        spec = self._spec(route.device)
+        with self._lock:
+            now = self.clock.now()
+            queue_length = self._queues[spec.id].queue_size(now)
+        operational = self.operational(spec, now)
+        health = None
+        if operational == "online":
+            health = {"healthy": True, "updated_at": _iso(timestamp(self.clock, now))}
+        doc = {
+            "id": self._qc_ids[spec.id],
+            "alias": spec.id,
+            "display_name": spec.display_name,
+            "description": spec.description,
+            "backend_type": "qpu",
+            "number_of_qubits": spec.qubits,
+            "pulla_enabled": False,
+            "limits": {
+                "max_executions_per_job": spec.max_executions,
+                "max_instructions_per_circuit": 10_000,
+                "max_shots_per_circuit": spec.max_shots,
+                "max_circuits_per_job": 200,
+                "max_queued_jobs_per_user": spec.max_slots,
+            },
+            "operational_status": operational,
+            "health": health,
+            "queue_length": queue_length,
+            "pricing": {"payg_price_per_second": f"{self.scenario.price_per_second:.2f}"},
+            "additional_info": {
+                "academy_url": "",
+                "best_suited_for": [],
+                "documentation_url": "",
+                "mock_url": "",
+            },
+        }
+        return json_response(200, doc)
+
+    def _qc_artifact(self, route: _Route, request: Request) -> Response:
+        spec = self._spec(route.device)
+        if route.target != "static-quantum-architectures":
+            raise IqmRefusal(404, f"Artifact {route.target} not found.", "qc_artifact_not_found")
+        pairs = [[f"QB{i + 1}", f"QB{i + 2}"] for i in range(spec.qubits - 1)]
+        return json_response(
+            200,
+            [{"dut_label": spec.id, "qubits": spec.qubit_names(), "computational_resonators": [],
+              "connectivity": pairs}],
+        )  # fmt: skip
+
+    def _calibration_id(self, spec: IqmDeviceSpec, wanted: str | None) -> str:
+        default = str(
+            uuid.UUID(int=random.Random(f"{self.seed}:iqm-cal:{spec.id}").getrandbits(128))
+        )
+        if wanted in (None, "default", default):
+            return default
+        raise IqmRefusal(404, f"Calibration set {wanted} not found.", "calibration_set_not_found")
+
+    def _dqa(self, route: _Route, request: Request) -> Response:
+        spec = self._spec(route.device)
+        cal = self._calibration_id(spec, route.target)
+        qubits = spec.qubit_names()
+        pairs = [[a, b] for i, a in enumerate(qubits) for b in qubits[i + 1 :]]
+
+        def gate(implementation: str, loci: list[list[str]]) -> dict[str, Any]:
+            return {
+                "implementations": {implementation: {"loci": loci}},
+                "default_implementation": implementation,
+                "override_default_implementation": {},
+            }
+
+        doc = {
+            "calibration_set_id": cal,
+            "qubits": qubits,
+            "computational_resonators": [],
+            "gates": {
+                "prx": gate("drag_gaussian", [[q] for q in qubits]),
+                "cz": gate("tgss", pairs),
+                "measure": gate("constant", [[q] for q in qubits]),
+            },
+        }
+        return json_response(200, doc)
+
+    def _calibration_set(self, route: _Route, request: Request) -> Response:
+        spec = self._spec(route.device)
+        cal = self._calibration_id(spec, route.target)
+        return json_response(
+            200,
+            {
+                "calibration_set_id": cal,
+                "dut_label": spec.id,
+                "is_invalid": False,
+                "observations": {},
+            },
+        )
+
+    def _metrics(self, route: _Route, request: Request) -> Response:
+        spec = self._spec(route.device)
+        cal = self._calibration_id(spec, route.target)
+        rng = random.Random(f"{self.seed}:iqm-metrics:{spec.id}")
+        observations = {}
+        for q in spec.qubit_names():
+            observations[f"metrics.rb.prx.drag_gaussian.{q}.fidelity"] = round(
+                rng.uniform(0.997, 0.9995), 5
+            )
+            observations[f"metrics.ssro.measure.constant.{q}.fidelity"] = round(
+                rng.uniform(0.95, 0.99), 4
+            )
+        return json_response(200, {"calibration_set_id": cal, "observations": observations})
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def _submit(
+        self, route: _Route, request: Request, failure: str | None, created: list[str]
+    ) -> Response:
+        spec = self._spec(route.device)
+        if route.target not in JOB_TYPES:
+            raise IqmRefusal(400, f"Unsupported job type {route.target!r}.", "unsupported_job_type")
+        try:
+            body = json.loads(request.body or b"null")
+        except ValueError:
+            raise IqmRefusal(400, "The job payload is not JSON.", "invalid_job_payload") from None
+        circuits, shots = self._check_payload(body, spec)
+        results = [self._simulate(c, shots, spec) for c in circuits]
+        tag = request.first("tag")
+        with self._lock:
+            now = self.clock.now()
+            operational = self.operational(spec, now)
+            if operational != "online":
+                raise IqmRefusal(
+                    409,
+                    f"Quantum computer {spec.id} is {operational} and does not accept jobs.",
+                    "qc_not_operational",
+                )
+            queue = self._queues[spec.id]
+            active = sum(
+                1
+                for j in self._jobs.values()
+                if j.device == spec.id
+                and _STATUS[queue.progress(j.id, now).status] not in _TERMINAL
+            )
+            if active >= spec.max_slots:
+                raise IqmRefusal(
+                    403,
+                    f"You have {active} jobs waiting or processing on {spec.id}, its limit.",
+                    "quota_exceeded",
+                )
+            job_id = str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
+            job = IqmJob(
+                id=job_id,
+                device=spec.id,
+                qc_id=self._qc_ids[spec.id],
+                tag=tag,
+                shots=shots * len(circuits),
+                created_t=now,
+                payload=body,
+                measurements=results,
+                failure=failure,
+            )
+            queue.submit(job_id, now, job.shots, fails=failure is not None)
+            self._jobs[job_id] = job
+            doc = self._document(job, now)
+        created.append(job_id)
+        return json_response(200, doc)
+
+    def _check_payload(self, body: Any, spec: IqmDeviceSpec) -> tuple[list[dict[str, Any]], int]:
+        if (
+            not isinstance(body, dict)
+            or not isinstance(body.get("circuits"), list)
+            or not body["circuits"]
+        ):
+            raise IqmRefusal(
+                400, "The job payload needs a non-empty 'circuits' list.", "invalid_job_payload"
+            )
+        shots = body.get("shots", 1)
+        if (
+            isinstance(shots, bool)
+            or not isinstance(shots, int)
+            or not 1 <= shots <= spec.max_shots
+        ):
+            raise IqmRefusal(
+                400, f"shots must be an integer from 1 to {spec.max_shots}.", "invalid_input"
+            )
+        if shots * len(body["circuits"]) > spec.max_executions:
+            raise IqmRefusal(
+                400, f"The job exceeds {spec.max_executions} executions.", "invalid_input"
+            )
+        circuits = []
+        for i, circuit in enumerate(body["circuits"]):
+            try:
+                circuits.append(validate_circuit(circuit, spec.qubits, f"circuit {i}"))
+            except IqmProgramError as exc:
+                raise IqmRefusal(
+                    400, f"{str(exc)[:1].upper()}{str(exc)[1:]}.", "invalid_input"
+                ) from None
+        return circuits, shots
+
+    def _simulate(
+        self, circuit: dict[str, Any], shots: int, spec: IqmDeviceSpec
+    ) -> dict[str, list[list[int]]]:
+        """The circuit's ``measurements`` (key -> one row of bits per shot), simulated."""
+        source, keys = braket_source(circuit)
+        request = SimulationRequest(
+            action=json.dumps({"braketSchemaHeader": {"name": OPENQASM_PROGRAM, "version": "1"},
+                               "source": source, "inputs": {}}),
+            shots=shots,
+            backend="braket_sv",
+            device_qubits=spec.qubits,
+            max_qubits=self.scenario.max_simulated_qubits,
+        )  # fmt: skip
+        try:
+            result = run_program(request)
+        except ProgramError as exc:
+            raise IqmRefusal(400, f"The circuit cannot run: {exc}.", "invalid_input") from None
+        rows = result.get("measurements") or []
+        measured = result.get("measuredQubits") or []
+        column = {q: i for i, q in enumerate(measured)}
+        return {
+            key: [[int(row[column[q]]) for q in qubits] for row in rows] for key, qubits in keys
+        }
+
+    def _job(self, job_id: str | None) -> IqmJob:
+        job = self._jobs.get(job_id or "")
+        if job is None:
+            raise IqmRefusal(404, f"Job {job_id} not found.", "job_not_found")
+        return job
+
+    def _status(self, job: IqmJob, now: float) -> str:
+        return _STATUS[self._queues[job.device].progress(job.id, now).status]
+
+    def _document(self, job: IqmJob, now: float) -> dict[str, Any]:
+        """The job as IQM's GET /jobs/{id} answers it (lock held)."""
+        queue = self._queues[job.device]
+        progress = queue.progress(job.id, now)
+        status = _STATUS[progress.status]
+        created = _iso(timestamp(self.clock, job.created_t))
+        timeline = [{"source": "iqm-server", "status": "created", "timestamp": created}]
+        if progress.started_at is not None:
+            at = _iso(timestamp(self.clock, progress.started_at))
+            timeline.append(
+                {"source": "iqm-server", "status": "execution_started", "timestamp": at}
+            )
+        if progress.ended_at is not None:
+            at = _iso(timestamp(self.clock, progress.ended_at))
+            timeline.append({"source": "iqm-server", "status": status, "timestamp": at})
+        doc: dict[str, Any] = {
+            "id": job.id,
+            "type": "circuit",
+            "status": status,
+            "qc": {"id": job.qc_id},
+            "tag": job.tag,
+            "artifacts": [],
+            "messages": [],
+            "timeline": timeline,
+            "queue_position": progress.position if status == "waiting" else None,
+        }
+        if status == "completed":
+            doc["artifacts"] = [{"type": "measurements"}, {"type": "measurement_counts"}]
+            if progress.started_at is not None and progress.ended_at is not None:
+                doc["runtime_ms"] = round((progress.ended_at - progress.started_at) * 1000)
+        if status == "failed":
+            doc["errors"] = [
+                {"error_code": "execution_failed", "message": job.failure or "Job failed.",
+                 "source": "iqm-station-control"}
+            ]  # fmt: skip
+        return doc
+
+    def _get_job(self, route: _Route, request: Request) -> Response:
+        wait = request.first("wait_until_terminal") == "true"
+        limit = min(30.0, float(request.first("timeout_seconds") or 10))
+        deadline = min(limit, self.scenario.long_poll) if wait else 0.0
+        waited = 0.0
+        while True:
+            with self._lock:
+                job = self._job(route.target)
+                doc = self._document(job, self.clock.now())
+            if doc["status"] in _TERMINAL or waited >= deadline or self._stop.is_set():
+                break
+            self._stop.wait(0.05)  # real time, outside the lock
+            waited += 0.05
+        response = json_response(200, doc)
+        if wait and doc["status"] not in _TERMINAL:
+            headers = (*response.headers, ("IQM-Long-Poll-Timed-Out", "true"))
+            response = Response(200, response.body, headers)
+        return response
+
+    def _cancel(self, route: _Route, request: Request) -> Response:
+        with self._lock:
+            job = self._job(route.target)
+            now = self.clock.now()
+            status = self._status(job, now)
+            if status in _TERMINAL:
+                raise IqmRefusal(
+                    403, f"Job {job.id} is {status} and cannot be cancelled.", "illegal_job_status"
+                )
+            self._queues[job.device].cancel(job.id, now)
+            doc = self._document(job, now)
+        return json_response(200, doc)
+
+    def _artifact(self, route: _Route, request: Request) -> Response:
+        kind = request.segments(API)[3]
+        with self._lock:
+            job = self._job(route.target)
+            status = self._status(job, self.clock.now())
+        if status != "completed" or kind not in ("measurements", "measurement_counts"):
+            raise IqmRefusal(
+                404, f"Artifact {kind} of job {job.id} not found.", "job_artifact_not_found"
+            )
+        if kind == "measurements":
+            return json_response(200, job.measurements)
+        counts = []
+        for circuit in job.measurements:
+            tally: Counter[str] = Counter()
+            for shot in zip(*circuit.values(), strict=True):
+                tally["".join(str(b) for row in shot for b in row)] += 1
+            counts.append({"measurement_keys": list(circuit), "counts": dict(tally)})
+        return json_response(200, counts)
+
+
+def braket_source(circuit: dict[str, Any]) -> tuple[str, list[tuple[str, list[int]]]]:
+    """A validated IQM circuit as OpenQASM 3 the Braket simulator runs, on a compact
+    register of the qubits it uses, and its measure keys with their compact qubits.
+    prx(θ, φ) = rz(φ) rx(θ) rz(-φ), applied right to left."""
+    used: dict[str, int] = {}
+    for ins in circuit["instructions"]:
+        for q in ins["qubits"]:
+            used.setdefault(q, len(used))
+    lines = ["OPENQASM 3.0;", f"qubit[{max(1, len(used))}] q;"]
+    keys: list[tuple[str, list[int]]] = []
+    measured = 0
+    body = []
+    for ins in circuit["instructions"]:
+        qs = [used[q] for q in ins["qubits"]]
+        if ins["name"] == "prx":
+            theta = 2 * math.pi * float(ins["args"]["angle_t"])
+            phi = 2 * math.pi * float(ins["args"]["phase_t"])
+            body += [
+                f"rz({-phi!r}) q[{qs[0]}];",
+                f"rx({theta!r}) q[{qs[0]}];",
+                f"rz({phi!r}) q[{qs[0]}];",
+            ]
+        elif ins["name"] == "cz":
+            body.append(f"cz q[{qs[0]}], q[{qs[1]}];")
+        elif ins["name"] == "measure":
+            keys.append((ins["args"]["key"], qs))
+            for q in qs:
+                body.append(f"b[{measured}] = measure q[{q}];")
+                measured += 1
+    lines.append(f"bit[{max(1, measured)}] b;")
+    return "\n".join(lines + body) + "\n", keys
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
