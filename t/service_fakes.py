@@ -291,8 +291,8 @@ class FakeFlux:
     def qpu_resources(self, jobspec: Mapping[str, Any], devices: list[str]) -> list[Any]:
         return [*jobspec.get("resources", []), *({"type": "qpu", "device": d} for d in devices)]
 
-    def set_device_up(self, device: str, up: bool) -> None:
-        self.journal.append(("graph", (device, up)))
+    def set_device_up(self, device: str, up: bool, slots: int | None = None) -> None:
+        self.journal.append(("graph", (device, up) if slots is None else (device, up, slots)))
 
     def start_times(self, ids: Iterable[int]) -> dict[int, float]:
         return {i: self.jobs[i].t_run for i in ids if i in self.jobs}

@@ -614,23 +614,30 @@ def load(handle: Any, catalog: Catalog | Iterable[Device]) -> LoadResult:
     return LoadResult(added=added, present=tuple(present), updated=tuple(updated))
 
 
-def set_device_status(handle: Any, device: str | Device, up: bool) -> list[str]:
+def set_device_status(
+    handle: Any, device: str | Device, up: bool, slots: int | None = None
+) -> list[str]:
     """Mark a device's vertices up or down; return the paths marked.
 
     Down: Fluxion allocates none of its slots to new jobs (they wait in SCHED; a job
     already holding a slot keeps it). Up: Fluxion reconsiders the jobs that waited.
+    ``slots``: with ``up``, only the first ``slots`` slot vertices are up and the others
+    down (a device that publishes a smaller capacity than the graph holds).
     """
     name = _device_name(device)
-    slots = [v for v in find_qpus(handle) if v.device == name]
-    if not slots:
+    found = [v for v in find_qpus(handle) if v.device == name]
+    if not found:
         raise GraphError(
             f"device {name!r} has no vertices in the Fluxion graph "
             "(load them with: flux quantum graph load)"
         )
     status = "up" if up else "down"
-    paths = [slots[0].device_path] + [v.path for v in slots]
-    for path in paths:
-        _rpc(handle, "set_status", {"resource_path": path, "status": status})
+    _rpc(handle, "set_status", {"resource_path": found[0].device_path, "status": status})
+    paths = [found[0].device_path]
+    for index, vertex in enumerate(found):
+        on = up and (slots is None or index < slots)
+        _rpc(handle, "set_status", {"resource_path": vertex.path, "status": "up" if on else "down"})
+        paths.append(vertex.path)
     return paths
 
 

@@ -359,6 +359,32 @@ def static_candidates(devices: Iterable[Device], request: QpuRequest) -> list[De
     return [device for device in devices if static_reason(device, request) is None]
 
 
+def slot_limit(device: Device, snapshot: DeviceSnapshot | None) -> int:
+    """How many tasks this site keeps in flight on ``device``: the catalog's ``slots``,
+    no more than the device's own capacity when it publishes one (QRMI's
+    ``ResourceCapacity`` of an on-premises QPU: its ``max_slots``)."""
+    if snapshot is None or snapshot.capacity is None:
+        return device.slots
+    return max(0, min(device.slots, snapshot.capacity[1]))
+
+
+def slot_reason(
+    device: Device, snapshot: DeviceSnapshot | None, in_flight: int, *, named: bool = True
+) -> str | None:
+    """Why no new task goes to ``device`` now for want of a slot, else None: all of the
+    site's slots there in use, or the device itself has none free (its capacity).
+    ``named``: the sentence names the device."""
+    where = f" of {device.name}" if named else ""
+    if snapshot is not None and snapshot.capacity is not None and snapshot.capacity[0] <= 0:
+        return f"no free slot{where} (0 of {snapshot.capacity[1]} available)"
+    limit = slot_limit(device, snapshot)
+    if in_flight >= limit:
+        if named:
+            return f"all {limit} slot(s) of {device.name} in use"
+        return f"all {limit} slot{'s' if limit != 1 else ''} in use"
+    return None
+
+
 def _runtime_reason(
     device: Device,
     snapshot: DeviceSnapshot | None,
@@ -374,8 +400,9 @@ def _runtime_reason(
         return f"{snapshot.status.value.lower()}{detail}"
     if not snapshot.in_window:
         return "outside its execution window"
-    if in_flight >= device.slots:
-        return f"all {device.slots} slot{'s' if device.slots != 1 else ''} in use"
+    slots = slot_reason(device, snapshot, in_flight, named=False)
+    if slots is not None:
+        return slots
     too_long = request.max_wait is not None and expected_wait is not None
     if too_long and expected_wait > request.max_wait:  # type: ignore[operator]
         wait, limit = _seconds(expected_wait), _seconds(request.max_wait)  # type: ignore[arg-type]

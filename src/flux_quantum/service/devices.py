@@ -16,6 +16,7 @@ from typing import Any
 from flux_quantum import events
 from flux_quantum.catalog import Device
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.policy import slot_limit
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.outcomes import Outcomes, problem_base
 from flux_quantum.service.state import DeviceWatch, Phase
@@ -27,7 +28,7 @@ class Devices:
         self.ctx = ctx
         self.outcomes = outcomes
         self.watches: dict[str, DeviceWatch] = {}
-        self._up: dict[str, bool] = {}
+        self._up: dict[str, tuple[bool, int | None]] = {}
         # The devices with waiting tasks, found once per scan_interval (not at every
         # tick: a walk over every unit).
         self._watched: dict[str, Device] = {}
@@ -84,8 +85,14 @@ class Devices:
         """What a probe said: graph status, and fail-over of tasks on a device gone."""
         if snapshot.status is DeviceStatus.UNREACHABLE:
             return
-        self.graph_status(device, snapshot.available)
+        capacity = None if snapshot.capacity is None else slot_limit(device, snapshot)
+        self.graph_status(device, snapshot.available, capacity)
         if snapshot.available:
+            return
+        if snapshot.status is DeviceStatus.PAUSED:
+            # Up but taking no work (QRMI's Paused): its queued tasks keep their place
+            # and start when it resumes, so they stay; their jobs stay held (``Release``
+            # releases nothing onto a paused device) and no new task goes there.
             return
         status = snapshot.describe_status()
         for unit in self.ctx.units:
@@ -109,15 +116,19 @@ class Devices:
                         f"device {device.name} became {status} while the task waited",
                     )
 
-    def graph_status(self, device: Device, up: bool) -> None:
-        """Keep the device's Fluxion vertices up or down as the vendor says (only for
-        devices in the graph, only on a change)."""
-        if self._up.get(device.name) == up:
+    def graph_status(self, device: Device, up: bool, slots: int | None = None) -> None:
+        """Keep the device's Fluxion vertices up or down as the vendor says, and as many
+        slot vertices up as the capacity it publishes (``slots``; only for devices in
+        the graph, only on a change)."""
+        if self._up.get(device.name) == (up, slots):
             return
-        self._up[device.name] = up
+        self._up[device.name] = (up, slots)
         try:
             if device.name in self.ctx.flux.graph_devices():
-                self.ctx.flux.set_device_up(device.name, up)
-                self.ctx.log(syslog.LOG_INFO, f"graph: {device.name} {'up' if up else 'down'}")
+                self.ctx.flux.set_device_up(device.name, up, slots)
+                state = "up" if up else "down"
+                if up and slots is not None:
+                    state += f" ({min(slots, device.slots)} of {device.slots} slots)"
+                self.ctx.log(syslog.LOG_INFO, f"graph: {device.name} {state}")
         except Exception as exc:
             self.ctx.log(syslog.LOG_WARNING, f"graph: cannot mark {device.name}: {exc}")

@@ -317,7 +317,7 @@ class FluxSide(Protocol):
 
     def qpu_resources(self, jobspec: Mapping[str, Any], devices: list[str]) -> list[Any]: ...
 
-    def set_device_up(self, device: str, up: bool) -> None: ...
+    def set_device_up(self, device: str, up: bool, slots: int | None = None) -> None: ...
 
     def start_times(self, ids: Iterable[int]) -> dict[int, float]: ...
 
@@ -568,10 +568,10 @@ class FluxJobs:
         graph.check_satisfiable(self.handle, {**jobspec, "resources": resources})
         return resources
 
-    def set_device_up(self, device: str, up: bool) -> None:
+    def set_device_up(self, device: str, up: bool, slots: int | None = None) -> None:
         from flux_quantum import graph
 
-        graph.set_device_status(self.handle, device, up)
+        graph.set_device_status(self.handle, device, up, slots)
 
     def start_times(self, ids: Iterable[int]) -> dict[int, float]:
         """``t_run`` of jobs that started (0.0: not yet); jobs Flux lost are left out."""

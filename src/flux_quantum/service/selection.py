@@ -27,7 +27,13 @@ from typing import Any
 
 from flux_quantum import events, reservations
 from flux_quantum.catalog import Device
-from flux_quantum.policy import Explanation, NoDeviceError, select_device
+from flux_quantum.policy import (
+    Explanation,
+    NoDeviceError,
+    select_device,
+    slot_limit,
+    slot_reason,
+)
 from flux_quantum.request import QpuRequest
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
@@ -287,11 +293,12 @@ class Selection:
             assert routed is not None
             chosen = routed
         older = self._older_waiters(unit, chosen)
-        if window is None and older >= chosen.slots - in_flight.get(chosen.name, 0):
+        limit = slot_limit(chosen, snapshots.get(chosen.name))
+        if window is None and older >= limit - in_flight.get(chosen.name, 0):
             # First come, first served: older jobs waiting for this device's slots
             # take them first.
             self.calls.wait(
-                unit, program, f"all {chosen.slots} slot(s) of {chosen.name} in use or promised"
+                unit, program, f"all {limit} slot(s) of {chosen.name} in use or promised"
             )
             return
         chosen_snapshot = snapshots.get(chosen.name)
@@ -342,12 +349,13 @@ class Selection:
             snapshot = snapshots.get(device.name)
             if snapshot is not None and snapshot.status is DeviceStatus.UNREACHABLE:
                 transient.append(f"{device.name} did not answer ({snapshot.reason})")
-            elif (
-                snapshot is not None
-                and snapshot.available
-                and in_flight.get(device.name, 0) >= device.slots
-            ):
-                transient.append(f"all {device.slots} slot(s) of {device.name} in use")
+            elif snapshot is not None and snapshot.status is DeviceStatus.PAUSED:
+                # Up but taking no work now: the job waits for it, as for a busy slot.
+                transient.append(f"{device.name} is paused ({snapshot.reason})")
+            elif snapshot is not None and snapshot.available:
+                busy = slot_reason(device, snapshot, in_flight.get(device.name, 0))
+                if busy is not None:
+                    transient.append(busy)
         if transient:
             self.calls.wait(unit, program, "; ".join(transient))
             return

@@ -45,7 +45,14 @@ from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitSession
 from flux_quantum.service.windows import WindowClosed, Windows
-from flux_quantum.vendors.base import SessionOpening, TaskRef, TaskSnapshot, TaskState, Vendor
+from flux_quantum.vendors.base import (
+    DeviceStatus,
+    SessionOpening,
+    TaskRef,
+    TaskSnapshot,
+    TaskState,
+    Vendor,
+)
 from flux_quantum.vendors.errors import NotFound, VendorError
 
 # Queue positions that earn a qpu-queue event when first reached (not every poll).
@@ -690,6 +697,22 @@ class Tasks:
                 program,
                 record,
                 f"task {snap.task.task_id} on {attempt.device.name} {snap.state.value}: {reason}",
+            )
+            return
+        paused = ctx.device_snapshots.get(attempt.device.name)
+        if (
+            paused is not None
+            and paused.status is DeviceStatus.PAUSED
+            and snap.state in (TaskState.CREATED, TaskState.QUEUED)
+        ):
+            # Nothing starts on a paused device: the task keeps its place in the queue
+            # and the jobs stay held until the device takes work again.
+            attempt.expected_wait = None
+            attempt.due = now + ctx.options.device_check_interval
+            self.face.update_memos(
+                unit,
+                f"waiting: {attempt.device.name} is paused ({paused.reason}); released "
+                "after it resumes",
             )
             return
         if self._unpositioned(attempt) and snap.state in (TaskState.CREATED, TaskState.QUEUED):
