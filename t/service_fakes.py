@@ -323,6 +323,17 @@ class QueueModel:
     reason: str | None = None
     refill: float = 0.0
     run: float | None = None
+    # (available, max) slots the device publishes (QRMI's ResourceCapacity), or None.
+    capacity: tuple[int, int] | None = None
+    # When the queue stood still: (from, to) with to None while it still stands (PAUSED).
+    stalls: list[tuple[float, float | None]] = field(default_factory=list)
+
+    def stalled(self, since: float, now: float) -> float:
+        """Seconds of ``since``..``now`` during which the queue stood still."""
+        return sum(
+            max(0.0, min(now, end if end is not None else now) - max(since, start))
+            for start, end in self.stalls
+        )
 
 
 @dataclass
@@ -366,6 +377,18 @@ class ScriptedVendor(Vendor):
         self.creates: list[tuple[float, str, str | None]] = []
         self.set_limit: int | None = None  # programs a merged task may hold
 
+    def pause(self, device: str, reason: str = "maintenance") -> None:
+        """The device takes no work from now on (QRMI's Paused): its queue stands still."""
+        q = self.queues[device]
+        q.status, q.reason = DeviceStatus.PAUSED, reason
+        q.stalls.append((self.clock(), None))
+
+    def resume(self, device: str) -> None:
+        q = self.queues[device]
+        q.status, q.reason = DeviceStatus.ONLINE, None
+        start, _ = q.stalls[-1]
+        q.stalls[-1] = (start, self.clock())
+
     def add_window(self, arn: str, device: str, start: float, end: float) -> None:
         self.windows[arn] = FakeWindow(device, start, end)
 
@@ -393,6 +416,7 @@ class ScriptedVendor(Vendor):
             queue_depth=q.depth + waiting,
             price=device.price,
             t=self.clock(),
+            capacity=q.capacity,
         )
 
     def submit(
@@ -508,7 +532,9 @@ class ScriptedVendor(Vendor):
                 return TaskState.QUEUED, None
             run = task.run if task.run is not None else task.service
             return (TaskState.RUNNING if now < start + run else TaskState.COMPLETED), None
-        served = math.floor((self.clock() - task.created) / task.service) if task.service else 10**9
+        q = self.queues[task.ref.device]
+        elapsed = self.clock() - task.created - q.stalled(task.created, self.clock())
+        served = math.floor(elapsed / task.service) if task.service else 10**9
         position = task.ahead - served
         if position >= 1:
             return TaskState.QUEUED, position
