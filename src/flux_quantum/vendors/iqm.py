@@ -1,0 +1,278 @@
+"""``IqmVendor``: IQM quantum computers (IQM Resonance or an on-premises IQM Server) through QRMI.
+
+This module owns what is IQM's own on top of ``QrmiVendor``: the settings (QRMI's
+``QRMI_IQM_ISA_ENDPOINT`` and ``QRMI_IQM_ISA_TOKEN``), the ``circuit`` job payload built
+from a program (``iqm_program``: OpenQASM 3 translated to prx/cz/measure, or IQM's JSON
+circuit), the reading of a job's ``measurements`` as counts, the failure reason and run
+time of a job (a plain ``GET /api/v1/jobs/{id}``, which QRMI has no call for), and what
+IQM's refusals mean. It must never change ``os.environ``, never retry outside its
+``RetryBudget`` and never write the API token into a message.
+
+- Settings, per device first: ``<device id>_QRMI_IQM_ISA_ENDPOINT`` / ``_TOKEN`` in the job
+  owner's environment, then ``QRMI_IQM_ISA_ENDPOINT`` / ``_TOKEN``, then the catalog's
+  ``vendors.iqm.endpoint`` (never a token: the catalog is world-readable).
+- Idempotency: the job carries the token as its IQM ``tag`` (``?tag=`` on the create; IQM
+  keeps it and shows it in the job). IQM's API as QRMI uses it has no way to list or
+  search jobs by tag, so a job is found again only by the id a create answered. A create
+  whose answer never came (a connection reset, a timeout, a 5xx: the job may exist) is
+  therefore never repeated: ``submit`` and ``find_task`` raise ``Conflict`` (not
+  retryable) naming the tag to look for in IQM's job list. A create IQM refused with a
+  4xx made nothing and may be repeated. ``find_task`` after a restart finds a job only
+  if this process created it; otherwise its outcome is unknown and it raises the same.
+- Queue: IQM reports a quantum computer's pending jobs (``queue_length``), never a place;
+  QRMI's ``task_status`` is a long poll (the real server holds it up to 30 s).
+- Refusals on a create: 409 (the quantum computer is under maintenance or offline) ->
+  ``DeviceOffline``, 403 (too many jobs waiting or processing) -> ``QuotaExceeded``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flux_quantum.catalog import Device
+from flux_quantum.vendors.base import (
+    Clock,
+    RetryBudget,
+    Sleep,
+    TaskRef,
+    TaskResult,
+    TaskSnapshot,
+    TaskState,
+)
+from flux_quantum.vendors.errors import (
+    AccessDenied,
+    Conflict,
+    DeviceOffline,
+    QuotaExceeded,
+    VendorError,
+    VendorUnavailable,
+)
+from flux_quantum.vendors.iqm_program import counts_from_measurements, run_request
+from flux_quantum.vendors.qrmi import QrmiVendor, translate
+
+SETTING_PREFIX = "QRMI_IQM_ISA_"
+DEFAULT_ENDPOINT = "https://resonance.meetiqm.com"
+
+
+@dataclass(frozen=True)
+class IqmSettings:
+    """Where IQM is (``endpoint``: IQM Resonance unless the catalog or environment says
+    otherwise) and how long the plain REST reads this module makes may take."""
+
+    endpoint: str | None = None
+    timeout: float = 20.0
+
+    @classmethod
+    def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> IqmSettings:
+        values: dict[str, Any] = {}
+        if settings.get("endpoint"):
+            values["endpoint"] = settings["endpoint"]
+        values.update(overrides)
+        return cls(**values)
+
+
+class IqmVendor(QrmiVendor):
+    """IQM quantum computers and jobs through QRMI's ``IQMServer`` resource."""
+
+    name = "iqm"
+    resource_type = "IQMServer"
+
+    def __init__(
+        self,
+        settings: IqmSettings | None = None,
+        *,
+        devices: Iterable[Device] = (),
+        retry: RetryBudget | None = None,
+        clock: Clock = time.time,
+        sleep: Sleep = time.sleep,
+        environ: Mapping[str, str] | None = None,
+        name: str = "iqm",
+    ) -> None:
+        super().__init__(
+            devices=devices, retry=retry, clock=clock, sleep=sleep, environ=environ, name=name
+        )
+        self.settings = settings or IqmSettings()
+        self._made: dict[str, TaskRef] = {}  # token -> the job a create answered
+        self._unsure: set[str] = set()  # tokens whose create may have made a job unseen
+        self._creating = threading.local()
+
+    # -- what QrmiVendor asks of a vendor
+
+    def _setting(self, device: Device, key: str) -> str | None:
+        return self._environ.get(f"{device.id}_{SETTING_PREFIX}{key}") or self._environ.get(
+            SETTING_PREFIX + key
+        )
+
+    def _config(self, device: Device) -> dict[str, str]:
+        endpoint = self._setting(device, "ENDPOINT") or self.settings.endpoint or DEFAULT_ENDPOINT
+        token = self._setting(device, "TOKEN")
+        if not token:
+            raise AccessDenied(
+                f"{self.name}: no IQM API token for {device.name}: set "
+                f"{device.id}_{SETTING_PREFIX}TOKEN (or {SETTING_PREFIX}TOKEN) in the job "
+                "owner's environment",
+                vendor=self.name,
+                vendor_code="NoCredentials",
+            )
+        return {SETTING_PREFIX + "ENDPOINT": endpoint, SETTING_PREFIX + "TOKEN": token}
+
+    def _payload(self, device: Device, program_text: str, shots: int, token: str) -> Any:
+        import qrmi
+
+        body = run_request(program_text, shots, device.qubits)
+        self._creating.token = token
+        return qrmi.Payload.IQMServer(
+            iqmjson=body, job_type="circuit", use_timeslot=False, tag=token
+        )
+
+    def _results(self, task: TaskRef, value: str) -> list[TaskResult]:
+        document = json.loads(value)
+        circuits = document.get("measurements")
+        if isinstance(circuits, list) and circuits:
+            return [
+                TaskResult(task=task, counts=counts_from_measurements(c), raw=document)
+                for c in circuits
+            ]
+        counted = document.get("measurement_counts")
+        if isinstance(counted, list) and counted:
+            return [
+                TaskResult(
+                    task=task, counts={str(k): int(v) for k, v in c["counts"].items()}, raw=document
+                )
+                for c in counted
+            ]
+        return []
+
+    def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
+        error = translate(exc, vendor=self.name, operation=operation, subject=subject)
+        code = error.vendor_code
+        if operation == "create":
+            refused = code.startswith("HTTP4") or type(exc).__name__ in (
+                "InvalidInputError",
+                "AuthenticationFailedError",
+                "ResourceNotFoundError",
+                "ConfigError",
+            )
+            token = getattr(self._creating, "token", None)
+            if not refused and token is not None:
+                with self._lock:
+                    self._unsure.add(token)
+            if code == "HTTP409":
+                return DeviceOffline(
+                    str(error), vendor=self.name, vendor_code=code, operation=operation
+                )
+            if code == "HTTP403":
+                return QuotaExceeded(
+                    str(error), vendor=self.name, vendor_code=code, operation=operation
+                )
+        return error
+
+    def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
+        with self._lock:
+            made = self._made.get(token)
+            unsure = token in self._unsure
+        if made is not None:
+            return made
+        if unsure:
+            raise self._unknown(device, token)
+        return None
+
+    def _unknown(self, device: Device, token: str) -> Conflict:
+        return Conflict(
+            f"{self.name} create for {device.name} with tag {token} may have made a job whose "
+            "answer was lost, and IQM's API cannot be searched by tag; not creating another: "
+            f"look for tag {token} in IQM's job list",
+            vendor=self.name,
+            vendor_code="CreateOutcomeUnknown",
+            operation="create",
+            retryable=False,
+        )
+
+    # -- the interface
+
+    def submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        ref = super().submit(device, program_text, shots, token, reservation=reservation)
+        with self._lock:
+            self._made[token] = ref
+            self._unsure.discard(token)
+        return ref
+
+    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        """The job this process created with ``token``; never None for a token it does not
+        know (IQM cannot be searched by tag, so the outcome of that create is unknown):
+        ``Conflict`` then (see the module docstring)."""
+        with self._lock:
+            made = self._made.get(token)
+        if made is not None:
+            return made
+        raise self._unknown(device, token)
+
+    def poll(self, task: TaskRef) -> TaskSnapshot:
+        snapshot = super().poll(task)
+        if snapshot.state is not TaskState.FAILED:
+            return snapshot
+        try:
+            errors = self._job(task).get("errors") or []
+            message = (
+                "; ".join(f"{e.get('message')} ({e.get('error_code')})" for e in errors) or None
+            )
+        except VendorError:
+            message = None
+        return TaskSnapshot(task=task, state=snapshot.state, message=message, t=snapshot.t)
+
+    def billed_seconds(self, task: TaskRef) -> float | None:
+        """The job's ``runtime_ms`` (IQM's run time of a finished job) in seconds; None when
+        the job does not give it."""
+        runtime = self._job(task).get("runtime_ms")
+        if isinstance(runtime, int | float) and not isinstance(runtime, bool) and runtime >= 0:
+            return runtime / 1000.0
+        return None
+
+    def _job(self, task: TaskRef) -> dict[str, Any]:
+        """``GET /api/v1/jobs/{id}`` (no long poll), with the device's settings."""
+        config = self._config(self.device_of(task.device))
+        endpoint = config[SETTING_PREFIX + "ENDPOINT"].rstrip("/")
+        url = f"{endpoint}/api/v1/jobs/{urllib.parse.quote(task.task_id, safe='')}"
+        headers = {
+            "Authorization": f"Bearer {config[SETTING_PREFIX + 'TOKEN']}",
+            "Accept": "application/json",
+        }
+
+        def get() -> dict[str, Any]:
+            request = urllib.request.Request(url, headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=self.settings.timeout) as answer:
+                    document = json.loads(answer.read() or b"null")
+            except urllib.error.HTTPError as exc:
+                reason = exc.read().decode("utf-8", "replace")[:300]
+                raise RuntimeError(
+                    f"error in response: status code {exc.code} {exc.reason}: {reason}"
+                ) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                raise VendorUnavailable(
+                    f"{self.name}: could not reach {url} ({exc})",
+                    vendor=self.name,
+                    vendor_code=type(exc).__name__,
+                    operation="job",
+                ) from None
+            if not isinstance(document, dict):
+                raise RuntimeError("the job document is not a JSON object")
+            return document
+
+        return self._call("job", task.task_id, get)
