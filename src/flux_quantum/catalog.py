@@ -34,7 +34,7 @@ import yaml
 
 from flux_quantum.errors import FluxQuantumError
 
-VENDORS = ("braket", "ibm", "local")
+VENDORS = ("braket", "ibm", "iqm", "pasqal", "local")
 DEVICE_CLASSES = ("qpu", "simulator")
 ENV_CATALOG = "FLUX_QUANTUM_BACKENDS"
 FLUX_CONFIG_KEY = "quantum.backends"
@@ -47,6 +47,8 @@ VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "braket": ("s3_bucket", "s3_prefix", "endpoint_url", "s3_endpoint_url", "profile"),
         "local": ("url", "s3_bucket", "s3_prefix"),
         "ibm": ("channel", "instance", "endpoint", "iam_endpoint", "session_mode"),
+        "iqm": ("endpoint",),
+        "pasqal": ("base_url", "auth_endpoint", "project_id", "warden_url"),
     }
 )
 

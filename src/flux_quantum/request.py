@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.protocol import RELEASE_ATTRIBUTES
 
-VENDORS: tuple[str, ...] = ("braket", "ibm", "local")
+VENDORS: tuple[str, ...] = ("braket", "ibm", "iqm", "pasqal", "local")
 POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait", "max-fidelity")
 DEVICE_CLASSES: tuple[str, ...] = ("qpu", "simulator")
 FAILOVERS: tuple[str, ...] = ("fail", "next", "simulator")

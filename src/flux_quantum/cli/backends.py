@@ -64,7 +64,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="Python format string of fields: " + ", ".join(FIELDS) + " (e.g. '{name} {status}')",
     )
     backends.add_argument("-n", "--no-header", action="store_true", help="omit the header")
-    backends.add_argument("--vendor", choices=("braket", "ibm", "local"), help="only this vendor")
+    backends.add_argument(
+        "--vendor", choices=("braket", "ibm", "iqm", "pasqal", "local"), help="only this vendor"
+    )
     backends.add_argument(
         "-a", "--all", action="store_true", help="also list RETIRED devices (hidden by default)"
     )

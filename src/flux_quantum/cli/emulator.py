@@ -40,6 +40,8 @@ from flux_quantum.emulator import Call, Emulator, Scenario, ScenarioError, WallC
 from flux_quantum.emulator.bill import read_report
 from flux_quantum.emulator.direct import book_wall
 from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.iqm_scenario import IqmScenario
+from flux_quantum.emulator.pasqal_scenario import PasqalScenario
 from flux_quantum.emulator.server import check_loopback
 from flux_quantum.errors import CommandError
 
@@ -47,10 +49,12 @@ from flux_quantum.errors import CommandError
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "emulator",
-        help="run a local Amazon Braket and IBM Quantum emulator (tests, demos, benchmarks)",
+        help="run a local Amazon Braket, IBM Quantum, IQM and Pasqal emulator (tests, demos)",
         description=(
             "Serve Amazon Braket's API (and the S3 it writes results to) and IBM Quantum's "
-            "(IAM and the Qiskit Runtime REST API, under /ibm) on loopback, with emulated "
+            "(IAM and the Qiskit Runtime REST API, under /ibm), IQM's (the IQM Server API, "
+            "under /iqm) and Pasqal's (Pasqal Cloud under /pasqal, an on-premises warden "
+            "under /pasqal-local) on loopback, with emulated "
             "queues, offline or paused periods and faults from scenarios. Prints the "
             "environment Braket and QRMI clients need, then runs until SIGTERM or SIGINT."
         ),
@@ -65,6 +69,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", metavar="FILE", help="scenario YAML (default: built-in)")
     parser.add_argument(
         "--ibm-scenario", metavar="FILE", help="IBM Quantum scenario YAML (default: built-in)"
+    )
+    parser.add_argument(
+        "--iqm-scenario", metavar="FILE", help="IQM scenario YAML (default: built-in)"
+    )
+    parser.add_argument(
+        "--pasqal-scenario", metavar="FILE", help="Pasqal scenario YAML (default: built-in)"
     )
     parser.add_argument(
         "--speed", type=float, default=1.0, help="emulated seconds per real second (default 1)"
@@ -312,6 +322,8 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
     try:
         scenario = Scenario.from_yaml(args.scenario) if args.scenario else Scenario.default()
         ibm = IbmScenario.from_yaml(args.ibm_scenario) if args.ibm_scenario else None
+        iqm = IqmScenario.from_yaml(args.iqm_scenario) if args.iqm_scenario else None
+        pasqal = PasqalScenario.from_yaml(args.pasqal_scenario) if args.pasqal_scenario else None
     except ScenarioError as exc:
         raise CommandError(str(exc)) from exc
 
@@ -323,6 +335,8 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         seed=args.seed,
         on_call=_log_call if args.verbose else None,
         ibm=ibm,
+        iqm=iqm,
+        pasqal=pasqal,
     )
     stop = threading.Event()
 
@@ -344,8 +358,10 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
             os.close(ready_fd)
         print(
             f"flux-quantum-emulator: serving {len(scenario.devices)} Braket devices from "
-            f"{scenario.source} and {len(emulator.ibm_scenario.backends)} IBM backends from "
-            f"{emulator.ibm_scenario.source} at {emulator.url} (speed {args.speed:g}, seed "
+            f"{scenario.source}, {len(emulator.ibm_scenario.backends)} IBM backends from "
+            f"{emulator.ibm_scenario.source}, {len(emulator.iqm.scenario.devices)} IQM and "
+            f"{len(emulator.pasqal.scenario.devices)} Pasqal devices at {emulator.url} "
+            f"(speed {args.speed:g}, seed "
             f"{args.seed}); "
             "stop with SIGTERM or Ctrl-C",
             file=sys.stderr,

@@ -1,4 +1,5 @@
-"""The ``Emulator`` facade: one loopback server speaking Braket, S3 and IBM Quantum, one call log.
+"""The ``Emulator`` facade: one loopback server speaking Braket, S3, IBM Quantum, IQM and
+Pasqal, one call log.
 
 This module owns the lifecycle of an emulator (start, stop, context manager), the environment
 a client needs to reach it, read access to its call log, and its report (the bill, calls and
@@ -26,6 +27,13 @@ from flux_quantum.emulator.ibm import API as IBM_API
 from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
 from flux_quantum.emulator.ibm import IbmService
 from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.iqm import PREFIX as IQM_PREFIX
+from flux_quantum.emulator.iqm import IqmService
+from flux_quantum.emulator.iqm_scenario import IqmScenario
+from flux_quantum.emulator.pasqal import LOCAL_PREFIX as PASQAL_LOCAL_PREFIX
+from flux_quantum.emulator.pasqal import PREFIX as PASQAL_PREFIX
+from flux_quantum.emulator.pasqal import PasqalService
+from flux_quantum.emulator.pasqal_scenario import PasqalScenario
 from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.s3 import PREFIX as S3_PREFIX
 from flux_quantum.emulator.scenario import ReservationSpec, Scenario, ScenarioError
@@ -56,6 +64,8 @@ class Emulator:
         seed: int = 0,
         on_call: Callable[[Call], None] | None = None,
         ibm: IbmScenario | None = None,
+        iqm: IqmScenario | None = None,
+        pasqal: PasqalScenario | None = None,
     ) -> None:
         self.host = check_loopback(host)
         self.port = port
@@ -67,6 +77,12 @@ class Emulator:
         # IBM Quantum beside Braket, on the same port under /ibm (see emulator.ibm).
         self.ibm_scenario = ibm or IbmScenario.default()
         self.ibm = IbmService(self.ibm_scenario, self.clock, seed, self._stop, on_call)
+        # IQM (under /iqm) and Pasqal (/pasqal, its on-premises warden /pasqal-local), as
+        # QRMI reaches them (see emulator.iqm and emulator.pasqal).
+        self.iqm = IqmService(iqm or IqmScenario.default(), self.clock, seed, self._stop, on_call)
+        self.pasqal = PasqalService(
+            pasqal or PasqalScenario.default(), self.clock, seed, self._stop, on_call
+        )
         self._server: HttpServer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -85,8 +101,12 @@ class Emulator:
             return json_response(200, self.report())
         if request.path == RESERVATIONS_PATH and request.method == "POST":
             return self._book(request)
-        if request.path == IBM_PREFIX or request.path.startswith(IBM_PREFIX + "/"):
+        if _under(request.path, IBM_PREFIX):
             return self.ibm.handle(request)
+        if _under(request.path, IQM_PREFIX):
+            return self.iqm.handle(request)
+        if _under(request.path, PASQAL_PREFIX) or _under(request.path, PASQAL_LOCAL_PREFIX):
+            return self.pasqal.handle(request)
         return self._service.handle(request)
 
     def _book(self, request: Request) -> Response:
@@ -162,6 +182,8 @@ class Emulator:
             # Where flux-quantum's own `local` vendor finds this emulator.
             "FLUX_QUANTUM_EMULATOR_URL": self.url,
             **self.ibm_env(),
+            **self.iqm.env(self.url),
+            **self.pasqal.env(self.url),
         }
 
     def ibm_env(self) -> dict[str, str]:
@@ -184,7 +206,8 @@ class Emulator:
     @property
     def calls(self) -> list[Call]:
         """Every request answered so far, Braket's and IBM's, by emulated time (a copy)."""
-        return sorted(self._service.calls + self.ibm.calls, key=lambda call: call.t)
+        calls = self._service.calls + self.ibm.calls + self.iqm.calls + self.pasqal.calls
+        return sorted(calls, key=lambda call: call.t)
 
     def call_count(self, operation: str | None = None, target: str | None = None) -> int:
         return sum(
@@ -197,6 +220,8 @@ class Emulator:
     def clear_calls(self) -> None:
         self._service.clear_calls()
         self.ibm.clear_calls()
+        self.iqm.clear_calls()
+        self.pasqal.clear_calls()
 
     def device_arns(self) -> list[str]:
         return [spec.arn for spec in self.scenario.devices]
@@ -248,11 +273,23 @@ class Emulator:
         braket_calls, braket_faults = self._service.counts()
         ibm_calls, ibm_faults = self.ibm.counts()
         ibm_tasks, sessions = self.ibm.bill()
+        iqm_calls, iqm_faults = self.iqm.counts()
+        pasqal_calls, pasqal_faults = self.pasqal.counts()
         return report_document(
-            tasks=[*self._service.bill(), *ibm_tasks],
+            tasks=[*self._service.bill(), *ibm_tasks, *self.iqm.bill()[0], *self.pasqal.bill()[0]],
             sessions=sessions,
-            calls={"braket": braket_calls, "ibm": ibm_calls},
-            faults={"braket": braket_faults, "ibm": ibm_faults},
+            calls={
+                "braket": braket_calls,
+                "ibm": ibm_calls,
+                "iqm": iqm_calls,
+                "pasqal": pasqal_calls,
+            },
+            faults={
+                "braket": braket_faults,
+                "ibm": ibm_faults,
+                "iqm": iqm_faults,
+                "pasqal": pasqal_faults,
+            },
             now=now,
             reservations=self._service.bill_reservations(),
         )
@@ -260,3 +297,7 @@ class Emulator:
     def __repr__(self) -> str:
         where = self.url if self._server is not None else "stopped"
         return f"Emulator({where}, {len(self.scenario.devices)} devices, clock={self.clock!r})"
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")

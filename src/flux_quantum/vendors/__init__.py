@@ -2,7 +2,9 @@
 
 One module per vendor: ``braket`` (Amazon Braket through amazon-braket-sdk and boto3),
 ``local`` (the flux-quantum emulator, no credentials: Braket's wire protocol, and IBM's
-for its ``ibm_...`` backends) and ``ibm`` (IBM Quantum through QRMI). This package also builds the vendors a catalog needs
+for its ``ibm_...`` backends), and through QRMI (``qrmi``, the layer they share) ``ibm``
+(IBM Quantum), ``iqm`` (IQM Resonance or an on-premises IQM Server) and ``pasqal``
+(Pasqal Cloud or an on-premises Pasqal QPU). This package also builds the vendors a catalog needs
 (``make_vendor``) and probes many devices at once with a deadline (``probe_devices``).
 Nothing outside this package imports a vendor SDK; nothing here keeps global state.
 """
@@ -67,6 +69,24 @@ def make_vendor(
         overrides = {} if timeout is None else {"timeout": timeout}
         settings = IbmSettings.from_catalog(catalog.settings("ibm"), **overrides)
         return IbmVendor(settings, environ=environ, **common)
+    if name == "iqm":
+        from flux_quantum.vendors.iqm import IqmSettings, IqmVendor
+
+        overrides = {} if timeout is None else {"timeout": timeout}
+        return IqmVendor(
+            IqmSettings.from_catalog(catalog.settings("iqm"), **overrides),
+            environ=environ,
+            **common,
+        )
+    if name == "pasqal":
+        from flux_quantum.vendors.pasqal import PasqalSettings, PasqalVendor
+
+        overrides = {} if timeout is None else {"timeout": timeout}
+        return PasqalVendor(
+            PasqalSettings.from_catalog(catalog.settings("pasqal"), **overrides),
+            environ=environ,
+            **common,
+        )
     raise ValueError(f"unknown vendor {name!r}")
 
 
