@@ -79,10 +79,10 @@ def start(res: Any, program: str = X_BOTH, shots: int = 32, tag: str | None = "t
 
 
 def test_env_names_every_device_with_qrmi_settings(serve):
-    served = serve(devices=[DEVICE, {"id": "sirius-onprem", "qubits": 16}])
+    served = serve(devices=[DEVICE, {"id": "sirius", "qubits": 16}])
     env = served.service.env(served.url)
     assert env["garnet_QRMI_IQM_ISA_ENDPOINT"] == served.url + "/iqm"
-    assert env["sirius-onprem_QRMI_IQM_ISA_TOKEN"] == "emulator-iqm-token"
+    assert env["sirius_QRMI_IQM_ISA_TOKEN"] == "emulator-iqm-token"
     assert len(env) == 4
 
 
@@ -232,8 +232,8 @@ def test_target_and_metadata(serve):
 
 def test_default_scenario_and_errors_name_the_field():
     default = IqmScenario.default()
-    assert [(d.id, d.qubits) for d in default.devices] == [("garnet", 20), ("emerald-onprem", 54)]
-    with pytest.raises(ScenarioError, match=r"devices\[0\]\.id must not hold"):
+    assert [(d.id, d.qubits) for d in default.devices] == [("garnet", 20), ("radiance", 54)]
+    with pytest.raises(ScenarioError, match=r"devices\[0\]\.id must be letters and digits only"):
         IqmScenario.from_dict({"devices": [{"id": "garnet_mock"}]})
     with pytest.raises(ScenarioError, match="max_slots must be an integer >= 1"):
         IqmScenario.from_dict({"devices": [{"id": "g", "max_slots": 0}]})

@@ -157,7 +157,7 @@ class IqmScenario:
 
     @classmethod
     def default(cls) -> IqmScenario:
-        """IQM Garnet (cloud, 20 qubits) and an on-premises 54-qubit Emerald."""
+        """IQM Garnet (cloud, 20 qubits) and an on-premises 54-qubit IQM Radiance."""
         return cls.from_dict(DEFAULT_IQM_SCENARIO, source="<default IQM scenario>")
 
     @classmethod
@@ -270,10 +270,10 @@ class _Reader:
         )  # fmt: skip
         d = self.mapping(raw, where, accepted)
         name = self.text(d.get("id"), f"{where}.id")
-        if "_" in name or "/" in name or "," in name:
-            raise self.fail(
-                f"{where}.id", f"must not hold '_', '/' or ',' (QRMI reads them), got {name!r}"
-            )
+        if not name.isascii() or not name.isalnum():
+            # QRMI reads '_' and ',' in a resource id, and its settings are environment
+            # variables named <id>_QRMI_IQM_ISA_*: letters and digits only.
+            raise self.fail(f"{where}.id", f"must be letters and digits only, got {name!r}")
         where = f"device {name!r}:"
         queue = self.mapping(
             d.get("queue", {}),
@@ -374,7 +374,7 @@ class _Reader:
 
 
 # The default: IQM's cloud Garnet (20 qubits, as IQM Resonance lists it) and an
-# on-premises 54-qubit Emerald as a site would run it, a busy and a quiet queue.
+# on-premises 54-qubit IQM Radiance as a site would run it, a busy and a quiet queue.
 DEFAULT_IQM_SCENARIO: dict[str, Any] = {
     "devices": [
         {
@@ -385,9 +385,9 @@ DEFAULT_IQM_SCENARIO: dict[str, Any] = {
             "queue": {"depth": 6, "arrival_rate": 0.02, "service_time": 6.0},
         },
         {
-            "id": "emerald-onprem",
+            "id": "radiance",
             "qubits": 54,
-            "display_name": "Emerald (on premises)",
+            "display_name": "Radiance (on premises)",
             "max_slots": 4,
             "queue": {"depth": 1, "service_time": 4.0},
         },

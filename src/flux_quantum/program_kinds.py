@@ -1,0 +1,94 @@
+"""What kind of program a job supplies, and which devices can run it.
+
+Gate-based devices (Braket's, IBM's, IQM's, the emulator's) run OpenQASM 3 circuits; an
+IQM device also takes IQM's own JSON circuits (``{"circuits": [{"instructions": ...}]}``);
+a Pasqal device is analog and runs pulse-level Pulser sequences (Pulser's abstract JSON
+representation, ``Sequence.to_abstract_repr()``: ``register``, ``channels``,
+``operations``) and nothing else. This module tells the three apart from the text alone
+and says in one sentence why a device cannot run a program; the service drops such
+devices when it chooses one, so a job whose every allowed device is of the wrong kind
+fails while held, before it gets nodes or a task. It is pure: no I/O, standard library
+only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+OPENQASM = "openqasm"
+IQM_JSON = "iqm-json"
+PULSER = "pulser"
+KINDS = (OPENQASM, IQM_JSON, PULSER)
+NAMES = {
+    OPENQASM: "an OpenQASM circuit",
+    IQM_JSON: "an IQM JSON circuit",
+    PULSER: "a Pulser sequence",
+}
+
+# What each catalog vendor runs; a vendor not listed runs OpenQASM only.
+ACCEPTED: dict[str, tuple[str, ...]] = {
+    "braket": (OPENQASM,),
+    "local": (OPENQASM,),
+    "ibm": (OPENQASM,),
+    "iqm": (OPENQASM, IQM_JSON),
+    "pasqal": (PULSER,),
+}
+
+
+def kind_of(text: str | None) -> str:
+    """``openqasm``, ``iqm-json`` or ``pulser``: a JSON object is one of the two JSON
+    kinds by its keys; anything else is taken for OpenQASM (checked where it runs)."""
+    if text is None:
+        return OPENQASM  # the default program: a Bell pair in OpenQASM
+    doc = _json(text)
+    if isinstance(doc, dict):
+        if "register" in doc and ("operations" in doc or "channels" in doc):
+            return PULSER
+        if "circuits" in doc or "instructions" in doc:
+            return IQM_JSON
+    return OPENQASM
+
+
+def width(text: str | None, kind: str) -> int | None:
+    """The atoms of a Pulser sequence's register, or the distinct qubits an IQM JSON
+    circuit names; None for OpenQASM (``flux_quantum.qasm`` counts those) or when the
+    document does not say."""
+    doc = _json(text) if text is not None else None
+    if not isinstance(doc, dict):
+        return None
+    if kind == PULSER:
+        register = doc.get("register")
+        if isinstance(register, list):
+            return len(register)
+        if isinstance(register, dict) and isinstance(register.get("layout"), dict):
+            return None
+        return None
+    if kind == IQM_JSON:
+        circuits = doc.get("circuits") if "circuits" in doc else [doc]
+        qubits: set[str] = set()
+        for circuit in circuits if isinstance(circuits, list) else []:
+            for instruction in (circuit or {}).get("instructions") or []:
+                if isinstance(instruction, dict):
+                    qubits.update(str(q) for q in instruction.get("qubits") or ())
+        return len(qubits) or None
+    return None
+
+
+def device_reason(vendor: str, kind: str) -> str | None:
+    """Why a device of ``vendor`` cannot run a program of ``kind``, or None."""
+    accepted = ACCEPTED.get(vendor, (OPENQASM,))
+    if kind in accepted:
+        return None
+    takes = " or ".join(NAMES[k].split(" ", 1)[1] + "s" for k in accepted)
+    return f"{vendor} devices take {takes}, the program is {NAMES.get(kind, kind)}"
+
+
+def _json(text: str) -> Any:
+    stripped = text.lstrip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        return json.loads(stripped)
+    except ValueError:
+        return None
