@@ -81,7 +81,7 @@ def device_reason(vendor: str, kind: str) -> str | None:
     if kind in accepted:
         return None
     takes = " or ".join(NAMES[k].split(" ", 1)[1] + "s" for k in accepted)
-    return f"{vendor} devices take {takes}, the program is {NAMES.get(kind, kind)}"
+    return f"takes {takes} only ({vendor}), the program is {NAMES.get(kind, kind)}"
 
 
 def _json(text: str) -> Any:

@@ -34,12 +34,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
     Clock,
+    DeviceSnapshot,
+    DeviceStatus,
     RetryBudget,
     Sleep,
     TaskRef,
@@ -150,6 +152,15 @@ class IqmVendor(QrmiVendor):
                 for c in counted
             ]
         return []
+
+    def _explain(self, snapshot: DeviceSnapshot) -> DeviceSnapshot:
+        """QRMI's Paused is IQM's ``maintenance`` and its Offline any state but
+        ``online``: QRMI's reason ("healthy updated at ...") says neither."""
+        if snapshot.status is DeviceStatus.PAUSED:
+            return replace(snapshot, reason="maintenance")
+        if snapshot.status is DeviceStatus.OFFLINE:
+            return replace(snapshot, reason="not operational")
+        return snapshot
 
     def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
         error = translate(exc, vendor=self.name, operation=operation, subject=subject)

@@ -279,7 +279,11 @@ class QrmiVendor(Vendor):
                 price=device.price,
                 t=self._clock(),
             )
-        return read_status(status, device, self._clock())
+        return self._explain(read_status(status, device, self._clock()))
+
+    def _explain(self, snapshot: DeviceSnapshot) -> DeviceSnapshot:
+        """The snapshot with the vendor's own words for its state (default: QRMI's)."""
+        return snapshot
 
     def reports_positions(self, device: Device) -> bool:
         return False  # QRMI gives a device's pending count, never a task's place
