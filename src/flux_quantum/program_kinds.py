@@ -5,8 +5,9 @@ IQM device also takes IQM's own JSON circuits (``{"circuits": [{"instructions": 
 a Pasqal device is analog and runs pulse-level Pulser sequences (Pulser's abstract JSON
 representation, ``Sequence.to_abstract_repr()``: ``register``, ``channels``,
 ``operations``) and nothing else. This module tells the three apart from the text alone
-and says in one sentence why a device cannot run a program; the service drops such
-devices when it chooses one, so a job whose every allowed device is of the wrong kind
+and says in one sentence why a device cannot run a program (its kind, then the checks
+of ``flux_quantum.vendors.iqm_program`` and ``pasqal_program``); the service drops such
+devices when it chooses one, so a job whose every allowed device cannot run its program
 fails while held, before it gets nodes or a task. It is pure: no I/O, standard library
 only.
 """
@@ -82,6 +83,26 @@ def device_reason(vendor: str, kind: str) -> str | None:
         return None
     takes = " or ".join(NAMES[k].split(" ", 1)[1] + "s" for k in accepted)
     return f"takes {takes} only ({vendor}), the program is {NAMES.get(kind, kind)}"
+
+
+def program_reason(vendor: str, qubits: int, text: str | None) -> str | None:
+    """Why a device of ``vendor`` with ``qubits`` qubits (atoms) cannot run ``text``, or
+    None: its kind first, then, for the vendors whose programs flux-quantum translates or
+    reads itself (IQM's circuits, Pasqal's sequences), what that vendor's check says
+    (a gate IQM's translation lacks, a register larger than the device)."""
+    kind = kind_of(text)
+    reason = device_reason(vendor, kind)
+    if reason is not None or text is None:
+        return reason
+    if vendor == "iqm":
+        from flux_quantum.vendors import iqm_program
+
+        return iqm_program.check(text, qubits)
+    if vendor == "pasqal":
+        from flux_quantum.vendors import pasqal_program
+
+        return pasqal_program.check(text, qubits)
+    return None
 
 
 def _json(text: str) -> Any:

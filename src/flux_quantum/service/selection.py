@@ -397,8 +397,10 @@ class Selection:
 
 
 def _cannot_run(program: Program, devices: Iterable[Device]) -> dict[str, str]:
-    """The devices that cannot run the program's kind (``flux_quantum.program_kinds``: a
-    Pulser sequence anywhere but on Pasqal's, OpenQASM on Pasqal's), with the reason."""
-    kind = program_kinds.kind_of(program.text)
-    reasons = {d.name: program_kinds.device_reason(d.vendor, kind) for d in devices}
+    """The devices that cannot run the program (``flux_quantum.program_kinds``: a Pulser
+    sequence anywhere but on Pasqal's, OpenQASM on Pasqal's, what IQM's translation
+    cannot take, a register larger than the device), with the reason."""
+    reasons = {
+        d.name: program_kinds.program_reason(d.vendor, d.qubits, program.text) for d in devices
+    }
     return {name: why for name, why in reasons.items() if why is not None}
