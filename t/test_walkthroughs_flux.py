@@ -267,6 +267,29 @@ def test_three_jobs_one_merged_task_on_the_emulator(tmp_path: Path) -> None:
     _no_emulator_left(tmp_path)
 
 
+def test_iqm_and_pasqal_on_the_emulator(tmp_path: Path) -> None:
+    found = blocks("### Try it: IQM and Pasqal on the emulator")
+    assert len(found) == 3, found
+    out = run_walkthrough(found, tmp_path)
+    # Both vendors' devices listed ONLINE through QRMI.
+    for name in ("iqm-garnet", "iqm-radiance", "pasqal-fresnel", "pasqal-fresnel-onprem"):
+        assert re.search(rf"^{name}\s+(iqm|pasqal)\s+qpu\s+\d+\s+ONLINE\b", out, re.M), out
+    # The two jobs completed with their counts; the wrong kind failed while held.
+    results = re.findall(r"^\S+ (COMPLETED|FAILED)$", out, re.M)
+    assert results == ["COMPLETED", "COMPLETED", "FAILED"], out
+    assert '"device": "iqm-garnet"' in out and '"device": "pasqal-fresnel"' in out, out
+    iqm = re.search(r'"counts": \{([^}]*)\}', out)
+    assert iqm and set(re.findall(r'"(\d+)"', iqm[1])) <= {"00", "11"}, out
+    assert '"counts": {"1": 100}' in out, out
+    assert "takes Pulser sequences only (pasqal), the program is an OpenQASM circuit" in out
+    # The ledger has both tasks' QPU time.
+    assert re.search(r"^\S+\s+root\s+-\s+iqm-garnet\s+1\s+\$", out, re.M), out
+    assert re.search(r"^\S+\s+root\s+-\s+pasqal-fresnel\s+1\s+\$", out, re.M), out
+    assert "qpu handler service 'qpu_handlers' stopped" in out, out
+    assert "ERROR" not in out, out
+    _no_emulator_left(tmp_path)
+
+
 def test_walkthrough_blocks_are_found() -> None:
     """The parser finds what the tests above run (a README edit that moves a block
     fails here with the blocks it saw)."""
