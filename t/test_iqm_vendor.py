@@ -64,7 +64,11 @@ def test_probe_reads_queue_and_maintenance(clock):
 def test_openqasm_bell_runs_and_counts(served, clock):
     v = vendor(served)
     ref = v.submit(GARNET, BELL, 200, "tok-bell")
-    assert v.poll(ref).state is TaskState.QUEUED
+    waiting = v.poll(ref)
+    # IQM's queue_position of a waiting job: the two ahead, then ours (1: next).
+    assert waiting.state is TaskState.QUEUED and waiting.position == 3, waiting
+    assert v.reports_positions(GARNET)
+    assert served.service.calls[-1].operation == "GetJob"  # a plain read, no long poll
     clock.advance(100)
     assert v.poll(ref).state is TaskState.COMPLETED
     counts = v.result(ref).counts

@@ -19,8 +19,10 @@ IQM's refusals mean. It must never change ``os.environ``, never retry outside it
   retryable) naming the tag to look for in IQM's job list. A create IQM refused with a
   4xx made nothing and may be repeated. ``find_task`` after a restart finds a job only
   if this process created it; otherwise its outcome is unknown and it raises the same.
-- Queue: IQM reports a quantum computer's pending jobs (``queue_length``), never a place;
-  QRMI's ``task_status`` is a long poll (the real server holds it up to 30 s).
+- Queue: IQM reports a quantum computer's pending jobs (``queue_length``) and a waiting
+  job's ``queue_position`` (1: next). ``poll`` reads the job with a plain GET: QRMI's
+  ``task_status`` is a long poll (the real server holds it up to 30 s) that drops the
+  position.
 - Refusals on a create: 409 (the quantum computer is under maintenance or offline) ->
   ``DeviceOffline``, 403 (too many jobs waiting or processing) -> ``QuotaExceeded``.
 """
@@ -79,6 +81,15 @@ class IqmSettings:
             values["endpoint"] = settings["endpoint"]
         values.update(overrides)
         return cls(**values)
+
+
+_JOB_STATES = {
+    "waiting": TaskState.QUEUED,
+    "processing": TaskState.RUNNING,
+    "completed": TaskState.COMPLETED,
+    "failed": TaskState.FAILED,
+    "cancelled": TaskState.CANCELLED,
+}
 
 
 class IqmVendor(QrmiVendor):
@@ -234,18 +245,44 @@ class IqmVendor(QrmiVendor):
             return made
         raise self._unknown(device, token)
 
+    def reports_positions(self, device: Device) -> bool:
+        return True  # a waiting job's queue_position
+
     def poll(self, task: TaskRef) -> TaskSnapshot:
-        snapshot = super().poll(task)
-        if snapshot.state is not TaskState.FAILED:
-            return snapshot
-        try:
-            errors = self._job(task).get("errors") or []
+        """The job's state and place from a plain ``GET /api/v1/jobs/{id}``: QRMI's
+        ``task_status`` is a long poll (the real server holds it up to 30 s, which would
+        hold a worker and overrule the service's poll schedule) and drops the job's
+        ``queue_position``, which IQM gives for a waiting job. A failed job's errors are
+        its message."""
+        job = self._job(task)
+        raw = str(job.get("status") or "")
+        state = _JOB_STATES.get(raw)
+        if state is None:
+            raise VendorUnavailable(
+                f"{self.name} status of {task.task_id} is {raw!r}, which flux-quantum does "
+                "not know; it keeps polling",
+                vendor=self.name,
+                vendor_code="UnknownStatus",
+                operation="status",
+            )
+        place = job.get("queue_position")
+        position = (
+            place
+            if state is TaskState.QUEUED
+            and isinstance(place, int)
+            and not isinstance(place, bool)
+            and place >= 1
+            else None
+        )
+        message = None
+        if state is TaskState.FAILED:
+            errors = [e for e in job.get("errors") or [] if isinstance(e, dict)]
             message = (
                 "; ".join(f"{e.get('message')} ({e.get('error_code')})" for e in errors) or None
             )
-        except VendorError:
-            message = None
-        return TaskSnapshot(task=task, state=snapshot.state, message=message, t=snapshot.t)
+        return TaskSnapshot(
+            task=task, state=state, position=position, message=message, t=self._clock()
+        )
 
     def billed_seconds(self, task: TaskRef) -> float | None:
         """The job's ``runtime_ms`` (IQM's run time of a finished job) in seconds; None when
