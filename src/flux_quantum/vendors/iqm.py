@@ -31,21 +31,17 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
-    Clock,
     DeviceSnapshot,
     DeviceStatus,
-    RetryBudget,
-    Sleep,
     TaskRef,
     TaskResult,
     TaskSnapshot,
@@ -98,35 +94,23 @@ class IqmVendor(QrmiVendor):
     name = "iqm"
     resource_type = "IQMServer"
 
-    def __init__(
-        self,
-        settings: IqmSettings | None = None,
-        *,
-        devices: Iterable[Device] = (),
-        retry: RetryBudget | None = None,
-        clock: Clock = time.time,
-        sleep: Sleep = time.sleep,
-        environ: Mapping[str, str] | None = None,
-        name: str = "iqm",
-    ) -> None:
-        super().__init__(
-            devices=devices, retry=retry, clock=clock, sleep=sleep, environ=environ, name=name
-        )
-        self.settings = settings or IqmSettings()
+    def __init__(self, settings: IqmSettings | None = None, **common: Any) -> None:
+        """``common``: ``QrmiVendor``'s (devices, retry, clock, sleep, environ, name)."""
+        super().__init__(settings or IqmSettings(), **common)
+        self.settings: IqmSettings
         self._made: dict[str, TaskRef] = {}  # token -> the job a create answered
         self._unsure: set[str] = set()  # tokens whose create may have made a job unseen
         self._creating = threading.local()
 
     # -- what QrmiVendor asks of a vendor
 
-    def _setting(self, device: Device, key: str) -> str | None:
-        return self._environ.get(f"{device.id}_{SETTING_PREFIX}{key}") or self._environ.get(
-            SETTING_PREFIX + key
-        )
-
     def _config(self, device: Device) -> dict[str, str]:
-        endpoint = self._setting(device, "ENDPOINT") or self.settings.endpoint or DEFAULT_ENDPOINT
-        token = self._setting(device, "TOKEN")
+        endpoint = (
+            self.setting(device, SETTING_PREFIX + "ENDPOINT")
+            or self.settings.endpoint
+            or DEFAULT_ENDPOINT
+        )
+        token = self.setting(device, SETTING_PREFIX + "TOKEN")
         if not token:
             raise AccessDenied(
                 f"{self.name}: no IQM API token for {device.name}: set "

@@ -38,18 +38,17 @@ import ctypes
 import json
 import os
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors import pasqal_program
-from flux_quantum.vendors.base import Clock, RetryBudget, Sleep, TaskRef, TaskResult
+from flux_quantum.vendors.base import TaskRef, TaskResult
 from flux_quantum.vendors.errors import AccessDenied, VendorError, VendorUnavailable
 from flux_quantum.vendors.qrmi import QrmiResource, QrmiVendor, http_class
 
@@ -98,34 +97,19 @@ class PasqalVendor(QrmiVendor):
     name = "pasqal"
     resource_type = "PasqalCloud"
 
-    def __init__(
-        self,
-        settings: PasqalSettings | None = None,
-        *,
-        devices: Iterable[Device] = (),
-        retry: RetryBudget | None = None,
-        clock: Clock = time.time,
-        sleep: Sleep = time.sleep,
-        environ: Mapping[str, str] | None = None,
-        name: str = "pasqal",
-    ) -> None:
-        super().__init__(
-            devices=devices, retry=retry, clock=clock, sleep=sleep, environ=environ, name=name
-        )
-        self.settings = settings or PasqalSettings()
+    def __init__(self, settings: PasqalSettings | None = None, **common: Any) -> None:
+        """``common``: ``QrmiVendor``'s (devices, retry, clock, sleep, environ, name)."""
+        super().__init__(settings or PasqalSettings(), **common)
+        self.settings: PasqalSettings
         self._tokens: dict[str, tuple[str, float]] = {}
         self._token_lock = threading.Lock()
 
     # -- settings
 
-    def _pick(self, device: Device, key: str, default: str | None = None) -> str | None:
-        env = self._environ
-        return env.get(f"{device.id}_{key}") or env.get(key) or default
-
     def _config(self, device: Device) -> dict[str, str]:
         s = self.settings
         if access_of(device) == "local":
-            url = self._pick(device, "QRMI_WARDEN_URL", s.warden_url)
+            url = self.setting(device, "QRMI_WARDEN_URL", s.warden_url)
             if not url:
                 raise AccessDenied(
                     f"{self.name}: no warden for {device.name}: set {device.id}_QRMI_WARDEN_URL "
@@ -140,7 +124,7 @@ class PasqalVendor(QrmiVendor):
                 or self._environ.get("FLUX_JOB_ID")
                 or "0",
             }
-            session = self._pick(device, "QRMI_JOB_ACQUISITION_TOKEN")
+            session = self.setting(device, "QRMI_JOB_ACQUISITION_TOKEN")
             if session:
                 config["QRMI_JOB_ACQUISITION_TOKEN"] = session
             return config
@@ -151,7 +135,7 @@ class PasqalVendor(QrmiVendor):
         }
         config = {}
         for key in CLOUD_KEYS:
-            value = self._pick(device, CLOUD + key, defaults.get(key))
+            value = self.setting(device, CLOUD + key, defaults.get(key))
             if value:
                 config[CLOUD + key] = value
         for key in ("PASQAL_USERNAME", "PASQAL_PASSWORD", "PASQAL_CONFIG_ROOT", "HOME"):

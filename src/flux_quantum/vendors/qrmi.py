@@ -92,6 +92,50 @@ class QrmiResource:
         return call
 
 
+class Creates:
+    """The tokens this process created with, and when it first tried each: QRMI's create
+    carries no idempotency token, so a create retried after an error whose outcome is
+    unknown (the request may have landed) looks for the first one before it makes one.
+    Shared by every QRMI vendor (IBM's too); thread-safe."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tried: dict[str, float] = {}
+
+    def seen(self, token: str, since: float) -> None:
+        """A create with ``token`` was made at ``since`` (by an earlier process)."""
+        with self._lock:
+            self._tried.setdefault(token, since)
+
+    def once(
+        self,
+        token: str,
+        find: Callable[[float], TaskRef | None],
+        start: Callable[[], Any],
+    ) -> Callable[[], str]:
+        """The create to run under the retry budget: ``start`` the first time this
+        process tries ``token``; later (a retry, or a token tried before) ``find`` since
+        the first try, and ``start`` only when it finds nothing."""
+        with self._lock:
+            since = self._tried.get(token)
+            first = since is None
+            if since is None:
+                since = self._tried[token] = self._clock()
+        when = since
+
+        def create() -> str:
+            nonlocal first
+            if not first:
+                found = find(when)
+                if found is not None:
+                    return found.task_id
+            first = False
+            return str(start())
+
+        return create
+
+
 def http_class(status: int) -> type[VendorError]:
     """Our error class for an HTTP status a vendor answered with."""
     if status == 429:
@@ -180,6 +224,7 @@ class QrmiVendor(Vendor):
 
     def __init__(
         self,
+        settings: Any = None,
         *,
         devices: Iterable[Device] = (),
         retry: RetryBudget | None = None,
@@ -191,6 +236,7 @@ class QrmiVendor(Vendor):
         import os
 
         self.name = name or self.name
+        self.settings = settings  # the vendor's own (its catalog section), or None
         self.retry = retry or RetryBudget()
         self._clock = clock
         self._sleep = sleep
@@ -198,7 +244,7 @@ class QrmiVendor(Vendor):
         self._devices = {d.name: d for d in devices if d.vendor == self.name}
         self._lock = threading.Lock()
         self._resources: dict[str, QrmiResource] = {}
-        self._tried: dict[str, float] = {}  # token -> when this process first created with it
+        self._creates = Creates(clock)
 
     # -- what the subclass supplies
 
@@ -223,6 +269,12 @@ class QrmiVendor(Vendor):
         return translate(exc, vendor=self.name, operation=operation, subject=subject)
 
     # -- plumbing
+
+    def setting(self, device: Device, key: str, default: str | None = None) -> str | None:
+        """QRMI's setting ``key`` for ``device`` from the environment, as QRMI reads it:
+        ``<id>_KEY`` first, then ``KEY``, else ``default``."""
+        env = self._environ
+        return env.get(f"{device.id}_{key}") or env.get(key) or default
 
     def device_of(self, name: str) -> Device:
         device = self._devices.get(name)
@@ -314,30 +366,16 @@ class QrmiVendor(Vendor):
                 operation="create",
             ) from None
         resource = self._resource(device)
-        with self._lock:
-            since = self._tried.get(token)
-            first = since is None
-            if first:
-                since = self._tried[token] = self._clock()
-        assert since is not None
-
-        def create() -> str:
-            nonlocal first
-            if not first:
-                # This process created with this token before and the outcome is not
-                # known (an error after the request may have left): look first.
-                found = self._find(device, token, since)
-                if found is not None:
-                    return found.task_id
-            first = False
-            return str(resource.task_start(payload))
-
+        create = self._creates.once(
+            token,
+            lambda since: self._find(device, token, since),
+            lambda: resource.task_start(payload),
+        )
         task_id = self._call("create", device.name, create)
         return TaskRef(vendor=self.name, device=device.name, task_id=task_id, token=token)
 
     def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
-        with self._lock:
-            self._tried.setdefault(token, since)
+        self._creates.seen(token, since)
         return self._call("find", device.name, lambda: self._find(device, token, since))
 
     def poll(self, task: TaskRef) -> TaskSnapshot:

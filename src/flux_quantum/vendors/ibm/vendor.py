@@ -75,7 +75,7 @@ from flux_quantum.vendors.ibm.settings import (
     session_environment,
 )
 from flux_quantum.vendors.ibm.transport import RestReader
-from flux_quantum.vendors.qrmi import TASK_STATES, QrmiResource, read_status
+from flux_quantum.vendors.qrmi import TASK_STATES, Creates, QrmiResource, read_status
 
 LIST_PAGE = 200
 LIST_PAGES_MAX = 20
@@ -107,7 +107,7 @@ class IbmVendor(Vendor):
         self._lock = threading.Lock()
         self._resources: dict[tuple[str, str | None], QrmiResource] = {}
         self._readers: dict[str, RestReader] = {}
-        self._tried: dict[str, float] = {}  # token -> when this process first created with it
+        self._creates = Creates(clock)
         self._calibrations: dict[str, tuple[float, Calibration | None]] = {}
 
     # -- plumbing
@@ -278,24 +278,11 @@ class IbmVendor(Vendor):
 
         payload = qrmi.Payload.QiskitPrimitive(input=payload_input, program_id="sampler")
         resource = self._resource(device.id, session.session_id if session else None)
-        with self._lock:
-            since = self._tried.get(token)
-            first = since is None
-            if first:
-                since = self._tried[token] = self._clock()
-        assert since is not None
-
-        def create() -> str:
-            nonlocal first
-            if not first:
-                # This process created with this token before and the outcome is not
-                # known (an error after the request may have left): look first.
-                found = self._find(device, token, since)
-                if found is not None:
-                    return found.task_id
-            first = False
-            return str(resource.task_start(payload))
-
+        create = self._creates.once(
+            token,
+            lambda since: self._find(device, token, since),
+            lambda: resource.task_start(payload),
+        )
         job_id = self._call("create", device.name, create)
         return TaskRef(vendor=self.name, device=device.name, task_id=job_id, token=token)
 
@@ -315,8 +302,7 @@ class IbmVendor(Vendor):
                 vendor_code="CreateMaySettle",
                 operation="find",
             )
-        with self._lock:
-            self._tried.setdefault(token, since)
+        self._creates.seen(token, since)
         return self._call("find", device.name, lambda: self._find(device, token, since))
 
     def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
