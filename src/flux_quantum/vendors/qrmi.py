@@ -43,6 +43,7 @@ from flux_quantum.vendors.errors import (
     Conflict,
     InvalidRequest,
     NotFound,
+    NotSupported,
     QuotaExceeded,
     VendorError,
     VendorThrottled,
@@ -210,6 +211,29 @@ def read_status(status: Any, device: Device, t: float, **extra: Any) -> DeviceSn
     )
 
 
+def unreachable(device: Device, exc: VendorError, t: float) -> DeviceSnapshot:
+    """What a probe whose status call failed reports: UNREACHABLE, the vendor's code."""
+    attempts = f" after {exc.attempts} attempts" if exc.attempts > 1 else ""
+    return DeviceSnapshot(
+        device=device.name,
+        status=DeviceStatus.UNREACHABLE,
+        reason=f"{exc.vendor_code}{attempts}",
+        price=device.price,
+        t=t,
+    )
+
+
+def no_reservation(vendor: str, reservation: str | None) -> None:
+    """Refuse a reserved window's ARN: QRMI's vendors have none."""
+    if reservation:
+        raise NotSupported(
+            f"{vendor} has no reserved windows (Braket Direct reservations are Braket's)",
+            vendor=vendor,
+            vendor_code="NotSupported",
+            operation="create",
+        )
+
+
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -323,14 +347,7 @@ class QrmiVendor(Vendor):
         try:
             status = self._call("status", device.name, lambda: self._resource(device).status())
         except VendorError as exc:
-            attempts = f" after {exc.attempts} attempts" if exc.attempts > 1 else ""
-            return DeviceSnapshot(
-                device=device.name,
-                status=DeviceStatus.UNREACHABLE,
-                reason=f"{exc.vendor_code}{attempts}",
-                price=device.price,
-                t=self._clock(),
-            )
+            return unreachable(device, exc, self._clock())
         return self._explain(read_status(status, device, self._clock()))
 
     def _explain(self, snapshot: DeviceSnapshot) -> DeviceSnapshot:
@@ -349,13 +366,7 @@ class QrmiVendor(Vendor):
         *,
         reservation: str | None = None,
     ) -> TaskRef:
-        if reservation:
-            raise InvalidRequest(
-                f"{self.name} has no reserved windows (Braket Direct reservations are Braket's)",
-                vendor=self.name,
-                vendor_code="NotSupported",
-                operation="create",
-            )
+        no_reservation(self.name, reservation)
         try:
             payload = self._payload(device, program_text, shots, token)
         except ValueError as exc:

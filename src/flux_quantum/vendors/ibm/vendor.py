@@ -39,7 +39,6 @@ from flux_quantum.vendors.base import (
     Calibration,
     Clock,
     DeviceSnapshot,
-    DeviceStatus,
     RetryBudget,
     SessionOpening,
     Sleep,
@@ -54,7 +53,6 @@ from flux_quantum.vendors.errors import (
     AccessDenied,
     InvalidRequest,
     NotFound,
-    NotSupported,
     VendorError,
     VendorUnavailable,
 )
@@ -75,7 +73,14 @@ from flux_quantum.vendors.ibm.settings import (
     session_environment,
 )
 from flux_quantum.vendors.ibm.transport import RestReader
-from flux_quantum.vendors.qrmi import TASK_STATES, Creates, QrmiResource, read_status
+from flux_quantum.vendors.qrmi import (
+    TASK_STATES,
+    Creates,
+    QrmiResource,
+    no_reservation,
+    read_status,
+    unreachable,
+)
 
 LIST_PAGE = 200
 LIST_PAGES_MAX = 20
@@ -175,14 +180,7 @@ class IbmVendor(Vendor):
         try:
             status = self._call("status", device.name, lambda: self._resource(device.id).status())
         except VendorError as exc:
-            attempts = f" after {exc.attempts} attempts" if exc.attempts > 1 else ""
-            return DeviceSnapshot(
-                device=device.name,
-                status=DeviceStatus.UNREACHABLE,
-                reason=f"{exc.vendor_code}{attempts}",
-                price=device.price,
-                t=self._clock(),
-            )
+            return unreachable(device, exc, self._clock())
         return read_status(status, device, self._clock(), calibration=self._calibration(device))
 
     def _calibration(self, device: Device) -> Calibration | None:
@@ -214,7 +212,7 @@ class IbmVendor(Vendor):
         *,
         reservation: str | None = None,
     ) -> TaskRef:
-        self._no_reservation(reservation)
+        no_reservation(self.name, reservation)
         return self._create(device, lambda: sampler_input(program_text, shots, token), token, None)
 
     def submit_in(
@@ -235,7 +233,7 @@ class IbmVendor(Vendor):
         """One Sampler job running ``programs`` (OpenQASM 3 text, shots) as its pubs, in
         order; ``results`` splits it back. Over one of IBM's job limits it raises
         ``InvalidRequest`` (vendor code ``OverLimit``) and creates nothing."""
-        self._no_reservation(reservation)
+        no_reservation(self.name, reservation)
         return self._create(device, lambda: sampler_set_input(programs, token), token, None)
 
     def submit_set_in(
@@ -247,15 +245,6 @@ class IbmVendor(Vendor):
     ) -> TaskRef:
         """``submit_set`` riding ``session``."""
         return self._create(device, lambda: sampler_set_input(programs, token), token, session)
-
-    def _no_reservation(self, reservation: str | None) -> None:
-        if reservation:
-            raise NotSupported(
-                f"{self.name} has no reserved windows (Braket Direct reservations are Braket's)",
-                vendor=self.name,
-                vendor_code="NotSupported",
-                operation="create",
-            )
 
     def _create(
         self,
