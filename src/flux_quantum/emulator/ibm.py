@@ -10,10 +10,11 @@ is refused with IBM's validation error, 1002), runs each pub's circuit on the Br
 simulator before the job is queued (one job for all its pubs), injects the scenario's
 faults (HTTP errors with IBM's error codes, throttling, slow answers, connections reset
 without an answer, failed jobs, jobs IBM cancels, a call answered, late or not at all, only
-after it was committed), refuses the Open plan's dedicated sessions, counts calls and
-fault effects for the report and logs every request. Queues, jobs and sessions live in
-``IbmRuntime`` (``ibm_runtime``), which it changes only through that class's methods. It must never sleep while holding a lock and never read the wall
-clock except for IAM token expiry (the client compares that with its own clock).
+after it was committed), refuses the Open plan's dedicated sessions; the call log and the counts of calls and
+fault effects for the report are the shared ``VendorSide``'s (``side``). Queues, jobs and
+sessions live in ``IbmRuntime`` (``ibm_runtime``), which it changes only through that
+class's methods. It must never sleep while holding a lock and never read the wall clock
+except for IAM token expiry (the client compares that with its own clock).
 """
 
 from __future__ import annotations
@@ -21,12 +22,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import random
 import secrets
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -47,10 +46,10 @@ from flux_quantum.emulator.ibm_wire import (
     text_response,
 )
 from flux_quantum.emulator.queue import TaskTimeline
-from flux_quantum.emulator.service import Call
+from flux_quantum.emulator.side import Call, Refusal, VendorSide
 from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
 from flux_quantum.emulator.simulate import simulate as run_program
-from flux_quantum.emulator.wire import Request, Response, connection_reset, json_response
+from flux_quantum.emulator.wire import Request, Response, json_response
 
 PREFIX = "/ibm"
 API = PREFIX + "/api/v1"
@@ -71,8 +70,11 @@ class _Route:
     body: Any = None
 
 
-class IbmService:
+class IbmService(VendorSide[_Route, IbmFault]):
     """The IBM side's requests answered, from any number of server threads."""
+
+    _refusal = IbmRefusal
+    _draws = "ibm-fault"
 
     def __init__(
         self,
@@ -83,30 +85,12 @@ class IbmService:
         on_call: Callable[[Call], None] | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(clock, seed, stop, on_call, faults=len(scenario.faults))
         self.scenario = scenario
-        self.clock = clock
-        self.seed = seed
         self.runtime = IbmRuntime(scenario.backends, clock, seed)
-        self._stop = stop or threading.Event()
-        self._on_call = on_call
         self._wall = wall
-        self._lock = threading.Lock()  # the call log and the fault counts
-        self._calls: list[Call] = []
-        self._fault_counts = [0] * len(scenario.faults)
-        # For the report: calls by operation and fault effects by kind, since the start.
-        self._call_counts: Counter[str] = Counter()
-        self._effects: Counter[str] = Counter()
 
     # -- views for tests and the facade ---------------------------------------------------------
-
-    @property
-    def calls(self) -> list[Call]:
-        with self._lock:
-            return list(self._calls)
-
-    def clear_calls(self) -> None:
-        with self._lock:
-            self._calls.clear()
 
     def job_ids(self, backend: str | None = None) -> list[str]:
         """Every job created so far (on ``backend``), oldest first."""
@@ -141,95 +125,38 @@ class IbmService:
         """Every job and session so far, at the scenario's ``price_per_second``."""
         return self.runtime.bill(self.scenario.price_per_second)
 
-    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
-        """(calls by operation, fault effects that fired by kind) since the start."""
-        with self._lock:
-            return dict(self._call_counts), dict(self._effects)
-
     # -- dispatch -----------------------------------------------------------------------------
 
-    def handle(self, request: Request) -> Response:
-        now = self.clock.now()
-        created: list[str] = []
-        try:
-            route = self._route(request)
-        except IbmRefusal as refusal:
-            route, response = _Route("Unknown", self._unknown), refusal.response
-        else:
-            response = self._run(route, request, now, created)
-        call = Call(route.operation, route.target, response.status, response.error, now,
-                    created[0] if created else None)  # fmt: skip
-        with self._lock:
-            self._calls.append(call)
-            self._call_counts[call.operation] += 1
-        if self._on_call is not None:
-            self._on_call(call)
-        return response
+    def _refused(self, request: Request, refusal: Refusal) -> _Route:
+        return _Route("Unknown", self._unknown)
 
-    def _run(self, route: _Route, request: Request, now: float, created: list[str]) -> Response:
-        with self._lock:
-            hits = self._faults(route, now)
-        before = [f for f in hits if not f.after_commit]
-        after = [f for f in hits if f.after_commit]
-        early = self._fault_answer(before, route, late=False)
-        if early is not None:
-            return early
-        try:
-            if route.operation != "IamToken" and route.operation != "Unknown":
-                self._authorize(request)
-            if route.operation == "CreateJob":
-                failure = next((f.fail_job for f in before if f.fail_job), None)
-                cancels = any(f.cancel_job for f in before)
-                response = route.handler(route, failure, cancels, created)
-                if created:
-                    self._count(*(["fail_job"] if failure else []), *(["cancel_job"] * cancels))
-            elif route.operation == "CreateSession":
-                response = route.handler(route, request, created)
-            else:
-                response = route.handler(route, request)
-        except IbmRefusal as refusal:
-            response = refusal.response
-        except Exception as exc:  # an emulator bug must still answer like the service
-            response = ibm_error(500, 1000, f"emulator error in {route.operation}: {exc!r}")
-        # Faults after the commit: the call applied (a job exists, a session closed), but
-        # the client hears of it late, with an error, or not at all.
-        late = self._fault_answer(after, route, late=True)
-        return late if late is not None else response
+    def _faults_of(self) -> Sequence[IbmFault]:
+        return self.scenario.faults
 
-    def _fault_answer(self, hits: list[IbmFault], route: _Route, late: bool) -> Response | None:
-        """Apply ``hits``' delays, then answer with their reset or error (None: neither);
-        each effect is counted for the report (a reset after the commit as ``lost``)."""
-        delay = sum(f.delay for f in hits)
-        if delay > 0:
-            self._count("delay")
-            self._stop.wait(delay)  # real seconds, interrupted by stop()
-        if any(f.reset for f in hits):
-            self._count("lost" if late else "reset")
-            return connection_reset()
-        error = next((f for f in hits if f.status or f.code), None)
-        if error is None:
-            return None
-        self._count(f"error:{error.http_status()}")
-        return self._fault_response(error, route)
+    def _fault_device(self, route: _Route) -> str | None:
+        return route.backend
 
-    def _count(self, *kinds: str) -> None:
-        with self._lock:
-            self._effects.update(kinds)
+    def _apply(
+        self, route: _Route, request: Request, faults: list[IbmFault], created: list[str]
+    ) -> Response:
+        if route.operation != "IamToken" and route.operation != "Unknown":
+            self._authorize(request)
+        if route.operation == "CreateJob":
+            failure = next((f.fail_job for f in faults if f.fail_job), None)
+            cancels = any(f.cancel_job for f in faults)
+            response = route.handler(route, failure, cancels, created)
+            if created:
+                self._count(*(["fail_job"] if failure else []), *(["cancel_job"] * cancels))
+            return response
+        if route.operation == "CreateSession":
+            return route.handler(route, request, created)
+        return route.handler(route, request)
 
-    def _faults(self, route: _Route, now: float) -> list[IbmFault]:
-        """Count this call against every matching fault; the ones that fire. Lock held."""
-        hits = []
-        for index, fault in enumerate(self.scenario.faults):
-            if fault.operations and route.operation not in fault.operations:
-                continue
-            if fault.backend is not None and route.backend != fault.backend:
-                continue
-            self._fault_counts[index] += 1
-            n = self._fault_counts[index]
-            draw = random.Random(f"{self.seed}:ibm-fault:{index}:{n}").random()
-            if fault.selects(n, now, draw):
-                hits.append(fault)
-        return hits
+    def _internal_error(self, route: _Route, message: str) -> Response:
+        return ibm_error(500, 1000, message)
+
+    def _fault_error(self, fault: IbmFault, route: _Route) -> Response | None:
+        return self._fault_response(fault, route) if fault.status or fault.code else None
 
     def _fault_response(self, fault: IbmFault, route: _Route) -> Response:
         status = fault.http_status()

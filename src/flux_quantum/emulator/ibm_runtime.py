@@ -33,7 +33,7 @@ from flux_quantum.emulator.ibm_wire import ibm_error, sampler_result
 from flux_quantum.emulator.ibm_wire import timestamp as ibm_time
 from flux_quantum.emulator.queue import Dedication, DeviceQueue, TaskTimeline
 from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
-from flux_quantum.emulator.wire import Response
+from flux_quantum.emulator.side import Refusal
 from flux_quantum.vendors.ibm.payload import program_token
 
 _STATUS = {
@@ -94,12 +94,8 @@ class JobQuery:
     created_before: datetime | None = None
 
 
-class IbmRefusal(Exception):
+class IbmRefusal(Refusal):
     """IBM's answer to a request it refuses: the response, with IBM's error body."""
-
-    def __init__(self, response: Response) -> None:
-        super().__init__(response.error)
-        self.response = response
 
 
 def refuse(code: int, message: str | None = None, status: int | None = None) -> IbmRefusal:

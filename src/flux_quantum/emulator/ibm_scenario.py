@@ -44,16 +44,14 @@ Format::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from flux_quantum.emulator.bill import IBM_PAID_PRICE_PER_SECOND
-from flux_quantum.emulator.scenario import DISTRIBUTIONS, QueueSpec, ScenarioError
+from flux_quantum.emulator.reading import Reader, load_yaml
+from flux_quantum.emulator.scenario import BaseFault, QueueSpec
 
 PLANS = ("open", "paid")
 # IBM's job validation: at most 10 million executions (circuits x shots, after the pubs'
@@ -132,42 +130,19 @@ class IbmBackendSpec:
 
 
 @dataclass(frozen=True)
-class IbmFault:
+class IbmFault(BaseFault):
     """One injected fault on the IBM side; see the module docstring for the fields."""
 
-    operations: tuple[str, ...] = ()
     backend: str | None = None
     status: int | None = None
     code: int | None = None
-    message: str | None = None
-    after_commit: bool = False
-    delay: float = 0.0
     fail_job: str | None = None
-    calls: tuple[int, ...] = ()
-    first: int | None = None
-    after: int | None = None
-    every: int | None = None
-    start: float | None = None
-    end: float | None = None
-    reset: bool = False
     cancel_job: bool = False
-    rate: float | None = None
 
-    def selects(self, n: int, now: float, draw: float = 0.0) -> bool:
-        """Whether the ``n``-th matching call (1-based), at emulated time ``now``, is hit;
-        ``draw`` is the call's seeded uniform draw in [0, 1), compared with ``rate``."""
-        if self.start is not None and now < self.start:
-            return False
-        if self.end is not None and now >= self.end:
-            return False
-        rules = (
-            not self.calls or n in self.calls,
-            self.first is None or n <= self.first,
-            self.after is None or n > self.after,
-            self.every is None or n % self.every == 0,
-            self.rate is None or draw < self.rate,
-        )
-        return all(rules)
+    @property
+    def device(self) -> str | None:
+        """The backend it hits, by the name the sides' shared fault selection reads."""
+        return self.backend
 
     def http_status(self) -> int:
         if self.status is not None:
@@ -202,78 +177,15 @@ class IbmScenario:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> IbmScenario:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise ScenarioError(f"IBM scenario {path}: cannot read it ({exc.strerror})") from exc
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"IBM scenario {path}: not valid YAML") from exc
-        return cls.from_dict(data if data is not None else {}, source=str(path))
+        return cls.from_dict(*load_yaml(path, "IBM"))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> IbmScenario:
-        return _Reader(source).scenario(data)
+        return _Reader("IBM", source).scenario(data)
 
 
-class _Reader:
-    """Typed reads from a scenario dict; every error says where it is."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, where: str, problem: str) -> ScenarioError:
-        return ScenarioError(f"IBM scenario {self.source}: {where} {problem}")
-
-    def mapping(self, value: Any, where: str, accepted: Sequence[str]) -> Mapping[str, Any]:
-        if not isinstance(value, Mapping):
-            raise self.fail(where, f"must be a mapping, got {value!r:.40}")
-        for key in value:
-            if key not in accepted:
-                raise self.fail(f"{where}.{key}", f"is unknown (accepted: {', '.join(accepted)})")
-        return value
-
-    def number(self, value: Any, where: str, low: float = 0.0) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            raise self.fail(where, f"must be a number, got {value!r:.40}")
-        if value < low:
-            raise self.fail(where, f"must be >= {low:g}, got {value!r}")
-        return float(value)
-
-    def integer(self, value: Any, where: str, low: int = 0) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise self.fail(where, f"must be an integer >= {low}, got {value!r:.40}")
-        return value
-
-    def choice(self, value: Any, where: str, accepted: Sequence[Any]) -> Any:
-        if value not in accepted:
-            raise self.fail(where, f"must be one of {', '.join(map(str, accepted))}, got {value!r}")
-        return value
-
-    def text(self, value: Any, where: str) -> str:
-        if not isinstance(value, str) or not value:
-            raise self.fail(where, f"must be a non-empty string, got {value!r:.40}")
-        return value
-
-    def flag(self, data: Mapping[str, Any], key: str, where: str) -> bool:
-        value = data.get(key, False)
-        if not isinstance(value, bool):
-            raise self.fail(f"{where}.{key}", f"must be true or false, got {value!r:.40}")
-        return value
-
-    def periods(self, value: Any, where: str) -> tuple[tuple[float, float], ...]:
-        if not isinstance(value, list):
-            raise self.fail(where, "must be a list of [start, end] pairs")
-        periods = []
-        for i, pair in enumerate(value):
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise self.fail(f"{where}[{i}]", f"must be [start, end], got {pair!r:.40}")
-            start = self.number(pair[0], f"{where}[{i}]")
-            end = self.number(pair[1], f"{where}[{i}]")
-            if end <= start:
-                raise self.fail(f"{where}[{i}]", f"must end after it starts, got {pair!r}")
-            periods.append((start, end))
-        return tuple(sorted(periods))
+class _Reader(Reader):
+    """The IBM scenario's own fields, read with the shared typed reads."""
 
     def scenario(self, data: Mapping[str, Any]) -> IbmScenario:
         accepted = (
@@ -281,14 +193,10 @@ class _Reader:
             "backends", "faults",
         )  # fmt: skip
         top = self.mapping(data, "(top level)", accepted)
-        raw_backends = top.get("backends")
-        if not isinstance(raw_backends, list) or not raw_backends:
-            raise self.fail("backends", "must list at least one backend")
+        raw_backends = self.listed(top.get("backends"), "backends", "backend")
         backends = [self.backend(raw, i) for i, raw in enumerate(raw_backends)]
         names = [b.name for b in backends]
-        for i, name in enumerate(names):
-            if name in names[:i]:
-                raise self.fail(f"backends[{i}].name", f"repeats backend {name!r}")
+        self.distinct(names, "backends[{i}].name", "backend")
         faults = tuple(self.fault(raw, i, names) for i, raw in enumerate(top.get("faults") or []))
         plan = self.choice(top.get("plan", "paid"), "plan", PLANS)
         default_price = IBM_PAID_PRICE_PER_SECOND if plan == "paid" else 0.0
@@ -321,16 +229,7 @@ class _Reader:
         processor = self.mapping(
             b.get("processor", {}), f"{where} processor", ("family", "revision")
         )
-        queue = self.mapping(
-            b.get("queue", {}),
-            f"{where} queue",
-            ("depth", "arrival_rate", "service_time", "distribution", "shot_time"),
-        )
-        service_time = self.number(queue.get("service_time", 1.0), f"{where} queue.service_time")
-        depth = self.integer(queue.get("depth", 0), f"{where} queue.depth")
-        arrivals = self.number(queue.get("arrival_rate", 0.0), f"{where} queue.arrival_rate")
-        if service_time == 0 and (depth or arrivals):
-            raise self.fail(f"{where} queue.service_time", "must be > 0 with depth or arrivals")
+        queue = self.queue(b.get("queue", {}), where, service_time=1.0)
         calibration = self.mapping(
             b.get("calibration", {}),
             f"{where} calibration",
@@ -345,15 +244,7 @@ class _Reader:
             processor_family=str(processor.get("family", "Heron")),
             processor_revision=str(processor.get("revision", "2")),
             basis_gates=tuple(gates),
-            queue=QueueSpec(
-                depth=depth,
-                arrival_rate=arrivals,
-                service_time=service_time,
-                distribution=self.choice(
-                    queue.get("distribution", "fixed"), f"{where} queue.distribution", DISTRIBUTIONS
-                ),
-                shot_time=self.number(queue.get("shot_time", 0.0), f"{where} queue.shot_time"),
-            ),
+            queue=queue,
             status=self.choice(b.get("status", "online"), f"{where} status", STATUSES),
             paused=self.periods(b.get("paused", []), f"{where} paused"),
             calibration=Calibration(
@@ -371,19 +262,12 @@ class _Reader:
             "start", "end",
         )  # fmt: skip
         f = self.mapping(raw, where, accepted)
-        ops = f.get("operation", [])
-        ops = [ops] if isinstance(ops, str) else ops
-        if not isinstance(ops, list):
-            raise self.fail(f"{where}.operation", "must be an operation or a list of them")
-        for op in ops:
-            self.choice(op, f"{where}.operation", OPERATIONS)
-        backend = f.get("backend")
-        if backend is not None:
-            self.choice(backend, f"{where}.backend", backends)
+        ops = self.operations(f, where, OPERATIONS)
+        backend = self.target(f, "backend", where, backends)
         status = self.integer(f["status"], f"{where}.status", 400) if "status" in f else None
         code = self.integer(f["code"], f"{where}.code", 1) if "code" in f else None
         delay = self.number(f.get("delay", 0.0), f"{where}.delay")
-        fail_job = self.text(f["fail_job"], f"{where}.fail_job") if "fail_job" in f else None
+        fail_job = self.optional(f, "fail_job", where)
         after_commit = self.flag(f, "after_commit", where)
         reset = self.flag(f, "reset", where)
         cancel_job = self.flag(f, "cancel_job", where)
@@ -400,30 +284,19 @@ class _Reader:
             raise self.fail(
                 f"{where}.after_commit", "goes with status/code, reset or delay, not a job effect"
             )
-        rate = self.number(f["rate"], f"{where}.rate") if "rate" in f else None
-        if rate is not None and rate > 1:
-            raise self.fail(f"{where}.rate", f"must be between 0 and 1, got {rate!r}")
-        calls = f.get("calls", [])
-        if not isinstance(calls, list):
-            raise self.fail(f"{where}.calls", "must be a list of call numbers")
+        selection = self.selection(f, where)
         return IbmFault(
             operations=tuple(ops),
             backend=backend,
             status=status,
             code=code,
-            message=self.text(f["message"], f"{where}.message") if "message" in f else None,
+            message=self.optional(f, "message", where),
             after_commit=after_commit,
             delay=delay,
             fail_job=fail_job,
             reset=reset,
             cancel_job=cancel_job,
-            rate=rate,
-            calls=tuple(self.integer(c, f"{where}.calls", 1) for c in calls),
-            first=self.integer(f["first"], f"{where}.first", 1) if "first" in f else None,
-            after=self.integer(f["after"], f"{where}.after") if "after" in f else None,
-            every=self.integer(f["every"], f"{where}.every", 1) if "every" in f else None,
-            start=self.number(f["start"], f"{where}.start") if "start" in f else None,
-            end=self.number(f["end"], f"{where}.end") if "end" in f else None,
+            **selection,
         )
 
 

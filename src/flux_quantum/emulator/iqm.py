@@ -4,7 +4,8 @@ This module owns the IQM side of the emulator under the ``/iqm`` prefix: the IQM
 API v1 calls QRMI's ``IQMServer`` resource makes, answered in the shapes it parses, for the
 quantum computers of an ``IqmScenario``; jobs queued and run on the emulated clock (the
 shared ``DeviceQueue``), cancelled, failed or refused as the scenario says, their circuits
-run on the Braket local simulator when created. It must never sleep holding its lock, and
+run on the Braket local simulator when created; its call log and counts are the shared
+``VendorSide``'s (``side``). It must never sleep holding its lock, and
 never read the wall clock (only ``long_poll`` waits real time, on the stop event).
 
 Checked against qrmi 0.26.4 (its source, and the real client against a logging loopback
@@ -65,7 +66,7 @@ import random
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -75,10 +76,10 @@ from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.iqm_scenario import ERROR_CODES, IqmDeviceSpec, IqmFault, IqmScenario
 from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
 from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
-from flux_quantum.emulator.service import Call
+from flux_quantum.emulator.side import Call, Refusal, VendorSide
 from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
 from flux_quantum.emulator.simulate import simulate as run_program
-from flux_quantum.emulator.wire import Request, Response, connection_reset, json_response
+from flux_quantum.emulator.wire import Request, Response, json_response
 from flux_quantum.vendors.iqm_program import ProgramError as IqmProgramError
 from flux_quantum.vendors.iqm_program import validate_circuit
 
@@ -96,12 +97,11 @@ _STATUS = {
 _TERMINAL = ("completed", "failed", "cancelled")
 
 
-class IqmRefusal(Exception):
+class IqmRefusal(Refusal):
     """IQM's answer to a request it refuses."""
 
     def __init__(self, status: int, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.response = iqm_error(status, message, code)
+        super().__init__(iqm_error(status, message, code), message)
 
 
 def iqm_error(status: int, message: str, code: str | None = None) -> Response:
@@ -152,8 +152,11 @@ def _queue_spec(spec: IqmDeviceSpec) -> DeviceSpec:
     )
 
 
-class IqmService:
+class IqmService(VendorSide[_Route, IqmFault]):
     """The IQM side's requests answered, from any number of server threads."""
+
+    _refusal = IqmRefusal
+    _draws = "iqm-fault"
 
     def __init__(
         self,
@@ -163,12 +166,8 @@ class IqmService:
         stop: threading.Event | None = None,
         on_call: Callable[[Call], None] | None = None,
     ) -> None:
+        super().__init__(clock, seed, stop, on_call, faults=len(scenario.faults))
         self.scenario = scenario
-        self.clock = clock
-        self.seed = seed
-        self._stop = stop or threading.Event()
-        self._on_call = on_call
-        self._lock = threading.Lock()
         self._queues = {d.id: DeviceQueue(_queue_spec(d), seed) for d in scenario.devices}
         self._qc_ids = {
             d.id: str(uuid.UUID(int=random.Random(f"{seed}:iqm-qc:{d.id}").getrandbits(128)))
@@ -176,26 +175,8 @@ class IqmService:
         }
         self._ids = random.Random(f"{seed}:iqm-ids")
         self._jobs: dict[str, IqmJob] = {}
-        self._calls: list[Call] = []
-        self._fault_counts = [0] * len(scenario.faults)
-        self._call_counts: Counter[str] = Counter()
-        self._effects: Counter[str] = Counter()
 
     # -- views for tests and the facade ---------------------------------------------------
-
-    @property
-    def calls(self) -> list[Call]:
-        with self._lock:
-            return list(self._calls)
-
-    def clear_calls(self) -> None:
-        with self._lock:
-            self._calls.clear()
-
-    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
-        """(calls by operation, fault effects that fired by kind) since the start."""
-        with self._lock:
-            return dict(self._call_counts), dict(self._effects)
 
     def job_ids(self, device: str | None = None) -> list[str]:
         """Every job created so far (on ``device``), oldest first."""
@@ -262,81 +243,35 @@ class IqmService:
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def handle(self, request: Request) -> Response:
-        now = self.clock.now()
-        created: list[str] = []
-        try:
-            route = self._route(request)
-        except IqmRefusal as refusal:
-            route, response = _Route("Unknown", self._unknown), refusal.response
-        else:
-            response = self._run(route, request, now, created)
-        call = Call(route.operation, route.target, response.status, response.error, now,
-                    created[0] if created else None)  # fmt: skip
-        with self._lock:
-            self._calls.append(call)
-            self._call_counts[call.operation] += 1
-        if self._on_call is not None:
-            self._on_call(call)
-        return response
+    def _refused(self, request: Request, refusal: Refusal) -> _Route:
+        return _Route("Unknown", self._unknown)
 
-    def _run(self, route: _Route, request: Request, now: float, created: list[str]) -> Response:
-        with self._lock:
-            hits = self._faults(route, now)
-        before = [f for f in hits if not f.after_commit]
-        after = [f for f in hits if f.after_commit]
-        early = self._fault_answer(before, late=False)
-        if early is not None:
-            return early
-        try:
-            if route.operation != "Unknown":
-                self._authorize(request)
-            if route.operation == "SubmitJob":
-                failure = next((f.fail_job for f in before if f.fail_job), None)
-                response = self._submit(route, request, failure, created)
-                if created and failure:
-                    self._count("fail_job")
-            else:
-                response = route.handler(route, request)
-        except IqmRefusal as refusal:
-            response = refusal.response
-        except Exception as exc:  # an emulator bug must still answer like the service
-            response = iqm_error(500, f"emulator error in {route.operation}: {exc!r}")
-        late = self._fault_answer(after, late=True)
-        return late if late is not None else response
+    def _faults_of(self) -> Sequence[IqmFault]:
+        return self.scenario.faults
 
-    def _fault_answer(self, hits: list[IqmFault], late: bool) -> Response | None:
-        delay = sum(f.delay for f in hits)
-        if delay > 0:
-            self._count("delay")
-            self._stop.wait(delay)
-        if any(f.reset for f in hits):
-            self._count("lost" if late else "reset")
-            return connection_reset()
-        error = next((f for f in hits if f.status), None)
-        if error is None or error.status is None:
+    def _fault_device(self, route: _Route) -> str | None:
+        return route.device
+
+    def _apply(
+        self, route: _Route, request: Request, faults: list[IqmFault], created: list[str]
+    ) -> Response:
+        if route.operation != "Unknown":
+            self._authorize(request)
+        if route.operation == "SubmitJob":
+            failure = next((f.fail_job for f in faults if f.fail_job), None)
+            response = self._submit(route, request, failure, created)
+            if created and failure:
+                self._count("fail_job")
+            return response
+        return route.handler(route, request)
+
+    def _internal_error(self, route: _Route, message: str) -> Response:
+        return iqm_error(500, message)
+
+    def _fault_error(self, fault: IqmFault, route: _Route) -> Response | None:
+        if not fault.status:
             return None
-        self._count(f"error:{error.status}")
-        return iqm_error(error.status, error.message or "Injected fault.", error.error_code)
-
-    def _count(self, *kinds: str) -> None:
-        with self._lock:
-            self._effects.update(kinds)
-
-    def _faults(self, route: _Route, now: float) -> list[IqmFault]:
-        """Count this call against every matching fault; the ones that fire. Lock held."""
-        hits = []
-        for index, fault in enumerate(self.scenario.faults):
-            if fault.operations and route.operation not in fault.operations:
-                continue
-            if fault.device is not None and route.device != fault.device:
-                continue
-            self._fault_counts[index] += 1
-            n = self._fault_counts[index]
-            draw = random.Random(f"{self.seed}:iqm-fault:{index}:{n}").random()
-            if fault.selects(n, now, draw):
-                hits.append(fault)
-        return hits
+        return iqm_error(fault.status, fault.message or "Injected fault.", fault.error_code)
 
     def _authorize(self, request: Request) -> None:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")

@@ -38,15 +38,13 @@ seconds x ``price_per_second``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from flux_quantum.emulator.scenario import DISTRIBUTIONS, QueueSpec, ScenarioError
+from flux_quantum.emulator.reading import Reader, load_yaml
+from flux_quantum.emulator.scenario import BaseFault, QueueSpec
 
 OPERATIONS = (
     "GetQuantumComputer",
@@ -103,41 +101,13 @@ class IqmDeviceSpec:
 
 
 @dataclass(frozen=True)
-class IqmFault:
+class IqmFault(BaseFault):
     """One injected fault: an HTTP error, a delay, a reset connection or a failed job."""
 
-    operations: tuple[str, ...] = ()
     device: str | None = None
     status: int | None = None
     error_code: str | None = None
-    message: str | None = None
-    after_commit: bool = False
-    delay: float = 0.0
-    reset: bool = False
     fail_job: str | None = None
-    calls: tuple[int, ...] = ()
-    first: int | None = None
-    after: int | None = None
-    every: int | None = None
-    rate: float | None = None
-    start: float | None = None
-    end: float | None = None
-
-    def selects(self, n: int, now: float, draw: float = 0.0) -> bool:
-        """Whether the ``n``-th matching call (1-based) at emulated ``now`` is hit."""
-        if self.start is not None and now < self.start:
-            return False
-        if self.end is not None and now >= self.end:
-            return False
-        return all(
-            (
-                not self.calls or n in self.calls,
-                self.first is None or n <= self.first,
-                self.after is None or n > self.after,
-                self.every is None or n % self.every == 0,
-                self.rate is None or draw < self.rate,
-            )
-        )
 
 
 @dataclass(frozen=True)
@@ -162,72 +132,15 @@ class IqmScenario:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> IqmScenario:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise ScenarioError(f"IQM scenario {path}: cannot read it ({exc.strerror})") from exc
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"IQM scenario {path}: not valid YAML") from exc
-        return cls.from_dict(data if data is not None else {}, source=str(path))
+        return cls.from_dict(*load_yaml(path, "IQM"))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> IqmScenario:
-        return _Reader(source).scenario(data)
+        return _Reader("IQM", source).scenario(data)
 
 
-class _Reader:
-    """Typed reads from a scenario dict; every error says where it is."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, where: str, problem: str) -> ScenarioError:
-        return ScenarioError(f"IQM scenario {self.source}: {where} {problem}")
-
-    def mapping(self, value: Any, where: str, accepted: Sequence[str]) -> Mapping[str, Any]:
-        if not isinstance(value, Mapping):
-            raise self.fail(where, f"must be a mapping, got {value!r:.40}")
-        for key in value:
-            if key not in accepted:
-                raise self.fail(f"{where}.{key}", f"is unknown (accepted: {', '.join(accepted)})")
-        return value
-
-    def number(self, value: Any, where: str, low: float = 0.0) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            raise self.fail(where, f"must be a number, got {value!r:.40}")
-        if value < low:
-            raise self.fail(where, f"must be >= {low:g}, got {value!r}")
-        return float(value)
-
-    def integer(self, value: Any, where: str, low: int = 0) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise self.fail(where, f"must be an integer >= {low}, got {value!r:.40}")
-        return value
-
-    def choice(self, value: Any, where: str, accepted: Sequence[Any]) -> Any:
-        if value not in accepted:
-            raise self.fail(where, f"must be one of {', '.join(map(str, accepted))}, got {value!r}")
-        return value
-
-    def text(self, value: Any, where: str) -> str:
-        if not isinstance(value, str) or not value:
-            raise self.fail(where, f"must be a non-empty string, got {value!r:.40}")
-        return value
-
-    def periods(self, value: Any, where: str) -> tuple[tuple[float, float], ...]:
-        if not isinstance(value, list):
-            raise self.fail(where, "must be a list of [start, end] pairs")
-        periods = []
-        for i, pair in enumerate(value):
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise self.fail(f"{where}[{i}]", f"must be [start, end], got {pair!r:.40}")
-            start = self.number(pair[0], f"{where}[{i}]")
-            end = self.number(pair[1], f"{where}[{i}]")
-            if end <= start:
-                raise self.fail(f"{where}[{i}]", f"must end after it starts, got {pair!r}")
-            periods.append((start, end))
-        return tuple(sorted(periods))
+class _Reader(Reader):
+    """The IQM scenario's own fields, read with the shared typed reads."""
 
     def scenario(self, data: Mapping[str, Any]) -> IqmScenario:
         accepted = (
@@ -239,14 +152,10 @@ class _Reader:
             "faults",
         )
         top = self.mapping(data, "(top level)", accepted)
-        raw = top.get("devices")
-        if not isinstance(raw, list) or not raw:
-            raise self.fail("devices", "must list at least one device")
+        raw = self.listed(top.get("devices"), "devices", "device")
         devices = [self.device(entry, i) for i, entry in enumerate(raw)]
         ids = [d.id for d in devices]
-        for i, name in enumerate(ids):
-            if name in ids[:i]:
-                raise self.fail(f"devices[{i}].id", f"repeats device {name!r}")
+        self.distinct(ids, "devices[{i}].id", "device")
         faults = tuple(self.fault(f, i, ids) for i, f in enumerate(top.get("faults") or []))
         return IqmScenario(
             devices=tuple(devices),
@@ -275,29 +184,12 @@ class _Reader:
             # variables named <id>_QRMI_IQM_ISA_*: letters and digits only.
             raise self.fail(f"{where}.id", f"must be letters and digits only, got {name!r}")
         where = f"device {name!r}:"
-        queue = self.mapping(
-            d.get("queue", {}),
-            f"{where} queue",
-            ("depth", "arrival_rate", "service_time", "distribution", "shot_time"),
-        )
-        service = self.number(queue.get("service_time", 2.0), f"{where} queue.service_time")
-        depth = self.integer(queue.get("depth", 0), f"{where} queue.depth")
-        arrivals = self.number(queue.get("arrival_rate", 0.0), f"{where} queue.arrival_rate")
-        if service == 0 and (depth or arrivals):
-            raise self.fail(f"{where} queue.service_time", "must be > 0 with depth or arrivals")
+        queue = self.queue(d.get("queue", {}), where, service_time=2.0)
         qubits = self.integer(d.get("qubits", 20), f"{where} qubits", low=1)
         return IqmDeviceSpec(
             id=name,
             qubits=qubits,
-            queue=QueueSpec(
-                depth=depth,
-                arrival_rate=arrivals,
-                service_time=service,
-                distribution=self.choice(
-                    queue.get("distribution", "fixed"), f"{where} queue.distribution", DISTRIBUTIONS
-                ),
-                shot_time=self.number(queue.get("shot_time", 0.0), f"{where} queue.shot_time"),
-            ),
+            queue=queue,
             max_slots=self.integer(d.get("max_slots", 8), f"{where} max_slots", low=1),
             status=self.choice(d.get("status", "online"), f"{where} status", STATUSES),
             paused=self.periods(d.get("paused", []), f"{where} paused"),
@@ -317,59 +209,34 @@ class _Reader:
             "reset", "fail_job", "calls", "first", "after", "every", "rate", "start", "end",
         )  # fmt: skip
         f = self.mapping(raw, where, accepted)
-        ops = f.get("operation", [])
-        ops = [ops] if isinstance(ops, str) else ops
-        if not isinstance(ops, list):
-            raise self.fail(f"{where}.operation", "must be an operation or a list of them")
-        for op in ops:
-            self.choice(op, f"{where}.operation", OPERATIONS)
-        device = f.get("device")
-        if device is not None:
-            self.choice(device, f"{where}.device", devices)
+        ops = self.operations(f, where, OPERATIONS)
+        device = self.target(f, "device", where, devices)
         status = self.integer(f["status"], f"{where}.status", 400) if "status" in f else None
         if status is not None and status > 599:
             raise self.fail(f"{where}.status", f"must be an HTTP error status, got {status}")
-        error_code = (
-            self.text(f["error_code"], f"{where}.error_code") if "error_code" in f else None
-        )
+        error_code = self.optional(f, "error_code", where)
         if error_code is not None and status is None:
             raise self.fail(f"{where}.error_code", "needs a status to answer with")
         delay = self.number(f.get("delay", 0.0), f"{where}.delay")
-        fail_job = self.text(f["fail_job"], f"{where}.fail_job") if "fail_job" in f else None
-        flags = {}
-        for key in ("after_commit", "reset"):
-            value = f.get(key, False)
-            if not isinstance(value, bool):
-                raise self.fail(f"{where}.{key}", f"must be true or false, got {value!r:.40}")
-            flags[key] = value
+        fail_job = self.optional(f, "fail_job", where)
+        flags = {key: self.flag(f, key, where) for key in ("after_commit", "reset")}
         effects = [status is not None, delay > 0, fail_job is not None, flags["reset"]]
         if sum(effects) != 1 and not (flags["after_commit"] and delay > 0 and sum(effects) == 2):
             raise self.fail(where, "needs exactly one effect: status, delay, reset or fail_job")
         if fail_job is not None and ops != ["SubmitJob"]:
             raise self.fail(f"{where}.operation", "must be SubmitJob with fail_job")
-        rate = self.number(f["rate"], f"{where}.rate") if "rate" in f else None
-        if rate is not None and rate > 1:
-            raise self.fail(f"{where}.rate", f"must be between 0 and 1, got {rate!r}")
-        calls = f.get("calls", [])
-        if not isinstance(calls, list):
-            raise self.fail(f"{where}.calls", "must be a list of call numbers")
+        selection = self.selection(f, where)
         return IqmFault(
             operations=tuple(ops),
             device=device,
             status=status,
             error_code=error_code,
-            message=self.text(f["message"], f"{where}.message") if "message" in f else None,
+            message=self.optional(f, "message", where),
             after_commit=flags["after_commit"],
             delay=delay,
             reset=flags["reset"],
             fail_job=fail_job,
-            calls=tuple(self.integer(c, f"{where}.calls", 1) for c in calls),
-            first=self.integer(f["first"], f"{where}.first", 1) if "first" in f else None,
-            after=self.integer(f["after"], f"{where}.after") if "after" in f else None,
-            every=self.integer(f["every"], f"{where}.every", 1) if "every" in f else None,
-            rate=rate,
-            start=self.number(f["start"], f"{where}.start") if "start" in f else None,
-            end=self.number(f["end"], f"{where}.end") if "end" in f else None,
+            **selection,
         )
 
 

@@ -4,8 +4,8 @@ This module owns the Pasqal part of the emulator: it answers what the unmodified
 client (0.26.4) sends for ``ResourceType.PasqalCloud`` under ``PREFIX`` and for
 ``ResourceType.PasqalLocal`` under ``LOCAL_PREFIX/<device>``, for the devices of a
 ``PasqalScenario``; batches and jobs queue on ``DeviceQueue`` in emulated time, run the
-sequence through ``pasqal_program.sample`` and are billed at the scenario's site rate.
-It must never sleep, never read the wall clock except for token expiry (the client
+sequence through ``pasqal_program.sample`` and are billed at the scenario's site rate;
+its call log and counts are the shared ``VendorSide``'s (``side``). It must never sleep, never read the wall clock except for token expiry (the client
 compares ``exp`` with its own clock), and never log a credential.
 
 Checked against qrmi 0.26.4 with a logging loopback server (its source: the
@@ -73,8 +73,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -85,8 +84,8 @@ from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.pasqal_scenario import PasqalDeviceSpec, PasqalFault, PasqalScenario
 from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
 from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
-from flux_quantum.emulator.service import Call
-from flux_quantum.emulator.wire import Request, Response, connection_reset, json_response
+from flux_quantum.emulator.side import Call, Refusal, VendorSide
+from flux_quantum.emulator.wire import Request, Response, json_response
 from flux_quantum.vendors import pasqal_program
 
 PREFIX = "/pasqal"
@@ -106,12 +105,8 @@ _STATES = {
 _PENDING = ("PENDING", "RUNNING")
 
 
-class PasqalRefusal(Exception):
+class PasqalRefusal(Refusal):
     """Pasqal's answer to a request it refuses."""
-
-    def __init__(self, response: Response) -> None:
-        super().__init__(response.error)
-        self.response = response
 
 
 def pasqal_error(status: int, message: str) -> Response:
@@ -156,8 +151,10 @@ class _Route:
     local: bool = False
 
 
-class PasqalService:
+class PasqalService(VendorSide[_Route, PasqalFault]):
     """The Pasqal side's requests answered, from any number of server threads."""
+
+    _refusal = PasqalRefusal
 
     def __init__(
         self,
@@ -168,38 +165,16 @@ class PasqalService:
         on_call: Callable[[Call], None] | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(clock, seed, stop, on_call, faults=len(scenario.faults))
         self.scenario = scenario
-        self.clock = clock
-        self.seed = seed
-        self._stop = stop or threading.Event()
-        self._on_call = on_call
         self._wall = wall
-        self._lock = threading.Lock()
         self._queues = {d.name: DeviceQueue(_queue_spec(d), seed) for d in scenario.devices}
         self._batches: dict[str, _Batch] = {}
         self._local_ids: dict[int, str] = {}
         self._sessions: dict[str, tuple[str, str]] = {}  # id -> (device, user id)
-        self._calls: list[Call] = []
-        self._fault_counts = [0] * len(scenario.faults)
-        self._call_counts: Counter[str] = Counter()
-        self._effects: Counter[str] = Counter()
         self._key = f"flux-quantum-emulator:pasqal:{seed}:{secrets.token_hex(8)}".encode()
 
     # -- views for tests and the facade ---------------------------------------------------------
-
-    @property
-    def calls(self) -> list[Call]:
-        with self._lock:
-            return list(self._calls)
-
-    def clear_calls(self) -> None:
-        with self._lock:
-            self._calls.clear()
-
-    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
-        """(calls by operation, fault effects that fired by kind) since the start."""
-        with self._lock:
-            return dict(self._call_counts), dict(self._effects)
 
     def job_ids(self, device: str | None = None) -> list[str]:
         """Every batch (cloud) or job (local) created so far (on ``device``), oldest first,
@@ -262,76 +237,39 @@ class PasqalService:
 
     # -- dispatch -----------------------------------------------------------------------------
 
-    def handle(self, request: Request) -> Response:
-        now = self.clock.now()
-        created: list[str] = []
-        try:
-            route = self._route(request)
-        except PasqalRefusal as refusal:
-            route = _Route("Unknown", self._unknown, local=request.path.startswith(LOCAL_PREFIX))
-            response = refusal.response
-        else:
-            response = self._run(route, request, now, created)
-        call = Call(route.operation, route.target or route.device, response.status,
-                    response.error, now, created[0] if created else None)  # fmt: skip
-        with self._lock:
-            self._calls.append(call)
-            self._call_counts[call.operation] += 1
-        if self._on_call is not None:
-            self._on_call(call)
-        return response
+    def _refused(self, request: Request, refusal: Refusal) -> _Route:
+        return _Route("Unknown", self._unknown, local=request.path.startswith(LOCAL_PREFIX))
 
-    def _run(self, route: _Route, request: Request, now: float, created: list[str]) -> Response:
-        with self._lock:
-            hits = self._faults(route, now)
-        before = [f for f in hits if not f.after_commit]
-        after = [f for f in hits if f.after_commit]
-        early = self._fault_answer(before, route, late=False)
-        if early is not None:
-            return early
-        args = [next((f.fail_job for f in before if f.fail_job), "")]
-        try:
-            response = route.handler(request, args)
-        except PasqalRefusal as refusal:
-            response = refusal.response
-        except Exception as exc:  # an emulator bug must still answer like the service
-            error = warden_error if route.local else pasqal_error
-            response = error(500, f"emulator error in {route.operation}: {exc!r}")
+    def _target(self, route: _Route) -> str | None:
+        return route.target or route.device
+
+    def _faults_of(self) -> Sequence[PasqalFault]:
+        return self.scenario.faults
+
+    def _fault_device(self, route: _Route) -> str | None:
+        return route.device
+
+    def _apply(
+        self, route: _Route, request: Request, faults: list[PasqalFault], created: list[str]
+    ) -> Response:
+        args = [next((f.fail_job for f in faults if f.fail_job), "")]
+        response = route.handler(request, args)
         if response.status == 200 and route.operation in ("CreateBatch", "LocalCreateJob"):
             created.append(json.loads(response.body).get("data", {}).get("id", "")
                            if route.operation == "CreateBatch"
                            else str(json.loads(response.body)["id"]))  # fmt: skip
             if args[0]:
                 self._count("fail_job")
-        late = self._fault_answer(after, route, late=True)
-        return late if late is not None else response
+        return response
 
-    def _fault_answer(self, hits: list[PasqalFault], route: _Route, late: bool) -> Response | None:
-        if any(f.reset for f in hits):
-            self._count("lost" if late else "reset")
-            return connection_reset()
-        error = next((f for f in hits if f.status), None)
-        if error is None or error.status is None:
+    def _internal_error(self, route: _Route, message: str) -> Response:
+        return (warden_error if route.local else pasqal_error)(500, message)
+
+    def _fault_error(self, fault: PasqalFault, route: _Route) -> Response | None:
+        if not fault.status:
             return None
-        self._count(f"error:{error.status}")
-        message = error.message or f"injected error {error.status}"
-        return (warden_error if route.local else pasqal_error)(error.status, message)
-
-    def _count(self, *kinds: str) -> None:
-        with self._lock:
-            self._effects.update(kinds)
-
-    def _faults(self, route: _Route, now: float) -> list[PasqalFault]:
-        hits = []
-        for index, fault in enumerate(self.scenario.faults):
-            if fault.operations and route.operation not in fault.operations:
-                continue
-            if fault.device is not None and route.device != fault.device:
-                continue
-            self._fault_counts[index] += 1
-            if fault.selects(self._fault_counts[index], now):
-                hits.append(fault)
-        return hits
+        message = fault.message or f"injected error {fault.status}"
+        return (warden_error if route.local else pasqal_error)(fault.status, message)
 
     def _route(self, request: Request) -> _Route:
         method, path = request.method, request.path

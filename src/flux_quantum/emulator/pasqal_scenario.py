@@ -44,10 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from flux_quantum.emulator.ibm_scenario import _Reader
-from flux_quantum.emulator.scenario import DISTRIBUTIONS, QueueSpec, ScenarioError
+from flux_quantum.emulator.reading import Reader, load_yaml
+from flux_quantum.emulator.scenario import BaseFault, QueueSpec
 
 KINDS = ("cloud", "local")
 STATUSES = ("online", "paused", "offline")
@@ -96,37 +94,13 @@ class PasqalDeviceSpec:
 
 
 @dataclass(frozen=True)
-class PasqalFault:
-    """One injected fault on the Pasqal side; see the module docstring for the fields."""
+class PasqalFault(BaseFault):
+    """One injected fault on the Pasqal side; see the module docstring for the fields (its
+    scenario takes no ``delay`` and no ``rate``: they keep their defaults)."""
 
-    operations: tuple[str, ...] = ()
     device: str | None = None
     status: int | None = None
-    message: str | None = None
-    reset: bool = False
     fail_job: str | None = None
-    after_commit: bool = False
-    calls: tuple[int, ...] = ()
-    first: int | None = None
-    after: int | None = None
-    every: int | None = None
-    start: float | None = None
-    end: float | None = None
-
-    def selects(self, n: int, now: float) -> bool:
-        """Whether the ``n``-th matching call (1-based), at emulated ``now``, is hit."""
-        if self.start is not None and now < self.start:
-            return False
-        if self.end is not None and now >= self.end:
-            return False
-        return all(
-            (
-                not self.calls or n in self.calls,
-                self.first is None or n <= self.first,
-                self.after is None or n > self.after,
-                self.every is None or n % self.every == 0,
-            )
-        )
 
 
 @dataclass(frozen=True)
@@ -154,40 +128,26 @@ class PasqalScenario:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> PasqalScenario:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise ScenarioError(f"Pasqal scenario {path}: cannot read it ({exc.strerror})") from exc
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"Pasqal scenario {path}: not valid YAML") from exc
-        return cls.from_dict(data if data is not None else {}, source=str(path))
+        return cls.from_dict(*load_yaml(path, "Pasqal"))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> PasqalScenario:
-        return _PasqalReader(source).scenario(data)
+        return _Reader("Pasqal", source).scenario(data)
 
 
-class _PasqalReader(_Reader):
-    """Typed reads from a Pasqal scenario dict; every error says where it is."""
+class _Reader(Reader):
+    """The Pasqal scenario's own fields, read with the shared typed reads."""
 
-    def fail(self, where: str, problem: str) -> ScenarioError:
-        return ScenarioError(f"Pasqal scenario {self.source}: {where} {problem}")
-
-    def scenario(self, data: Mapping[str, Any]) -> PasqalScenario:  # type: ignore[override]
+    def scenario(self, data: Mapping[str, Any]) -> PasqalScenario:
         accepted = (
             "project_id", "client_id", "client_secret", "site_price_per_second", "devices",
             "faults",
         )  # fmt: skip
         top = self.mapping(data, "(top level)", accepted)
-        raw = top.get("devices")
-        if not isinstance(raw, list) or not raw:
-            raise self.fail("devices", "must list at least one device")
+        raw = self.listed(top.get("devices"), "devices", "device")
         devices = [self.device(item, i) for i, item in enumerate(raw)]
         names = [d.name for d in devices]
-        for i, name in enumerate(names):
-            if name in names[:i]:
-                raise self.fail(f"devices[{i}].name", f"repeats device {name!r}")
+        self.distinct(names, "devices[{i}].name", "device")
         if ("client_id" in top) != ("client_secret" in top):
             raise self.fail("client_id", "and client_secret must be given together")
         faults = tuple(self.fault(f, i, names) for i, f in enumerate(top.get("faults") or []))
@@ -216,16 +176,7 @@ class _PasqalReader(_Reader):
         kind = self.choice(d.get("kind", "cloud"), f"{where} kind", KINDS)
         if kind == "cloud":
             self.choice(name, f"{where} name (a cloud device)", CLOUD_DEVICES)
-        queue = self.mapping(
-            d.get("queue", {}),
-            f"{where} queue",
-            ("depth", "arrival_rate", "service_time", "distribution", "shot_time"),
-        )
-        service_time = self.number(queue.get("service_time", 1.0), f"{where} queue.service_time")
-        depth = self.integer(queue.get("depth", 0), f"{where} queue.depth")
-        arrivals = self.number(queue.get("arrival_rate", 0.0), f"{where} queue.arrival_rate")
-        if service_time == 0 and (depth or arrivals):
-            raise self.fail(f"{where} queue.service_time", "must be > 0 with depth or arrivals")
+        queue = self.queue(d.get("queue", {}), where, service_time=1.0)
         slots = d.get("max_slots")
         return PasqalDeviceSpec(
             name=name,
@@ -233,38 +184,23 @@ class _PasqalReader(_Reader):
             atoms=self.integer(d.get("atoms", 61), f"{where} atoms", low=1),
             max_runs=self.integer(d.get("max_runs", 1000), f"{where} max_runs", low=1),
             max_slots=None if slots is None else self.integer(slots, f"{where} max_slots", 1),
-            queue=QueueSpec(
-                depth=depth,
-                arrival_rate=arrivals,
-                service_time=service_time,
-                distribution=self.choice(
-                    queue.get("distribution", "fixed"), f"{where} queue.distribution", DISTRIBUTIONS
-                ),
-                shot_time=self.number(queue.get("shot_time", 0.0), f"{where} queue.shot_time"),
-            ),
+            queue=queue,
             status=self.choice(d.get("status", "online"), f"{where} status", STATUSES),
             paused=self.periods(d.get("paused", []), f"{where} paused"),
             offline=self.periods(d.get("offline", []), f"{where} offline"),
         )
 
-    def fault(self, raw: Any, index: int, devices: list[str]) -> PasqalFault:  # type: ignore[override]
+    def fault(self, raw: Any, index: int, devices: list[str]) -> PasqalFault:
         where = f"faults[{index}]"
         accepted = (
             "operation", "device", "status", "message", "reset", "fail_job", "after_commit",
             "calls", "first", "after", "every", "start", "end",
         )  # fmt: skip
         f = self.mapping(raw, where, accepted)
-        ops = f.get("operation", [])
-        ops = [ops] if isinstance(ops, str) else ops
-        if not isinstance(ops, list):
-            raise self.fail(f"{where}.operation", "must be an operation or a list of them")
-        for op in ops:
-            self.choice(op, f"{where}.operation", OPERATIONS)
-        device = f.get("device")
-        if device is not None:
-            self.choice(device, f"{where}.device", devices)
+        ops = self.operations(f, where, OPERATIONS)
+        device = self.target(f, "device", where, devices)
         status = self.integer(f["status"], f"{where}.status", 400) if "status" in f else None
-        fail_job = self.text(f["fail_job"], f"{where}.fail_job") if "fail_job" in f else None
+        fail_job = self.optional(f, "fail_job", where)
         reset = self.flag(f, "reset", where)
         after_commit = self.flag(f, "after_commit", where)
         if sum((status is not None, reset, fail_job is not None)) != 1:
@@ -275,23 +211,16 @@ class _PasqalReader(_Reader):
             )
         if fail_job is not None and after_commit:
             raise self.fail(f"{where}.after_commit", "goes with status or reset, not fail_job")
-        calls = f.get("calls", [])
-        if not isinstance(calls, list):
-            raise self.fail(f"{where}.calls", "must be a list of call numbers")
+        selection = self.selection(f, where)
         return PasqalFault(
             operations=tuple(ops),
             device=device,
             status=status,
-            message=self.text(f["message"], f"{where}.message") if "message" in f else None,
+            message=self.optional(f, "message", where),
             reset=reset,
             fail_job=fail_job,
             after_commit=after_commit,
-            calls=tuple(self.integer(c, f"{where}.calls", 1) for c in calls),
-            first=self.integer(f["first"], f"{where}.first", 1) if "first" in f else None,
-            after=self.integer(f["after"], f"{where}.after") if "after" in f else None,
-            every=self.integer(f["every"], f"{where}.every", 1) if "every" in f else None,
-            start=self.number(f["start"], f"{where}.start") if "start" in f else None,
-            end=self.number(f["end"], f"{where}.end") if "end" in f else None,
+            **selection,
         )
 
 

@@ -157,7 +157,50 @@ class ExecutionWindow:
 
 
 @dataclass(frozen=True)
-class Fault:
+class BaseFault:
+    """What an injected fault of every vendor side has: the operations it hits (none: all),
+    its vendor-neutral effects and which of the matching calls it selects.
+
+    ``message`` replaces the error's text; ``delay`` answers after that many real seconds;
+    ``reset`` closes the connection without an answer; ``after_commit`` applies the call
+    first. Selection counts the matching calls (1-based): ``calls`` lists them, ``first``
+    takes the first N, ``after`` those after the Nth, ``every`` each Nth, ``rate`` a seeded
+    fraction (the call's draw below it); ``start``/``end`` bound emulated time. A side whose
+    scenario does not read a field leaves it at its default (no effect, every call).
+    """
+
+    operations: tuple[str, ...] = ()
+    message: str | None = None
+    delay: float = 0.0
+    reset: bool = False
+    after_commit: bool = False
+    calls: tuple[int, ...] = ()
+    first: int | None = None
+    after: int | None = None
+    every: int | None = None
+    rate: float | None = None
+    start: float | None = None
+    end: float | None = None
+
+    def selects(self, n: int, now: float, draw: float = 0.0) -> bool:
+        """Whether the ``n``-th matching call (1-based), at emulated time ``now``, is hit;
+        ``draw`` is the call's seeded uniform draw in [0, 1), compared with ``rate``."""
+        if self.start is not None and now < self.start:
+            return False
+        if self.end is not None and now >= self.end:
+            return False
+        rules = (
+            not self.calls or n in self.calls,
+            self.first is None or n <= self.first,
+            self.after is None or n > self.after,
+            self.every is None or n % self.every == 0,
+            self.rate is None or draw < self.rate,
+        )
+        return all(rules)
+
+
+@dataclass(frozen=True)
+class Fault(BaseFault):
     """One injected fault: which calls it hits and what happens to them.
 
     Exactly one effect: ``error`` (a Braket or S3 error code), ``delay`` (answer after that
@@ -172,21 +215,9 @@ class Fault:
     ``start``/``end`` bound emulated time.
     """
 
-    operations: tuple[str, ...] = ()
     device: str | None = None
     error: str | None = None
-    message: str | None = None
-    delay: float = 0.0
     fail_task: str | None = None
-    calls: tuple[int, ...] = ()
-    first: int | None = None
-    after: int | None = None
-    every: int | None = None
-    rate: float | None = None
-    start: float | None = None
-    end: float | None = None
-    reset: bool = False
-    after_commit: bool = False
     cancel_task: bool = False
 
     @property

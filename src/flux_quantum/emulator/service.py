@@ -1,4 +1,4 @@
-"""The emulated Braket service: devices, quantum tasks, faults, the call log and task results.
+"""The emulated Braket service: devices, quantum tasks, faults and task results.
 
 This module owns the emulator's state behind one lock and answers every request the server
 receives: the Braket rest-json operations (CreateQuantumTask, GetQuantumTask,
@@ -7,7 +7,8 @@ the minimal S3 that serves each task's results.json once the task has COMPLETED.
 keeps the Braket Direct reservations booked (from the scenario or ``add_reservation``) and
 checks a create's ``associations`` against them. Queue state
 is a pure function of the injected clock and of the calls made; faults are counted per call
-and drawn from the seed. It must never sleep while holding its lock, never read the wall
+and drawn from the seed; the call log and the report's counts are the shared
+``VendorSide``'s (``side``). It must never sleep while holding its lock, never read the wall
 clock (time comes from the injected ``Clock``), and never answer with a shape botocore's
 braket 2019-09-01 model does not have.
 """
@@ -19,7 +20,6 @@ import random
 import re
 import threading
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,6 +45,7 @@ from flux_quantum.emulator.scenario import (
     Scenario,
     reservation_from,
 )
+from flux_quantum.emulator.side import Call, Refusal, VendorSide
 from flux_quantum.emulator.simulate import (
     OPENQASM_PROGRAM_SET,
     ProgramError,
@@ -60,7 +61,6 @@ from flux_quantum.emulator.wire import (
     Request,
     Response,
     braket_error,
-    connection_reset,
     iso8601,
     json_response,
 )
@@ -71,24 +71,6 @@ RESULTS_FILENAME = "results.json"
 _REGION = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
 _BAD_PREFIX = re.compile(r"[{}\[\]<>\\|^~`%#\"\x00-\x1f\x7f-\xff]|\.\./|\./")
 RESERVATION_ASSOCIATION = "RESERVATION_TIME_WINDOW_ARN"
-
-
-@dataclass(frozen=True)
-class Call:
-    """One request the emulator answered.
-
-    ``target`` is the device ARN (GetDevice, CreateQuantumTask), the task ARN
-    (GetQuantumTask, CancelQuantumTask, tags), ``s3://bucket/key`` for S3 calls, or None
-    (searches). ``task`` is the task a CreateQuantumTask made or, for a repeated clientToken,
-    returned. ``t`` is the emulated time of the call.
-    """
-
-    operation: str
-    target: str | None
-    status: int
-    error: str | None
-    t: float
-    task: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,8 +144,18 @@ class _Route:
         self.s3call = s3call
 
 
-class BraketService:
+class _Reject(Refusal):
+    """Stop handling a request and answer ``response``; logged as ``operation``."""
+
+    def __init__(self, operation: str, response: Response) -> None:
+        super().__init__(response)
+        self.operation = operation
+
+
+class BraketService(VendorSide[_Route, Fault]):
     """All emulator state, answering requests from any number of server threads."""
+
+    _refusal = _Reject
 
     def __init__(
         self,
@@ -173,12 +165,9 @@ class BraketService:
         stop: threading.Event | None = None,
         on_call: Callable[[Call], None] | None = None,
     ) -> None:
+        faults = self._bind_faults(scenario)
+        super().__init__(clock, seed, stop, on_call, faults=len(faults))
         self.scenario = scenario
-        self.clock = clock
-        self.seed = seed
-        self._stop = stop or threading.Event()
-        self._on_call = on_call
-        self._lock = threading.Lock()
         self._queues = {spec.arn: DeviceQueue(spec, seed) for spec in scenario.devices}
         self._capabilities = {
             spec.arn: capabilities_json(spec, clock.epoch) for spec in scenario.devices
@@ -187,15 +176,9 @@ class BraketService:
         self._tokens: dict[str, str] = {}
         self._tags: dict[str, dict[str, str]] = {}
         self._published: set[str] = set()
-        self._calls: list[Call] = []
         self._task_ids = random.Random(f"{seed}:task-ids")
         self._reservation_ids = random.Random(f"{seed}:reservation-ids")
-        self._faults = self._bind_faults(scenario)
-        self._fault_counts = [0] * len(self._faults)
-        # For the report: calls by operation and fault effects by kind, since the start
-        # (clear_calls does not reset them).
-        self._call_counts: Counter[str] = Counter()
-        self._effects: Counter[str] = Counter()
+        self._faults = faults
         self.store = s3.ObjectStore()
         self.store.create_bucket(scenario.bucket)
         # Braket Direct reservations by ARN (the scenario's, then those added while running).
@@ -204,15 +187,6 @@ class BraketService:
             self._book(reservation, 0.0)
 
     # -- public views -------------------------------------------------------------------------
-
-    @property
-    def calls(self) -> list[Call]:
-        with self._lock:
-            return list(self._calls)
-
-    def clear_calls(self) -> None:
-        with self._lock:
-            self._calls.clear()
 
     def task_arns(self) -> list[str]:
         with self._lock:
@@ -336,46 +310,17 @@ class BraketService:
                 )
             return rows
 
-    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
-        """(calls by operation, fault effects that fired by kind) since the start."""
-        with self._lock:
-            return dict(self._call_counts), dict(self._effects)
-
     # -- dispatch -----------------------------------------------------------------------------
 
-    def handle(self, request: Request) -> Response:
-        """Answer one HTTP request: route it, apply faults, run it, log it."""
-        now = self.clock.now()
-        region = self._region(request)
-        created: list[str] = []
-        try:
-            route = self._route(request, region)
-        except _Reject as reject:
-            route = _Route(reject.operation, None)
-            response = reject.response
-        else:
-            response = self._run(route, request, region, now, created)
-        call = Call(
-            operation=route.operation,
-            target=route.target,
-            status=response.status,
-            error=response.error,
-            t=now,
-            task=created[0] if created else None,
-        )
-        with self._lock:
-            self._calls.append(call)
-            self._call_counts[call.operation] += 1
-        if self._on_call is not None:
-            self._on_call(call)
-        return response
+    def _refused(self, request: Request, refusal: Refusal) -> _Route:
+        assert isinstance(refusal, _Reject)
+        return _Route(refusal.operation, None)
 
-    def _run(
-        self, route: _Route, request: Request, region: str, now: float, created: list[str]
-    ) -> Response:
+    def _run(self, route: _Route, request: Request, now: float, created: list[str]) -> Response:
+        region = self._region(request)
         with self._lock:
             hit = self._apply_faults(route, now)
-        early = self._fault_answer(hit.delay, hit.reset, hit.error, route, request, late=False)
+        early = self._hit_answer(hit.delay, hit.reset, hit.error, route, request, late=False)
         if early is not None:
             return early
         try:
@@ -397,12 +342,12 @@ class BraketService:
             )
         # Faults after the commit: the call applied (a task created, a cancel done), but the
         # client hears of it late, with an error, or not at all.
-        late = self._fault_answer(
+        late = self._hit_answer(
             hit.late_delay, hit.late_reset, hit.late_error, route, request, late=True
         )
         return late if late is not None else response
 
-    def _fault_answer(
+    def _hit_answer(
         self,
         delay: float,
         reset: bool,
@@ -413,22 +358,13 @@ class BraketService:
     ) -> Response | None:
         """Wait ``delay``, then answer with a reset or ``error`` (None: neither); each
         effect is counted for the report (a reset after the commit as ``lost``)."""
-        if delay > 0:
-            self._count("delay")
-            self._stop.wait(delay)  # real seconds, interrupted by stop()
-        if reset:
-            self._count("lost" if late else "reset")
-            return connection_reset()
-        if error is None:
-            return None
+        lost = self._delay_or_reset(delay, reset, late)
+        if lost is not None or error is None:
+            return lost
         self._count(_error_kind(error))
         return self._fault_response(error, route, request)
 
-    def _count(self, kind: str) -> None:
-        with self._lock:
-            self._effects[kind] += 1
-
-    def _route(self, request: Request, region: str) -> _Route:
+    def _route(self, request: Request) -> _Route:
         if request.path == s3.PREFIX or request.path.startswith(s3.PREFIX + "/"):
             call = s3.classify(request)
             return _Route(call.operation, None, call.target, s3call=call)
@@ -505,7 +441,11 @@ class BraketService:
             ):
                 continue
             self._fault_counts[index] += 1
-            if self._fires(fault, index, self._fault_counts[index]):
+            n = self._fault_counts[index]
+            draw = 0.0
+            if fault.rate is not None:
+                draw = random.Random(f"{self.seed}:fault:{index}:{n}").random()
+            if fault.selects(n, now, draw):
                 fired.append(fault)
         before = [f for f in fired if not f.after_commit]
         after = [f for f in fired if f.after_commit]
@@ -519,21 +459,6 @@ class BraketService:
             late_delay=sum(f.delay for f in after),
             late_reset=any(f.reset for f in after),
         )
-
-    def _fires(self, fault: Fault, index: int, n: int) -> bool:
-        checks = []
-        if fault.calls:
-            checks.append(n in fault.calls)
-        if fault.first is not None:
-            checks.append(n <= fault.first)
-        if fault.after is not None:
-            checks.append(n > fault.after)
-        if fault.every is not None:
-            checks.append(n % fault.every == 0)
-        if fault.rate is not None:
-            draw = random.Random(f"{self.seed}:fault:{index}:{n}").random()
-            checks.append(draw < fault.rate)
-        return all(checks)
 
     def _fault_response(self, fault: Fault, route: _Route, request: Request) -> Response:
         code = fault.error or "InternalServiceException"
@@ -1119,15 +1044,6 @@ def _set_invalid(error: ProgramSetError) -> _Reject:
 def _error_kind(fault: Fault) -> str:
     """The report's name of an error fault: ``error:CODE`` (Braket) or ``s3:CODE``."""
     return f"{'s3' if fault.is_s3 else 'error'}:{fault.error}"
-
-
-class _Reject(Exception):
-    """Stop handling a request and answer ``response``."""
-
-    def __init__(self, operation: str, response: Response) -> None:
-        super().__init__(response.error)
-        self.operation = operation
-        self.response = response
 
 
 def _invalid(message: str, **members: Any) -> _Reject:
