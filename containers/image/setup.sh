@@ -70,6 +70,12 @@ doc["vendors"]["local"] = dict(doc["vendors"]["local"] or {}, url=url)
 for device in doc["devices"]:
     if device["name"] == "local-garnet":
         device["slots"] = 4
+# The on-premises Pasqal QPU behind its warden (the emulator container's), reached
+# through QRMI's PasqalLocal: every call but the status carries a munge credential
+# (t/multiuser/test_qrmi_onprem.py).
+doc["vendors"]["pasqal"] = dict(
+    doc["vendors"].get("pasqal") or {}, warden_url=url + "/pasqal-local/FRESNEL_ONPREM"
+)
 with open(path, "w") as out:
     out.write("# flux-quantum catalog of this cluster: the packaged example, with the\n"
               "# local vendor pointed at the emulator container.\n")
@@ -130,7 +136,7 @@ backends = "$CATALOG"
 # Guests' jobs on these vendors/devices are the system service's, paid by the
 # site's credentials (~flux/.aws/credentials); others need qpu.account=user.
 [quantum.accounts]
-site = ["local"]
+site = ["local", "pasqal:pasqal-fresnel-onprem"]
 
 # Merged tasks on one QPU only; users share a task only within bank "shared"
 # (t/multiuser/test_merging.py).
