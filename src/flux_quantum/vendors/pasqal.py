@@ -17,7 +17,9 @@ secret or munge credential into a message.
   ``PASQAL_PASSWORD``, ``PASQAL_CONFIG_ROOT`` and ``HOME`` (QRMI's ``.pasqal/config``)
   pass through. Local: ``<id>_QRMI_WARDEN_URL`` (or ``QRMI_WARDEN_URL``, or the catalog's
   ``warden_url``), ``QRMI_JOB_UID`` (default: this process's uid), ``QRMI_JOB_ID``
-  (default: ``FLUX_JOB_ID``, else 0) and the warden session ``QRMI_JOB_ACQUISITION_TOKEN``.
+  (default: ``FLUX_JOB_ID``, else 0) and the warden session ``QRMI_JOB_ACQUISITION_TOKEN``
+  (without one, this process acquires a session with the device's first call and uses
+  it for every task, as QRMI's Slurm plugin acquires one per job).
 - Idempotency: QRMI's create sends no token, so the token rides the sequence's ``name``
   (``pasqal_program.mark``); Pasqal keeps a batch's sequence as sent (``sequence_builder``
   in a batch document; the warden keeps a job's ``sequence``). ``find_task`` lists the
@@ -102,6 +104,7 @@ class PasqalVendor(QrmiVendor):
         super().__init__(settings or PasqalSettings(), **common)
         self.settings: PasqalSettings
         self._tokens: dict[str, tuple[str, float]] = {}
+        self._in_session: dict[str, QrmiResource] = {}  # on premises: device -> in a session
         self._token_lock = threading.Lock()
 
     # -- settings
@@ -181,6 +184,30 @@ class PasqalVendor(QrmiVendor):
             raise self._translate(exc, "configure", device.name) from None
         with self._lock:
             return self._resources.setdefault(device.name, QrmiResource(created))
+
+    def _task_resource(self, device: Device) -> QrmiResource:
+        """On premises, a task is created in a warden session (what QRMI's Slurm plugin
+        acquires for a job): the one configured, else one this process acquires with
+        the device's first task and keeps (the status needs none)."""
+        config = self._config(device)
+        if access_of(device) != "local" or "QRMI_JOB_ACQUISITION_TOKEN" in config:
+            return self._resource(device)
+        with self._lock:
+            resource = self._in_session.get(device.name)
+        if resource is not None:
+            return resource
+        import qrmi
+
+        kind = qrmi.ResourceType.PasqalLocal
+        opener = self._resource(device)
+        session = self._call("acquire", device.name, lambda: opener.acquire())
+        config["QRMI_JOB_ACQUISITION_TOKEN"] = str(session)
+        try:
+            created = qrmi.QuantumResource.from_config(device.id, kind, config)
+        except Exception as exc:
+            raise self._translate(exc, "configure", device.name) from None
+        with self._lock:
+            return self._in_session.setdefault(device.name, QrmiResource(created))
 
     # -- what is Pasqal's
 

@@ -289,6 +289,10 @@ class QrmiVendor(Vendor):
         """The task a create with ``token`` made at or after ``since``, or None."""
         return None
 
+    def _task_resource(self, device: Device) -> QrmiResource:
+        """The resource tasks are created through (default: the device's one)."""
+        return self._resource(device)
+
     def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
         return translate(exc, vendor=self.name, operation=operation, subject=subject)
 
@@ -376,7 +380,7 @@ class QrmiVendor(Vendor):
                 vendor_code="InvalidProgram",
                 operation="create",
             ) from None
-        resource = self._resource(device)
+        resource = self._task_resource(device)
         create = self._creates.once(
             token,
             lambda since: self._find(device, token, since),
