@@ -17,6 +17,7 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pgserver
 import pytest
 from catalogs import catalog_of
 
@@ -68,9 +69,22 @@ def charge(token: str, device=GARNET, user="alice", userid=1000, bank="chem", t=
     )
 
 
-@pytest.fixture
-def ledger(tmp_path: Path):
-    with Ledger(tmp_path / "state" / "flux-quantum" / "ledger.db") as opened:
+# The ledger's contract on both backends: SQLite always, PostgreSQL where it is installed
+# (t/test_ledger_pg.py says once, loudly, when it is not).
+BACKENDS = ["sqlite"] + (["postgresql"] if pgserver.missing() is None else [])
+
+
+@pytest.fixture(params=BACKENDS)
+def ledger(request: pytest.FixtureRequest, tmp_path: Path):
+    if request.param == "sqlite":
+        target = tmp_path / "state" / "flux-quantum" / "ledger.db"
+        with Ledger(target) as opened:
+            yield opened
+        return
+    server = request.getfixturevalue("pg_server")
+    credentials = pgserver.credentials_file(tmp_path)
+    url = server.url(server.database())
+    with Ledger(url, cluster="test", credentials=str(credentials)) as opened:
         yield opened
 
 
@@ -310,7 +324,7 @@ def test_devices_over_quota_are_dropped_from_a_selection(ledger: Ledger) -> None
     assert selection.device.name == "garnet"
     forte = next(c for c in selection.explanation.candidates if c.device == "forte1")
     assert forte.reason.startswith("dropped: over quota: [quantum.quota] limit 1 'user-daily'")
-    assert os.path.exists(ledger.path)
+    assert ledger.backend == "postgresql" or os.path.exists(ledger.path)
 
 
 # --- flux quantum usage and the service's usage RPC ----------------------------------------

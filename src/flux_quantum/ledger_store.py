@@ -525,6 +525,7 @@ class PostgresStore(Store):
         self.connect_timeout = connect_timeout
         self._password = read_credentials(credentials) if credentials else None
         self._conn: Any = None
+        self._in_transaction = False
         self._migrated = False
         self.columns = set(PG_COLUMNS)
         with contextlib.suppress(LedgerUnavailable):  # else at the first call that can
@@ -604,15 +605,20 @@ class PostgresStore(Store):
         self._record_versions(before, self.currency)
 
     def _run(self, sql: str, args: Sequence[Any]) -> Any:
+        """One statement; outside a transaction, once more on a new connection when the
+        old one turns out broken (the server restarted since: nothing was done)."""
         import psycopg
 
-        conn = self._connection()
-        try:
-            if not args:
-                return conn.execute(sql)  # no parameters: several statements may run
-            return conn.execute(sql.replace("?", "%s"), tuple(args))
-        except psycopg.Error as exc:
-            raise self._failure(exc) from None
+        for again in (False, True):
+            conn = self._connection()
+            try:
+                if not args:
+                    return conn.execute(sql)  # no parameters: several statements may run
+                return conn.execute(sql.replace("?", "%s"), tuple(args))
+            except psycopg.Error as exc:
+                if again or self._in_transaction or not conn.broken:
+                    raise self._failure(exc) from None
+        raise AssertionError("unreachable")
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         cursor = self._run(sql, args)
@@ -629,17 +635,35 @@ class PostgresStore(Store):
     @contextmanager
     def write(self, locks: Sequence[str] = ()) -> Iterator[None]:
         """One transaction; ``locks`` (subject keys) taken first, in sorted order (so two
-        writers never wait for each other in a cycle), held until COMMIT."""
+        writers never wait for each other in a cycle), held until COMMIT. A connection
+        found broken at BEGIN (the server restarted since) is opened again, once."""
         import psycopg
 
         if self.readonly:
             raise LedgerError(f"{self.where}: opened read-only")
-        conn = self._connection()
+        for again in (False, True):
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN")
+                break
+            except psycopg.Error as exc:
+                if again or not conn.broken:
+                    raise self._failure(exc) from None
+        self._in_transaction = True
         try:
-            with conn.transaction():
-                for key in sorted(set(locks)):
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_id(key),))
-                yield
+            for key in sorted(set(locks)):
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_id(key),))
+            yield
+        except BaseException as exc:
+            self._in_transaction = False
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+            if isinstance(exc, psycopg.Error):
+                raise self._failure(exc) from None
+            raise
+        self._in_transaction = False
+        try:
+            conn.execute("COMMIT")
         except psycopg.Error as exc:
             raise self._failure(exc) from None
 
