@@ -36,7 +36,9 @@ def pg_bin() -> Path | None:
     """The newest installed PostgreSQL's bin directory (Debian's layout), or None."""
     found = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-        key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0,
+        key=lambda p: (
+            int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0
+        ),
     )
     if found:
         return Path(found[-1]).parent
@@ -165,9 +167,7 @@ class PgServer:
     # -- databases
 
     def admin_url(self, database: str = "postgres") -> str:
-        return (
-            f"postgresql://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{self.port}/{database}"
-        )
+        return f"postgresql://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{self.port}/{database}"
 
     def url(self, database: str) -> str:
         """What ``[quantum.ledger] url`` says: no password."""

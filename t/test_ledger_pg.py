@@ -86,9 +86,7 @@ def test_two_clusters_racing_for_the_last_dollar_never_overspend(shared) -> None
             with lock:
                 outcomes.append((token, result.allowed, result.decision.reason))
 
-    threads = [
-        threading.Thread(target=service, args=(clusters[n % 2], n)) for n in range(6)
-    ]
+    threads = [threading.Thread(target=service, args=(clusters[n % 2], n)) for n in range(6)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -195,11 +193,14 @@ def test_the_site_policy_opens_it_from_quantum_ledger(pg_server, shared, tmp_pat
     site.close()
     # the schema is versioned, made once, and the same for the next service
     versions = pg_server.admin(
-        "SELECT version, note FROM schema_version ORDER BY version", shared.url.split("/")[-1].split("?")[0]
+        "SELECT version, note FROM schema_version ORDER BY version",
+        shared.url.split("/")[-1].split("?")[0],
     )
     assert [v for v, _ in versions] == [1, 2]
     # another currency is refused with the sentence that says what to do
-    with pytest.raises(LedgerError, match="the ledger counts in USD but the catalog's currency is EUR"):
+    with pytest.raises(
+        LedgerError, match="the ledger counts in USD but the catalog's currency is EUR"
+    ):
         SitePolicy.from_config({"ledger": table}, currency="EUR").ledger.open_reservations()
     # a wrong password is a broken setup, said at once (not retried as an outage)
     wrong = tmp_path / "wrong"

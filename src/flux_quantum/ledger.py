@@ -778,9 +778,7 @@ class Ledger:
             "reservation": f"COALESCE({reservation}, '-')",
             "cluster": f"COALESCE({self._column('cluster')}, '{DEFAULT_CLUSTER}')",
         }
-        keys = [
-            columns[name] if name in query.group_by else "CAST('*' AS TEXT)" for name in GROUPS
-        ]
+        keys = [columns[name] if name in query.group_by else "CAST('*' AS TEXT)" for name in GROUPS]
         positions = ", ".join(str(i + 1) for i in range(len(GROUPS)))
         sql = (
             f"SELECT {', '.join(keys)},"

@@ -25,7 +25,13 @@ from flux_quantum import reservations as braket_direct
 from flux_quantum.access import AccessRules, DeviceFacts, Requester, bank_of, user_name
 from flux_quantum.accounts import SiteAccounts
 from flux_quantum.catalog import Device
-from flux_quantum.ledger import ChargeRecord, Ledger, LedgerConfig, Reservation
+from flux_quantum.ledger import (
+    ChargeRecord,
+    Ledger,
+    LedgerConfig,
+    LedgerUnavailable,
+    Reservation,
+)
 from flux_quantum.merging import MergeConfig, price_shares
 from flux_quantum.quota import Charge, QuotaConfig, actual_cost
 
@@ -136,7 +142,7 @@ class SitePolicy:
         if reservation is not None:
             history: list[float] = []
         else:
-            history = self.ledger.billed_history(device.name) if device.price.per_minute else []
+            history = self._history(device) if device.price.per_minute else []
         return Charge.for_device(
             device,
             token=token,
@@ -150,6 +156,14 @@ class SitePolicy:
             history=history,
             reservation=None if reservation is None else reservation.name,
         )
+
+    def _history(self, device: Device) -> list[float]:
+        """The device's billed run times; none while the ledger cannot be reached (the
+        estimate is then the device's minimum; the reservation waits for the ledger)."""
+        try:
+            return self.ledger.billed_history(device.name)
+        except LedgerUnavailable:
+            return []
 
     def excluded(
         self,
