@@ -458,7 +458,16 @@ class SqliteStore(Store):
         del locks
         if self.readonly:
             raise LedgerError(f"{self.path}: opened read-only")
-        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                # Another writer kept the file longer than the busy timeout: retryable.
+                raise LedgerUnavailable(
+                    f"{self.path}: the ledger is busy: another writer held it for more than "
+                    f"{BUSY_TIMEOUT:g}s"
+                ) from None
+            raise
         try:
             yield
         except BaseException:
