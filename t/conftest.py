@@ -17,10 +17,11 @@ SKIP_REASON = (
 )
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    if FLUX:
-        return f"flux tier: RUN with {FLUX}"
-    return SKIP_REASON
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    import pgserver
+
+    flux = f"flux tier: RUN with {FLUX}" if FLUX else SKIP_REASON
+    return [flux, pgserver.missing() or f"PostgreSQL ledger tests: RUN with {pgserver.pg_bin()}"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -33,10 +34,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
-    if not FLUX:
-        terminalreporter.write_line("!" * 78)
-        terminalreporter.write_line(SKIP_REASON, red=True, bold=True)
-        terminalreporter.write_line("!" * 78)
+    import pgserver
+
+    for reason in (None if FLUX else SKIP_REASON, pgserver.missing()):
+        if reason is not None:
+            terminalreporter.write_line("!" * 78)
+            terminalreporter.write_line(reason, red=True, bold=True)
+            terminalreporter.write_line("!" * 78)
 
 
 @pytest.fixture(scope="session")
