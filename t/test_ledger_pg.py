@@ -209,3 +209,54 @@ def test_the_site_policy_opens_it_from_quantum_ledger(pg_server, shared, tmp_pat
     with pytest.raises(LedgerError, match="password authentication failed") as caught:
         SitePolicy.from_config({"ledger": bad})
     assert not isinstance(caught.value, LedgerUnavailable)
+
+
+def test_readers_see_every_cluster_and_cannot_write(shared) -> None:
+    from flux_quantum.promises import read_ledger
+
+    alpha, beta = shared("alpha"), shared("beta")
+    alpha.reserve(charge("fq-4-1-0-0", 0.2, jobid=4), DOLLAR_A_DAY)
+    beta.reserve(charge("fq-4-2-0-0", 0.3, jobid=4), DOLLAR_A_DAY)
+    with Ledger(shared.url, readonly=True, credentials=shared.credentials) as reader:
+        rows = reader.usage(UsageQuery(period="all", group_by=("cluster",)))
+        assert [(r.cluster, r.total) for r in rows] == [("alpha", 0.2), ("beta", 0.3)]
+        with pytest.raises(LedgerError, match="opened read-only"):
+            reader.reserve(charge("fq-4-1-1-0", jobid=4), DOLLAR_A_DAY)
+    every = read_ledger(shared.url, credentials=shared.credentials)
+    assert sorted(r.token for r in every) == ["fq-4-1-0-0", "fq-4-2-0-0"]
+    mine = read_ledger(shared.url, credentials=shared.credentials, cluster="beta")
+    assert [(r.token, r.state, r.estimate) for r in mine] == [("fq-4-2-0-0", "reserved", 0.3)]
+
+
+def test_a_held_job_waits_for_a_stopped_server_and_runs_once_when_it_is_back(
+    pg_server, shared
+) -> None:
+    """The service on a real PostgreSQL ledger: the server stopped while a job is about
+    to get its task, the job waits held with no task; started again, the task is
+    created once and reserved once; a restart while the task runs loses nothing."""
+    from service_fakes import Harness
+    from test_policy_service import at_front
+
+    table = {"url": shared.url, "credentials": shared.credentials, "cluster": "alpha"}
+    quota = {"limits": [{"user": "*", "period": "day", "spend": 10.0}]}
+    site = SitePolicy.from_config({"ledger": table, "quota": quota})
+    h = Harness(site=site, vendor_names=("local",))
+    pg_server.stop()
+    try:
+        job = h.flux.submit(at_front("alpha", release_at=2))
+        h.run(60)
+        assert h.state(job) == "held" and h.vendor.count("submit") == 0
+        assert "the site's ledger is unavailable" in h.flux.jobs[job].memo["qpu_state"]
+        assert h.service.status()["ledger"]["unavailable"]
+    finally:
+        pg_server.start()
+    h.until(lambda: h.vendor.count("submit") == 1)
+    pg_server.restart()
+    h.until(lambda: h.state(job) == "released")
+    reader = shared("alpha")
+    h.until(lambda: reader.open_reservations() == [], limit=900)
+    rows = reader.usage(UsageQuery(period="all", group_by=("cluster", "user")))
+    assert [(r.cluster, r.tasks, r.reserved) for r in rows] == [("alpha", 1, 0.0)]
+    assert rows[0].spent == pytest.approx(1.3)
+    assert h.service.status()["ledger"]["unavailable"] is None
+    site.close()
