@@ -42,6 +42,7 @@ import os
 import platform
 import queue
 import shlex
+import signal
 import sys
 import tempfile
 import time
@@ -273,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     if attempts < 2:
         parser.error("--attempts must be >= 2")
     commit = revision(HERE.parent)
+    # Killed (timeout, Ctrl-C): still stop the throwaway server and remove its files.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="fq-bench-ledger-") as tmp:

@@ -536,3 +536,29 @@ def test_an_unreachable_ledger_holds_jobs_with_no_task_until_it_is_back(ledger):
     (row,) = h.rows().values()
     assert row.cost == pytest.approx(ALPHA)
     assert h.service.status()["ledger"]["backlog"] == 0
+
+
+def test_service_status_shows_the_ledger_unreachable(ledger, monkeypatch, capsys):
+    """``flux quantum service status`` prints the outage in one line."""
+    import argparse
+
+    from flux_quantum.cli import service as cli
+
+    h = SiteHarness(ledger, limit(10.0))
+    outage = Outage(h.site.ledger._store)
+    h.site.ledger._store = outage  # type: ignore[assignment]
+    outage.down = True
+    h.flux.submit(at_front("alpha", release_at=2))
+    h.run(30)
+    status = {**h.service.status(), "running": True, "pid": 1}
+    monkeypatch.setattr(cli, "_status", lambda name, handle=None: status)
+    args = argparse.Namespace(name="qpu_handlers", wait_idle=None, json=False)
+    assert cli.cmd_status(args) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "ledger UNAVAILABLE" in x)
+    assert line.startswith("  ledger UNAVAILABLE for 3")  # 30-odd seconds
+    assert "the ledger's database is unavailable: refused; QPU jobs wait held with no task" in line
+    assert (
+        "waiting: the site's ledger is unavailable: no task is created before its reservation"
+        in out
+    )
