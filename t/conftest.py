@@ -17,10 +17,11 @@ SKIP_REASON = (
 )
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    if FLUX:
-        return f"flux tier: RUN with {FLUX}"
-    return SKIP_REASON
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    import pgserver
+
+    flux = f"flux tier: RUN with {FLUX}" if FLUX else SKIP_REASON
+    return [flux, pgserver.missing() or f"PostgreSQL ledger tests: RUN with {pgserver.pg_bin()}"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -33,7 +34,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
-    if not FLUX:
-        terminalreporter.write_line("!" * 78)
-        terminalreporter.write_line(SKIP_REASON, red=True, bold=True)
-        terminalreporter.write_line("!" * 78)
+    import pgserver
+
+    for reason in (None if FLUX else SKIP_REASON, pgserver.missing()):
+        if reason is not None:
+            terminalreporter.write_line("!" * 78)
+            terminalreporter.write_line(reason, red=True, bold=True)
+            terminalreporter.write_line("!" * 78)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One real PostgreSQL server for the session (``pgserver.PgServer``), started on
+    first use and stopped at the end; skipped where it cannot run (``pgserver.missing``)."""
+    import pgserver
+
+    why = pgserver.missing()
+    if why is not None:
+        pytest.skip(why)
+    server = pgserver.PgServer().start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_state_home(tmp_path_factory: pytest.TempPathFactory):
+    """Tests never read or write the user's own state directory (a default ledger there
+    belongs to the user's instances, whatever flux-quantum they run)."""
+    import os
+
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state-home"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before

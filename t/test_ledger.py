@@ -14,9 +14,11 @@ import os
 import sqlite3
 import stat
 import threading
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pgserver
 import pytest
 from catalogs import catalog_of
 
@@ -68,9 +70,22 @@ def charge(token: str, device=GARNET, user="alice", userid=1000, bank="chem", t=
     )
 
 
-@pytest.fixture
-def ledger(tmp_path: Path):
-    with Ledger(tmp_path / "state" / "flux-quantum" / "ledger.db") as opened:
+# The ledger's contract on both backends: SQLite always, PostgreSQL where it is installed
+# (t/test_ledger_pg.py says once, loudly, when it is not).
+BACKENDS = ["sqlite"] + (["postgresql"] if pgserver.missing() is None else [])
+
+
+@pytest.fixture(params=BACKENDS)
+def ledger(request: pytest.FixtureRequest, tmp_path: Path):
+    if request.param == "sqlite":
+        target = tmp_path / "state" / "flux-quantum" / "ledger.db"
+        with Ledger(target) as opened:
+            yield opened
+        return
+    server = request.getfixturevalue("pg_server")
+    credentials = pgserver.credentials_file(tmp_path)
+    url = server.url(server.database())
+    with Ledger(url, cluster="test", credentials=str(credentials)) as opened:
         yield opened
 
 
@@ -310,7 +325,7 @@ def test_devices_over_quota_are_dropped_from_a_selection(ledger: Ledger) -> None
     assert selection.device.name == "garnet"
     forte = next(c for c in selection.explanation.candidates if c.device == "forte1")
     assert forte.reason.startswith("dropped: over quota: [quantum.quota] limit 1 'user-daily'")
-    assert os.path.exists(ledger.path)
+    assert ledger.backend == "postgresql" or os.path.exists(ledger.path)
 
 
 # --- flux quantum usage and the service's usage RPC ----------------------------------------
@@ -769,3 +784,120 @@ def test_a_bad_reservation_table_stops_the_site_policy_before_its_ledger(tmp_pat
             devices={d.name: d for d in CATALOG},
         )
     assert not path.exists()
+
+
+# --- clusters, the schema's versions, [quantum.ledger] -------------------------------------
+
+
+def test_an_old_ledger_is_migrated_and_its_rows_are_the_local_clusters(tmp_path: Path) -> None:
+    """A ledger of the first schema (no windows, no clusters) opened by the service:
+    version 2, the schema_version table, its rows the configured cluster's, settled and
+    recovered as before; usage by cluster shows them."""
+    old = tmp_path / "old.db"
+    db = sqlite3.connect(old)
+    db.executescript(OLD_SCHEMA)
+    db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '1'), ('currency', 'USD')")
+    for token in ("a1", "a2"):
+        db.execute(OLD_INSERT, (token, 7, 1000, "alice", "chem", "garnet", "braket", "qpu",
+                                1000, 1.75, "reserved", JUNE_3, "2025-06-03", "2025-06", None))  # fmt: skip
+    db.commit()
+    db.close()
+    site = SitePolicy.from_config({"ledger": {"path": str(old), "cluster": "hpc1"}})
+    ledger = site.ledger
+    assert (ledger.backend, ledger.cluster) == ("sqlite", "hpc1")
+    assert [r.cluster for r in ledger.open_reservations()] == ["hpc1", "hpc1"]
+    assert ledger.settle("a1", 1.5, now=JUNE_3 + 60).cluster == "hpc1"
+    assert ledger.job_cost(7) == pytest.approx(3.25)
+    rows = ledger.usage(UsageQuery(period="all", group_by=("cluster", "user")))
+    assert [(r.cluster, r.user, r.tasks) for r in rows] == [("hpc1", "alice", 2)]
+    assert rows[0].to_dict()["cluster"] == "hpc1"
+    site.close()
+    with closing(sqlite3.connect(old)) as check:
+        assert check.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
+            "2",
+        )
+        versions = check.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()
+        assert versions == [(1,), (2,)]
+    # a ledger of a newer flux-quantum is refused with the sentence that says what to do
+    with closing(sqlite3.connect(old)) as newer:
+        newer.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        newer.commit()
+    with pytest.raises(LedgerError, match="ledger schema 3 is newer than this flux-quantum"):
+        Ledger(old)
+
+
+def test_usage_command_by_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flux_quantum.cli.main import main
+
+    path = tmp_path / "ledger.db"
+    for cluster, token in (("hpc1", "t1"), ("hpc2", "t2")):
+        with Ledger(path, cluster=cluster) as ledger:
+            ledger.reserve(charge(token), QUOTA)
+    assert main(["usage", "--ledger", str(path), "--by", "cluster,user", "--period", "all"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "CLUSTER PERIOD USER  BANK DEVICE TASKS SPENT RESERVED TOTAL",
+        "hpc1    *      alice *    *          1 $0.00    $1.75 $1.75",
+        "hpc2    *      alice *    *          1 $0.00    $1.75 $1.75",
+    ]
+    assert main(["usage", "--ledger", str(path), "--cluster", "hpc2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["user"], r["total"]) for r in rows] == [("alice", 1.75)]
+    assert "cluster" not in rows[0]  # not grouped by it: the rows as before
+
+
+@pytest.mark.parametrize(
+    ("table", "sentence"),
+    [
+        ({"url": "mysql://db/x"}, "[quantum.ledger] url must be postgresql://HOST:PORT/DATABASE"),
+        ({"url": "postgresql://fq:secret@db/x"}, "[quantum.ledger] url must not contain a password"),
+        ({"url": "postgresql://db/x?password=s"}, "[quantum.ledger] url must not contain a password"),
+        ({"url": "postgresql://db:99999/x"}, "[quantum.ledger] url is not a URL"),
+        ({"url": "postgresql://db/"}, "[quantum.ledger] url names no database"),
+        ({"url": "postgresql://db/x", "path": "/l.db"}, "[quantum.ledger] path (a SQLite file) and url"),
+        ({"credentials": "/c"}, "[quantum.ledger] credentials is the password of a PostgreSQL url"),
+        ({"url": "postgresql://db/x", "credentials": "c"}, "[quantum.ledger] credentials must be an absolute path"),
+        ({"cluster": "a b"}, "[quantum.ledger] cluster must be a name of letters"),
+        ({"cluster": 3}, "[quantum.ledger] cluster must be a non-empty string, got 3"),
+        ({"connect_timeout": 0}, "[quantum.ledger] connect_timeout must be whole seconds"),
+        ({"host": "db"}, "[quantum.ledger] has no key 'host'"),
+    ],
+)  # fmt: skip
+def test_a_bad_ledger_table_is_one_sentence_naming_the_key(table: dict, sentence: str) -> None:
+    from flux_quantum.ledger import LedgerConfig, LedgerConfigError
+
+    with pytest.raises(LedgerConfigError) as caught:
+        LedgerConfig.from_config(table)
+    assert str(caught.value).startswith(sentence)
+    with pytest.raises(ValueError, match=r"^\[quantum.ledger\]"):
+        SitePolicy.from_config({"ledger": table})
+
+
+def test_the_credentials_file_must_be_the_services_and_private(tmp_path: Path) -> None:
+    from flux_quantum.ledger_store import read_credentials
+
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o640)
+    with pytest.raises(LedgerError) as caught:
+        read_credentials(str(secret))
+    assert str(caught.value) == (
+        f"[quantum.ledger] credentials {secret} must be owned by uid {os.geteuid()} (the "
+        f"service's user) with no access for group or others (chmod 600); it is owned by uid "
+        f"{os.geteuid()} with mode 0640"
+    )
+    secret.chmod(0o600)
+    assert read_credentials(str(secret)) == "s3cret"
+    with pytest.raises(LedgerError, match="must be owned by uid 4242"):
+        read_credentials(str(secret), uid=4242)
+    with pytest.raises(LedgerError, match="cannot open it: No such file or directory"):
+        read_credentials(str(tmp_path / "none"))
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    empty.chmod(0o600)
+    with pytest.raises(LedgerError, match="its first line is empty"):
+        read_credentials(str(empty))
+    # the site policy refuses a PostgreSQL ledger whose credentials are readable by others
+    secret.chmod(0o644)
+    table = {"url": "postgresql://127.0.0.1:1/x?user=fq", "credentials": str(secret)}
+    with pytest.raises(LedgerError, match="no access for group or others"):
+        SitePolicy.from_config({"ledger": table})

@@ -452,3 +452,113 @@ def test_a_task_whose_job_was_cancelled_while_no_service_ran_is_cancelled_after_
     h2.until(lambda: h2.rows()[token].state == "settled")
     assert h2.vendor.count("cancel") == 1
     assert h2.rows()[token].cost == 0.0
+
+
+# --- the ledger unreachable -----------------------------------------------------------------
+
+
+class Outage:
+    """A ledger store that can be made unreachable, as a PostgreSQL server that is down
+    (t/test_ledger_pg.py does it with a real one)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.down = False
+        self.kind, self.where, self.columns = store.kind, store.where, store.columns
+
+    def _check(self) -> None:
+        from flux_quantum.ledger import LedgerUnavailable
+
+        if self.down:
+            raise LedgerUnavailable("ledger: the ledger's database is unavailable: refused")
+
+    def rows(self, *args: Any) -> Any:
+        self._check()
+        return self.store.rows(*args)
+
+    def dicts(self, *args: Any) -> Any:
+        self._check()
+        return self.store.dicts(*args)
+
+    def execute(self, *args: Any) -> Any:
+        self._check()
+        return self.store.execute(*args)
+
+    def meta(self, key: str) -> Any:
+        self._check()
+        return self.store.meta(key)
+
+    def write(self, locks: Any = ()) -> Any:
+        self._check()
+        return self.store.write(locks)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def test_an_unreachable_ledger_holds_jobs_with_no_task_until_it_is_back(ledger):
+    """No task without its reservation: the job waits held, its memo and the status say
+    why, the warning is said once; back, the task is created and reserved once, and a
+    settlement that came during a second outage is written when it ends."""
+    h = SiteHarness(ledger, limit(10.0))
+    outage = Outage(h.site.ledger._store)
+    h.site.ledger._store = outage  # type: ignore[assignment]
+    outage.down = True
+    job = h.flux.submit(at_front("alpha", release_at=2))
+    h.run(120)
+    assert h.state(job) == "held" and h.submits() == 0
+    assert (
+        h.flux.jobs[job]
+        .memo["qpu_state"]
+        .startswith(
+            "waiting: the site's ledger is unavailable: no task is created before its reservation"
+        )
+    )
+    status = h.service.status()["ledger"]
+    assert status["unavailable"].endswith("the ledger's database is unavailable: refused")
+    assert status["reservations_put_off"] >= 3
+    warnings = [m for level, m in h.logs if level <= 4 and "unavailable" in m]
+    assert len(warnings) == 1 and "QPU jobs wait held with no task" in warnings[0]
+    outage.down = False
+    h.until(lambda: h.submits() == 1)
+    assert h.service.status()["ledger"]["unavailable"] is None
+    assert any("ledger: reachable again" in m for _, m in h.logs)
+    (row,) = h.rows().values()
+    assert row.state == "reserved" and row.jobid == job
+    # down again while the task runs: its settlement waits, then is written once
+    outage.down = True
+    h.until(lambda: h.state(job) == "released")
+    h.run(60)
+    assert h.service.status()["ledger"]["backlog"] == 1  # its settlement, kept
+    assert next(iter(h.rows().values())).state == "reserved"
+    outage.down = False
+    h.until(lambda: next(iter(h.rows().values())).state == "settled", limit=900)
+    (row,) = h.rows().values()
+    assert row.cost == pytest.approx(ALPHA)
+    assert h.service.status()["ledger"]["backlog"] == 0
+
+
+def test_service_status_shows_the_ledger_unreachable(ledger, monkeypatch, capsys):
+    """``flux quantum service status`` prints the outage in one line."""
+    import argparse
+
+    from flux_quantum.cli import service as cli
+
+    h = SiteHarness(ledger, limit(10.0))
+    outage = Outage(h.site.ledger._store)
+    h.site.ledger._store = outage  # type: ignore[assignment]
+    outage.down = True
+    h.flux.submit(at_front("alpha", release_at=2))
+    h.run(30)
+    status = {**h.service.status(), "running": True, "pid": 1}
+    monkeypatch.setattr(cli, "_status", lambda name, handle=None: status)
+    args = argparse.Namespace(name="qpu_handlers", wait_idle=None, json=False)
+    assert cli.cmd_status(args) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "ledger UNAVAILABLE" in x)
+    assert line.startswith("  ledger UNAVAILABLE for 3")  # 30-odd seconds
+    assert "the ledger's database is unavailable: refused; QPU jobs wait held with no task" in line
+    assert (
+        "waiting: the site's ledger is unavailable: no task is created before its reservation"
+        in out
+    )

@@ -1,48 +1,72 @@
-"""The ledger: every task's reserved and settled cost, in SQLite, in the instance owner's
-state directory.
+"""The ledger: every task's reserved and settled cost, in SQLite in the instance owner's
+state directory (the default), or in a PostgreSQL database that several instances
+("clusters") share, so that one budget per user and bank holds across all of them.
 
-This module owns the ledger database (its location, schema and file permissions), the
-atomic reserve-then-record of a charge against the quota (:meth:`Ledger.reserve`), the
-settlement of a task's actual cost (:meth:`Ledger.settle`) or its release when no task
-was created (:meth:`Ledger.release`), and the usage queries behind ``flux quantum
-usage`` (:meth:`Ledger.usage`, with :func:`restrict_to_caller` for guests). Decisions
-come from :mod:`flux_quantum.quota`; the ledger only measures and records.
+This module owns the ledger's interface (:class:`Ledger`, one for both backends) and its
+queries, written once in SQL both backends run: the atomic reserve-then-record of a
+charge against the quota (:meth:`Ledger.reserve`), the settlement of a task's actual cost
+(:meth:`Ledger.settle`) or its release when no task was created (:meth:`Ledger.release`),
+and the usage queries behind ``flux quantum usage`` (:meth:`Ledger.usage`, with
+:func:`restrict_to_caller` for guests). Each backend's connection, schema, migrations
+and locks are :mod:`flux_quantum.ledger_store`'s. Decisions come from
+:mod:`flux_quantum.quota`; the ledger only measures and records.
 
-Exactly once: a charge is keyed by its task's idempotency token. Reserving a token
-that is already recorded returns the recorded reservation (``replayed``) without
-counting it again; settling or releasing a token twice changes nothing the second time.
-A service that restarts replays its jobs' eventlogs and calls the same verbs with the
-same tokens, so a restart never charges a task twice nor forgets one.
+Exactly once: a charge is keyed by its task's idempotency token (unique across
+instances: it holds the job's submit microseconds). Reserving a token that is already
+recorded returns the recorded reservation (``replayed``) without counting it again;
+settling or releasing a token twice changes nothing the second time. A service that
+restarts replays its jobs' eventlogs and calls the same verbs with the same tokens, so a
+restart never charges a task twice nor forgets one.
+
+Clusters: every row names the instance that wrote it (``cluster``: ``[quantum.ledger]
+cluster``, by default ``local`` on SQLite and the host's short name on PostgreSQL).
+Limits count every cluster's rows; settlement, release, ``attach``, the open
+reservations a restarted service recovers and sweeps, and a job's cost (job ids repeat
+between instances) are the service's own cluster's only.
 
 No overspend: :meth:`Ledger.reserve` measures usage and inserts the charge inside one
-``BEGIN IMMEDIATE`` transaction, which SQLite serializes across threads and processes
-(each with its own ``Ledger``), so two concurrent reservations cannot both fit into the
-same headroom.
+write transaction that no other reservation against the same limits can interleave
+with. On SQLite it is ``BEGIN IMMEDIATE``, which serializes every writer of the file
+(threads and processes, each with its own ``Ledger``). On PostgreSQL the transaction
+first takes ``pg_advisory_xact_lock`` on a hash of every subject whose spend the
+applicable limits measure (``user:UID``, ``bank:NAME``), in sorted order, and only then
+reads the sums (READ COMMITTED: each statement sees every commit made before it); the
+locks are held until COMMIT. Two services racing for a user's last dollar thus check
+and insert one after the other, and the second sees the first's row; reservations for
+other users and banks do not wait.
 
-Blocking: the handler service is the only writer and calls these verbs from its reactor
-thread. A write is one small transaction in WAL mode with ``synchronous=NORMAL``
-(no fsync per commit; a power loss may lose the last commits, which the restart replay
-above writes again); it takes about a millisecond on a local disk. Readers
-(``flux quantum usage``) never block the writer in WAL mode. ``busy_timeout`` bounds a
-wait for another writer (a second service by mistake) to ``BUSY_TIMEOUT`` seconds.
+Unavailable: a PostgreSQL server that cannot be reached (down, restarting, a lock not
+granted within 5 s) makes every verb raise :class:`LedgerUnavailable` (retryable); the
+connection is opened again at the next call. A verb that raised it recorded nothing,
+or (a reply lost after COMMIT) recorded everything: calling it again with the same token
+is safe. The service holds the job rather than create a task it could not reserve.
+
+Blocking: the handler service calls these verbs from its reactor thread. A SQLite write
+is one small transaction in WAL mode with ``synchronous=NORMAL`` (no fsync per commit;
+a power loss may lose the last commits, which the restart replay above writes again);
+it takes about a millisecond on a local disk. Readers (``flux quantum usage``) never
+block the writer in WAL mode. ``busy_timeout`` bounds a wait for another writer to
+``BUSY_TIMEOUT`` seconds. A PostgreSQL write is one round trip per statement; a server
+that does not answer a connection blocks for at most ``connect_timeout`` seconds.
 
 Reserved windows (Braket Direct, :mod:`flux_quantum.reservations`): a window is one
 settled row of the site (``userid`` -1, shown as "(site)"; ``bank`` the bank that
 booked it, if one did) at the window's start, costing the window, booked once
-(:meth:`Ledger.book_window`, keyed by ``window:<ARN>``); the tasks run in it cost
-nothing and record the window's name, their QPU seconds and their share of its cost
-(:meth:`Ledger.window_use`). The site's rows never count against a user's limits and
-are not tasks; a bank's spend limits count the window it booked.
+(:meth:`Ledger.book_window`, keyed by ``window:<ARN>``, by whichever cluster books it
+first); the tasks run in it cost nothing and record the window's name, their QPU seconds
+and their share of its cost (:meth:`Ledger.window_use`). The site's rows never count
+against a user's limits and are not tasks; a bank's spend limits count the window it
+booked.
 
-Schema: version 1 with columns added since (``reservation``, ``qpu_seconds``,
-``share``), nullable; a ledger of an older flux-quantum gets them with ALTER TABLE
-the first time a writer opens it (one transaction), and an older flux-quantum keeps
-working on a migrated one (it names the columns it writes and ignores the others).
-A read-only reader of a file not yet migrated sees no windows.
+Schema: versioned (``ledger_store.SCHEMA_VERSION``; the ``schema_version`` table), made
+and migrated by the service when it opens the ledger; a SQLite ledger of an older
+flux-quantum is migrated in place (its rows get the local cluster's name). A read-only
+reader of a file not yet migrated sees no windows and no clusters.
 
-Guests never write it: the file is created 0600 (its WAL files follow) in a 0700
-directory owned by the instance owner; guests read their own usage through the
-service's RPC, never the file.
+Guests never write it: the SQLite file is created 0600 (its WAL files follow) in a 0700
+directory owned by the instance owner; the PostgreSQL password is in a file only the
+service's user may read. Guests read their own usage through the service's RPC, never
+the database.
 """
 
 from __future__ import annotations
@@ -58,6 +82,22 @@ from pathlib import Path
 from typing import Any
 
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.ledger_store import (
+    CONNECT_TIMEOUT,
+    DEFAULT_CLUSTER,
+    FILENAME,
+    SCHEMA_VERSION,
+    SCHEMES,
+    SUBDIR,
+    LedgerConfig,
+    LedgerConfigError,
+    LedgerError,
+    LedgerUnavailable,
+    PostgresStore,
+    SqliteStore,
+    Store,
+    default_cluster,
+)
 from flux_quantum.quota import (
     PERIODS,
     Charge,
@@ -69,66 +109,32 @@ from flux_quantum.quota import (
     period_window,
 )
 
-SCHEMA_VERSION = 1
-FILENAME = "ledger.db"
-SUBDIR = "flux-quantum"
+__all__ = [
+    "DEFAULT_CLUSTER",
+    "FILENAME",
+    "SCHEMA_VERSION",
+    "SUBDIR",
+    "LedgerConfig",
+    "LedgerConfigError",
+    "LedgerError",
+    "LedgerUnavailable",
+    "Ledger",
+]
+
 CONFIG_KEY = "quantum.ledger.path"
+URL_KEY = "quantum.ledger.url"
 SITE_USERID = -1  # the site's own rows: reserved windows it (or a bank) paid for
 SITE_USER = "(site)"
 WINDOW_TOKEN = "window:"  # + the reservation's ARN: one row per window
-BUSY_TIMEOUT = 5.0
-GROUPS = ("period", "user", "bank", "device", "reservation")
+GROUPS = ("period", "user", "bank", "device", "reservation", "cluster")
 DEFAULT_GROUPS = ("period", "user", "bank", "device")
 PERIOD_GROUPS = ("day", "month", "all")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS charges (
-    token          TEXT PRIMARY KEY,   -- the task's idempotency token
-    jobid          INTEGER NOT NULL,   -- the job (unit) the task belongs to
-    userid         INTEGER NOT NULL,
-    username       TEXT,
-    bank           TEXT,               -- NULL without flux-accounting
-    device         TEXT NOT NULL,
-    vendor         TEXT NOT NULL,
-    class          TEXT NOT NULL,
-    shots          INTEGER NOT NULL,
-    estimate       REAL NOT NULL,      -- reserved before the task was created
-    cost           REAL,               -- actual, once settled (0 when released)
-    state          TEXT NOT NULL CHECK (state IN ('reserved', 'settled', 'released')),
-    reserved_at    REAL NOT NULL,      -- epoch seconds; the period it counts in
-    settled_at     REAL,
-    day            TEXT NOT NULL,      -- period labels at reserved_at, site timezone
-    month          TEXT NOT NULL,
-    task_id        TEXT,               -- the vendor's id, once known
-    billed_seconds REAL,               -- time-billed devices: the billed run time
-    note           TEXT,               -- why it was released, or that it was recorded
-                                       -- past the quota (a task found after a restart)
-    reservation    TEXT,               -- the reserved window's name (its row and tasks)
-    qpu_seconds    REAL,               -- a window's task: its QPU time in the window
-    share          REAL                -- ... and its share of the window's cost
-);
-CREATE INDEX IF NOT EXISTS charges_user ON charges (userid, reserved_at);
-CREATE INDEX IF NOT EXISTS charges_bank ON charges (bank, reserved_at);
-CREATE INDEX IF NOT EXISTS charges_job ON charges (jobid);
-CREATE INDEX IF NOT EXISTS charges_device ON charges (device, state, settled_at);
-"""
-
-# Columns added to version 1 since, with ALTER TABLE on a ledger that lacks them.
-ADDED_COLUMNS = (("reservation", "TEXT"), ("qpu_seconds", "REAL"), ("share", "REAL"))
-ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS charges_reservation ON charges (reservation);"
 
 # What a charge counts: its actual cost once settled, its estimate while reserved.
 _AMOUNT = "CASE state WHEN 'reserved' THEN estimate ELSE cost END"
 _COUNTED = "state != 'released'"
 _TASK = f"userid != {SITE_USERID}"
-
-
-class LedgerError(FluxQuantumError):
-    """The ledger cannot be opened or used; the message names the file."""
+_IS_TASK = f"CASE WHEN {_TASK} THEN 1 ELSE 0 END"
 
 
 # --- location ---------------------------------------------------------------------------
@@ -193,6 +199,7 @@ class ChargeRecord:
     reservation: str | None = None
     qpu_seconds: float | None = None
     share: float | None = None
+    cluster: str | None = None  # the instance that wrote it (None: a ledger not migrated)
 
     @property
     def site(self) -> bool:
@@ -212,7 +219,8 @@ class UsageQuery:
     ``user`` matches a user name or a uid; ``userid`` only a uid (set for guests by
     :func:`restrict_to_caller`). ``period`` groups by "day", "month" or "all";
     ``reservation`` in ``group_by`` gives a row per reserved window (its cost, its
-    tasks, their QPU time and shares; "-": outside any window).
+    tasks, their QPU time and shares; "-": outside any window); ``cluster`` in it a row
+    per instance sharing the ledger, and ``cluster`` alone only that instance's rows.
     """
 
     user: str | None = None
@@ -222,10 +230,13 @@ class UsageQuery:
     until: float | None = None
     period: str = "month"
     group_by: tuple[str, ...] = DEFAULT_GROUPS
+    cluster: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The payload of the service's ``usage`` RPC."""
+        """The payload of the service's ``usage`` RPC (``cluster`` only when set: a
+        service of an older flux-quantum refuses no field it does not know)."""
         return {
+            **({"cluster": self.cluster} if self.cluster is not None else {}),
             "user": self.user,
             "userid": self.userid,
             "bank": self.bank,
@@ -241,7 +252,7 @@ class UsageQuery:
         if not isinstance(payload, Mapping):
             raise ValueError("usage: the request must be a JSON object")
         fields: dict[str, Any] = {}
-        for key, kind in (("user", str), ("bank", str), ("userid", int)):
+        for key, kind in (("user", str), ("bank", str), ("userid", int), ("cluster", str)):
             value = payload.get(key)
             if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
                 raise ValueError(f"usage: {key} must be a {kind.__name__}, got {value!r}")
@@ -275,6 +286,7 @@ class UsageRow:
     reservation: str = "*"  # the reserved window ("-": none; "*": not grouped by it)
     qpu_seconds: float = 0.0  # tasks in a window: their QPU time
     share: float = 0.0  # ... and their share of its cost
+    cluster: str = "*"  # the instance that wrote the rows ("*": not grouped by it)
 
     @property
     def total(self) -> float:
@@ -287,6 +299,8 @@ class UsageRow:
             "bank": self.bank,
             "device": self.device,
             "reservation": self.reservation,
+            # Only when grouped by it: the rows of a one-cluster report stay as they were.
+            **({"cluster": self.cluster} if self.cluster != "*" else {}),
             "tasks": self.tasks,
             "spent": round(self.spent, 6),
             "reserved": round(self.reserved, 6),
@@ -320,6 +334,7 @@ def restrict_to_caller(query: UsageQuery, caller: int, owner: int) -> UsageQuery
         until=query.until,
         period=query.period,
         group_by=query.group_by,
+        cluster=query.cluster,
     )
 
 
@@ -337,41 +352,97 @@ def serve_usage(ledger: Ledger, payload: Mapping[str, Any], caller: int, owner: 
 
 
 class Ledger:
-    """One connection to the ledger file. Thread-safe (one lock per instance); open one
-    per process. ``readonly`` opens it without write access (``flux quantum usage``)."""
+    """The ledger, on one of its stores: a SQLite file (``target`` a path, the default)
+    or a PostgreSQL database several instances share (``target`` a ``postgresql://``
+    URL, with the password in the ``credentials`` file). Thread-safe (one lock per
+    instance); open one per process. ``readonly`` opens it without write access
+    (``flux quantum usage``). ``cluster``: the name this instance's rows carry; it
+    settles, recovers and sweeps only those. Every query is written once, here, in SQL
+    both backends run; :mod:`flux_quantum.ledger_store` owns the rest of each backend's."""
 
     def __init__(
-        self, path: str | os.PathLike[str], currency: str = "USD", readonly: bool = False
+        self,
+        target: str | os.PathLike[str],
+        currency: str = "USD",
+        readonly: bool = False,
+        *,
+        cluster: str | None = None,
+        credentials: str | None = None,
+        connect_timeout: int = CONNECT_TIMEOUT,
     ) -> None:
-        self.path = Path(path)
         self.readonly = readonly
         self._lock = threading.Lock()
-        try:
-            if readonly:
-                uri = f"file:{self.path}?mode=ro"
-                self._db = sqlite3.connect(
-                    uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None,
-                    check_same_thread=False,
-                )  # fmt: skip
-            else:
-                _create_private(self.path)
-                self._db = sqlite3.connect(
-                    self.path, timeout=BUSY_TIMEOUT, isolation_level=None,
-                    check_same_thread=False,
-                )  # fmt: skip
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
-                self._db.executescript(SCHEMA)
-                self._check_meta(currency)
-            self._columns = {str(row[1]) for row in self._db.execute("PRAGMA table_info(charges)")}
-            self._db.row_factory = sqlite3.Row
-            self.currency = self._meta("currency") or currency
-        except sqlite3.Error as exc:
-            raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from None
+        text = os.fspath(target)
+        self._store: Store
+        if text.split(":", 1)[0] in SCHEMES and "://" in text:
+            self.cluster = cluster or default_cluster()
+            self._store = PostgresStore(
+                text,
+                currency,
+                self.cluster,
+                credentials=credentials,
+                readonly=readonly,
+                connect_timeout=connect_timeout,
+            )
+            self.path: Path | str = text
+        else:
+            self.cluster = cluster or DEFAULT_CLUSTER
+            self._store = SqliteStore(Path(text), currency, self.cluster, readonly)
+            self.path = Path(text)
+        self._currency = currency
+        self._known_currency: str | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        config: LedgerConfig,
+        *,
+        currency: str = "USD",
+        statedir: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        readonly: bool = False,
+    ) -> Ledger:
+        """The ledger ``[quantum.ledger]`` names: its ``url`` (PostgreSQL) or ``path``
+        (SQLite; default in the state directory, :func:`ledger_path`)."""
+        target = config.url or ledger_path(config.path, statedir, environ)
+        return cls(
+            target,
+            currency,
+            readonly,
+            cluster=config.cluster_name,
+            credentials=config.credentials,
+            connect_timeout=config.connect_timeout,
+        )
+
+    @property
+    def backend(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._store.kind
+
+    @property
+    def currency(self) -> str:
+        """The ledger's currency (the one it was created with)."""
+        if self._known_currency is None:
+            try:
+                with self._lock:
+                    self._known_currency = self._store.meta("currency") or self._currency
+            except LedgerUnavailable:
+                return self._currency
+        return self._known_currency
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The SQLite connection (tests that play an older flux-quantum's writer)."""
+        assert isinstance(self._store, SqliteStore)
+        return self._store.db
+
+    @property
+    def _columns(self) -> set[str]:
+        return self._store.columns
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._store.close()
 
     def __enter__(self) -> Ledger:
         return self
@@ -381,67 +452,34 @@ class Ledger:
 
     # -- plumbing
 
-    def _meta(self, key: str) -> str | None:
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def _check_meta(self, currency: str) -> None:
-        with self._write():
-            version = self._meta("schema_version")
-            if version is None:
-                self._db.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?), ('currency', ?)",
-                    (str(SCHEMA_VERSION), currency),
-                )
-                self._migrate()  # its indexes
-                return
-            if int(version) > SCHEMA_VERSION:
-                raise LedgerError(
-                    f"{self.path}: ledger schema {version} is newer than this flux-quantum"
-                    f" ({SCHEMA_VERSION}); upgrade flux-quantum"
-                )
-            recorded = self._meta("currency")
-            if recorded != currency:
-                raise LedgerError(
-                    f"{self.path}: the ledger counts in {recorded} but the catalog's currency is"
-                    f" {currency}; keep the catalog's currency or start a new ledger"
-                )
-            self._migrate()
-
-    def _migrate(self) -> None:
-        """Add the columns a ledger of an older flux-quantum lacks (inside the opening
-        write transaction, so two writers opening it at once add them once)."""
-        have = {str(row[1]) for row in self._db.execute("PRAGMA table_info(charges)")}
-        for column, kind in ADDED_COLUMNS:
-            if column not in have:
-                self._db.execute(f"ALTER TABLE charges ADD COLUMN {column} {kind}")
-        self._db.execute(ADDED_INDEXES)
-
     def _column(self, name: str) -> str:
         """``name`` in SQL, or NULL on a read-only ledger not yet migrated."""
         return name if name in self._columns else "NULL"
 
     @contextmanager
-    def _write(self) -> Iterator[None]:
-        """One serialized write transaction (BEGIN IMMEDIATE takes the write lock first,
-        so what is read inside it cannot change before the commit)."""
+    def _write(self, locks: Sequence[str] = ()) -> Iterator[None]:
+        """One write transaction, with the subjects' locks (see the store)."""
         if self.readonly:
             raise LedgerError(f"{self.path}: opened read-only")
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        with self._lock, self._store.write(locks):
+            yield
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._store.rows(sql, args)
+
+    def _one(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...]:
+        return self._store.rows(sql, args)[0]
 
     def _record(self, token: str) -> ChargeRecord | None:
-        row = self._db.execute("SELECT * FROM charges WHERE token = ?", (token,)).fetchone()
-        return None if row is None else _record_of(row)
+        found = self._store.dicts("SELECT * FROM charges WHERE token = ?", (token,))
+        return None if not found else _record_of(found[0])
 
-    def _used(self, charge: Charge, quota: QuotaConfig) -> tuple[list[Any], list[Usage], float]:
-        limits = applicable(quota, charge)
+    def _mine(self, token: str) -> ChargeRecord | None:
+        """The charge of ``token`` if this cluster wrote it (None otherwise)."""
+        record = self._record(token)
+        return record if record is None or record.cluster in (None, self.cluster) else None
+
+    def _used(self, charge: Charge, limits: Sequence[Any]) -> tuple[list[Usage], float]:
         used = []
         for limit, window in limits:
             where = [_COUNTED, "reserved_at >= ?", "reserved_at < ?"]
@@ -462,24 +500,41 @@ class Ledger:
                     where.append(f"{column} IN ({', '.join('?' for _ in values)})")
                     args.extend(sorted(values))
             # A window the bank booked counts its cost, but it is not a task.
-            row = self._db.execute(
-                f"SELECT COALESCE(SUM({_AMOUNT}), 0), COALESCE(SUM({_TASK}), 0) FROM charges"
+            row = self._one(
+                f"SELECT COALESCE(SUM({_AMOUNT}), 0), COALESCE(SUM({_IS_TASK}), 0) FROM charges"
                 f" WHERE {' AND '.join(where)}",
                 args,
-            ).fetchone()
+            )
             used.append(Usage(float(row[0]), int(row[1])))
-        job = self._db.execute(
-            f"SELECT COALESCE(SUM({_AMOUNT}), 0) FROM charges WHERE jobid = ? AND {_COUNTED}",
-            (charge.jobid,),
-        ).fetchone()
-        return limits, used, float(job[0])
+        # Job ids repeat between instances: a job is this cluster's.
+        job = self._one(
+            f"SELECT COALESCE(SUM({_AMOUNT}), 0) FROM charges WHERE jobid = ? AND {_COUNTED}"
+            f" AND {self._own()}",
+            (charge.jobid, *self._own_args()),
+        )
+        return used, float(job[0])
+
+    def _own(self) -> str:
+        return "cluster = ?" if "cluster" in self._columns else "1 = 1"
+
+    def _own_args(self) -> tuple[str, ...]:
+        return (self.cluster,) if "cluster" in self._columns else ()
+
+    @staticmethod
+    def _subjects(charge: Charge, limits: Sequence[Any]) -> list[str]:
+        """The locks a reservation takes: one per subject whose spend it measures."""
+        keys = set()
+        for limit, _window in limits:
+            keys.add(f"user:{charge.userid}" if limit.scope == "user" else f"bank:{charge.bank}")
+        return sorted(keys)
 
     # -- the verbs
 
     def check(self, charge: Charge, quota: QuotaConfig) -> QuotaDecision:
         """Would ``charge`` fit now? Records nothing (for ranking candidate devices)."""
+        limits = applicable(quota, charge)
         with self._lock:
-            limits, used, job_spent = self._used(charge, quota)
+            used, job_spent = self._used(charge, limits)
         return decide(charge, limits, used, job_spent, self.currency)
 
     def over_quota(self, charges: Iterable[Charge], quota: QuotaConfig) -> dict[str, str]:
@@ -493,30 +548,37 @@ class Ledger:
         return refused
 
     def reserve(self, charge: Charge, quota: QuotaConfig, *, enforce: bool = True) -> Reservation:
-        """Record ``charge`` if it fits every applicable limit, atomically.
+        """Record ``charge`` if it fits every applicable limit, atomically (on
+        PostgreSQL with the limited subjects' locks taken before the sums are read).
 
         Call it before the vendor task is created; a refusal leaves nothing recorded.
         A token already recorded is returned as it is (``replayed``). ``enforce=False``
         records it whatever the limits say: for a task that already exists (found again
         after a restart whose reservation was lost), which must be counted.
+        LedgerUnavailable: the database cannot be reached; nothing was recorded, or the
+        charge was recorded whole (then the same call again is ``replayed``).
         """
-        with self._write():
+        limits = applicable(quota, charge)
+        currency = self.currency
+        with self._write(self._subjects(charge, limits)):
             existing = self._record(charge.token)
             if existing is not None:
                 decision = QuotaDecision(True, f"already recorded ({existing.state})")
                 return Reservation(charge.token, True, decision, True, existing.state)
-            limits, used, job_spent = self._used(charge, quota)
-            decision = decide(charge, limits, used, job_spent, self.currency)
+            used, job_spent = self._used(charge, limits)
+            decision = decide(charge, limits, used, job_spent, currency)
             if not decision.allowed and enforce:
                 return Reservation(charge.token, False, decision)
             note = None if decision.allowed else f"recorded past the quota: {decision.reason}"
             zone = quota.zone
-            self._db.execute(
-                "INSERT INTO charges (token, jobid, userid, username, bank, device, vendor,"
-                " class, shots, estimate, state, reserved_at, day, month, note, reservation)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?)",
+            self._store.execute(
+                "INSERT INTO charges (token, cluster, jobid, userid, username, bank, device,"
+                " vendor, class, shots, estimate, state, reserved_at, day, month, note,"
+                " reservation)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?)",
                 (
                     charge.token,
+                    self.cluster,
                     charge.jobid,
                     charge.userid,
                     charge.user,
@@ -551,22 +613,23 @@ class Ledger:
         A task of a reserved window records the window's name, its ``qpu_seconds`` in
         it and its ``share`` of the window's cost (its own cost is 0).
 
-        Raises LedgerError for a token never reserved (a bug in the caller) or one
-        released (no task was created, so nothing can have run)."""
+        Raises LedgerError for a token never reserved by this cluster (a bug in the
+        caller) or one released (no task was created, so nothing can have run)."""
         with self._write():
-            record = self._record(token)
+            record = self._mine(token)
             if record is None:
                 raise LedgerError(f"{self.path}: no reservation for task token {token!r}")
             if record.state == "released":
                 raise LedgerError(f"{self.path}: task token {token!r} was released, not run")
             if record.state == "reserved":
-                self._db.execute(
+                self._store.execute(
                     "UPDATE charges SET state = 'settled', cost = ?, settled_at = ?,"
                     " task_id = COALESCE(?, task_id), billed_seconds = ?,"
                     " reservation = COALESCE(?, reservation), qpu_seconds = ?, share = ?"
-                    " WHERE token = ?",
-                    (cost, now, task_id, billed_seconds, reservation, qpu_seconds, share, token),
-                )
+                    f" WHERE token = ? AND state = 'reserved' AND {self._own()}",
+                    (cost, now, task_id, billed_seconds, reservation, qpu_seconds, share,
+                     token, *self._own_args()),
+                )  # fmt: skip
             updated = self._record(token)
         assert updated is not None
         return updated
@@ -586,21 +649,23 @@ class Ledger:
         zone: Any = None,
     ) -> ChargeRecord:
         """Record a reserved window as the site's (``bank``'s, if it booked it) settled
-        charge at its ``start``, once: a window already booked (same ARN) is returned as
-        it is. ``zone``: where the site's days and months begin (the quota's)."""
+        charge at its ``start``, once: a window already booked (same ARN, by any
+        cluster) is returned as it is. ``zone``: where the site's days and months begin
+        (the quota's)."""
         token = WINDOW_TOKEN + arn
-        with self._write():
+        locks = [f"token:{token}"] + ([f"bank:{bank}"] if bank is not None else [])
+        with self._write(locks):
             existing = self._record(token)
             if existing is not None:
                 return existing
             labels = [period_window(start, period, zone or UTC).label for period in PERIODS]
-            self._db.execute(
-                "INSERT INTO charges (token, jobid, userid, username, bank, device, vendor,"
-                " class, shots, estimate, cost, state, reserved_at, settled_at, day, month,"
-                " task_id, note, reservation)"
-                " VALUES (?, 0, ?, ?, ?, ?, ?, ?, 0, ?, ?, 'settled', ?, ?, ?, ?, ?, ?, ?)",
-                (token, SITE_USERID, SITE_USER, bank, device, vendor, device_class, cost,
-                 cost, start, start, *labels, arn, note, name),
+            self._store.execute(
+                "INSERT INTO charges (token, cluster, jobid, userid, username, bank, device,"
+                " vendor, class, shots, estimate, cost, state, reserved_at, settled_at, day,"
+                " month, task_id, note, reservation)"
+                " VALUES (?, ?, 0, ?, ?, ?, ?, ?, ?, 0, ?, ?, 'settled', ?, ?, ?, ?, ?, ?, ?)",
+                (token, self.cluster, SITE_USERID, SITE_USER, bank, device, vendor,
+                 device_class, cost, cost, start, start, *labels, arn, note, name),
             )  # fmt: skip
             booked = self._record(token)
         assert booked is not None
@@ -608,37 +673,38 @@ class Ledger:
 
     def window_use(self, name: str) -> tuple[int, float, float]:
         """A reserved window's tasks (created, not released), their QPU seconds and
-        their shares of its cost, as settled so far."""
+        their shares of its cost, as settled so far (every cluster's)."""
         with self._lock:
             if "reservation" not in self._columns:
                 return 0, 0.0, 0.0
-            row = self._db.execute(
+            row = self._one(
                 f"SELECT COUNT(*), COALESCE(SUM(qpu_seconds), 0), COALESCE(SUM(share), 0)"
                 f" FROM charges WHERE reservation = ? AND {_TASK} AND {_COUNTED}",
                 (name,),
-            ).fetchone()
+            )
         return int(row[0]), float(row[1]), float(row[2])
 
     def attach(self, token: str, task_id: str) -> None:
         """Note the vendor's task id of a reserved charge (for reports and recovery)."""
         with self._write():
-            self._db.execute(
-                "UPDATE charges SET task_id = ? WHERE token = ? AND task_id IS NULL",
-                (task_id, token),
+            self._store.execute(
+                "UPDATE charges SET task_id = ? WHERE token = ? AND task_id IS NULL"
+                f" AND {self._own()}",
+                (task_id, token, *self._own_args()),
             )
 
     def release(self, token: str, *, now: float, reason: str) -> ChargeRecord | None:
         """The task was never created (the vendor refused it, the job went away before
         the create): drop the reservation, keep the row (cost 0, not a task). Settled
-        charges stay settled; an unknown token is None."""
+        charges stay settled; an unknown token (or another cluster's) is None."""
         with self._write():
-            record = self._record(token)
+            record = self._mine(token)
             if record is None or record.state != "reserved":
                 return record
-            self._db.execute(
+            self._store.execute(
                 "UPDATE charges SET state = 'released', cost = 0, settled_at = ?, note = ?"
-                " WHERE token = ?",
-                (now, reason, token),
+                f" WHERE token = ? AND state = 'reserved' AND {self._own()}",
+                (now, reason, token, *self._own_args()),
             )
             return self._record(token)
 
@@ -647,34 +713,41 @@ class Ledger:
             return self._record(token)
 
     def open_reservations(self) -> list[ChargeRecord]:
-        """Charges reserved and not yet settled or released, oldest first (recovery)."""
+        """This cluster's charges reserved and not yet settled or released, oldest
+        first (recovery after a restart, the sweep)."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT * FROM charges WHERE state = 'reserved' ORDER BY reserved_at"
-            ).fetchall()
+            rows = self._store.dicts(
+                f"SELECT * FROM charges WHERE state = 'reserved' AND {self._own()}"
+                " ORDER BY reserved_at",
+                self._own_args(),
+            )
         return [_record_of(row) for row in rows]
 
     def job_cost(self, jobid: int) -> float:
-        """What a job's tasks count now (settled costs and open estimates): ``qpu_cost``."""
+        """What a job's tasks count now (settled costs and open estimates): ``qpu_cost``.
+        A job of this cluster (job ids repeat between instances)."""
         with self._lock:
-            row = self._db.execute(
-                f"SELECT COALESCE(SUM({_AMOUNT}), 0) FROM charges WHERE jobid = ?", (jobid,)
-            ).fetchone()
+            row = self._one(
+                f"SELECT COALESCE(SUM({_AMOUNT}), 0) FROM charges WHERE jobid = ?"
+                f" AND {self._own()}",
+                (jobid, *self._own_args()),
+            )
         return float(row[0])
 
     def billed_history(self, device: str, limit: int = 20) -> list[float]:
-        """The device's most recent billed run times (for ``quota.expected_seconds``)."""
+        """The device's most recent billed run times (for ``quota.expected_seconds``),
+        on any cluster."""
         with self._lock:
-            rows = self._db.execute(
+            rows = self._rows(
                 "SELECT billed_seconds FROM charges WHERE device = ? AND state = 'settled'"
                 " AND billed_seconds IS NOT NULL ORDER BY settled_at DESC LIMIT ?",
                 (device, limit),
-            ).fetchall()
+            )
         return [float(row[0]) for row in rows]
 
     def usage(self, query: UsageQuery) -> list[UsageRow]:
         """Tasks and spend grouped by ``query.group_by`` (period, user, bank, device,
-        reservation)."""
+        reservation, cluster), of every cluster unless ``query.cluster`` names one."""
         where, args = ["1 = 1"], []
         if query.userid is not None:
             where.append("userid = ?")
@@ -685,6 +758,9 @@ class Ledger:
         if query.bank is not None:
             where.append("bank = ?")
             args.append(query.bank)
+        if query.cluster is not None:
+            where.append(f"{self._column('cluster')} = ?")
+            args.append(query.cluster)
         if query.since is not None:
             where.append("reserved_at >= ?")
             args.append(query.since)
@@ -700,21 +776,24 @@ class Ledger:
             "bank": "COALESCE(bank, '-')",
             "device": "device",
             "reservation": f"COALESCE({reservation}, '-')",
+            "cluster": f"COALESCE({self._column('cluster')}, '{DEFAULT_CLUSTER}')",
         }
-        keys = [columns[name] if name in query.group_by else "'*'" for name in GROUPS]
+        keys = [columns[name] if name in query.group_by else "CAST('*' AS TEXT)" for name in GROUPS]
+        positions = ", ".join(str(i + 1) for i in range(len(GROUPS)))
         sql = (
             f"SELECT {', '.join(keys)},"
-            f" COALESCE(SUM(state != 'released' AND {_TASK}), 0),"
+            f" COALESCE(SUM(CASE WHEN state != 'released' AND {_TASK} THEN 1 ELSE 0 END), 0),"
             f" COALESCE(SUM(CASE state WHEN 'settled' THEN cost ELSE 0 END), 0),"
             f" COALESCE(SUM(CASE state WHEN 'reserved' THEN estimate ELSE 0 END), 0),"
-            f" SUM(state = 'released'),"
+            f" COALESCE(SUM(CASE WHEN state = 'released' THEN 1 ELSE 0 END), 0),"
             f" COALESCE(SUM({self._column('qpu_seconds')}), 0),"
             f" COALESCE(SUM({self._column('share')}), 0)"
             f" FROM charges WHERE {' AND '.join(where)}"
-            f" GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5"
+            f" GROUP BY {positions} ORDER BY {positions}"
         )
         with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+            rows = self._rows(sql, args)
+        n = len(GROUPS)
         return [
             UsageRow(
                 period=str(r[0]),
@@ -722,27 +801,19 @@ class Ledger:
                 bank=str(r[2]),
                 device=str(r[3]),
                 reservation=str(r[4]),
-                tasks=int(r[5]),
-                spent=float(r[6]),
-                reserved=float(r[7]),
-                released=int(r[8]),
-                qpu_seconds=float(r[9]),
-                share=float(r[10]),
+                cluster=str(r[5]),
+                tasks=int(r[n]),
+                spent=float(r[n + 1]),
+                reserved=float(r[n + 2]),
+                released=int(r[n + 3]),
+                qpu_seconds=float(r[n + 4]),
+                share=float(r[n + 5]),
             )
             for r in rows
         ]
 
 
-def _create_private(path: Path) -> None:
-    """The ledger's directory (0700) and file (0600), created by the instance owner
-    before SQLite opens it: SQLite gives its WAL files the database file's mode."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.close(fd)
-
-
-def _record_of(row: sqlite3.Row | Sequence[Any]) -> ChargeRecord:
-    r = dict(row) if isinstance(row, sqlite3.Row) else row  # type: ignore[arg-type]
+def _record_of(r: Mapping[str, Any]) -> ChargeRecord:
     return ChargeRecord(
         token=r["token"],
         jobid=int(r["jobid"]),
@@ -764,6 +835,7 @@ def _record_of(row: sqlite3.Row | Sequence[Any]) -> ChargeRecord:
         reservation=r.get("reservation"),
         qpu_seconds=_number(r.get("qpu_seconds")),
         share=_number(r.get("share")),
+        cluster=r.get("cluster"),
     )
 
 

@@ -835,21 +835,36 @@ def _counters(value: Any, where: str) -> dict[str, int]:
 # --- gather: reading what a run left behind --------------------------------------------------
 
 
-def read_ledger(path: str | Path) -> tuple[LedgerRow, ...]:
-    """Every charge of the site ledger, opened read-only (the service may be writing)."""
-    uri = Path(path).absolute().as_uri() + "?mode=ro"
-    try:
-        db = sqlite3.connect(uri, uri=True, timeout=5.0)
-    except sqlite3.Error as exc:
-        raise ValueError(f"ledger: cannot open {path} read-only: {exc}") from None
-    try:
-        rows = db.execute(
-            "SELECT token, jobid, state, cost, estimate, task_id, device, userid FROM charges"
-        ).fetchall()
-    except sqlite3.Error as exc:
-        raise ValueError(f"ledger: cannot read the charges of {path}: {exc}") from None
-    finally:
-        db.close()
+def read_ledger(
+    path: str | Path, *, credentials: str | None = None, cluster: str | None = None
+) -> tuple[LedgerRow, ...]:
+    """Every charge of the site ledger, opened read-only (the service may be writing):
+    a SQLite file, or a PostgreSQL ledger's ``postgresql://`` URL (its password in the
+    ``credentials`` file). ``cluster``: only the rows that instance wrote (a ledger
+    several instances share)."""
+    columns = "token, jobid, state, cost, estimate, task_id, device, userid"
+    if str(path).startswith(("postgresql://", "postgres://")):
+        from flux_quantum.ledger import Ledger, LedgerError
+
+        where, args = ("WHERE cluster = ?", (cluster,)) if cluster is not None else ("", ())
+        try:
+            with Ledger(str(path), readonly=True, credentials=credentials) as ledger:
+                rows = ledger._store.rows(f"SELECT {columns} FROM charges {where}", args)
+        except LedgerError as exc:
+            raise ValueError(f"ledger: cannot read the charges of {path}: {exc}") from None
+    else:
+        uri = Path(path).absolute().as_uri() + "?mode=ro"
+        try:
+            db = sqlite3.connect(uri, uri=True, timeout=5.0)
+        except sqlite3.Error as exc:
+            raise ValueError(f"ledger: cannot open {path} read-only: {exc}") from None
+        try:
+            where, args = ("WHERE cluster = ?", (cluster,)) if cluster is not None else ("", ())
+            rows = db.execute(f"SELECT {columns} FROM charges {where}", args).fetchall()
+        except sqlite3.Error as exc:
+            raise ValueError(f"ledger: cannot read the charges of {path}: {exc}") from None
+        finally:
+            db.close()
     return tuple(
         LedgerRow(
             token=str(token),
@@ -986,16 +1001,20 @@ def gather(
     *,
     uri: str | None,
     emulator_url: str,
-    ledger: Path | None,
+    ledger: Path | str | None,
     texts: Mapping[str, str] | Sequence[Path] = (),
     secrets: Sequence[str] = (),
     jobs: Iterable[int] | None = None,
+    ledger_credentials: str | None = None,
+    cluster: str | None = None,
 ) -> Facts:
     """Everything ``check`` needs, read once: the jobs of the Flux instance at ``uri``
     (None: ``FLUX_URI``; ``jobs``: only these), the emulator's report at
     ``emulator_url``, the site ledger at ``ledger`` (None: not checked), the ``texts``
-    (place -> text, or log files), and the ``secrets`` to look for. Raises ValueError
-    naming what could not be read."""
+    (place -> text, or log files), and the ``secrets`` to look for. A PostgreSQL ledger
+    (``ledger`` its URL, ``ledger_credentials`` its password's file) shared by several
+    instances: ``cluster`` reads only this instance's rows. Raises ValueError naming
+    what could not be read."""
     if isinstance(secrets, str):
         raise ValueError("secrets: give a list of strings, not one string")
     report = read_report(emulator_url)
@@ -1003,7 +1022,11 @@ def gather(
     places = _read_texts(texts)
     job_facts, exec_logs = read_jobs(uri, jobs)
     places.update(exec_logs)
-    rows = None if ledger is None else read_ledger(ledger)
+    rows = (
+        None
+        if ledger is None
+        else read_ledger(ledger, credentials=ledger_credentials, cluster=cluster)
+    )
     faults = report.get("faults") or {}
     if not isinstance(faults, Mapping):
         raise ValueError("emulator report: faults must be an object")

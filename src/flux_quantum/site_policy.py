@@ -8,8 +8,9 @@ ledger (:mod:`flux_quantum.ledger`) and the reserved windows
 ``[quantum]`` table. A reserved window is charged once, to the site or the bank that
 booked it (:meth:`SitePolicy.book_windows`); the tasks that run in it cost nothing and
 record their QPU time and share of it. Every method is meant for the service's reactor thread: none calls
-a vendor or sleeps; the ledger's writes are short SQLite transactions (see
-``flux_quantum.ledger`` for what that assumes). It never decides itself: refusals come
+a vendor or sleeps; the ledger's writes are short transactions, on SQLite or on the
+PostgreSQL server ``[quantum.ledger] url`` names (see ``flux_quantum.ledger`` for what
+that assumes). It never decides itself: refusals come
 from the deciders, worded by them.
 """
 
@@ -24,7 +25,13 @@ from flux_quantum import reservations as braket_direct
 from flux_quantum.access import AccessRules, DeviceFacts, Requester, bank_of, user_name
 from flux_quantum.accounts import SiteAccounts
 from flux_quantum.catalog import Device
-from flux_quantum.ledger import ChargeRecord, Ledger, Reservation, ledger_path
+from flux_quantum.ledger import (
+    ChargeRecord,
+    Ledger,
+    LedgerConfig,
+    LedgerUnavailable,
+    Reservation,
+)
 from flux_quantum.merging import MergeConfig, price_shares
 from flux_quantum.quota import Charge, QuotaConfig, actual_cost
 
@@ -77,8 +84,7 @@ class SitePolicy:
         access, quota or reservation ``*ConfigError`` (a ValueError naming the key) or
         ``LedgerError``; the tables are all checked before the ledger is opened."""
         table = quantum or {}
-        ledger_table = table.get("ledger") or {}
-        path = ledger_path(ledger_table.get("path"), statedir, environ)
+        ledger_config = LedgerConfig.from_config(table.get("ledger"))
         access = AccessRules.from_config(table.get("access"))
         accounts = SiteAccounts.from_config(table.get("accounts"))
         quota = QuotaConfig.from_config(table.get("quota"))
@@ -90,7 +96,9 @@ class SitePolicy:
             accounts=accounts,
             owner=owner,
             quota=quota,
-            ledger=Ledger(path, currency=currency),
+            ledger=Ledger.from_config(
+                ledger_config, currency=currency, statedir=statedir, environ=environ
+            ),
             reservations=book,
             devices=dict(devices or {}),
             merge=merge,
@@ -134,7 +142,7 @@ class SitePolicy:
         if reservation is not None:
             history: list[float] = []
         else:
-            history = self.ledger.billed_history(device.name) if device.price.per_minute else []
+            history = self._history(device) if device.price.per_minute else []
         return Charge.for_device(
             device,
             token=token,
@@ -148,6 +156,14 @@ class SitePolicy:
             history=history,
             reservation=None if reservation is None else reservation.name,
         )
+
+    def _history(self, device: Device) -> list[float]:
+        """The device's billed run times; none while the ledger cannot be reached (the
+        estimate is then the device's minimum; the reservation waits for the ledger)."""
+        try:
+            return self.ledger.billed_history(device.name)
+        except LedgerUnavailable:
+            return []
 
     def excluded(
         self,

@@ -253,6 +253,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         waiting = merge.get("waiting") or {}
         jobs = ", ".join(f"{n} on {device}" for device, n in waiting.items()) or "none"
         print(f"  merged tasks: {merge.get('rule')}; waiting to merge: {jobs}")
+    ledger = status.get("ledger")
+    if isinstance(ledger, dict) and ledger.get("unavailable"):
+        lasted = ledger.get("unavailable_for")
+        lasted = f" for {lasted:.0f}s" if isinstance(lasted, int | float) else ""
+        print(
+            f"  ledger UNAVAILABLE{lasted}: {ledger['unavailable']}; QPU jobs wait held with no "
+            f"task ({ledger.get('reservations_put_off', 0)} reservation(s) put off), "
+            f"{ledger.get('backlog', 0)} write(s) kept until it is back"
+        )
     if status.get("last_error"):
         print(f"  last error: {status['last_error']}")
     rows = [("UNIT", "JOBS", "PROG", "PHASE", "DEVICE", "TASK", "POS", "WAIT", "REQUEST")]

@@ -30,6 +30,7 @@ from flux_quantum.ledger import (
     PERIOD_GROUPS,
     GuestError,
     Ledger,
+    LedgerConfig,
     LedgerError,
     UsageQuery,
     ledger_path,
@@ -46,6 +47,7 @@ FIELDS = (
     "bank",
     "device",
     "reservation",
+    "cluster",
     "tasks",
     "spent",
     "reserved",
@@ -66,7 +68,7 @@ WINDOW_FIELDS = (
 )
 RIGHT_ALIGNED = ("tasks", "spent", "reserved", "total", "released", "qpu_seconds", "share")
 MONEY = ("spent", "reserved", "total", "share")
-DEFAULTS: dict[str, Any] = {"reservation": "*", "qpu_seconds": 0.0, "share": 0.0}
+DEFAULTS: dict[str, Any] = {"reservation": "*", "cluster": "*", "qpu_seconds": 0.0, "share": 0.0}
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -77,10 +79,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "estimated to cost (reserved, not yet settled). The instance owner sees everyone; "
         "other users see their own tasks only. Reserved QPU windows (Braket Direct) are "
         "the site's spend (user '(site)', or the bank that booked them); --by "
-        "reservation gives a row per window with its tasks' QPU time and shares.",
+        "reservation gives a row per window with its tasks' QPU time and shares. A ledger "
+        "several instances share ([quantum.ledger] url) holds every cluster's tasks: "
+        "--by cluster gives a row per cluster, --cluster NAME only that one's.",
     )
     usage.add_argument("--user", metavar="U", help="only this user (name or uid; owner only)")
     usage.add_argument("--bank", metavar="B", help="only this bank")
+    usage.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="only the tasks of this cluster (instance) of a ledger several share",
+    )
     usage.add_argument(
         "--since",
         metavar="DATE",
@@ -179,6 +188,7 @@ def build_query(args: argparse.Namespace, now: float, zone: Any) -> UsageQuery:
         until=parse_when(args.until, "--until", now, zone),
         period=args.period,
         group_by=group_by,
+        cluster=args.cluster,
     )
 
 
@@ -216,13 +226,38 @@ def ask_service(query: UsageQuery) -> tuple[str, list[dict[str, Any]]] | None:
     return None
 
 
+def read_database(config: LedgerConfig, query: UsageQuery) -> tuple[str, list[dict[str, Any]]]:
+    """Rows from the PostgreSQL ledger the instance's ``[quantum.ledger]`` names, read
+    with its credentials file, which only the service's user can read."""
+    try:
+        query = restrict_to_caller(query, os.getuid(), os.getuid())
+        with Ledger.from_config(config, readonly=True) as ledger:
+            return ledger.currency, [row.to_dict() for row in ledger.usage(query)]
+    except (LedgerError, GuestError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def configured_database() -> LedgerConfig | None:
+    """The instance's ``[quantum.ledger]`` when it names a PostgreSQL ledger."""
+    text = flux_output("config", "get", "--quiet", "--default={}", "quantum.ledger")
+    try:
+        config = LedgerConfig.from_config(json.loads(text or "{}"))
+    except (ValueError, TypeError) as exc:
+        raise CommandError(str(exc)) from None
+    return config if config.postgresql else None
+
+
 def read_usage(explicit: str | None, query: UsageQuery) -> tuple[str, list[dict[str, Any]]]:
     """Inside an instance the handler service answers (a guest gets only their own
-    rows); without a service, or with ``--ledger``, the owner reads the file."""
+    rows); without a service, or with ``--ledger``, the owner reads the file (or the
+    PostgreSQL database the instance's ``[quantum.ledger] url`` names)."""
     if explicit is None and os.environ.get("FLUX_URI"):
         answer = ask_service(query)
         if answer is not None:
             return answer
+        database = configured_database()
+        if database is not None:
+            return read_database(database, query)
     return read_file(find_ledger(explicit), query)
 
 
@@ -251,6 +286,8 @@ def cmd_usage(args: argparse.Namespace) -> int:
         return 0
     shown = [_shown(row, currency) for row in rows]
     columns = WINDOW_FIELDS if "reservation" in query.group_by else DEFAULT_FIELDS
+    if "cluster" in query.group_by:
+        columns = ("cluster", *columns)
     fmt = args.format or table.auto_format(shown, columns, RIGHT_ALIGNED)
     for line in table.render(shown, fmt, FIELDS, header=not args.no_header):
         print(line)

@@ -19,6 +19,14 @@ nothing, with its QPU seconds in the window (from when it was first seen RUNNING
 from when it could start, to when it was seen ended, clipped to the window) and the
 share of the window's cost they are.
 
+The ledger unreachable (a PostgreSQL ledger's server down or restarting:
+``LedgerUnavailable``): no task is created without its reservation. ``reserve`` raises
+it to ``Tasks``, which holds the job and tries again through the service's retry policy;
+the writes that must not be lost (a settlement, a release, a task id, a recovered
+task's reservation) wait in order in ``backlog`` and are written when the ledger is back
+(each keyed by its token: nothing counted twice). The outage is said once, at warning
+level, and again when it ends; ``status`` shows it (``ledger.unavailable``).
+
 Who asks is the job's owner as Flux knows it (the plugin's list: the job's userid) and
 the bank of its current jobspec, never anything else the user set. Without a site
 policy (``site=None``) every verb is a no-op. It never decides a limit itself (the
@@ -28,7 +36,7 @@ deciders do) and never calls a vendor on the reactor thread.
 from __future__ import annotations
 
 import syslog
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +45,7 @@ from flux_quantum.access import Requester
 from flux_quantum.catalog import Device
 from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.events import MergeSlot
-from flux_quantum.ledger import ChargeRecord
+from flux_quantum.ledger import ChargeRecord, LedgerUnavailable
 from flux_quantum.protocol import COST_MEMO
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.retry import Retries
@@ -92,6 +100,67 @@ class Charges:
         self.watching: dict[str, Billing] = {}
         self._settled: set[str] = set()
         self.swept = False
+        # The ledger unreachable: since when and why (said once), the writes that wait
+        # for it (in order), and when they are tried again.
+        self.outage: str | None = None
+        self.outage_since: float | None = None
+        self.backlog: list[tuple[str, Callable[[], None]]] = []
+        self.backlog_retry = Retries()
+        self.backlog_due = 0.0
+        self.held_for_ledger = 0  # reservations put off by an outage (a counter)
+
+    # -- the ledger unreachable
+
+    def unavailable(self, error: LedgerUnavailable) -> None:
+        """Note an outage; the first failure of one is said (warning), no other."""
+        if self.outage is None:
+            self.outage = str(error)
+            self.outage_since = self.ctx.clock()
+            self.ctx.log(
+                syslog.LOG_WARNING,
+                f"ledger: {error}; QPU jobs wait held with no task until it is back, "
+                "settlements are kept until then",
+            )
+
+    def available(self) -> None:
+        """A ledger call succeeded: an outage is over (said once)."""
+        if self.outage is not None:
+            lasted = self.ctx.clock() - (self.outage_since or self.ctx.clock())
+            self.outage = self.outage_since = None
+            self.ctx.log(syslog.LOG_INFO, f"ledger: reachable again after {lasted:.0f}s")
+
+    def _later(self, what: str, write: Callable[[], None]) -> None:
+        """Run ``write`` now, or after the writes already waiting for the ledger; kept
+        in order until the ledger takes it."""
+        if not self.backlog:
+            try:
+                write()
+                self.available()
+                return
+            except LedgerUnavailable as exc:
+                self.unavailable(exc)
+                self.backlog_due = self.ctx.clock() + self.ctx.retry.delay(1)
+        self.backlog.append((what, write))
+
+    def _drain(self, now: float) -> None:
+        """The writes waiting for the ledger, in order, while it takes them."""
+        if not self.backlog or now < self.backlog_due:
+            return
+        while self.backlog:
+            what, write = self.backlog[0]
+            try:
+                write()
+            except LedgerUnavailable as exc:
+                self.unavailable(exc)
+                decision = self.ctx.retry.failed(self.backlog_retry, retryable=True)
+                self.backlog_due = now + decision.delay
+                self.ctx.log(syslog.LOG_DEBUG, f"ledger: {what} waits: {exc}")
+                return
+            except FluxQuantumError as exc:
+                self.ctx.log(syslog.LOG_WARNING, f"ledger: {what}: {exc}")
+            self.backlog.pop(0)
+            self.backlog_retry.clear()
+            self.available()
 
     @property
     def enabled(self) -> bool:
@@ -119,15 +188,21 @@ class Charges:
         if self.site is None:
             return {}
         request = unit.request
-        return self.site.excluded(
-            self.requester(unit),
-            devices,
-            token=self.token(unit, program, attempt),
-            jobid=unit.id,
-            shots=request.shots,
-            t=self.ctx.clock(),
-            job_cap=request.max_cost,
-        )
+        pool = list(devices)
+        try:
+            return self.site.excluded(
+                self.requester(unit),
+                pool,
+                token=self.token(unit, program, attempt),
+                jobid=unit.id,
+                shots=request.shots,
+                t=self.ctx.clock(),
+                job_cap=request.max_cost,
+            )
+        except LedgerUnavailable as exc:
+            # The quotas are checked again by the reservation, which waits for the ledger.
+            self.unavailable(exc)
+            return self.site.not_allowed(self.requester(unit), pool)
 
     @staticmethod
     def token(unit: Unit, program: Program, attempt: Attempt) -> str:
@@ -142,7 +217,10 @@ class Charges:
     ) -> str | None:
         """Reserve the attempt's estimate before its task is created; the refusal's
         sentence, or None when reserved (or no site policy). ``recovering``: the task
-        exists already (found after a restart) and is counted whatever the limits say."""
+        exists already (found after a restart) and is counted whatever the limits say.
+        Raises LedgerUnavailable when the ledger cannot be reached (the caller holds
+        the job and tries again; nothing was reserved, or it was reserved whole and the
+        next try finds it); a recovered task's reservation then waits in ``backlog``."""
         if self.site is None or attempt.reserved:
             return None
         assert attempt.device is not None
@@ -166,8 +244,21 @@ class Charges:
         )
         try:
             reservation = self.site.reserve(charge, recovering=recovering)
+        except LedgerUnavailable as exc:
+            self.unavailable(exc)
+            if not recovering:
+                self.held_for_ledger += 1
+                raise
+            # The task exists: its charge is recorded when the ledger is back.
+            site = self.site
+            attempt.reserved = True
+            self.backlog.append((f"task {charge.token} reserved", lambda: _reserve(site, charge)))
+            if attempt.task is not None:
+                self.attach(attempt)
+            return None
         except FluxQuantumError as exc:
             return f"the site's ledger cannot reserve the task: {exc}"
+        self.available()
         if not reservation.allowed:
             return reservation.decision.reason
         attempt.reserved = True
@@ -189,8 +280,9 @@ class Charges:
         """Note the vendor's task id beside its reservation."""
         if self.site is None or attempt.token is None or attempt.task is None:
             return
+        ledger, token, task_id = self.site.ledger, attempt.token, attempt.task.task_id
         try:
-            self.site.ledger.attach(attempt.token, attempt.task.task_id)
+            self._later(f"task {task_id} attached", lambda: ledger.attach(token, task_id))
         except FluxQuantumError as exc:
             self.ctx.log(syslog.LOG_WARNING, f"ledger: {exc}")
 
@@ -198,8 +290,11 @@ class Charges:
         """No task was (or will be) created for ``token``: its estimate no longer counts."""
         if self.site is None or token is None:
             return
+        site, now = self.site, self.ctx.clock()
         try:
-            self.site.release(token, now=self.ctx.clock(), reason=reason)
+            self._later(
+                f"task {token} released", lambda: site.release(token, now=now, reason=reason)
+            )
         except FluxQuantumError as exc:
             self.ctx.log(syslog.LOG_WARNING, f"ledger: {exc}")
 
@@ -311,21 +406,25 @@ class Charges:
             window = {"reservation": billing.window, "qpu_seconds": qpu_seconds}
         if billing.merged is not None:
             window["merged"] = (billing.merged.index, billing.merged.shots)
-        try:
-            record = self.site.settle(
+        site, now = self.site, self.ctx.clock()
+
+        def settle() -> None:
+            record = site.settle(
                 billing.token,
                 billing.device,
                 shots=billing.shots,
                 state=state.value,
-                now=self.ctx.clock(),
+                now=now,
                 billed_seconds=seconds,
                 task_id=billing.task.task_id,
                 **window,
             )
+            self._announce(billing, record, state)
+
+        try:
+            self._later(f"task {billing.task.task_id} settled", settle)
         except FluxQuantumError as exc:
             self.ctx.log(syslog.LOG_WARNING, f"ledger: {exc}")
-            return
-        self._announce(billing, record, state)
 
     def _announce(self, billing: Billing, record: ChargeRecord, state: TaskState) -> None:
         """``qpu-cost`` on the task's jobs, and their ``qpu_cost`` memo."""
@@ -361,7 +460,11 @@ class Charges:
         """The ``qpu_cost`` memo: what the job's tasks count now (settled + reserved)."""
         if self.site is None:
             return
-        amount = round(self.site.job_cost(unit_id), 6)
+        try:
+            amount = round(self.site.job_cost(unit_id), 6)
+        except LedgerUnavailable as exc:
+            self.unavailable(exc)
+            return  # shown again at its next change
         jobs = list(jobs)
         try:
             outcomes = self.ctx.flux.memos([(jobid, {COST_MEMO: amount}) for jobid in jobs])
@@ -374,7 +477,9 @@ class Charges:
     # -- tasks left behind
 
     def check(self, now: float) -> None:
-        """Poll the watched tasks that are due (workers); settle those that ended."""
+        """Poll the watched tasks that are due (workers); settle those that ended; write
+        what waits for the ledger."""
+        self._drain(now)
         for billing in list(self.watching.values()):
             if billing.busy or billing.due > now:
                 continue
@@ -428,7 +533,13 @@ class Charges:
         self.swept = True
         held_ids = set(held)
         tracked = {a.token for u in self.ctx.units for a in u.attempts() if a.token is not None}
-        for record in self.site.ledger.open_reservations():
+        try:
+            records = self.site.ledger.open_reservations()
+        except LedgerUnavailable as exc:
+            self.unavailable(exc)
+            self.swept = False  # at the next scan
+            return
+        for record in records:
             if record.token in tracked or record.token in self.watching:
                 continue
             if record.jobid in held_ids or self.ctx.units.tracks(record.jobid):
@@ -517,3 +628,8 @@ class Charges:
     def close(self) -> None:
         if self.site is not None:
             self.site.close()
+
+
+def _reserve(site: SitePolicy, charge: Any) -> None:
+    """A recovered task's reservation, written when the ledger is back."""
+    site.reserve(charge, recovering=True)

@@ -311,9 +311,20 @@ class QuantumService:
             )
             site = self.charges.site
             if site is not None:
+                charges = self.charges
                 out["ledger"] = {
                     "path": str(site.ledger.path),
+                    "backend": site.ledger.backend,
+                    "cluster": site.ledger.cluster,
                     "currency": site.ledger.currency,
-                    "settling": len(self.charges.watching),
+                    "settling": len(charges.watching) + len(charges.backlog),
+                    # Reachable, or why not since when; the writes waiting for it; how
+                    # many times a reservation was put off (its job held with no task).
+                    "unavailable": charges.outage,
+                    "unavailable_for": None
+                    if charges.outage_since is None
+                    else round(ctx.clock() - charges.outage_since, 1),
+                    "backlog": len(charges.backlog),
+                    "reservations_put_off": charges.held_for_ledger,
                 }
         return out

@@ -26,6 +26,7 @@ from typing import Any
 from flux_quantum import events
 from flux_quantum.catalog import Device
 from flux_quantum.events import MergeSlot
+from flux_quantum.ledger import LedgerUnavailable
 from flux_quantum.poller import (
     RELEASE_DONE,
     RELEASE_PREDICT,
@@ -57,6 +58,9 @@ from flux_quantum.vendors.errors import NotFound, VendorError
 
 # Queue positions that earn a qpu-queue event when first reached (not every poll).
 MILESTONES: tuple[int, ...] = (100, 10, 1)
+
+# Why a job waits held with no task while the site's ledger cannot be reached (its memo).
+LEDGER_WAIT = "the site's ledger is unavailable: no task is created before its reservation"
 
 
 class Tasks:
@@ -237,6 +241,18 @@ class Tasks:
         self.face.update_memos(unit)
         return False
 
+    def _wait_for_ledger(self, unit: Unit, attempt: Attempt, error: Exception) -> None:
+        """The ledger cannot be reached: no task without its reservation. The job stays
+        held with no task, its memo says why, and the reservation is tried again after
+        the retry policy's back-off (never given up; the outage is logged once, by
+        ``Charges``)."""
+        ctx = self.ctx
+        decision = ctx.retry.failed(attempt.retry, retryable=True)
+        attempt.due = ctx.clock() + decision.delay
+        attempt.retry.holding = f"{LEDGER_WAIT} (next try in {decision.delay:.0f}s)"
+        ctx.log(syslog.LOG_DEBUG, f"unit {unit.id}: reservation waits for the ledger: {error}")
+        self.face.update_memos(unit)
+
     def _start_submit(self, unit: Unit, program: Program) -> None:
         ctx = self.ctx
         attempt = program.attempt
@@ -244,7 +260,13 @@ class Tasks:
         assert program.text is not None
         if self._waits_for_window(attempt) and not self._admitted(unit, program):
             return  # held with no task until admitted into its window
-        refusal = self.charges.reserve(unit, program, attempt)
+        try:
+            refusal = self.charges.reserve(unit, program, attempt)
+        except LedgerUnavailable as exc:
+            self._wait_for_ledger(unit, attempt, exc)
+            return
+        if attempt.retry.holding is not None and attempt.retry.holding.startswith(LEDGER_WAIT):
+            attempt.retry.clear()  # the ledger is back
         if refusal is not None:
             # Reserved before the create (and before any session), or not created at all.
             self.outcomes.fail_unit(unit, f"qpu: {refusal}")
