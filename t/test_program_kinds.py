@@ -28,8 +28,6 @@ def test_kinds_are_told_apart_from_the_text_alone():
     assert pk.kind_of(IQM_JSON) == pk.IQM_JSON
     assert pk.kind_of('{"circuits": []}') == pk.IQM_JSON
     assert pk.kind_of("{ not json") == pk.OPENQASM  # checked where it runs
-    assert pk.width(PULSER, pk.PULSER) == 2
-    assert pk.width(IQM_JSON, pk.IQM_JSON) == 2
 
 
 def test_each_vendor_runs_only_its_kinds_and_says_so():

@@ -8,19 +8,20 @@ representation, ``Sequence.to_abstract_repr()``: ``register``, ``channels``,
 and says in one sentence why a device cannot run a program (its kind, then the checks
 of ``flux_quantum.vendors.iqm_program`` and ``pasqal_program``); the service drops such
 devices when it chooses one, so a job whose every allowed device cannot run its program
-fails while held, before it gets nodes or a task. It is pure: no I/O, standard library
-only.
+fails while held, before it gets nodes or a task. It is pure: no I/O.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
+
+from flux_quantum.catalog import Device
 
 OPENQASM = "openqasm"
 IQM_JSON = "iqm-json"
 PULSER = "pulser"
-KINDS = (OPENQASM, IQM_JSON, PULSER)
 NAMES = {
     OPENQASM: "an OpenQASM circuit",
     IQM_JSON: "an IQM JSON circuit",
@@ -51,31 +52,6 @@ def kind_of(text: str | None) -> str:
     return OPENQASM
 
 
-def width(text: str | None, kind: str) -> int | None:
-    """The atoms of a Pulser sequence's register, or the distinct qubits an IQM JSON
-    circuit names; None for OpenQASM (``flux_quantum.qasm`` counts those) or when the
-    document does not say."""
-    doc = _json(text) if text is not None else None
-    if not isinstance(doc, dict):
-        return None
-    if kind == PULSER:
-        register = doc.get("register")
-        if isinstance(register, list):
-            return len(register)
-        if isinstance(register, dict) and isinstance(register.get("layout"), dict):
-            return None
-        return None
-    if kind == IQM_JSON:
-        circuits = doc.get("circuits") if "circuits" in doc else [doc]
-        qubits: set[str] = set()
-        for circuit in circuits if isinstance(circuits, list) else []:
-            for instruction in (circuit or {}).get("instructions") or []:
-                if isinstance(instruction, dict):
-                    qubits.update(str(q) for q in instruction.get("qubits") or ())
-        return len(qubits) or None
-    return None
-
-
 def device_reason(vendor: str, kind: str) -> str | None:
     """Why a device of ``vendor`` cannot run a program of ``kind``, or None."""
     accepted = ACCEPTED.get(vendor, (OPENQASM,))
@@ -103,6 +79,12 @@ def program_reason(vendor: str, qubits: int, text: str | None) -> str | None:
 
         return pasqal_program.check(text, qubits)
     return None
+
+
+def cannot_run(text: str | None, devices: Iterable[Device]) -> dict[str, str]:
+    """The ``devices`` that cannot run ``text`` (``program_reason``), with the reason."""
+    reasons = {d.name: program_reason(d.vendor, d.qubits, text) for d in devices}
+    return {name: why for name, why in reasons.items() if why is not None}
 
 
 def _json(text: str) -> Any:

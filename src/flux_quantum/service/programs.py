@@ -11,9 +11,11 @@ min_fidelity use. Nothing here touches Flux or a vendor.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from flux_quantum import program_kinds
+from flux_quantum.catalog import Device
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.qasm import ProgramCounts, count_program
 from flux_quantum.request import QpuRequest
@@ -68,11 +70,16 @@ def read_program(cwd: str | None, path: str | None, owner: int | None = None) ->
 
 
 def read_counted(
-    cwd: str | None, path: str | None, owner: int | None = None
-) -> tuple[str, ProgramCounts]:
-    """The program's text and its gate counts (max-fidelity, min_fidelity), in a worker."""
+    cwd: str | None,
+    path: str | None,
+    owner: int | None = None,
+    devices: Iterable[Device] = (),
+) -> tuple[str, ProgramCounts, dict[str, str]]:
+    """The program's text, its gate counts (max-fidelity, min_fidelity) and which of
+    ``devices`` cannot run it, with why (``program_kinds.cannot_run``), in a worker:
+    read and checked once, not at every choice of a device."""
     text = read_program(cwd, path, owner)
-    return text, count_program(text)
+    return text, count_program(text), program_kinds.cannot_run(text, devices)
 
 
 def programs_of(request: QpuRequest) -> Sequence[str | None]:

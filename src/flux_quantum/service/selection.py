@@ -21,11 +21,11 @@ creates a task.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
-from flux_quantum import events, program_kinds, reservations
+from flux_quantum import events, reservations
 from flux_quantum.catalog import Device
 from flux_quantum.policy import (
     Explanation,
@@ -164,7 +164,7 @@ class Selection:
         request = self.request_for(unit, attempt)
         pool = self._pool(attempt)
         # Devices the job's owner may not use are never probed.
-        refused = {**self.charges.not_allowed(unit, pool), **_cannot_run(program, pool)}
+        refused = {**self.charges.not_allowed(unit, pool), **program.unfit}
         candidates = static_candidates([d for d in pool if d.name not in refused], request)
         vendors = {}
         for device in candidates:
@@ -273,7 +273,7 @@ class Selection:
         pool = self._pool(attempt)
         in_flight = self._in_flight(unit)
         excluded = {
-            **_cannot_run(program, pool),
+            **program.unfit,
             **self.charges.excluded(unit, program, attempt, pool),
         }
         try:
@@ -394,13 +394,3 @@ class Selection:
         return count
 
     # -- submit
-
-
-def _cannot_run(program: Program, devices: Iterable[Device]) -> dict[str, str]:
-    """The devices that cannot run the program (``flux_quantum.program_kinds``: a Pulser
-    sequence anywhere but on Pasqal's, OpenQASM on Pasqal's, what IQM's translation
-    cannot take, a register larger than the device), with the reason."""
-    reasons = {
-        d.name: program_kinds.program_reason(d.vendor, d.qubits, program.text) for d in devices
-    }
-    return {name: why for name, why in reasons.items() if why is not None}

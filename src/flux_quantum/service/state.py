@@ -187,6 +187,8 @@ class Program:
     path: str | None
     text: str | None = None
     counts: ProgramCounts | None = None  # gate counts, for max-fidelity and min_fidelity
+    # The catalog devices that cannot run it, with why (read with the text).
+    unfit: dict[str, str] = field(default_factory=dict)
     attempt: Attempt = field(default_factory=Attempt)
 
 

@@ -101,7 +101,10 @@ class Tasks:
         if attempt.phase in (Phase.SELECT, Phase.SUBMIT) and program.text is None:
             path, cwd = program.path, unit.cwd
             owner = unit.userid if unit.userid != self.ctx.userid else None
-            self.calls.call(unit, program, lambda: read_counted(cwd, path, owner), self._loaded)
+            devices = self.ctx.catalog.devices
+            self.calls.call(
+                unit, program, lambda: read_counted(cwd, path, owner, devices), self._loaded
+            )
         elif attempt.phase is Phase.SELECT:
             self.selection.start(unit, program)
         elif attempt.phase is Phase.SUBMIT:
@@ -156,7 +159,7 @@ class Tasks:
         if error is not None:
             self.calls.failed(unit, program, "read program", error)
             return
-        program.text, program.counts = loaded
+        program.text, program.counts, program.unfit = loaded
         attempt.due = 0.0
 
     # -- errors
