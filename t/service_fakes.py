@@ -376,6 +376,7 @@ class ScriptedVendor(Vendor):
         # Every create call: (time, token, the reservation ARN it was given).
         self.creates: list[tuple[float, str, str | None]] = []
         self.set_limit: int | None = None  # programs a merged task may hold
+        self.lose_answers = 0  # creates that land but whose answer is lost
 
     def pause(self, device: str, reason: str = "maintenance") -> None:
         """The device takes no work from now on (QRMI's Paused): its queue stands still."""
@@ -392,7 +393,9 @@ class ScriptedVendor(Vendor):
     def add_window(self, arn: str, device: str, start: float, end: float) -> None:
         self.windows[arn] = FakeWindow(device, start, end)
 
-    def fail(self, operation: str, error: BaseException, times: int = 1) -> None:
+    def fail(self, operation: str, error: BaseException | None, times: int = 1) -> None:
+        """The next ``times`` calls of ``operation`` raise ``error`` (None: succeed, so
+        that a later call in the script fails)."""
         self.failures.setdefault(operation, []).extend([error] * times)
 
     def _call(self, operation: str, what: str) -> None:
@@ -400,7 +403,9 @@ class ScriptedVendor(Vendor):
         self.journal.append(("vendor", (operation, what)))
         pending = self.failures.get(operation)
         if pending:
-            raise pending.pop(0)
+            error = pending.pop(0)
+            if error is not None:
+                raise error
 
     def count(self, operation: str) -> int:
         return sum(1 for op, _ in self.calls if op == operation)
@@ -449,9 +454,25 @@ class ScriptedVendor(Vendor):
         programs: Sequence[tuple[str, int]] = (),
     ) -> TaskRef:
         """The task ``token`` made before, else a new one at the back of the device's
-        queue (a window's: no place in it)."""
+        queue (a window's: no place in it); ``lose_answers``: made, its answer lost."""
         if token in self.by_token:
             return self.tasks[self.by_token[token]].ref
+        ref = self._new_task(device, token, reservation=reservation, programs=programs)
+        if self.lose_answers:
+            self.lose_answers -= 1
+            raise VendorUnavailable(
+                "create: the answer was lost", vendor="local", vendor_code="ConnectionReset"
+            )
+        return ref
+
+    def _new_task(
+        self,
+        device: Device,
+        token: str,
+        *,
+        reservation: str | None,
+        programs: Sequence[tuple[str, int]],
+    ) -> TaskRef:
         q = self.queues[device.name]
         task_id = f"arn:task/{device.name}/{next(self._ids)}"
         ref = TaskRef("local", device.name, task_id, token)
@@ -488,6 +509,13 @@ class ScriptedVendor(Vendor):
                 vendor_code="ValidationException",
             )
         return self._task(device, token, programs=programs)
+
+    def lookup_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        """Braket's search by the token tag: the task a create with ``token`` made, or
+        None; never a create."""
+        self._call("lookup", token)
+        task_id = self.by_token.get(token)
+        return self.tasks[task_id].ref if task_id is not None else None
 
     def results(self, task: TaskRef) -> list[TaskResult]:
         """Per program of a merged task: its shots, all on a bitstring naming its place
@@ -749,6 +777,9 @@ class NoCredentials(Vendor):
 
     def attach(self, task_id: str) -> TaskRef:
         raise self._refuse("attach", task_id)
+
+    def lookup_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        raise self._refuse("lookup", token)
 
 
 # --- threads --------------------------------------------------------------------------------

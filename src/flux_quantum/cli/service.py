@@ -191,12 +191,15 @@ def _short(task: str | None) -> str:
 
 
 def _busy(status: dict[str, Any]) -> list[str]:
-    """What the service still has in hand: held jobs, open sessions, tasks settling."""
+    """What the service still has in hand: held jobs, open sessions, creates being
+    looked up, tasks settling."""
     busy = []
     if status.get("jobs"):
         busy.append(f"{status['jobs']} held job(s)")
     if status.get("sessions_open"):
         busy.append(f"{status['sessions_open']} open session(s)")
+    if status.get("looking_up"):
+        busy.append(f"{status['looking_up']} create(s) without an answer being looked up")
     settling = (status.get("ledger") or {}).get("settling")
     if settling:
         busy.append(f"{settling} task(s) settling in the ledger")

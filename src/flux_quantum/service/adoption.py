@@ -35,6 +35,7 @@ from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import JobRecord
+from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.programs import programs_of
 from flux_quantum.service.release import Release
@@ -65,6 +66,7 @@ class Adoption:
         release: Release,
         tasks: Tasks,
         charges: Charges,
+        lookups: Lookups,
         sessions: Sessions,
         windows: Windows,
     ) -> None:
@@ -74,6 +76,7 @@ class Adoption:
         self.release = release
         self.tasks = tasks
         self.charges = charges
+        self.lookups = lookups
         self.sessions = sessions
         self.windows = windows
         self._scan_error: str | None = None
@@ -124,7 +127,7 @@ class Adoption:
         if new:
             self.adopt(sorted(new, key=lambda j: (j.follow is not None, j.t_submit, j.id)))
         # After a restart: the ledger's reservations that no held job owns any more.
-        self.charges.sweep(by_id)
+        self.charges.sweep(by_id, self.lookups.orphan)
         settled = all(ctx.units.tracks(jobid) for jobid in by_id)
         self._quiet = (listed, ctx.units.job_count) if settled else (None, -1)
 

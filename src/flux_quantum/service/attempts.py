@@ -21,8 +21,10 @@ from typing import Any
 
 from flux_quantum import events
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
+from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.state import Attempt, Program, Unit
 from flux_quantum.service.workers import Workers
@@ -39,6 +41,8 @@ class AttemptCalls:
         workers: Workers,
         face: Face,
         outcomes: Outcomes,
+        cancels: Cancels,
+        lookups: Lookups,
         *,
         orphan: Callable[[VendorSession, str], None],
     ) -> None:
@@ -46,6 +50,8 @@ class AttemptCalls:
         self._workers = workers
         self.face = face
         self.outcomes = outcomes
+        self.cancels = cancels
+        self.lookups = lookups
         self._orphan = orphan
         self._completed: list[tuple[Unit, Program]] = []
 
@@ -58,11 +64,11 @@ class AttemptCalls:
         attempt.busy = True
 
         def done(result: Any, error: BaseException | None) -> None:
-            attempt.busy = False
+            attempt.busy = attempt.creating = False
             self._completed.append((unit, program))
             if not unit.active or program.attempt is not attempt:
                 if isinstance(result, TaskRef):
-                    self.outcomes.cancel(result, "its jobs are gone")
+                    self._stray([attempt], result)
                 elif isinstance(result, SessionOpening) and result.session is not None:
                     self._orphan(result.session, "its jobs are gone")
                 return
@@ -78,26 +84,35 @@ class AttemptCalls:
     ) -> None:
         """``call`` on behalf of several attempts at once (a merged task's create): each
         is busy until it answers; ``handler`` gets the members whose attempt is still
-        current and whose unit is still active. A task created when none is left is
-        cancelled."""
+        current and whose unit is still active; a task created for members left meanwhile
+        is theirs to settle, and cancelled when none is left."""
         attempts = [(unit, program, program.attempt) for unit, program in members]
         for _, _, attempt in attempts:
             attempt.busy = True
 
         def done(result: Any, error: BaseException | None) -> None:
-            alive = []
+            alive, gone = [], []
             for unit, program, attempt in attempts:
-                attempt.busy = False
+                attempt.busy = attempt.creating = False
                 self._completed.append((unit, program))
                 if unit.active and program.attempt is attempt:
                     alive.append((unit, program))
-            if not alive:
-                if isinstance(result, TaskRef):
-                    self.outcomes.cancel(result, "its jobs are gone")
-                return
-            handler(alive, result, error)
+                else:
+                    gone.append(attempt)
+            if alive:
+                handler(alive, result, error)
+            if gone and isinstance(result, TaskRef):
+                # After the handler: the members still waiting ride the task, so it is
+                # left running for them.
+                self._stray(gone, result)
 
         self._workers.submit(call, done)
+
+    def _stray(self, attempts: list[Attempt], task: TaskRef) -> None:
+        """A task created for attempts left meanwhile: theirs to settle (``Lookups``
+        waited for this answer), cancelled unless another unit rides it."""
+        if not self.lookups.created_late(attempts, task):
+            self.cancels.cancel(task, "its jobs are gone")
 
     def completed(self, unit: Unit, program: Program) -> None:
         """A call made for the attempt elsewhere (a merged task's shared poll) ended:

@@ -5,13 +5,16 @@ This part asks ``flux_quantum.site_policy.SitePolicy`` (access rules, quotas, th
 ledger) on behalf of the other parts: ``Tasks`` leaves out the devices a job may not
 use before probing, drops the ones its task would not fit at selection, reserves the
 task's estimate before the create (a refusal fails the job, and no task is created),
-and notes the task's id once created; ``Outcomes`` hands over every attempt it leaves
-behind, so a reservation without a task is released and a task that may still run is
-watched (one poll per task, in a worker) until it ends and is settled at its actual
-cost. A settled cost goes to the job's eventlog (``qpu-cost``) and memo (``qpu_cost``).
+and notes the task's id once created; ``Lookups`` hands over every attempt left behind,
+so a reservation whose create never went out is released and a task that may still run
+is watched (one poll per task, in a worker) until it ends and is settled at its actual
+cost. A create that went out without an answer is never released here: ``Lookups`` asks
+the vendor for its task by token first, and hands back the task (``watch``) or the
+vendor's word that there is none (``release``). A settled cost goes to the job's eventlog (``qpu-cost``) and memo (``qpu_cost``).
 After a restart the recovered attempts are reserved again (``recovering``: never
 counted twice, the ledger is keyed by the task's token) and the ledger's open
-reservations that no held job owns are settled or released.
+reservations that no held job owns are settled, released (their token never reached
+the eventlog, so no create went out) or looked up (``sweep``).
 
 A task in a reserved window (Braket Direct, ``Attempt.window``) is reserved at nothing
 (the window is paid, booked in the ledger when the service starts) and settled at
@@ -47,6 +50,7 @@ from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.events import MergeSlot
 from flux_quantum.ledger import ChargeRecord, LedgerUnavailable
 from flux_quantum.protocol import COST_MEMO
+from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.retry import Retries
 from flux_quantum.service.state import Attempt, Program, Unit
@@ -92,11 +96,31 @@ class Billing:
         return max(0.0, min(ended, window.end) - start)
 
 
+@dataclass(frozen=True)
+class Trail:
+    """What a job's eventlog says of one token (``Charges.sweep``)."""
+
+    task: str | None
+    released: bool
+    submitted: bool  # its qpu-submit is there: the create may have gone out
+    window: str | None = None
+    merge: MergeSlot | None = None
+    since: float | None = None
+
+
+# Where a reservation goes whose create went out with no task named: (its billing, the
+# time before its create, whether to cancel the task once found).
+LookUp = Callable[[Billing, float, bool], None]
+
+
 class Charges:
-    def __init__(self, ctx: ServiceContext, site: SitePolicy | None, windows: Windows) -> None:
+    def __init__(
+        self, ctx: ServiceContext, site: SitePolicy | None, windows: Windows, cancels: Cancels
+    ) -> None:
         self.ctx = ctx
         self.site = site
         self.windows = windows
+        self.cancels = cancels
         self.watching: dict[str, Billing] = {}
         self._settled: set[str] = set()
         self.swept = False
@@ -278,9 +302,13 @@ class Charges:
 
     def attach(self, attempt: Attempt) -> None:
         """Note the vendor's task id beside its reservation."""
-        if self.site is None or attempt.token is None or attempt.task is None:
+        if attempt.token is not None and attempt.task is not None:
+            self._attach(attempt.token, attempt.task.task_id)
+
+    def _attach(self, token: str, task_id: str) -> None:
+        if self.site is None:
             return
-        ledger, token, task_id = self.site.ledger, attempt.token, attempt.task.task_id
+        ledger = self.site.ledger
         try:
             self._later(f"task {task_id} attached", lambda: ledger.attach(token, task_id))
         except FluxQuantumError as exc:
@@ -306,13 +334,14 @@ class Charges:
             return
         if attempt.task is None or attempt.token in self._settled:
             return
-        billing = self._billing(unit, program, attempt, list(unit.jobs))
+        billing = self.billing(unit, program, attempt, list(unit.jobs), attempt.task)
         self._finish(billing, snap.state, snap.t)
 
     def leave(self, unit: Unit, program: Program, attempt: Attempt, jobs: Sequence[int]) -> None:
         """The service stops tracking ``attempt`` (a fail-over, or its unit was
-        released, failed or abandoned): release a reservation that never got a task,
-        watch a task that may still run (and be billed) until it ends."""
+        released, failed or abandoned): release a reservation whose create never went
+        out, watch a task that may still run (and be billed) until it ends. A create
+        that went out without an answer is not for here: ``Lookups`` asks the vendor."""
         if self.site is None or attempt.token is None or not attempt.reserved:
             return
         if attempt.token in self._settled or attempt.token in self.watching:
@@ -322,7 +351,7 @@ class Charges:
             return
         if attempt.device is None:
             return
-        billing = self._billing(unit, program, attempt, jobs)
+        billing = self.billing(unit, program, attempt, jobs, attempt.task)
         snap = attempt.snapshot
         if snap is not None and snap.terminal:
             self._finish(billing, snap.state, snap.t)
@@ -332,6 +361,14 @@ class Charges:
             billing.due = snap.t + self._interval(billing)
         self.watching[attempt.token] = billing
 
+    def watch(self, billing: Billing) -> None:
+        """A task found by its token after its job left (``Lookups``): its id beside its
+        reservation, then watched until it ends and settled at what the vendor bills."""
+        if self.site is None or billing.token in self._settled or billing.token in self.watching:
+            return
+        self._attach(billing.token, billing.task.task_id)
+        self.watching[billing.token] = billing
+
     def _interval(self, billing: Billing) -> float:
         """How often a watched task is looked at: a window task's QPU time is measured
         by these looks, so at most every device check."""
@@ -340,14 +377,16 @@ class Charges:
             return cold
         return min(cold, self.ctx.options.device_check_interval)
 
-    def _billing(
-        self, unit: Unit, program: Program, attempt: Attempt, jobs: Sequence[int]
+    @staticmethod
+    def billing(
+        unit: Unit, program: Program, attempt: Attempt, jobs: Sequence[int], task: TaskRef
     ) -> Billing:
-        assert attempt.token and attempt.device and attempt.task
+        """What settles ``attempt``'s ``task`` once it ends."""
+        assert attempt.token and attempt.device
         return Billing(
             token=attempt.token,
             device=attempt.device,
-            task=attempt.task,
+            task=task,
             shots=unit.request.shots,
             unit=unit.id,
             jobs=tuple(jobs),
@@ -523,11 +562,13 @@ class Charges:
 
         ctx.workers.submit(poll, done)
 
-    def sweep(self, held: Iterable[int]) -> None:
+    def sweep(self, held: Iterable[int], look_up: LookUp) -> None:
         """Once, after the first scan that adopted the held jobs: the ledger's open
         reservations that no tracked attempt owns. One with a task is watched until the
-        task ends; one without is released once its job is no longer held (the job
-        ended, or it was released on another task) and its eventlog names no task."""
+        task ends; one whose job is no longer held (the job ended, or it was released on
+        another task) and whose token never reached its eventlog is released (the token
+        is recorded before the create); one whose token did, with no task named, goes to
+        ``look_up`` (``Lookups``: the vendor is asked for the task by its token)."""
         if self.site is None or self.swept:
             return
         self.swept = True
@@ -544,86 +585,87 @@ class Charges:
                 continue
             if record.jobid in held_ids or self.ctx.units.tracks(record.jobid):
                 continue
-            self._orphan(record)
+            self._orphan(record, look_up)
 
-    def _orphan(self, record: ChargeRecord) -> None:
+    def _orphan(self, record: ChargeRecord, look_up: LookUp) -> None:
         device = self.ctx.catalog.get(record.device)
         try:
-            task_id, released, window_name = self._in_eventlog(record)
+            trail = self._in_eventlog(record)
         except Exception as exc:  # tried again at the service's next start
             self.ctx.log(syslog.LOG_DEBUG, f"{record.jobid}: lookup failed: {exc}")
             return
-        task_id = record.task_id or task_id
-        if task_id is None:
+        task_id = record.task_id or trail.task
+        if task_id is None and not trail.submitted:
             self.release(record.token, "no task was created: the job left before its create")
             return
         if device is None:
             self.ctx.log(
                 syslog.LOG_WARNING,
-                f"ledger: task {task_id} is on {record.device}, no longer in the catalog: "
-                "left reserved",
+                f"ledger: the task of token {record.token} is on {record.device}, no longer "
+                "in the catalog: left reserved",
             )
             return
+        slot = trail.merge
         billing = Billing(
             token=record.token,
             device=device,
-            task=TaskRef(record.vendor, device.name, task_id, record.token),
+            task=TaskRef(
+                record.vendor,
+                device.name,
+                task_id or "",
+                slot.key if slot is not None else record.token,
+                program=slot.index if slot is not None else None,
+            ),
             shots=record.shots,
             unit=record.jobid,
             jobs=(record.jobid,),
             attached=False,
-            window=self.windows.book.named(window_name) if window_name else None,
+            window=self.windows.book.named(trail.window) if trail.window else None,
+            merged=slot,
         )
+        if task_id is None:
+            # The token went out, its task was never named: the vendor says.
+            since = trail.since if trail.since is not None else record.reserved_at
+            look_up(billing, since, not trail.released)
+            return
         self.watching[record.token] = billing
-        if not released:
+        if not trail.released:
             # Its job left while held (cancelled while no service ran): nobody will
             # read the result, so the task is cancelled as a live service would have.
-            self._cancel(billing)
+            self.cancels.cancel(billing.task, f"job {billing.unit} left while held")
 
-    def _cancel(self, billing: Billing) -> None:
-        try:
-            vendor = self.ctx.vendor(billing.task.vendor)
-        except (ValueError, FluxQuantumError) as exc:
-            self.ctx.log(syslog.LOG_WARNING, f"task {billing.task.task_id}: no vendor: {exc}")
-            return
-        billing.busy = True
-
-        def done(_: Any, error: BaseException | None) -> None:
-            billing.busy = False
-            if error is not None and not isinstance(error, NotFound):
-                self.ctx.log(
-                    syslog.LOG_INFO,
-                    f"task {billing.task.task_id} of job {billing.unit}, which left while "
-                    f"held: not cancelled ({error}); settled when it ends",
-                )
-                return
-            self.ctx.log(
-                syslog.LOG_INFO,
-                f"task {billing.task.task_id} of job {billing.unit}, which left while held: "
-                "cancelled",
-            )
-
-        self.ctx.workers.submit(lambda: vendor.cancel(billing.task), done)
-
-    def _in_eventlog(self, record: ChargeRecord) -> tuple[str | None, bool, str | None]:
-        """The task the job's eventlog names for the charge's token, whether the job was
-        released (whose consumer may read the task's result), and the reserved window
-        its ``qpu-submit`` says the task was created in."""
+    def _in_eventlog(self, record: ChargeRecord) -> Trail:
+        """What the job's eventlog says of the charge's token: the task it names, whether
+        the job was released (whose consumer may read the task's result), and the
+        ``qpu-submit`` of the token (the reserved window the task was created in, its
+        place in a merged task, when its create went out)."""
         job = self.ctx.flux.record(record.jobid)
         if job is None:
-            return None, True, None  # nothing to tell: leave the task alone
-        task = window = None
+            # Nothing to tell (the job is gone from Flux): the vendor is asked, and the
+            # task, if any, left to run.
+            return Trail(None, True, submitted=True)
+        task = submit = None
         for event in job.events:
             decoded = events.decode(event)
             if isinstance(decoded, events.TaskCreated) and decoded.token == record.token:
                 task = decoded.task
             elif isinstance(decoded, events.Submit) and decoded.token == record.token:
-                window = decoded.reservation
+                submit = decoded
         request = job.system.get("qpu")
         if isinstance(request, Mapping) and request.get("group") is not None:
-            # A fan-out group's other jobs may have been released on it.
-            return task, True, window
-        return task, events.replay(job.events).released, window
+            released = True  # a fan-out group's other jobs may have been released on it
+        else:
+            released = events.replay(job.events).released
+        if submit is None:
+            return Trail(task, released, submitted=False)
+        return Trail(
+            task,
+            released,
+            submitted=True,
+            window=submit.reservation,
+            merge=submit.slot,
+            since=submit.since,
+        )
 
     def close(self) -> None:
         if self.site is not None:

@@ -14,7 +14,9 @@ thread and never block. The parts, each given its collaborators here:
 - ``tasks``: the vendor task lifecycle (submit, track); ``selection`` chooses a device;
   ``programs`` reads a program file; ``attempts`` runs an attempt's calls in workers
   and retries them by the one ``retry`` policy
-- ``outcomes``: fail-over, fail, finish, cancel
+- ``outcomes``: fail-over, fail, finish; ``cancels``: the one way to cancel a task
+- ``lookups``: creates left without an answer, looked up by their token before their
+  reservation is released (their task cancelled and settled)
 - ``release``: release decisions and the release call
 - ``devices``: device status and the Fluxion graph following it
 - ``face``: memos and status
@@ -38,12 +40,14 @@ from typing import Any
 from flux_quantum.catalog import Catalog
 from flux_quantum.service.adoption import Adoption
 from flux_quantum.service.attempts import AttemptCalls
+from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import MODULE_NAME, Clock, Log, ServiceContext
 from flux_quantum.service.devices import Devices
 from flux_quantum.service.due import DueQueue
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import FluxSide, JobRecord
+from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.merges import Merges
 from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.outcomes import Outcomes
@@ -97,10 +101,20 @@ class QuantumService:
         self.windows = Windows(ctx, site)
         self.face = Face(ctx, self.windows)
         self.sessions = Sessions(ctx, self.face, session_keys or SessionKeys())
-        self.charges = Charges(ctx, site, self.windows)
-        self.outcomes = Outcomes(ctx, self.face, self.charges, self.sessions, self.windows)
+        self.cancels = Cancels(ctx)
+        self.charges = Charges(ctx, site, self.windows, self.cancels)
+        self.lookups = Lookups(ctx, self.charges, self.cancels)
+        self.outcomes = Outcomes(
+            ctx, self.face, self.lookups, self.cancels, self.sessions, self.windows
+        )
         self.calls = AttemptCalls(
-            ctx, workers, self.face, self.outcomes, orphan=self.sessions.orphan
+            ctx,
+            workers,
+            self.face,
+            self.outcomes,
+            self.cancels,
+            self.lookups,
+            orphan=self.sessions.orphan,
         )
         self.release = Release(ctx, self.face, self.outcomes, self.sessions)
         self.merges = Merges(ctx, site.merge if site is not None else None, self.charges.requester)
@@ -126,6 +140,7 @@ class QuantumService:
             self.release,
             self.tasks,
             self.charges,
+            self.lookups,
             self.sessions,
             self.windows,
         )
@@ -205,7 +220,8 @@ class QuantumService:
                 ctx.log(syslog.LOG_DEBUG, f"cluster view unavailable: {exc}")
         self._fenced("devices", self.devices.check, now)
         self._fenced("charges", self.charges.check, now)
-        self._fenced("cancels", self.outcomes.retry_cancels, now)
+        self._fenced("lookups", self.lookups.check, now)
+        self._fenced("cancels", self.cancels.retry, now)
         self._fenced("groups", self.outcomes.expire_groups, now)
         self._fenced("sessions", self.sessions.check, now)
         self._fenced("reservations", self.windows.check, now)
@@ -300,6 +316,8 @@ class QuantumService:
                 # Sessions kept for released jobs still running or a loop's steps, or
                 # being closed.
                 sessions_open=len(self.sessions.leases),
+                # Creates left without an answer, being looked up by their token.
+                looking_up=self.lookups.pending,
                 counters=ctx.counters.__dict__.copy(),
                 workers={"busy": ctx.workers.busy, "queued": ctx.workers.queued},
                 startup={

@@ -6,40 +6,28 @@ eventlog, cancelled if it may still run (it is billed), and followed by a new at
 what happened. A job whose reserved window (Braket Direct) ended before its task ran in
 it is told so (``qpu-reservation-ended``) and follows its end rule: a new attempt in the
 device's public queue, or the failure of the job. A unit that every job left has its
-tasks cancelled. Cancels that the vendor could not take are retried. Every attempt it leaves behind goes to ``Charges``
-(its reservation released, or its task watched until it is settled). This part never
-releases a job and never chooses a device: it only ends things and says why.
+tasks cancelled (``Cancels``: retried while the vendor cannot take them). Every attempt it
+leaves behind goes to ``Lookups``: its reservation released when its create never went
+out, its task watched until it is settled, a create without an answer looked up by its
+token first. This part never releases a job and never chooses a device: it only ends
+things and says why.
 """
 
 from __future__ import annotations
 
 import contextlib
 import syslog
-from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum import events, reservations
-from flux_quantum.errors import CommandError, FluxQuantumError
-from flux_quantum.service.charges import Charges
+from flux_quantum.errors import CommandError
+from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
-from flux_quantum.service.retry import Retries
+from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitState
 from flux_quantum.service.windows import Windows, ended_note
-from flux_quantum.vendors.base import TaskRef
-
-CANCEL_TRIES = 5  # retryable failures of a cancel before it is left to the vendor
-
-
-@dataclass
-class PendingCancel:
-    """A cancel the vendor could not take yet: tried again when ``due``."""
-
-    task: TaskRef
-    why: str
-    due: float = 0.0
-    retry: Retries = field(default_factory=Retries)
 
 
 class Outcomes:
@@ -47,16 +35,17 @@ class Outcomes:
         self,
         ctx: ServiceContext,
         face: Face,
-        charges: Charges,
+        lookups: Lookups,
+        cancels: Cancels,
         sessions: Sessions,
         windows: Windows,
     ) -> None:
         self.ctx = ctx
         self.face = face
-        self.charges = charges
+        self.lookups = lookups
+        self.cancels = cancels
         self.sessions = sessions
         self.windows = windows
-        self._pending_cancels: list[PendingCancel] = []
 
     # -- a program's attempt
 
@@ -73,7 +62,7 @@ class Outcomes:
             record = _with(record, action="cancel the stranded task")
         self.ctx.post_all(unit, record)
         if stranded and task is not None:
-            self.cancel(task, what, unit=unit)
+            self.cancels.cancel(task, what, unit=unit)
             attempt.cancelled = True
         self.failover(unit, program, attempt.device.name, what)
 
@@ -110,7 +99,7 @@ class Outcomes:
         ``mode``); the one it replaces goes to ``Charges``."""
         attempt = program.attempt
         following = attempt.following(failed, device_class)
-        self.charges.leave(unit, program, attempt, list(unit.jobs))
+        self.lookups.leave(unit, program, attempt, list(unit.jobs))
         program.attempt = following
         record = events.Failover(
             index=program.index,
@@ -164,7 +153,7 @@ class Outcomes:
             live = program.attempt.live_task()
             if live is not None:
                 # Braket cancels it at the end; nobody will read it.
-                self.cancel(live, f"{window.label} ended before it ran")
+                self.cancels.cancel(live, f"{window.label} ended before it ran")
                 program.attempt.cancelled = True
             self.next_attempt(
                 unit,
@@ -183,7 +172,7 @@ class Outcomes:
         for attempt in unit.attempts():
             task = attempt.live_task()
             if task is not None:
-                self.cancel(task, "its jobs failed", unit=unit)
+                self.cancels.cancel(task, "its jobs failed", unit=unit)
         self.sessions.unit_ended(unit, UnitState.FAILED, note)  # before its jobs leave
         ids = list(unit.jobs)
         if ids:
@@ -206,7 +195,7 @@ class Outcomes:
         for attempt in unit.attempts():
             task = attempt.live_task()
             if task is not None:
-                self.cancel(task, "every job riding it is gone", unit=unit)
+                self.cancels.cancel(task, "every job riding it is gone", unit=unit)
         self.finish(unit, UnitState.ABANDONED)
 
     def finish(self, unit: Unit, state: UnitState) -> None:
@@ -219,7 +208,7 @@ class Outcomes:
         self.windows.unit_ended(unit, state)
         for program in unit.programs:
             attempt = program.attempt
-            self.charges.leave(unit, program, attempt, riders)
+            self.lookups.leave(unit, program, attempt, riders)
             attempt.ended()
             if attempt.task is not None and attempt.device is not None:
                 ctx.estimator.forget_task(attempt.device.name, attempt.task.task_id)
@@ -231,67 +220,6 @@ class Outcomes:
 
     def expire_groups(self, now: float) -> None:
         self.ctx.units.expire_groups(now, self.ctx.options.group_linger)
-
-    # -- cancels
-
-    def cancel(self, task: TaskRef, why: str, *, unit: Unit | None = None) -> None:
-        """Cancel ``task`` (``why``: for the log), retried while the vendor cannot take
-        it; a merged task that another active unit than ``unit`` still needs is left to
-        run (the others' programs are in it)."""
-        if task.program is not None and self._needed(task, unit):
-            self.ctx.log(
-                syslog.LOG_INFO,
-                f"task {task.task_id} left running ({why}): other jobs' programs are in it",
-            )
-            return
-        self._cancel(PendingCancel(task, why))
-
-    def _cancel(self, pending: PendingCancel) -> None:
-        ctx = self.ctx
-        task = pending.task
-        try:
-            vendor = ctx.vendor(task.vendor)
-        except (ValueError, FluxQuantumError):
-            return
-
-        def done(result: Any, error: BaseException | None) -> None:
-            if error is None:
-                ctx.counters.tasks_cancelled += 1
-                ctx.log(syslog.LOG_INFO, f"cancelled task {task.task_id} ({pending.why})")
-                return
-            decision = ctx.retry.failed_call(
-                pending.retry, error, retryable_limit=CANCEL_TRIES, other_limit=1
-            )
-            if decision.give_up:
-                ctx.log(syslog.LOG_WARNING, f"cannot cancel task {task.task_id}: {error}")
-                return
-            pending.due = ctx.clock() + decision.delay
-            self._pending_cancels.append(pending)
-            level = syslog.LOG_INFO if decision.first else syslog.LOG_DEBUG
-            ctx.log(level, f"cannot cancel task {task.task_id} yet, will retry: {error}")
-
-        ctx.workers.submit(lambda: vendor.cancel(task), done)
-
-    def _needed(self, task: TaskRef, unit: Unit | None) -> bool:
-        """Whether an active unit other than ``unit`` still waits for ``task``."""
-        for other in self.ctx.active_units():
-            if other is unit:
-                continue
-            for attempt in other.attempts():
-                if (
-                    attempt.task is not None
-                    and attempt.task.task_id == task.task_id
-                    and attempt.phase is not Phase.DONE
-                    and not attempt.cancelled
-                ):
-                    return True
-        return False
-
-    def retry_cancels(self, now: float) -> None:
-        due = [c for c in self._pending_cancels if c.due <= now]
-        self._pending_cancels = [c for c in self._pending_cancels if c.due > now]
-        for pending in due:
-            self._cancel(pending)
 
 
 def _with(record: events.TaskProblem, **changes: Any) -> events.TaskProblem:

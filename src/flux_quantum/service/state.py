@@ -69,6 +69,11 @@ class Attempt:
     since: float | None = None  # taken before the create (qpu-submit): find_task's window
     ahead: int | None = None  # the device's pending count seen before the create
     look_first: bool = False  # token recorded by an earlier service: find before creating
+    # The create may have reached the vendor (handed to a worker, or recorded by an
+    # earlier service): never released unasked (``lookups.py``); ``creating``: it is out
+    # now, no answer yet.
+    sent: bool = False
+    creating: bool = False
     # Merged tasks (``merges.py``): waiting in the pool to be merged (no task, no slot
     # taken yet); the job's place in the merged task once recorded; why it goes alone.
     pooled: bool = False
@@ -130,7 +135,12 @@ class Attempt:
         self.since, self.ahead, self.merge = since, ahead, merge
         self.submit_posted = True
         self.look_first = True
+        self.sent = True
         self.phase = Phase.SUBMIT
+
+    def creating_now(self) -> None:
+        """Its create goes to a worker: from now on it may reach the vendor."""
+        self.sent = self.creating = True
 
     def tracked(
         self,
@@ -286,6 +296,7 @@ class Counters:
     vendor_errors: int = 0
     unexpected_errors: int = 0
     tasks_found: int = 0  # found again after a restart (find_task), not created
+    creates_looked_up: int = 0  # tasks of creates left without an answer, found by token
     sessions_opened: int = 0
     sessions_joined: int = 0  # a later step of a loop rode its loop's open session
     sessions_closed: int = 0

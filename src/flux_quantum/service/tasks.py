@@ -357,6 +357,7 @@ class Tasks:
         def created(unit: Unit, program: Program, attempt: Attempt, task: Any, error: Any) -> None:
             self._created(unit, program, attempt, task, error, found=bool(found))
 
+        attempt.creating_now()
         self.calls.call(unit, program, create, created)
 
     # -- merged tasks
@@ -434,6 +435,8 @@ class Tasks:
         def created(alive: list[tuple[Unit, Program]], task: Any, error: Any) -> None:
             self._set_created(alive, key, task, error, found=bool(found))
 
+        for _, member in members:
+            member.attempt.creating_now()
         self.calls.call_many(members, create, created)
 
     def _set_created(

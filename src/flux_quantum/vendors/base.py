@@ -416,6 +416,16 @@ class Vendor(abc.ABC):
         A vendor whose ``submit`` is idempotent by token looks nowhere: None."""
         return None
 
+    def lookup_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        """The task a create with ``token`` made on ``device`` at or after ``since``,
+        looked up WITHOUT creating one: the service asks it when a job left while its
+        create's answer never came. None only when the vendor says no task has that
+        token; raises a retryable ``VendorError`` when it cannot tell yet, and a
+        non-retryable one when it cannot tell at all. This default is ``find_task``: a
+        vendor whose ``find_task`` looks nowhere (an idempotent create, as Braket's)
+        must give its own."""
+        return self.find_task(device, token, since=since)
+
     def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
         """Open a session for a job's tasks on ``device``; a vendor without sessions
         answers job mode."""

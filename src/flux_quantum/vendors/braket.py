@@ -91,6 +91,9 @@ from flux_quantum.vendors.errors import (
 
 RESULTS_FILENAME = "results.json"
 TOKEN_MAX = 64  # CreateQuantumTask clientToken: 1..64 characters
+TOKEN_TAG = "flux-quantum-token"  # the clientToken, as a tag SearchQuantumTasks shows
+LOOKUP_SKEW = 300.0  # seconds before ``since`` a lookup searches from (clock skew)
+LOOKUP_PAGES = 50  # SearchQuantumTasks pages (100 tasks each) a lookup reads at most
 PROGRAM_SET_ACTION = "braket.ir.openqasm.program_set"
 # The tag of a program set task that says how many executables each program runs as
 # ("1.1.3.1"); absent: one each. Braket tag values: at most 256 characters.
@@ -757,7 +760,9 @@ class BraketVendor(Vendor):
             "action": action,
             "outputS3Bucket": bucket,
             "outputS3KeyPrefix": self.settings.s3_prefix,
-            "tags": {"flux-quantum": __version__},
+            # The token as a tag as well: a search finds the task by it without
+            # creating one (``lookup_task``), which the clientToken alone cannot.
+            "tags": {"flux-quantum": __version__, TOKEN_TAG: client_token(token)},
         }
         if reservation:
             # What AwsQuantumTask.create(reservation_arn=...) sends: the task waits QUEUED
@@ -1006,6 +1011,48 @@ class BraketVendor(Vendor):
             vendor=self.name,
             vendor_code="UnreadableResult",
             operation="GetObject",
+        )
+
+    def lookup_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        """The task created on ``device`` with ``token``, found by its token tag among
+        the tasks SearchQuantumTasks lists on the device since ``since`` (less
+        ``LOOKUP_SKEW``), never by a create. ``Conflict`` when more tasks than
+        ``LOOKUP_PAGES`` pages hold were created there since (it cannot tell)."""
+        braket = self._braket(device.region)
+        after = datetime.fromtimestamp(since - LOOKUP_SKEW, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        wanted = client_token(token)
+        request: dict[str, Any] = {
+            "filters": [
+                {"name": "deviceArn", "operator": "EQUAL", "values": [device.id]},
+                {"name": "createdAt", "operator": "GTE", "values": [after]},
+            ],
+            "maxResults": 100,
+        }
+        for _ in range(LOOKUP_PAGES):
+            page = self._call(
+                "SearchQuantumTasks",
+                device.name,
+                lambda request=dict(request): braket.search_quantum_tasks(**request),
+            )
+            for summary in page.get("quantumTasks") or []:
+                tags = summary.get("tags") if isinstance(summary, Mapping) else None
+                if isinstance(tags, Mapping) and tags.get(TOKEN_TAG) == wanted:
+                    arn = str(summary.get("quantumTaskArn") or "")
+                    if arn:
+                        return TaskRef(
+                            vendor=self.name, device=device.name, task_id=arn, token=wanted
+                        )
+            next_token = page.get("nextToken")
+            if not next_token:
+                return None
+            request["nextToken"] = next_token
+        raise Conflict(
+            f"{self.name} lookup of token {wanted} on {device.name}: more than "
+            f"{LOOKUP_PAGES * 100} tasks were created there since "
+            f"{after}; look for the tag {TOKEN_TAG}={wanted} in the console",
+            vendor=self.name,
+            vendor_code="TooManyTasks",
+            operation="SearchQuantumTasks",
         )
 
     def attach_and_poll(self, task: TaskRef) -> TaskSnapshot:

@@ -230,6 +230,12 @@ class LocalVendor(BraketVendor):
         ibm = self._ibm_side(device.id)
         return ibm.find_task(device, token, since=since) if ibm is not None else None
 
+    def lookup_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        ibm = self._ibm_side(device.id)
+        if ibm is not None:
+            return ibm.lookup_task(device, token, since=since)
+        return super().lookup_task(device, token, since=since)
+
     def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
         ibm = self._ibm_side(device.id)
         if ibm is None:

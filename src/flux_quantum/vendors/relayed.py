@@ -188,6 +188,9 @@ class RelayedVendor(Vendor):
     def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
         return self.own("find_task").find_task(device, token, since=since)
 
+    def lookup_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        return self.own("lookup_task").lookup_task(device, token, since=since)
+
     def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
         return self.own("open_session").open_session(device, mode)
 
