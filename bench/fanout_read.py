@@ -86,9 +86,9 @@ from typing import Any
 
 from benchlib import PROGRAM
 
-from flux_quantum import events
 from flux_quantum.emulator import Emulator, Scenario
 from flux_quantum.emulator.service import Call
+from flux_quantum.protocol import events
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -241,7 +241,7 @@ def own_plugins(outdir: Path) -> tuple[Path, Path, str]:
     the commit the header names, and a rebuild in the checkout during the run replaces
     no library under the broker), else copies of the installed ones."""
     from flux_quantum.cli.plugin import plugin_path
-    from flux_quantum.consumer import shell_plugin_path
+    from flux_quantum.job.consumer import shell_plugin_path
 
     sys.path.insert(0, str(REPO / "jobtap"))
     try:

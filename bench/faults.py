@@ -4,7 +4,7 @@
 This module owns the fault campaign: a seeded fault plan for the emulator, a seeded
 workload of hybrid jobs of every pattern, seeded disruptions of the site, the run in a
 real Flux instance, and the figures. It never fixes what it finds: it counts, prints and
-writes what the promise checker (``flux_quantum.promises``) says, and it exits 0 only
+writes what the promise checker (``flux_quantum.testing.promises``) says, and it exits 0 only
 when that checker finds no violation. It never reaches anything but loopback.
 
 The set-up, per arm: the project's emulator in this process (Braket-like QPUs and a
@@ -94,7 +94,7 @@ PROGRAMS = (
 # A loop's step: reads task k's result through the service, asks for the same program
 # again; the loop ends at --max-iterations.
 STEP = """import sys
-from flux_quantum.loop import Step
+from flux_quantum.job.loop import Step
 step = Step.current()
 if step is not None:
     counts = step.result(timeout=120).counts
@@ -1028,9 +1028,9 @@ class Arm:
             if journal.exists():
                 texts[f"{loopdir.name}/journal.jsonl"] = journal.read_text(errors="replace")
         try:
-            from flux_quantum import promises  # type: ignore[attr-defined]
+            from flux_quantum.testing import promises  # type: ignore[attr-defined]
         except ImportError:
-            res.errors.append("the promise checker flux_quantum.promises is not available")
+            res.errors.append("the promise checker flux_quantum.testing.promises is not available")
             return
         facts = promises.gather(
             uri=self.broker.env["FLUX_URI"],

@@ -27,7 +27,7 @@ PostgreSQL: a throwaway server that ``t/pgserver.py`` starts (initdb in a tempor
 directory, as ``nobody`` when run as root; fsync off, as a test server), or the one
 ``--url`` names (``--credentials FILE``: its password); the services are processes
 that connect over TCP to 127.0.0.1 (advisory locks on the user, see
-``flux_quantum.ledger``). No network but 127.0.0.1, no Flux.
+``flux_quantum.site.ledger``). No network but 127.0.0.1, no Flux.
 
     python bench/ledger.py --quick   # 300 attempts per service (< 1 min)
     python bench/ledger.py           # 3000 attempts per service -> bench/results/ledger.*
@@ -57,8 +57,8 @@ sys.path.insert(0, str(HERE.parent / "t"))  # t/pgserver.py: a throwaway Postgre
 
 from benchlib import revision  # noqa: E402
 
-from flux_quantum.ledger import Ledger, LedgerUnavailable, UsageQuery  # noqa: E402
-from flux_quantum.quota import Charge, QuotaConfig  # noqa: E402
+from flux_quantum.site.ledger import Ledger, LedgerUnavailable, UsageQuery  # noqa: E402
+from flux_quantum.site.quota import Charge, QuotaConfig  # noqa: E402
 
 DEFAULT_OUT = HERE / "results"
 PRICE = 0.05  # a task's estimate, in dollars

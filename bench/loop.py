@@ -107,7 +107,7 @@ from typing import Any
 
 from benchlib import percentile, read_rows, revision, verdict
 
-from flux_quantum import events
+from flux_quantum.protocol import events
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -319,8 +319,8 @@ class Bench:
     def __init__(self, work: Path, args: argparse.Namespace) -> None:
         from flux_quantum.cli.demo import Instance
         from flux_quantum.cli.plugin import instance_config
-        from flux_quantum.consumer import shell_plugin_path
         from flux_quantum.emulator import Emulator
+        from flux_quantum.job.consumer import shell_plugin_path
 
         self.work, self.args = work, args
         self.device = Device(args.queue_minutes, args.job_seconds, args.shots, args.fast)
@@ -460,7 +460,7 @@ class Bench:
         return json.loads(Path(f"{out}.state.json").read_text())
 
     def _chain(self, run: Run, iterations: int, jobids: list[str]) -> tuple[dict[str, Any], Path]:
-        from flux_quantum.loop import LoopDir
+        from flux_quantum.job.loop import LoopDir
 
         directory = self.work / "loops" / f"{run.arm}-{run.repeat}"
         argv = [

@@ -77,7 +77,7 @@ from typing import Any
 
 from benchlib import flux_command, percentile, revision, verdict
 
-from flux_quantum import events
+from flux_quantum.protocol import events
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -307,10 +307,10 @@ class Arm:
     ) -> None:
         from flux_quantum.cli.demo import Instance
         from flux_quantum.cli.plugin import instance_config
-        from flux_quantum.consumer import shell_plugin_path
         from flux_quantum.emulator import Emulator, Scenario
         from flux_quantum.emulator.clock import ScaledClock
         from flux_quantum.emulator.ibm_scenario import IbmScenario
+        from flux_quantum.job.consumer import shell_plugin_path
 
         if mode not in (*MODES, OPT_OUT):
             raise ValueError(f"mode must be one of {', '.join(MODES)}, {OPT_OUT}, got {mode!r}")

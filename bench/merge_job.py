@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if os.environ.get("FLUX_TASK_RANK", "0") != "0":
         return 0
-    from flux_quantum.consumer import current_task, wait_result
+    from flux_quantum.job.consumer import current_task, wait_result
 
     record: dict[str, object] = {"index": args.index, "ok": False}
     try:

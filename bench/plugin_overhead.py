@@ -258,7 +258,7 @@ def main() -> int:
     if args.inner:
         return inner(args)
 
-    from flux_quantum.plugin import plugin_path, validator_path
+    from flux_quantum.instance.plugin import plugin_path, validator_path
 
     plugin = str(plugin_path())
     with tempfile.TemporaryDirectory(prefix="fq-bench-") as tmp:

@@ -9,18 +9,18 @@ One run is one hybrid job's quantum task: a 4-qubit QAOA (p=1, MaxCut on a ring)
 OpenQASM 3 program at 1000 shots. Four policies choose its device:
 
 - ``random``: a seeded uniform choice among the devices that satisfy the request, i.e.
-  the candidates ``flux_quantum.policy.select_device`` marks eligible (online, inside
+  the candidates ``flux_quantum.selection.policies.select_device`` marks eligible (online, inside
   their window, enough qubits, slots free);
-- ``min-cost`` and ``min-queue``: ``flux_quantum.policy.select_device`` itself;
+- ``min-cost`` and ``min-queue``: ``flux_quantum.selection.policies.select_device`` itself;
 - ``max-fidelity``: ``select_device`` too, with ``class=qpu`` (every simulator is
   noise-free, so without it the choice is a simulator) and the program's gate counts
-  (``flux_quantum.qasm.count_program``: 12 one-qubit and 8 two-qubit gates, 4 qubits
+  (``flux_quantum.selection.qasm.count_program``: 12 one-qubit and 8 two-qubit gates, 4 qubits
   read), ranked by expected success from the calibration the emulated QPUs publish as
   Braket's standardized device properties and the probe reads.
 
 Then a budgeted run: the same ``max-fidelity`` jobs, in the same order, for one user
 under a monthly spend limit (``--budget``, default $150, in ``[quantum.quota]`` form)
-kept in a real ledger (``flux_quantum.site_policy.SitePolicy`` on a temporary SQLite
+kept in a real ledger (``flux_quantum.site.policy.SitePolicy`` on a temporary SQLite
 file): before each task the devices whose estimate no longer fits are excluded (the
 policy then picks the best one that fits), the chosen task is reserved, run, and settled
 at its cost. Reported: what was spent against the limit (never more), how many runs got a
@@ -105,18 +105,18 @@ from typing import Any
 
 from flux_quantum.catalog import Catalog, parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
-from flux_quantum.ledger import UsageQuery
-from flux_quantum.policy import (
+from flux_quantum.protocol.request import QpuRequest
+from flux_quantum.selection.policies import (
     DrainEstimator,
     NoDeviceError,
     expected_success,
     select_device,
     static_candidates,
 )
-from flux_quantum.qasm import count_program
-from flux_quantum.quota import format_money
-from flux_quantum.request import QpuRequest
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.selection.qasm import count_program
+from flux_quantum.site.ledger import UsageQuery
+from flux_quantum.site.policy import SitePolicy
+from flux_quantum.site.quota import format_money
 from flux_quantum.vendors import probe_devices
 from flux_quantum.vendors.base import TaskState, Vendor
 from flux_quantum.vendors.local import LocalVendor

@@ -64,7 +64,7 @@ from typing import Any
 
 from benchlib import flux_command, revision, verdict
 
-from flux_quantum import events
+from flux_quantum.protocol import events
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -188,9 +188,9 @@ class Arm:
     def __init__(self, work: Path, setup: Setup, arm: str, speed: float) -> None:
         from flux_quantum.cli.demo import Instance
         from flux_quantum.cli.plugin import instance_config
-        from flux_quantum.consumer import shell_plugin_path
         from flux_quantum.emulator import Emulator, Scenario
         from flux_quantum.emulator.clock import ScaledClock
+        from flux_quantum.job.consumer import shell_plugin_path
 
         self.work, self.setup, self.arm, self.speed = work, setup, arm, speed
         for sub in ("conf", "out"):

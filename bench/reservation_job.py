@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from flux_quantum.catalog import load_catalog
-from flux_quantum.consumer import current_task, own_vendor, watch_task
+from flux_quantum.job.consumer import current_task, own_vendor, watch_task
 from flux_quantum.vendors.base import TaskState
 from flux_quantum.vendors.errors import VendorError
 

@@ -79,8 +79,8 @@ from typing import Any
 
 from benchlib import percentile, verdict
 
-from flux_quantum import events
 from flux_quantum.emulator.clock import ScaledClock
+from flux_quantum.protocol import events
 from flux_quantum.service.runner import service_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -932,7 +932,7 @@ def held_phases(
     keys: Iterable[str],
 ) -> None:
     """Submit phases with every scenario job held: "plugin" loaded, "noplugin" not."""
-    from flux_quantum.plugin import plugin_path
+    from flux_quantum.instance.plugin import plugin_path
 
     for key in keys:
         loaded = "quantum.so" in inst.run("flux", "jobtap", "list").stdout

@@ -584,7 +584,7 @@ class App(threading.Thread):
             record.task = self.scouted[unit]
 
     def run(self) -> None:
-        from flux_quantum.plugin import PluginClient
+        from flux_quantum.instance.plugin import PluginClient
 
         plugin = PluginClient(self.handle)
         while not self.stop_flag.is_set():

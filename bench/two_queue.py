@@ -81,8 +81,8 @@ from typing import Any
 
 from benchlib import PROGRAM, percentile, read_rows, verdict
 
-from flux_quantum import events
 from flux_quantum.emulator.clock import ScaledClock
+from flux_quantum.protocol import events
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -416,7 +416,7 @@ class Bench:
     def __init__(self, work: Path, args: argparse.Namespace) -> None:
         from flux_quantum.cli.demo import Instance
         from flux_quantum.cli.plugin import instance_config
-        from flux_quantum.consumer import shell_plugin_path
+        from flux_quantum.job.consumer import shell_plugin_path
 
         self.work = work
         self.args = args

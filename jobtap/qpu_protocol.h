@@ -7,12 +7,12 @@
  * source; these are copies, and t/test_protocol.py fails when one
  * drifts from its definition in:
  *
- *   src/flux_quantum/protocol.py   attributes.system keys: the qpu
+ *   src/flux_quantum/protocol/jobspec.py   attributes.system keys: the qpu
  *                                  request, the dependency scheme, the
  *                                  release record (qpu_task, qpu_device,
  *                                  qpu_info and its keys)
- *   src/flux_quantum/events.py     the qpu-* eventlog events
- *   src/flux_quantum/consumer.py   the FLUX_QPU_* task environment
+ *   src/flux_quantum/protocol/events.py     the qpu-* eventlog events
+ *   src/flux_quantum/job/consumer.py   the FLUX_QPU_* task environment
  *
  * Add a name here only with its Python twin and its line in the test.
  *

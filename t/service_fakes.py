@@ -25,15 +25,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_quantum import events
 from flux_quantum.catalog import Catalog, Device, parse_catalog
 from flux_quantum.errors import CommandError
-from flux_quantum.plugin import HeldJob
-from flux_quantum.protocol import Released, ReleaseInfo
+from flux_quantum.instance.plugin import HeldJob
+from flux_quantum.protocol import events
+from flux_quantum.protocol.jobspec import Released, ReleaseInfo
 from flux_quantum.service import QuantumService, ServiceOptions
 from flux_quantum.service.fluxside import ClusterView, JobRecord
 from flux_quantum.service.sessionkeys import SessionKeys
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import (
     DeviceSnapshot,
     DeviceStatus,

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from catalogs import catalog_of
 
-from flux_quantum import access
-from flux_quantum.access import AccessConfigError, AccessRules, DeviceFacts, Requester
-from flux_quantum.policy import NoDeviceError, select_device
-from flux_quantum.request import parse_request
+from flux_quantum.protocol.request import parse_request
+from flux_quantum.selection.policies import NoDeviceError, select_device
+from flux_quantum.site import access
+from flux_quantum.site.access import AccessConfigError, AccessRules, DeviceFacts, Requester
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
 
-SRC = Path(access.__file__).resolve().parents[1]
-VALIDATOR = Path(access.__file__).with_name("validator.py")
+SRC = Path(access.__file__).resolve().parents[2]
+VALIDATOR = Path(access.__file__).parents[1] / "validator.py"
 
 SITE = {
     "default": "allow",
@@ -181,7 +181,7 @@ def test_access_module_uses_only_the_standard_library() -> None:
     assert imported - set(sys.stdlib_module_names) - {"__future__"} == set()
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-c",
-         f"import sys; sys.path.append({str(SRC)!r}); from flux_quantum import access;"
+         f"import sys; sys.path.append({str(SRC)!r}); from flux_quantum.site import access;"
          " print(access.AccessRules.from_config({'default': 'deny'}).decide("
          "access.Requester(1, 'a'), access.DeviceFacts('sv1')).allowed)"],
         capture_output=True, text=True, timeout=60,

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from service_fakes import OWNER, Harness, InlineWorkers, released_record
 
-from flux_quantum import events
-from flux_quantum.accounts import AccountsConfigError, SiteAccounts, request_account
 from flux_quantum.catalog import parse_catalog
-from flux_quantum.ledger import GuestError
-from flux_quantum.protocol import SITE_ACCOUNT, ReleaseInfo
+from flux_quantum.protocol import events
+from flux_quantum.protocol.jobspec import SITE_ACCOUNT, ReleaseInfo
 from flux_quantum.service.programs import ProgramError, read_program
 from flux_quantum.service.taskread import TaskReads, checked_request, readable_ref
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site.accounts import AccountsConfigError, SiteAccounts, request_account
+from flux_quantum.site.ledger import GuestError
+from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.errors import VendorUnavailable
 
 ALICE, BOB = 1001, 1002
@@ -316,7 +316,7 @@ def test_only_the_instance_owner_takes_the_service_name():
 def test_a_guest_who_may_not_query_the_plugin_is_not_told_it_is_missing():
     import errno
 
-    from flux_quantum.plugin import PluginNotLoaded, _plugin_error
+    from flux_quantum.instance.plugin import PluginNotLoaded, _plugin_error
 
     assert isinstance(_plugin_error("query", OSError(errno.ENOSYS, "x")), PluginNotLoaded)
     denied = _plugin_error("query", OSError(errno.EPERM, "Request requires owner credentials"))

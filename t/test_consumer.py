@@ -12,7 +12,9 @@ import pytest
 
 from flux_quantum.catalog import Catalog, load_catalog, packaged_catalog_path
 from flux_quantum.cli.task import Progress, TaskReport, format_json, format_text
-from flux_quantum.consumer import (
+from flux_quantum.emulator import Emulator, ManualClock
+from flux_quantum.errors import CommandError
+from flux_quantum.job.consumer import (
     ENV_VARS,
     JobTask,
     NoTaskError,
@@ -26,10 +28,8 @@ from flux_quantum.consumer import (
     wait_result,
     watch_task,
 )
-from flux_quantum.emulator import Emulator, ManualClock
-from flux_quantum.errors import CommandError
-from flux_quantum.events import parse_eventlog
-from flux_quantum.protocol import Released, ReleaseInfo
+from flux_quantum.protocol.events import parse_eventlog
+from flux_quantum.protocol.jobspec import Released, ReleaseInfo
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
 from flux_quantum.vendors.local import LocalVendor
 
@@ -325,7 +325,7 @@ def test_session_environment_names_qrmis_variables_or_says_why_there_is_none():
 
     from flux_quantum.catalog import parse_catalog
     from flux_quantum.cli.task import format_environment
-    from flux_quantum.consumer import JobTask, session_environment
+    from flux_quantum.job.consumer import JobTask, session_environment
 
     fez = parse_catalog(
         "devices:\n  - {name: fez, vendor: ibm, id: ibm_fez, class: qpu, qubits: 156,"

@@ -23,8 +23,8 @@ from fluxinstance import FluxInstance
 
 from flux_quantum.catalog import Catalog, load_catalog, packaged_catalog_path
 from flux_quantum.emulator import Emulator, ManualClock
-from flux_quantum.plugin import PluginClient
-from flux_quantum.protocol import ReleasedWindow, ReleaseInfo
+from flux_quantum.instance.plugin import PluginClient
+from flux_quantum.protocol.jobspec import ReleasedWindow, ReleaseInfo
 from flux_quantum.vendors.base import TaskRef
 from flux_quantum.vendors.local import LocalVendor
 
@@ -236,7 +236,7 @@ def test_task_json_inside_job_gives_counts_once_completed(
     ref = create_task(vendor, catalog, "local-sv1", "json-completed")
     clock.advance(10)
     python = (
-        f"{sys.executable} -c 'from flux_quantum.consumer import current_task, wait_result; "
+        f"{sys.executable} -c 'from flux_quantum.job.consumer import current_task, wait_result; "
         "t = current_task(); r = wait_result(t); "
         'print("helper", t.task_id, t.device, sorted(r.counts), sum(r.counts.values()))\''
     )

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from flux_quantum import reservations as braket_direct
 from flux_quantum.catalog import load_catalog, packaged_catalog_path
 from flux_quantum.cli.emulator import export_lines, main
 from flux_quantum.emulator import Emulator, ManualClock, ScaledClock, ScenarioError, WallClock
 from flux_quantum.emulator.direct import RESERVATIONS_PATH, book_wall, on_timeline
 from flux_quantum.emulator.scenario import RESERVATION_ARN
+from flux_quantum.site import reservations as braket_direct
 
 FORTE = "arn:aws:braket:us-east-1::device/qpu/ionq/Forte-1"
 GARNET = "arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet"

@@ -1,4 +1,4 @@
-"""Unit tier: the qpu-* eventlog protocol (flux_quantum.events): every record turns
+"""Unit tier: the qpu-* eventlog protocol (flux_quantum.protocol.events): every record turns
 into its context and back, malformed contexts are refused, the one parser skips what is
 not an event, and the one replay folds a job's events into what the service continues
 from."""
@@ -10,8 +10,8 @@ from dataclasses import MISSING, fields
 
 import pytest
 
-from flux_quantum import events
-from flux_quantum.events import merge_histories, parse_eventlog, replay, task_token
+from flux_quantum.protocol import events
+from flux_quantum.protocol.events import merge_histories, parse_eventlog, replay, task_token
 
 
 def ev(name, t=100.0, **context):

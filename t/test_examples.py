@@ -166,7 +166,7 @@ def load_script(name: str) -> Any:
 
 
 def make_loop(path: Path, program: str) -> Any:
-    from flux_quantum.loop import LoopDir, LoopSpec
+    from flux_quantum.job.loop import LoopDir, LoopSpec
 
     spec = LoopSpec(
         id="qaoa-test",
@@ -181,7 +181,7 @@ def make_loop(path: Path, program: str) -> Any:
 def simulated_step(loop: Any, k: int, read: list[int] | None = None) -> Any:
     """Step k whose task k ran on Braket's LocalSimulator: only reading the task's result
     (through Flux and the service in a real step) is replaced; ``read`` records reads."""
-    from flux_quantum.loop import Step
+    from flux_quantum.job.loop import Step
     from flux_quantum.vendors.base import TaskRef, TaskResult
 
     class SimulatedStep(Step):

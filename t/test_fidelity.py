@@ -15,9 +15,9 @@ from catalogs import catalog_of
 
 from flux_quantum.emulator import Scenario
 from flux_quantum.emulator.capabilities import capabilities_json
-from flux_quantum.policy import NoDeviceError, expected_success, select_device
-from flux_quantum.qasm import BELL_COUNTS, ProgramCounts, count_program
-from flux_quantum.request import parse_request
+from flux_quantum.protocol.request import parse_request
+from flux_quantum.selection.policies import NoDeviceError, expected_success, select_device
+from flux_quantum.selection.qasm import BELL_COUNTS, ProgramCounts, count_program
 from flux_quantum.vendors.base import Calibration, DeviceSnapshot, DeviceStatus
 from flux_quantum.vendors.braket import BraketVendor, read_calibration
 

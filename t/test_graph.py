@@ -1,5 +1,5 @@
 """Unit tier: the JGF flux-quantum gives Fluxion, and the jobspec request a released job
-carries (flux_quantum.graph), without Flux."""
+carries (flux_quantum.instance.graph), without Flux."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from flux_quantum import graph
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.cli.main import main
+from flux_quantum.instance import graph
 
 CATALOG = """
 devices:

@@ -9,9 +9,9 @@ import time
 import pytest
 from fluxinstance import FluxInstance, quantum_config
 
-from flux_quantum import graph
 from flux_quantum.catalog import parse_catalog
-from flux_quantum.plugin import PluginClient
+from flux_quantum.instance import graph
+from flux_quantum.instance.plugin import PluginClient
 
 pytestmark = pytest.mark.flux
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from service_fakes import Harness
 
-from flux_quantum import events
+from flux_quantum.protocol import events
 from flux_quantum.vendors.errors import VendorUnavailable
 
 

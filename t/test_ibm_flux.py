@@ -73,7 +73,7 @@ CATALOG = (
 RIDE = r"""
 import os
 from flux_quantum.catalog import load_catalog
-from flux_quantum.consumer import current_task
+from flux_quantum.job.consumer import current_task
 from flux_quantum.vendors.ibm import IbmSettings, IbmVendor
 
 job = current_task()

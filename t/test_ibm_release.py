@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from flux_quantum.poller import (
+from flux_quantum.selection.poller import (
     BacklogEstimate,
     PollSchedule,
     estimate_backlog,

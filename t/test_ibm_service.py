@@ -12,8 +12,8 @@ import json
 
 from service_fakes import CATALOG, FAST, Harness, QueueModel
 
-from flux_quantum import events
 from flux_quantum.catalog import parse_catalog
+from flux_quantum.protocol import events
 from flux_quantum.service.sessionkeys import SessionKeys
 
 FEZ = "ibm:fez"

@@ -22,8 +22,10 @@ import pgserver
 import pytest
 from catalogs import catalog_of
 
-from flux_quantum.access import Requester
-from flux_quantum.ledger import (
+from flux_quantum.protocol.request import parse_request
+from flux_quantum.selection.policies import NoDeviceError, select_device
+from flux_quantum.site.access import Requester
+from flux_quantum.site.ledger import (
     GuestError,
     Ledger,
     LedgerError,
@@ -32,10 +34,8 @@ from flux_quantum.ledger import (
     restrict_to_caller,
     serve_usage,
 )
-from flux_quantum.policy import NoDeviceError, select_device
-from flux_quantum.quota import Charge, QuotaConfig, actual_cost
-from flux_quantum.request import parse_request
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site.policy import SitePolicy
+from flux_quantum.site.quota import Charge, QuotaConfig, actual_cost
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, TaskState
 from flux_quantum.vendors.braket import BraketVendor, execution_seconds
 
@@ -432,7 +432,7 @@ def test_a_simulator_task_settles_at_its_billed_run_time(tmp_path: Path, make_em
     assert execution_seconds({"additionalMetadata": {"simulatorMetadata": None}}) is None
 
 
-# --- the service's entry points (flux_quantum.site_policy) ---------------------------------
+# --- the service's entry points (flux_quantum.site.policy) ---------------------------------
 
 
 def test_site_policy_as_the_service_uses_it(tmp_path: Path) -> None:
@@ -774,7 +774,7 @@ OLD_INSERT = (
 
 
 def test_a_bad_reservation_table_stops_the_site_policy_before_its_ledger(tmp_path: Path) -> None:
-    from flux_quantum.reservations import ReservationConfigError
+    from flux_quantum.site.reservations import ReservationConfigError
 
     path = tmp_path / "ledger.db"
     bad = {**WINDOW, "device": "nope"}
@@ -863,7 +863,7 @@ def test_usage_command_by_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[
     ],
 )  # fmt: skip
 def test_a_bad_ledger_table_is_one_sentence_naming_the_key(table: dict, sentence: str) -> None:
-    from flux_quantum.ledger import LedgerConfig, LedgerConfigError
+    from flux_quantum.site.ledger import LedgerConfig, LedgerConfigError
 
     with pytest.raises(LedgerConfigError) as caught:
         LedgerConfig.from_config(table)
@@ -873,7 +873,7 @@ def test_a_bad_ledger_table_is_one_sentence_naming_the_key(table: dict, sentence
 
 
 def test_the_credentials_file_must_be_the_services_and_private(tmp_path: Path) -> None:
-    from flux_quantum.ledger_store import read_credentials
+    from flux_quantum.site.ledger_store import read_credentials
 
     secret = tmp_path / "secret"
     secret.write_text("s3cret\n")

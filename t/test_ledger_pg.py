@@ -20,15 +20,15 @@ MISSING = pgserver.missing()
 if MISSING is not None:
     pytest.skip(MISSING, allow_module_level=True)
 
-from flux_quantum.ledger import (  # noqa: E402
+from flux_quantum.site.ledger import (  # noqa: E402
     Ledger,
     LedgerError,
     LedgerUnavailable,
     UsageQuery,
     restrict_to_caller,
 )
-from flux_quantum.quota import Charge, QuotaConfig  # noqa: E402
-from flux_quantum.site_policy import SitePolicy  # noqa: E402
+from flux_quantum.site.policy import SitePolicy  # noqa: E402
+from flux_quantum.site.quota import Charge, QuotaConfig  # noqa: E402
 
 JUNE_3 = datetime(2025, 6, 3, 15, 30, tzinfo=UTC).timestamp()
 DOLLAR_A_DAY = QuotaConfig.from_config(
@@ -212,7 +212,7 @@ def test_the_site_policy_opens_it_from_quantum_ledger(pg_server, shared, tmp_pat
 
 
 def test_readers_see_every_cluster_and_cannot_write(shared) -> None:
-    from flux_quantum.promises import read_ledger
+    from flux_quantum.testing.promises import read_ledger
 
     alpha, beta = shared("alpha"), shared("beta")
     alpha.reserve(charge("fq-4-1-0-0", 0.2, jobid=4), DOLLAR_A_DAY)

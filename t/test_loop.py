@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from flux_quantum.consumer import JobTask
 from flux_quantum.errors import CommandError
-from flux_quantum.loop import (
+from flux_quantum.job.consumer import JobTask
+from flux_quantum.job.loop import (
     BUDGET,
     CONVERGED,
     FAILED,
@@ -28,7 +28,7 @@ from flux_quantum.loop import (
     decode_line,
     replay,
 )
-from flux_quantum.loopsteps import task_facts
+from flux_quantum.job.loopsteps import task_facts
 
 PROGRAM = "OPENQASM 3;\nqubit[1] q;\nbit[1] c;\nh q[0];\nc[0] = measure q[0];\n"
 

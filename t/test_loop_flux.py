@@ -87,11 +87,11 @@ CATALOG = (
 )
 
 
-# The step in Python (flux_quantum.loop.Step): reads result k through the service,
+# The step in Python (flux_quantum.job.loop.Step): reads result k through the service,
 # reports the share of 1s as its value, keeps every value in its state, writes program
 # k+1 (program k flipped).
 STEP_PY = f"""
-from flux_quantum.loop import Step
+from flux_quantum.job.loop import Step
 
 FLIP = {FLIP!r}
 step = Step.current()

@@ -10,8 +10,8 @@ import json
 
 from service_fakes import CATALOG, FAST, Harness, QueueModel
 
-from flux_quantum import events
 from flux_quantum.catalog import parse_catalog
+from flux_quantum.protocol import events
 
 LINGER = FAST.loop_linger  # the default: 5 s
 

@@ -1,4 +1,4 @@
-"""Merged tasks' pure decisions (flux_quantum.merging): the ``[quantum.merge]`` table and its
+"""Merged tasks' pure decisions (flux_quantum.site.merging): the ``[quantum.merge]`` table and its
 errors, who may share a task, batches within the vendors' limits (Braket's executables
 of the shots' gcd, IBM's executions and input bytes), the bounded wait, the cost rule
 with shares that add up to the bill to the cent, and the sentences. Where a limit is the
@@ -21,7 +21,7 @@ from botocore.config import Config
 from flux_quantum.catalog import PriceModel, parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.emulator.ibm_scenario import IbmScenario
-from flux_quantum.merging import (
+from flux_quantum.site.merging import (
     BOUND_GAIN,
     BOUND_MAX_WAIT,
     BOUND_QUEUE,

@@ -49,7 +49,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
 # The job reads its own result exactly as any job does, and prints what it got.
 READER = """\
 import json
-from flux_quantum.consumer import current_task, wait_result
+from flux_quantum.job.consumer import current_task, wait_result
 
 task = current_task()
 result = wait_result(task, timeout=90, poll_interval=0.2, max_interval=1.0)

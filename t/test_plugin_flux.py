@@ -113,7 +113,7 @@ def test_list_is_unchanged_until_the_held_set_moves(inst):
     job is held or leaves (the service lists every second)."""
     import flux
 
-    from flux_quantum.plugin import PluginClient
+    from flux_quantum.instance.plugin import PluginClient
 
     client = PluginClient(flux.Flux(inst.uri))
     jobs, generation = client.list_since(None)
@@ -137,7 +137,7 @@ def test_records_give_a_held_jobs_jobspec_and_the_qpu_events_of_its_eventlog(ins
     submission, the very qpu-* entries of its eventlog; anything else is left out."""
     import flux
 
-    from flux_quantum.plugin import PluginClient
+    from flux_quantum.instance.plugin import PluginClient
     from flux_quantum.service.fluxside import FluxJobs
 
     h = flux.Flux(inst.uri)
@@ -179,7 +179,7 @@ def test_pipelined_rpcs_answer_in_order_with_flux_errors(inst):
 
     import flux
 
-    from flux_quantum.fluxrpc import RpcError, pipelined
+    from flux_quantum.instance.rpc import RpcError, pipelined
 
     h = flux.Flux(inst.uri)
     jobid = jobid_int(inst, inst.submit("--setattr=qpu=sv1", "true"))
@@ -218,7 +218,7 @@ def test_query_reports_counts_and_config(inst):
 )
 def test_bad_requests_rejected_at_submit_and_nothing_queued(inst, attr):
     from flux_quantum.errors import FluxQuantumError
-    from flux_quantum.request import parse_request
+    from flux_quantum.protocol.request import parse_request
 
     key, _, raw = attr.partition("=")
     try:
@@ -298,7 +298,7 @@ def test_event_service_posts_qpu_events_only(inst):
     inst.wait_event(jobid, "dependency-add")
     script = (
         "import flux,sys\n"
-        "from flux_quantum.plugin import PluginClient\n"
+        "from flux_quantum.instance.plugin import PluginClient\n"
         "c = PluginClient()\n"
         "c.post_event(int(sys.argv[1]), 'qpu-submit', {'token': 'tok-1', 'device': 'sv1'})\n"
         "try:\n"
@@ -318,7 +318,7 @@ def test_event_service_posts_qpu_events_only(inst):
 
 
 def test_bad_plugin_config_fails_load_naming_key(tmp_path):
-    from flux_quantum.plugin import plugin_path
+    from flux_quantum.instance.plugin import plugin_path
 
     inst = FluxInstance(tmp_path, config="").start()
     try:
@@ -346,7 +346,7 @@ def test_job_manager_reload_keeps_held_jobs(tmp_path):
             inst.wait_event(jobid, "dependency-add")
         import flux
 
-        from flux_quantum.plugin import PluginClient
+        from flux_quantum.instance.plugin import PluginClient
         from flux_quantum.service.fluxside import FluxJobs
 
         numbers = [jobid_int(inst, j) for j in ids]
@@ -428,7 +428,7 @@ def test_plugin_starts_no_python_in_broker(inst):
 def test_etc_snippet_loads_plugin_and_validator(tmp_path):
     from pathlib import Path
 
-    from flux_quantum.plugin import plugin_path
+    from flux_quantum.instance.plugin import plugin_path
 
     prefix = plugin_path().parents[2]
     snippet = (Path(__file__).parents[1] / "etc/flux-quantum/quantum.toml").read_text()

@@ -9,13 +9,13 @@ import json
 import pytest
 
 from flux_quantum.catalog import parse_catalog
-from flux_quantum.policy import (
+from flux_quantum.protocol.request import parse_request
+from flux_quantum.selection.policies import (
     DrainEstimator,
     NoDeviceError,
     select_device,
     static_candidates,
 )
-from flux_quantum.request import parse_request
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
 
 FLEET_YAML = """

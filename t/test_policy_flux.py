@@ -24,8 +24,8 @@ from test_service_flux import FAST, GHZ
 
 from flux_quantum.catalog import load_catalog
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
-from flux_quantum.quota import Charge
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site.policy import SitePolicy
+from flux_quantum.site.quota import Charge
 
 pytestmark = pytest.mark.flux
 

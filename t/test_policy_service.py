@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from service_fakes import OWNER, Clock, Harness, QueueModel, ScriptedVendor
 
-from flux_quantum import events
 from flux_quantum.catalog import parse_catalog
-from flux_quantum.ledger import Ledger, UsageQuery
-from flux_quantum.policy import select_device
-from flux_quantum.quota import Charge
-from flux_quantum.request import parse_request
+from flux_quantum.protocol import events
+from flux_quantum.protocol.request import parse_request
+from flux_quantum.selection.policies import select_device
 from flux_quantum.service import compact_explanation
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site.ledger import Ledger, UsageQuery
+from flux_quantum.site.policy import SitePolicy
+from flux_quantum.site.quota import Charge
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, TaskRef, TaskResult
 from flux_quantum.vendors.braket import execution_seconds
 from flux_quantum.vendors.errors import InvalidRequest
@@ -467,7 +467,7 @@ class Outage:
         self.kind, self.where, self.columns = store.kind, store.where, store.columns
 
     def _check(self) -> None:
-        from flux_quantum.ledger import LedgerUnavailable
+        from flux_quantum.site.ledger import LedgerUnavailable
 
         if self.down:
             raise LedgerUnavailable("ledger: the ledger's database is unavailable: refused")

@@ -1,11 +1,11 @@
-"""Unit tier: which devices can run which program (``flux_quantum.program_kinds``)."""
+"""Unit tier: which devices can run which program (``flux_quantum.selection.program_kinds``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from flux_quantum import program_kinds as pk
+from flux_quantum.selection import program_kinds as pk
 from flux_quantum.service.programs import DEFAULT_PROGRAM
 
 PULSER = (Path(__file__).parent / "data" / "pulser_two_atoms.json").read_text()

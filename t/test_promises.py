@@ -1,4 +1,4 @@
-"""Unit tier: the promise checker (``flux_quantum.promises``) on Facts built by hand.
+"""Unit tier: the promise checker (``flux_quantum.testing.promises``) on Facts built by hand.
 
 For every promise a case that breaks it and a near case that does not (a fail-over
 after a FAILED task, a failure with a reason, a job cancelled by its user, ...); the
@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from flux_quantum import events
-from flux_quantum.events import Event
-from flux_quantum.ledger import Ledger
-from flux_quantum.promises import (
+from flux_quantum.protocol import events
+from flux_quantum.protocol.events import Event
+from flux_quantum.site.ledger import Ledger
+from flux_quantum.site.quota import Charge, QuotaConfig
+from flux_quantum.testing.promises import (
     PROMISES,
     Bill,
     BilledSession,
@@ -34,7 +35,6 @@ from flux_quantum.promises import (
     read_report,
     state_of,
 )
-from flux_quantum.quota import Charge, QuotaConfig
 from flux_quantum.vendors.base import VendorSession
 
 T0 = 1_780_000_000.0

@@ -1,4 +1,4 @@
-"""Unit tier: the jobspec half of the protocol (flux_quantum.protocol) — the release record
+"""Unit tier: the jobspec half of the protocol (flux_quantum.protocol.jobspec) — the release record
 written into a job's jobspec and read back without trusting it, the memos on a held job —
 and the C plugins' copies of the names (jobtap/qpu_protocol.h), which must not drift."""
 
@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from flux_quantum import consumer, events, protocol, request
-from flux_quantum.protocol import HeldMemo, Released, ReleaseInfo, released
+from flux_quantum.job import consumer
+from flux_quantum.protocol import events, request
+from flux_quantum.protocol import jobspec as protocol
+from flux_quantum.protocol.jobspec import HeldMemo, Released, ReleaseInfo, released
 
 JOBTAP = Path(__file__).resolve().parents[1] / "jobtap"
 HEADER = JOBTAP / "qpu_protocol.h"

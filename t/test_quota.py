@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from catalogs import DEVICES, catalog_of
 
-from flux_quantum.quota import (
+from flux_quantum.site.quota import (
     Charge,
     QuotaConfig,
     QuotaConfigError,

@@ -163,7 +163,7 @@ def test_a_result_read_rides_out_a_service_restart_and_a_failed_download():
     """The task is paid for: its result is waited for while the service restarts (no
     service answers) or the vendor's download fails (the service says EIO), as a poll
     is (bench/faults.py saw released jobs fail on either)."""
-    from flux_quantum.consumer import result_of
+    from flux_quantum.job.consumer import result_of
 
     handle = Replies(
         [
@@ -179,8 +179,8 @@ def test_a_result_read_rides_out_a_service_restart_and_a_failed_download():
 
 
 def test_a_result_read_gives_up_after_the_error_time_with_the_services_words():
-    from flux_quantum.consumer import result_of
     from flux_quantum.errors import CommandError
+    from flux_quantum.job.consumer import result_of
 
     handle = Replies([OSError(errno.EIO, "the vendor fails")] * 100)
     clock = Clock()

@@ -1,4 +1,4 @@
-"""Unit tier for the ``qpu`` request model (flux_quantum.request).
+"""Unit tier for the ``qpu`` request model (flux_quantum.protocol.request).
 
 Every malformed input is checked against its exact message, because that message is
 what a user reads after ``flux submit``. The last test drives the ingest validator in a
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-import flux_quantum.request as request_module
+import flux_quantum.protocol.request as request_module
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.protocol import RELEASE_ATTRIBUTES
-from flux_quantum.request import (
+from flux_quantum.protocol.jobspec import RELEASE_ATTRIBUTES
+from flux_quantum.protocol.request import (
     QpuRequest,
     RequestError,
     check_jobspec_attributes,
@@ -32,9 +32,9 @@ from flux_quantum.request import (
     parse_request,
 )
 
-SRC = Path(request_module.__file__).resolve().parents[1]
+SRC = Path(request_module.__file__).resolve().parents[2]
 ROOT = Path(__file__).resolve().parents[1]  # the repository (the package may be installed)
-VALIDATOR = Path(request_module.__file__).with_name("validator.py")
+VALIDATOR = Path(request_module.__file__).parents[1] / "validator.py"
 
 RULE = "lower-case letters, digits, '-', '_', '.' (at most 64, first a letter or digit)"
 TOP = "qpu must be 'any', DEVICE, VENDOR:DEVICE, VENDOR:any or a table of qpu.KEY values, got "
@@ -725,7 +725,7 @@ def test_request_module_uses_only_the_standard_library() -> None:
     # And the package import chain it pulls in works with no site-packages at all.
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-c",
-         f"import sys; sys.path.append({str(SRC)!r}); import flux_quantum.request as r;"
+         f"import sys; sys.path.append({str(SRC)!r}); import flux_quantum.protocol.request as r;"
          " print(r.parse_request('braket:sv1').describe())"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -780,7 +780,7 @@ def test_validator_in_real_flux(tmp_path: Path) -> None:
 
 
 def test_vendor_credentials_in_the_submit_environment_are_named():
-    from flux_quantum.request import credential_refusal, credential_variables
+    from flux_quantum.protocol.request import credential_refusal, credential_variables
 
     system = {
         "environment": {

@@ -1,4 +1,4 @@
-"""The site's Braket Direct windows (flux_quantum.reservations): every key of a
+"""The site's Braket Direct windows (flux_quantum.site.reservations): every key of a
 ``[[quantum.reservations]]`` table refused with its own sentence, the date-time forms
 (``flux config get``'s TOML date-time object, RFC 3339 with its offset, epoch seconds),
 duplicate names, overlaps and non-Braket devices; who may use a window; admission into a
@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 from catalogs import catalog_of
 
-from flux_quantum.access import Requester
 from flux_quantum.catalog import parse_catalog
-from flux_quantum.reservations import (
+from flux_quantum.site.access import Requester
+from flux_quantum.site.reservations import (
     FAIL,
     NEXT,
     NOW,

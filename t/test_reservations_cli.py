@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from catalogs import DEVICES
 
-from flux_quantum.access import Requester
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.cli.main import main
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site.access import Requester
+from flux_quantum.site.policy import SitePolicy
 
 HOUR = 3600.0
 ARN = "arn:aws:braket:us-east-1:123456789012:reservation/"
@@ -271,7 +271,7 @@ def test_the_live_part_from_the_services_status() -> None:
     service status --json``): its jobs, tasks, QPU time and utilisation win over the
     ledger's, whose share is kept."""
     from flux_quantum.cli.reservations import window_record, window_row
-    from flux_quantum.reservations import ReservationBook
+    from flux_quantum.site.reservations import ReservationBook
 
     now = hour_floor(time.time())
     (forte,) = ReservationBook.from_config(

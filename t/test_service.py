@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from flux_quantum.catalog import load_catalog
-from flux_quantum.policy import select_device
-from flux_quantum.request import parse_request
+from flux_quantum.protocol.request import parse_request
+from flux_quantum.selection.policies import select_device
 from flux_quantum.service import (
     DEFAULT_PROGRAM,
     ClusterView,

@@ -557,7 +557,7 @@ def test_recorded_token_without_a_task_gets_the_same_task_back(inst, qpu, catalo
     returns the task it already has."""
     from flux.job import JobID
 
-    from flux_quantum.plugin import PluginClient
+    from flux_quantum.instance.plugin import PluginClient
 
     (inst.workdir / "bell.qasm").write_text(BELL)
     jobid = qpu.submit(
@@ -925,7 +925,7 @@ def test_graph_loaded_release_allocates_the_qpu_and_status_follows_the_vendor(tm
 VARIATIONAL = r"""
 import os
 from flux_quantum.catalog import load_catalog
-from flux_quantum.consumer import current_task, open_vendor, result_of, watch_task
+from flux_quantum.job.consumer import current_task, open_vendor, result_of, watch_task
 
 job = current_task()  # released at the first task: the job now holds its nodes
 vendor = open_vendor(job)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from service_fakes import FAST, FakeFlux, Harness, QueueModel
 
-from flux_quantum import events
-from flux_quantum.request import parse_request
+from flux_quantum.protocol import events
+from flux_quantum.protocol.request import parse_request
 from flux_quantum.service.due import DueQueue
 from flux_quantum.service.retry import Retries, RetryPolicy
 from flux_quantum.service.state import Member, Program, Unit, UnitState
@@ -154,7 +154,7 @@ def test_a_session_close_is_retried_by_the_policy():
 
 
 def test_a_settlement_never_gives_up(tmp_path):
-    from flux_quantum.site_policy import SitePolicy
+    from flux_quantum.site.policy import SitePolicy
 
     site = SitePolicy.from_config({"ledger": {"path": str(tmp_path / "ledger.db")}})
     h = Harness({"alpha": QueueModel(3)}, site=site)

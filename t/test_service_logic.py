@@ -10,7 +10,7 @@ import syslog
 
 from service_fakes import FAST, Harness, QueueModel
 
-from flux_quantum import events
+from flux_quantum.protocol import events
 from flux_quantum.service import ServiceOptions
 from flux_quantum.service.fluxside import ClusterView
 from flux_quantum.vendors.base import DeviceStatus

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from service_fakes import CATALOG, Harness, QueueModel
 
-from flux_quantum import events
 from flux_quantum.catalog import parse_catalog
-from flux_quantum.ledger import ChargeRecord
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.protocol import events
+from flux_quantum.site.ledger import ChargeRecord
+from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.errors import InvalidRequest
 
 

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from service_fakes import CATALOG, OWNER, Harness, InlineWorkers, QueueModel, released_record
 
-from flux_quantum import events, merging
 from flux_quantum.catalog import parse_catalog
-from flux_quantum.protocol import ReleaseInfo
+from flux_quantum.protocol import events
+from flux_quantum.protocol.jobspec import ReleaseInfo
 from flux_quantum.service.taskread import TaskReads, readable_ref
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site import merging
+from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import TaskRef, TaskState
 from flux_quantum.vendors.errors import VendorUnavailable
 

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from service_fakes import CATALOG, FAST, OWNER, Harness, QueueModel
 
-from flux_quantum import events
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.errors import CommandError
-from flux_quantum.ledger import Ledger
-from flux_quantum.protocol import ReleaseInfo
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.protocol import events
+from flux_quantum.protocol.jobspec import ReleaseInfo
+from flux_quantum.site.ledger import Ledger
+from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.errors import VendorUnavailable
 
 ARN = "arn:aws:braket:us-east-1:123456789012:reservation/alpha-w"

@@ -160,7 +160,7 @@ chmod 0600 /var/lib/flux/.aws/credentials
 # --- the job-shell plugin, for every job of every instance on the node ---------
 INITRC=$(flux config builtin shell_initrc)
 mkdir -p "$(dirname "$INITRC")/lua.d"
-"$VENV/bin/python" -c 'from flux_quantum.consumer import shell_initrc_line, shell_plugin_path
+"$VENV/bin/python" -c 'from flux_quantum.job.consumer import shell_initrc_line, shell_plugin_path
 print(shell_initrc_line(shell_plugin_path()))' >"$(dirname "$INITRC")/lua.d/flux-quantum.lua"
 
 # --- the handler service, loaded at boot on rank 0 -----------------------------

@@ -39,7 +39,8 @@ from typing import Any
 import maxcut
 
 from flux_quantum.catalog import CatalogError, Device, load_catalog
-from flux_quantum.consumer import (
+from flux_quantum.errors import CommandError
+from flux_quantum.job.consumer import (
     JobTask,
     current_task,
     own_vendor,
@@ -48,7 +49,6 @@ from flux_quantum.consumer import (
     wait_result,
     watch_task,
 )
-from flux_quantum.errors import CommandError
 from flux_quantum.vendors.base import Vendor
 from flux_quantum.vendors.errors import VendorError
 

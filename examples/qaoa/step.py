@@ -29,7 +29,7 @@ from typing import Any
 import maxcut
 
 from flux_quantum.errors import CommandError
-from flux_quantum.loop import Step
+from flux_quantum.job.loop import Step
 
 
 def options(argv: list[str] | None) -> maxcut.SpsaConfig:

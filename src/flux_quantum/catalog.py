@@ -55,7 +55,7 @@ VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 _DEVICE_FIELDS = ("name", "vendor", "id", "class", "qubits", "region", "price", "slots")
 _OPTIONAL_DEVICE_FIELDS = ("properties",)
 _PRICE_FIELDS = ("per_task", "per_shot", "per_minute", "min_seconds")
-# Same rule as device names in a qpu request (flux_quantum.request), so that every
+# Same rule as device names in a qpu request (flux_quantum.protocol.request), so that every
 # catalog device can be asked for by name.
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$", re.ASCII)
 _ARN_RE = re.compile(r"^arn:aws:braket:([a-z0-9-]*):[0-9]*:device/.+$")

@@ -7,8 +7,8 @@ Load it by path next to the stock plugin::
 
 It runs in Flux's own Python (the one flux-core was built with), usually without
 flux-quantum installed, so it finds the package next to this file. It owns nothing but
-that glue: the request checks live in :func:`flux_quantum.request.check_jobspec_attributes`
-and the site's ``[quantum.access]`` rules in :mod:`flux_quantum.access` (both
+that glue: the request checks live in :func:`flux_quantum.protocol.request.check_jobspec_attributes`
+and the site's ``[quantum.access]`` rules in :mod:`flux_quantum.site.access` (both
 standard-library only). It never talks to a vendor and never changes the jobspec; jobs
 without ``attributes.system.qpu`` pass untouched. Only when access rules are configured
 does it read the catalog once, at start, for the vendor and class of named devices (the
@@ -31,13 +31,13 @@ if TYPE_CHECKING:
     from flux.job.validator.validator import ValidatorJobInfo
 
 try:
-    import flux_quantum.request as qpu_request
+    import flux_quantum.protocol.request as qpu_request
 except ImportError:
     # Append, never insert: an earlier sys.path entry (a venv) may hold another
     # ``flux`` package that must not shadow the broker's own bindings.
     sys.path.append(str(Path(__file__).resolve().parents[1]))
-    import flux_quantum.request as qpu_request
-from flux_quantum import access
+    import flux_quantum.protocol.request as qpu_request
+from flux_quantum.site import access
 
 
 def _catalog_facts(path: str | None) -> dict[str, access.DeviceFacts]:

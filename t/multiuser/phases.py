@@ -157,9 +157,9 @@ def texts() -> dict[str, str]:
 
 
 def check_promises(jobids: Iterable[str]) -> dict[str, Any]:
-    """The promise checker (flux_quantum.promises) over these jobs, the emulator's
+    """The promise checker (flux_quantum.testing.promises) over these jobs, the emulator's
     report, the system ledger and the logs; fails naming every violation."""
-    from flux_quantum.promises import check, gather
+    from flux_quantum.testing.promises import check, gather
 
     ids = [jobid_int(j) for j in jobids]
     facts = gather(

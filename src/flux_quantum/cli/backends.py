@@ -20,9 +20,9 @@ from typing import Any
 from flux_quantum.catalog import Catalog, Device
 from flux_quantum.cli import table
 from flux_quantum.errors import CommandError
-from flux_quantum.policy import NoDeviceError, select_device, static_candidates
-from flux_quantum.qasm import count_program
-from flux_quantum.request import RequestError, parse_request
+from flux_quantum.protocol.request import RequestError, parse_request
+from flux_quantum.selection.policies import NoDeviceError, select_device, static_candidates
+from flux_quantum.selection.qasm import count_program
 from flux_quantum.vendors import make_vendor, probe_devices
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, Vendor
 
@@ -121,7 +121,7 @@ def graph_slots(devices: Iterable[Device]) -> dict[str, str] | None:
     try:
         import flux
 
-        from flux_quantum.graph import find_qpus
+        from flux_quantum.instance.graph import find_qpus
 
         vertices = find_qpus(flux.Flux())
     except Exception:  # no Fluxion, a guest (owner-only RPC), no instance: no column

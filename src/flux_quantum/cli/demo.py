@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flux_quantum import events
 from flux_quantum.errors import CommandError
-from flux_quantum.protocol import HeldMemo
+from flux_quantum.protocol import events
+from flux_quantum.protocol.jobspec import HeldMemo
 
 NODES = 4
 DEVICE = "demo-qpu"
@@ -48,7 +48,7 @@ SERVICE = 30.0
 # (the consumer helper waits for the task to complete) and say when it arrived.
 CONSUMER = r"""
 import json, os, time
-from flux_quantum.consumer import wait_result
+from flux_quantum.job.consumer import wait_result
 result = wait_result(poll_interval=0.2)
 print(json.dumps({
     "rank": int(os.environ.get("FLUX_TASK_RANK", 0)),
@@ -172,7 +172,7 @@ def _progress(handle: Any, jobid: int) -> tuple[str, HeldMemo]:
 
 
 def _allocated_nodes(handle: Any) -> int:
-    from flux_quantum.graph import expand_idset
+    from flux_quantum.instance.graph import expand_idset
 
     status = handle.rpc("sched.resource-status", {}).get()
     allocated = status.get("allocated") or {}
@@ -200,7 +200,7 @@ def run_demo(args: argparse.Namespace) -> int:
         (work / "consumer.py").write_text(CONSUMER)
         broker_opts = []
         try:
-            from flux_quantum.consumer import shell_broker_option
+            from flux_quantum.job.consumer import shell_broker_option
 
             broker_opts.append(shell_broker_option())
         except CommandError:

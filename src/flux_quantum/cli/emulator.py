@@ -34,7 +34,6 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
-from flux_quantum import reservations as braket_direct
 from flux_quantum.cli import table
 from flux_quantum.emulator import Call, Emulator, Scenario, ScenarioError, WallClock
 from flux_quantum.emulator.bill import read_report
@@ -44,6 +43,7 @@ from flux_quantum.emulator.iqm_scenario import IqmScenario
 from flux_quantum.emulator.pasqal_scenario import PasqalScenario
 from flux_quantum.emulator.server import check_loopback
 from flux_quantum.errors import CommandError
+from flux_quantum.site import reservations
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -132,7 +132,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     reserve.add_argument("--bank", help="the bank that booked it (default: the site)")
     reserve.add_argument(
         "--on-end",
-        choices=braket_direct.ON_END,
+        choices=reservations.ON_END,
         help="a job whose task did not run by the end: on-demand (default) or fail",
     )
     reserve.add_argument(
@@ -432,14 +432,14 @@ def _toml_value(value: Any) -> str:
 def window_table(fields: dict[str, Any]) -> str:
     """``fields`` (``start``/``end`` in epoch seconds) as one ``[[quantum.reservations]]``
     table, the date-times in UTC (Flux's TOML reader drops any other offset)."""
-    lines = [f"[[{braket_direct.TABLE}]]"]
+    lines = [f"[[{reservations.TABLE}]]"]
     for key, value in fields.items():
         shown = _toml_datetime(value) if key in ("start", "end") else _toml_value(value)
         lines.append(f"{key} = {shown}")
     return "\n".join(lines) + "\n"
 
 
-def check_table(text: str, devices: dict[str, Any]) -> braket_direct.Reservation:
+def check_table(text: str, devices: dict[str, Any]) -> reservations.Reservation:
     """The window ``text`` describes, read back as TOML and checked as the handler service
     checks the instance's tables; CommandError with its sentence."""
     entries = tomllib.loads(text)["quantum"]["reservations"]
@@ -448,8 +448,8 @@ def check_table(text: str, devices: dict[str, Any]) -> braket_direct.Reservation
         for entry in entries
     ]
     try:
-        [reservation] = braket_direct.ReservationBook.from_config(plain, devices)
-    except braket_direct.ReservationConfigError as exc:
+        [reservation] = reservations.ReservationBook.from_config(plain, devices)
+    except reservations.ReservationConfigError as exc:
         raise CommandError(str(exc)) from None
     return reservation
 

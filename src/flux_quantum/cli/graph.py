@@ -1,6 +1,6 @@
 """``flux quantum graph``: QPU vertices in the Fluxion graph (load, jgf, list, status).
 
-Thin: parses arguments, calls ``flux_quantum.graph`` and formats the answer the Flux
+Thin: parses arguments, calls ``flux_quantum.instance.graph`` and formats the answer the Flux
 way (``-o FORMAT``, ``-n``, ``--json``). It never talks to a vendor; every command but
 ``jgf`` needs a Flux instance with Fluxion and its owner's rights.
 """
@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flux_quantum import graph
 from flux_quantum.cli import table
 from flux_quantum.errors import CommandError
+from flux_quantum.instance import graph
 
 LIST_FIELDS = ("device", "slot", "status", "alloc", "vendor", "class", "qubits", "path")
 LIST_DEFAULT = ("device", "slot", "status", "alloc", "vendor", "qubits")

@@ -1,10 +1,10 @@
 """``flux quantum loop``: variational loops as chains of held steps.
 
-``submit`` writes the loop's directory (``flux_quantum.loop``) and submits its first
+``submit`` writes the loop's directory (``flux_quantum.job.loop``) and submits its first
 step; ``status`` lists loops (iteration, state, device, best value, spend) and, for
 one, its steps; ``cancel`` ends a loop and cancels its live step; ``wait`` returns when
 a loop ended (rc 0 when it converged or did its iterations); ``step`` is the command of
-every step job (``flux_quantum.loopsteps.run_step``). Each step is an ordinary Flux job
+every step job (``flux_quantum.job.loopsteps.run_step``). Each step is an ordinary Flux job
 named ``ID.K`` with ``{user.qpu_loop}`` and ``{user.qpu_iteration}``.
 """
 
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from flux_quantum.cli import table
-from flux_quantum.consumer import encode_jobid
 from flux_quantum.errors import CommandError
-from flux_quantum.loop import (
+from flux_quantum.job.consumer import encode_jobid
+from flux_quantum.job.loop import (
     DEFAULT_MAX_ITERATIONS,
     SUCCESSFUL,
     LoopDir,
@@ -32,7 +32,7 @@ from flux_quantum.loop import (
     new_loop_id,
     resolve,
 )
-from flux_quantum.quota import format_money
+from flux_quantum.site.quota import format_money
 
 FIELDS = ("id", "iteration", "state", "device", "best", "spent", "job", "reason")
 
@@ -67,7 +67,7 @@ def _qpu_attrs(pairs: list[str]) -> dict[str, Any]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from flux_quantum.loopsteps import submit_loop
+    from flux_quantum.job.loopsteps import submit_loop
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -144,7 +144,7 @@ def _row(s: dict[str, Any]) -> dict[str, str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from flux_quantum.loopsteps import describe
+    from flux_quantum.job.loopsteps import describe
 
     loops = [resolve(name) for name in args.loops] if args.loops else known_loops()
     handle = _handle()
@@ -188,7 +188,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from flux_quantum.loopsteps import cancel
+    from flux_quantum.job.loopsteps import cancel
 
     loop = resolve(args.loop)
     jobs = cancel(_handle(), loop, args.message or "loop cancelled by its user")
@@ -198,7 +198,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from flux_quantum.loopsteps import wait_loop
+    from flux_quantum.job.loopsteps import wait_loop
 
     loop = resolve(args.loop)
     ended = wait_loop(_handle(), loop, args.timeout)
@@ -207,7 +207,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_step(args: argparse.Namespace) -> int:
-    from flux_quantum.loopsteps import run_step
+    from flux_quantum.job.loopsteps import run_step
 
     command = list(args.command)
     if command and command[0] == "--":

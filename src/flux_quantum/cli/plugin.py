@@ -1,7 +1,7 @@
 """``flux quantum`` subcommands that act on the jobtap plugin directly.
 
 plugin-path, validator-path, jobs, release and fail: thin wrappers around
-flux_quantum.plugin, formatted the way flux-core's own commands are.
+flux_quantum.instance.plugin, formatted the way flux-core's own commands are.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from flux_quantum.cli import table
-from flux_quantum.events import parse_eventlog, replay
-from flux_quantum.plugin import HeldJob, PluginClient, plugin_path, validator_path
-from flux_quantum.protocol import HeldMemo
+from flux_quantum.instance.plugin import HeldJob, PluginClient, plugin_path, validator_path
+from flux_quantum.protocol.events import parse_eventlog, replay
+from flux_quantum.protocol.jobspec import HeldMemo
 
 # QPU_STATE says why a job is held (its queue, or a vendor that does not answer and
 # when the service tries again): the request, often long, comes last.
@@ -82,7 +82,7 @@ def _duration(seconds: float) -> str:
 
 def _describe(request: Any) -> str:
     try:
-        from flux_quantum.request import parse_request
+        from flux_quantum.protocol.request import parse_request
 
         return parse_request(request).describe()
     except (ImportError, ValueError):
@@ -172,7 +172,7 @@ def instance_config(plugin_conf: dict[str, int] | None = None) -> str:
     followed by comments saying how to load the job-shell plugin and the CLI plugin of
     ``flux submit`` (TOML cannot)."""
     from flux_quantum.cli.cliplugin import cli_plugin_comment
-    from flux_quantum.consumer import shell_site_config
+    from flux_quantum.job.consumer import shell_site_config
 
     conf = ", ".join(f'"{k}" = {v}' for k, v in (plugin_conf or {}).items())
     return (
@@ -191,7 +191,7 @@ def instance_config(plugin_conf: dict[str, int] | None = None) -> str:
 
 def cmd_config(args: argparse.Namespace) -> int:
     if args.broker_opts:
-        from flux_quantum.consumer import shell_broker_option
+        from flux_quantum.job.consumer import shell_broker_option
 
         print(shell_broker_option())
         return 0

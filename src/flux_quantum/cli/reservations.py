@@ -10,7 +10,7 @@ window's utilisation. Without a running service it says so in one line and shows
 the ledger recorded (tasks settled in the window and their QPU time). Past windows show
 for a day after their end, all of them with ``--all``.
 
-This module only reads and formats: the windows are ``flux_quantum.reservations``'s,
+This module only reads and formats: the windows are ``flux_quantum.site.reservations``'s,
 the live part the service's (``flux quantum service status --json``), the rest the
 ledger's, read-only.
 """
@@ -27,13 +27,13 @@ from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from flux_quantum import reservations as braket_direct
 from flux_quantum.catalog import Catalog
 from flux_quantum.cli import table
 from flux_quantum.cli.usage import find_ledger, flux_output
 from flux_quantum.errors import CommandError
-from flux_quantum.ledger import Ledger, LedgerError
-from flux_quantum.quota import format_money
+from flux_quantum.site import reservations as braket_direct
+from flux_quantum.site.ledger import Ledger, LedgerError
+from flux_quantum.site.quota import format_money
 
 RECENT = 86400.0  # a past window shows for this long after its end without --all
 FIELDS = (

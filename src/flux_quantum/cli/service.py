@@ -111,7 +111,7 @@ def _status(name: str, handle: Any = None) -> dict[str, Any]:
 
 def _require_plugin() -> None:
     """The service has nothing to do without the quantum jobtap plugin: say so now."""
-    from flux_quantum.plugin import PluginClient, PluginNotLoaded
+    from flux_quantum.instance.plugin import PluginClient, PluginNotLoaded
 
     try:
         PluginClient().query()

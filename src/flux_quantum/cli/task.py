@@ -1,6 +1,6 @@
 """``flux quantum task``: the quantum task of a job, and its result (counts) once done.
 
-Thin: it asks ``flux_quantum.consumer`` for the job's task and the vendor layer for the
+Thin: it asks ``flux_quantum.job.consumer`` for the job's task and the vendor layer for the
 task's state and result, and formats them the Flux way (``--json`` for machines, errors
 as ``flux-quantum: ERROR: ...``). With ``--wait``, progress goes to stderr (one updating
 line on a terminal, one line per change otherwise) and the answer to stdout. With
@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from flux_quantum.consumer import (
+from flux_quantum.errors import CommandError
+from flux_quantum.job.consumer import (
     DEFAULT_POLL_INTERVAL,
     READ_VARIABLE,
     JobTask,
@@ -35,7 +36,6 @@ from flux_quantum.consumer import (
     wait_release,
     watch_task,
 )
-from flux_quantum.errors import CommandError
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState, Vendor
 from flux_quantum.vendors.errors import VendorError
 

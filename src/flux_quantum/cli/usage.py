@@ -23,7 +23,8 @@ from zoneinfo import ZoneInfo
 
 from flux_quantum.cli import table
 from flux_quantum.errors import CommandError
-from flux_quantum.ledger import (
+from flux_quantum.protocol.request import RequestError, parse_duration
+from flux_quantum.site.ledger import (
     CONFIG_KEY,
     DEFAULT_GROUPS,
     GROUPS,
@@ -36,8 +37,7 @@ from flux_quantum.ledger import (
     ledger_path,
     restrict_to_caller,
 )
-from flux_quantum.quota import format_money
-from flux_quantum.request import RequestError, parse_duration
+from flux_quantum.site.quota import format_money
 
 RPC_TOPIC = "qpu_handlers.usage"
 RPC_TOPICS = (RPC_TOPIC, "qpu_handlers-service.usage")

@@ -96,7 +96,7 @@ METAVARS = {
 
 
 def _load_request() -> ModuleType:
-    """flux_quantum.request from the package this file belongs to, by path."""
+    """flux_quantum.protocol.request from the package this file belongs to, by path."""
     if PACKAGE not in sys.modules:
         here = Path(__file__).resolve().parents[1]
         init = here / "__init__.py"
@@ -113,7 +113,7 @@ def _load_request() -> ModuleType:
         except BaseException:
             del sys.modules[PACKAGE]
             raise
-    return importlib.import_module(f"{PACKAGE}.request")
+    return importlib.import_module(f"{PACKAGE}.protocol.request")
 
 
 qpu_request: Any

@@ -6,7 +6,7 @@ records an idempotency token in the job's eventlog, creates the vendor task, wat
 queue (one poll per task, however many jobs ride it), keeps volatile memos on every
 waiting job, and releases the jobs through the plugin at the release point, or fails them
 over / fails them with the vendor's reason. It rebuilds everything it needs from the
-eventlogs (``flux_quantum.events``) after a crash or restart, so it keeps no state of its
+eventlogs (``flux_quantum.protocol.events``) after a crash or restart, so it keeps no state of its
 own on disk.
 
 It runs as a process in the interpreter flux-quantum was installed into, never inside

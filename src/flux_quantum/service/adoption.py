@@ -2,7 +2,7 @@
 
 Discovery is level-triggered: every ``scan_interval`` the plugin's ``list`` (the one
 authority on which jobs are held) is compared with what the service tracks. Jobs that
-appear are adopted: their eventlog is replayed (``flux_quantum.events.replay``) and they
+appear are adopted: their eventlog is replayed (``flux_quantum.protocol.events.replay``) and they
 continue where it left off (a restart), join the unit they belong to (a ``qpu.group``, a
 follower, a unit recorded in the eventlog), or start a unit of their own. Jobs that
 vanish were released, failed or cancelled, and their eventlog says which. A journal
@@ -25,12 +25,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flux_quantum import events
-from flux_quantum.accounts import request_account
 from flux_quantum.errors import CommandError
-from flux_quantum.plugin import HeldJob
-from flux_quantum.protocol import Released
-from flux_quantum.request import QpuRequest, RequestError, parse_request
+from flux_quantum.instance.plugin import HeldJob
+from flux_quantum.protocol import events
+from flux_quantum.protocol.jobspec import Released
+from flux_quantum.protocol.request import QpuRequest, RequestError, parse_request
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
@@ -50,6 +49,7 @@ from flux_quantum.service.state import (
 )
 from flux_quantum.service.tasks import Tasks
 from flux_quantum.service.windows import Windows
+from flux_quantum.site.accounts import request_account
 from flux_quantum.vendors.base import TaskRef
 
 Adoptee = tuple[HeldJob, JobRecord, events.History]

@@ -19,8 +19,8 @@ import syslog
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flux_quantum import events
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.protocol import events
 from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face

@@ -1,7 +1,7 @@
 """The site's policy in the handler service: who may use which device, the reservation
 before a vendor task is created, and the settlement when it ends.
 
-This part asks ``flux_quantum.site_policy.SitePolicy`` (access rules, quotas, the
+This part asks ``flux_quantum.site.policy.SitePolicy`` (access rules, quotas, the
 ledger) on behalf of the other parts: ``Tasks`` leaves out the devices a job may not
 use before probing, drops the ones its task would not fit at selection, reserves the
 task's estimate before the create (a refusal fails the job, and no task is created),
@@ -43,19 +43,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_quantum import events, reservations
-from flux_quantum.access import Requester
 from flux_quantum.catalog import Device
 from flux_quantum.errors import CommandError, FluxQuantumError
-from flux_quantum.events import MergeSlot
-from flux_quantum.ledger import ChargeRecord, LedgerUnavailable
-from flux_quantum.protocol import COST_MEMO
+from flux_quantum.protocol import events
+from flux_quantum.protocol.events import MergeSlot
+from flux_quantum.protocol.jobspec import COST_MEMO
 from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.retry import Retries
 from flux_quantum.service.state import Attempt, Program, Unit
 from flux_quantum.service.windows import Windows
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site import reservations
+from flux_quantum.site.access import Requester
+from flux_quantum.site.ledger import ChargeRecord, LedgerUnavailable
+from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
 from flux_quantum.vendors.errors import NotFound
 

@@ -15,10 +15,10 @@ import syslog
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from flux_quantum import events
 from flux_quantum.catalog import Catalog
 from flux_quantum.errors import CommandError
-from flux_quantum.policy import DrainEstimator
+from flux_quantum.protocol import events
+from flux_quantum.selection.policies import DrainEstimator
 from flux_quantum.service.fluxside import ClusterView, FluxSide
 from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.retry import RetryPolicy

@@ -60,7 +60,7 @@ from flux_quantum.service.tasks import Tasks
 from flux_quantum.service.units import Units
 from flux_quantum.service.windows import Windows
 from flux_quantum.service.workers import Workers
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import Vendor
 
 

@@ -13,10 +13,10 @@ import math
 import syslog
 from typing import Any
 
-from flux_quantum import events
 from flux_quantum.catalog import Device
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.policy import slot_limit
+from flux_quantum.protocol import events
+from flux_quantum.selection.policies import slot_limit
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.outcomes import Outcomes, problem_base
 from flux_quantum.service.state import DeviceWatch, Phase

@@ -13,7 +13,7 @@ import syslog
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from flux_quantum.protocol import POSITION_MEMO, WAIT_MEMO, HeldMemo, session_memo
+from flux_quantum.protocol.jobspec import POSITION_MEMO, WAIT_MEMO, HeldMemo, session_memo
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.state import Member, Phase, Unit
 from flux_quantum.service.windows import Windows

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from flux_quantum.errors import CommandError, FluxQuantumError
-from flux_quantum.events import COST, Event, first, parse_eventlog
-from flux_quantum.fluxrpc import pipelined
-from flux_quantum.plugin import HeldJob, PluginClient
-from flux_quantum.protocol import RESERVATION_MEMO, SESSION_MEMO
+from flux_quantum.instance.plugin import HeldJob, PluginClient
+from flux_quantum.instance.rpc import pipelined
+from flux_quantum.protocol.events import COST, Event, first, parse_eventlog
+from flux_quantum.protocol.jobspec import RESERVATION_MEMO, SESSION_MEMO
 
 # Events the service may post to a job it has released (its task ends later).
 AFTER_RELEASE = frozenset({COST})
@@ -137,7 +137,7 @@ def jobspec_size(resources: Any) -> JobSize:
 
 
 def _idset_count(text: Any) -> int:
-    from flux_quantum.graph import GraphError, expand_idset
+    from flux_quantum.instance.graph import GraphError, expand_idset
 
     try:
         return len(expand_idset(str(text).strip("[]")))
@@ -550,7 +550,7 @@ class FluxJobs:
         t, devices = self._graph
         if time.monotonic() - t < self.GRAPH_CACHE_SECONDS:
             return devices
-        from flux_quantum import graph
+        from flux_quantum.instance import graph
 
         try:
             devices = frozenset(v.device for v in graph.find_qpus(self.handle))
@@ -562,14 +562,14 @@ class FluxJobs:
     def qpu_resources(self, jobspec: Mapping[str, Any], devices: list[str]) -> list[Any]:
         """The job's resources plus one slot vertex per task's device, checked with
         Fluxion (a request it can never satisfy would kill the job after its task ran)."""
-        from flux_quantum import graph
+        from flux_quantum.instance import graph
 
         resources = graph.qpu_resources(jobspec.get("resources") or [], devices)
         graph.check_satisfiable(self.handle, {**jobspec, "resources": resources})
         return resources
 
     def set_device_up(self, device: str, up: bool, slots: int | None = None) -> None:
-        from flux_quantum import graph
+        from flux_quantum.instance import graph
 
         graph.set_device_status(self.handle, device, up, slots)
 

@@ -1,6 +1,6 @@
 """Merged tasks: held jobs' programs that go out as one vendor task.
 
-Where the site merges tasks (``[quantum.merge]``, ``flux_quantum.merging``), a program
+Where the site merges tasks (``[quantum.merge]``, ``flux_quantum.site.merging``), a program
 whose device was chosen waits here, in the *pool*, instead of being created at once:
 ``offer`` groups the pool's programs on its device into batches (``merging.batches``:
 same device, vendor and paying account, users only as the site allows, within the
@@ -22,12 +22,12 @@ import syslog
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from flux_quantum import merging
-from flux_quantum.access import Requester
 from flux_quantum.catalog import Device
-from flux_quantum.request import ACCOUNTS
+from flux_quantum.protocol.request import ACCOUNTS
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.state import Attempt, Phase, Program, Unit
+from flux_quantum.site import merging
+from flux_quantum.site.access import Requester
 
 # The vendors whose tasks take several programs, and what one merged task may hold:
 # Braket's program sets as Braket documents them for its QPUs (a device that advertises

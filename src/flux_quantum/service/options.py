@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.poller import PollSchedule
+from flux_quantum.selection.poller import PollSchedule
 from flux_quantum.service.retry import RetryPolicy
 
 

@@ -19,8 +19,8 @@ import contextlib
 import syslog
 from typing import Any
 
-from flux_quantum import events, reservations
 from flux_quantum.errors import CommandError
+from flux_quantum.protocol import events
 from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
@@ -28,6 +28,7 @@ from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitState
 from flux_quantum.service.windows import Windows, ended_note
+from flux_quantum.site import reservations
 
 
 class Outcomes:

@@ -14,11 +14,11 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from flux_quantum import program_kinds
 from flux_quantum.catalog import Device
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.qasm import ProgramCounts, count_program
-from flux_quantum.request import QpuRequest
+from flux_quantum.protocol.request import QpuRequest
+from flux_quantum.selection import program_kinds
+from flux_quantum.selection.qasm import ProgramCounts, count_program
 
 # Submitted when a request names no program: a Bell pair, enough to prove the path works.
 DEFAULT_PROGRAM_NAME = "bell"

@@ -19,10 +19,11 @@ import syslog
 from collections.abc import Mapping
 from typing import Any
 
-from flux_quantum import events
 from flux_quantum.errors import CommandError
-from flux_quantum.plugin import HeldJob
-from flux_quantum.poller import (
+from flux_quantum.instance.plugin import HeldJob
+from flux_quantum.protocol import events
+from flux_quantum.protocol.jobspec import SITE_ACCOUNT, ReleasedWindow, ReleaseInfo
+from flux_quantum.selection.poller import (
     RELEASE_DONE,
     RELEASE_PREDICT,
     BacklogEstimate,
@@ -30,7 +31,6 @@ from flux_quantum.poller import (
     unpositioned_poll_interval,
     unpositioned_release,
 )
-from flux_quantum.protocol import SITE_ACCOUNT, ReleasedWindow, ReleaseInfo
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import ClusterView
@@ -135,7 +135,7 @@ class Release:
     ) -> float | None:
         """The release point of a queued task whose vendor gives no queue position (IBM).
 
-        Its place is estimated (``flux_quantum.poller.estimate_backlog``) from the pending
+        Its place is estimated (``flux_quantum.selection.poller.estimate_backlog``) from the pending
         count seen before the create (``ahead``), the time since the create, the device's
         drain (learned from its pending counts, else the catalog's) and the pending count
         of the latest probe; ``unpositioned_release`` applies ``release_at`` to it. Marks

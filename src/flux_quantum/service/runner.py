@@ -31,7 +31,6 @@ from typing import Any
 
 from flux_quantum.catalog import Catalog, load_catalog
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.ledger import GuestError, serve_usage
 from flux_quantum.service import sessionkeys, taskread
 from flux_quantum.service.context import MODULE_NAME, Log
 from flux_quantum.service.core import QuantumService
@@ -39,7 +38,8 @@ from flux_quantum.service.fluxside import FluxJobs
 from flux_quantum.service.options import ServiceError, ServiceOptions
 from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.service.workers import VendorWorkers
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site.ledger import GuestError, serve_usage
+from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.relayed import SERVICE_SUFFIX
 
 READY_LINE = "@ready"

@@ -25,16 +25,16 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
-from flux_quantum import events, reservations
 from flux_quantum.catalog import Device
-from flux_quantum.policy import (
+from flux_quantum.protocol import events
+from flux_quantum.protocol.request import QpuRequest
+from flux_quantum.selection.policies import (
     Explanation,
     NoDeviceError,
     select_device,
     slot_limit,
     slot_reason,
 )
-from flux_quantum.request import QpuRequest
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
@@ -43,6 +43,7 @@ from flux_quantum.service.merges import Merges
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.state import Attempt, Phase, Program, Unit
 from flux_quantum.service.windows import Windows
+from flux_quantum.site import reservations
 from flux_quantum.vendors import probe_devices
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
 
@@ -154,7 +155,7 @@ class Selection:
 
     def start(self, unit: Unit, program: Program) -> None:
         """Probe the devices the job may use (in a worker), then choose."""
-        from flux_quantum.policy import static_candidates
+        from flux_quantum.selection.policies import static_candidates
 
         attempt = program.attempt
         if unit.request.named_reservation is not None and self._into_named(unit, program):
@@ -342,7 +343,7 @@ class Selection:
         """Wait when the obstacle passes by itself (a vendor that did not answer, all
         slots busy); fail over or fail when it does not (offline, out of window, too
         long a queue for max_wait, nothing that matches, nothing the site allows)."""
-        from flux_quantum.policy import static_reason
+        from flux_quantum.selection.policies import static_reason
 
         attempt = program.attempt
         transient = []

@@ -34,9 +34,9 @@ import syslog
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_quantum import events
 from flux_quantum.catalog import Device
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.protocol import events
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.retry import Retries

@@ -18,13 +18,13 @@ from enum import StrEnum
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.events import MergeSlot
-from flux_quantum.poller import AdaptivePoller
-from flux_quantum.qasm import ProgramCounts
-from flux_quantum.request import QpuRequest
-from flux_quantum.reservations import Reservation
+from flux_quantum.protocol.events import MergeSlot
+from flux_quantum.protocol.request import QpuRequest
+from flux_quantum.selection.poller import AdaptivePoller
+from flux_quantum.selection.qasm import ProgramCounts
 from flux_quantum.service.fluxside import JobSize
 from flux_quantum.service.retry import Retries
+from flux_quantum.site.reservations import Reservation
 from flux_quantum.vendors.base import DeviceSnapshot, TaskRef, TaskSnapshot, VendorSession
 
 

@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from flux_quantum.consumer import encode_jobid, job_task_from_jobspec
 from flux_quantum.errors import CommandError
-from flux_quantum.ledger import GuestError
+from flux_quantum.job.consumer import encode_jobid, job_task_from_jobspec
 from flux_quantum.service.fluxside import JobRecord
+from flux_quantum.site.ledger import GuestError
 from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot, TaskState
 
 OPS = ("poll", "result")

@@ -23,11 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from flux_quantum import events
 from flux_quantum.catalog import Device
-from flux_quantum.events import MergeSlot
-from flux_quantum.ledger import LedgerUnavailable
-from flux_quantum.poller import (
+from flux_quantum.protocol import events
+from flux_quantum.protocol.events import MergeSlot
+from flux_quantum.selection.poller import (
     RELEASE_DONE,
     RELEASE_PREDICT,
     AdaptivePoller,
@@ -46,6 +45,7 @@ from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitSession
 from flux_quantum.service.windows import WindowClosed, Windows
+from flux_quantum.site.ledger import LedgerUnavailable
 from flux_quantum.vendors.base import (
     DeviceStatus,
     SessionOpening,

@@ -4,7 +4,7 @@ who is in it, and the one guard before a task is created with a window's ARN.
 A job that names a window (``qpu.reservation=NAME``), or that the policy routes into one
 (``route``), has its attempt chosen on the window's device with the window set
 (``Attempt.window``). It then stays held with no task until it is *admitted*
-(``admission``, deciding with ``flux_quantum.reservations.admission``): the window opens
+(``admission``, deciding with ``flux_quantum.site.reservations.admission``): the window opens
 within the job's lead (the learned start-up of released jobs plus the wait for its
 cores, given by ``Release.window_lead``), fewer than the window's ``jobs`` jobs are in it,
 and a task created now can still run before the end. Admitted, its task is created with
@@ -30,15 +30,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum import reservations
-from flux_quantum.access import Requester
 from flux_quantum.catalog import Device
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.policy import Explanation
-from flux_quantum.protocol import RESERVATION_MEMO
+from flux_quantum.protocol.jobspec import RESERVATION_MEMO
+from flux_quantum.selection.policies import Explanation
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.state import Unit, UnitState
-from flux_quantum.site_policy import SitePolicy
+from flux_quantum.site import reservations
+from flux_quantum.site.access import Requester
+from flux_quantum.site.policy import SitePolicy
 
 
 class WindowClosed(Exception):

@@ -14,7 +14,7 @@ never import qiskit.
   (minus a clock-skew margin) and returns the one carrying the token. ``submit`` looks
   before it creates whenever this process already tried that token.
 - Queue: IBM reports a backend's pending jobs, never a job's position: ``poll`` gives
-  ``position=None``; the release rule for that lives in ``flux_quantum.poller``.
+  ``position=None``; the release rule for that lives in ``flux_quantum.selection.poller``.
 - Merged tasks: ``submit_set`` (``submit_set_in`` in a session) runs several programs as
   the pubs of one Sampler job, every pub marked with the one token (so ``find_task``
   finds the job as for one program), within IBM's limits (``payload``: over one it is

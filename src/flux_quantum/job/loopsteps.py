@@ -1,6 +1,6 @@
 """A loop's steps in Flux: submit one, run one, cancel the loop, see where it is.
 
-``flux_quantum.loop`` owns the loop's directory, journal and decisions; this module
+``flux_quantum.job.loop`` owns the loop's directory, journal and decisions; this module
 is where they meet Flux. ``submit_step`` turns step k of a spec into a held qpu job
 (``attributes.system.qpu`` with the loop's program k, ``user.qpu_loop`` and
 ``user.qpu_iteration``, job name ``ID.k``). ``run_step`` is the step job's command
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flux_quantum import events
-from flux_quantum.consumer import (
+from flux_quantum.errors import CommandError
+from flux_quantum.job.consumer import (
     ENV_DEVICE,
     ENV_TASK,
     ENV_VARS,
@@ -35,8 +35,7 @@ from flux_quantum.consumer import (
     current_task,
     encode_jobid,
 )
-from flux_quantum.errors import CommandError
-from flux_quantum.loop import (
+from flux_quantum.job.loop import (
     CANCELLED,
     DIR_VARIABLE,
     FAILED,
@@ -56,6 +55,7 @@ from flux_quantum.loop import (
     decide,
     default_root,
 )
+from flux_quantum.protocol import events
 
 # How long rank 0 waits, at the step's end, for its task's settled cost.
 COST_WAIT = 10.0

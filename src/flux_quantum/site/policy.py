@@ -2,14 +2,14 @@
 task may cost, and what it did cost.
 
 This module owns only the glue between the service and four libraries: the access
-rules (:mod:`flux_quantum.access`), the quota deciders (:mod:`flux_quantum.quota`), the
-ledger (:mod:`flux_quantum.ledger`) and the reserved windows
-(:mod:`flux_quantum.reservations`), built from the instance configuration's
+rules (:mod:`flux_quantum.site.access`), the quota deciders (:mod:`flux_quantum.site.quota`), the
+ledger (:mod:`flux_quantum.site.ledger`) and the reserved windows
+(:mod:`flux_quantum.site.reservations`), built from the instance configuration's
 ``[quantum]`` table. A reserved window is charged once, to the site or the bank that
 booked it (:meth:`SitePolicy.book_windows`); the tasks that run in it cost nothing and
 record their QPU time and share of it. Every method is meant for the service's reactor thread: none calls
 a vendor or sleeps; the ledger's writes are short transactions, on SQLite or on the
-PostgreSQL server ``[quantum.ledger] url`` names (see ``flux_quantum.ledger`` for what
+PostgreSQL server ``[quantum.ledger] url`` names (see ``flux_quantum.site.ledger`` for what
 that assumes). It never decides itself: refusals come
 from the deciders, worded by them.
 """
@@ -20,20 +20,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# Braket Direct windows; not the ledger's Reservation (a quota hold before a create).
-from flux_quantum import reservations as braket_direct
-from flux_quantum.access import AccessRules, DeviceFacts, Requester, bank_of, user_name
-from flux_quantum.accounts import SiteAccounts
 from flux_quantum.catalog import Device
-from flux_quantum.ledger import (
+
+# Braket Direct windows; not the ledger's Reservation (a quota hold before a create).
+from flux_quantum.site import reservations as braket_direct
+from flux_quantum.site.access import AccessRules, DeviceFacts, Requester, bank_of, user_name
+from flux_quantum.site.accounts import SiteAccounts
+from flux_quantum.site.ledger import (
     ChargeRecord,
     Ledger,
     LedgerConfig,
     LedgerUnavailable,
     Reservation,
 )
-from flux_quantum.merging import MergeConfig, price_shares
-from flux_quantum.quota import Charge, QuotaConfig, actual_cost
+from flux_quantum.site.merging import MergeConfig, price_shares
+from flux_quantum.site.quota import Charge, QuotaConfig, actual_cost
 
 # Braket bills a QPU task that failed or was cancelled nothing (the SDK's Tracker agrees).
 UNBILLED_STATES = ("FAILED", "CANCELLED")

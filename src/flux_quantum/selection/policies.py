@@ -29,7 +29,7 @@ per-class prior (``DEFAULT_DRAIN_SECONDS``).
 Expected success is the probability that no gate or readout goes wrong: the device's
 median one-qubit fidelity to the power of the program's one-qubit gates, times the
 two-qubit median to the two-qubit gates, times the readout median to the qubits
-measured (``flux_quantum.qasm`` counts them; without a program, the handlers' default
+measured (``flux_quantum.selection.qasm`` counts them; without a program, the handlers' default
 Bell pair). A simulator is noise-free (1). A QPU whose vendor publishes no calibration
 has no figure: it ranks last under max-fidelity and never meets ``min_fidelity``.
 """
@@ -44,8 +44,8 @@ from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.qasm import BELL_COUNTS, ProgramCounts
-from flux_quantum.request import QpuRequest
+from flux_quantum.protocol.request import QpuRequest
+from flux_quantum.selection.qasm import BELL_COUNTS, ProgramCounts
 from flux_quantum.vendors.base import Calibration, DeviceSnapshot, DeviceStatus
 
 DRAIN_PROPERTY = "drain_seconds_per_task"
@@ -478,8 +478,8 @@ def select_device(
     names to the tasks this site has running there (a device whose slots are all taken
     is dropped). ``program`` is the gate count of the task's program (default: a Bell
     pair), used by max-fidelity and min_fidelity. ``excluded`` maps device names the
-    caller rules out to the reason, shown as the verdict (``flux_quantum.access``:
-    "not allowed: ...", ``flux_quantum.quota``: "over quota: ..."). Raises
+    caller rules out to the reason, shown as the verdict (``flux_quantum.site.access``:
+    "not allowed: ...", ``flux_quantum.site.quota``: "over quota: ..."). Raises
     NoDeviceError, with the explanation, when nothing qualifies.
     """
     estimator = estimator or DrainEstimator()

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flux_quantum.catalog import Device
-from flux_quantum.policy import DrainEstimator
+from flux_quantum.selection.policies import DrainEstimator
 from flux_quantum.vendors.base import TaskSnapshot, TaskState
 
 RELEASE_RUNNING = "running"

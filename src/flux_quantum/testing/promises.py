@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flux_quantum import events
 from flux_quantum.emulator.bill import read_report
-from flux_quantum.events import Event, History, replay
-from flux_quantum.protocol import REQUEST_ATTRIBUTE, Released
+from flux_quantum.protocol import events
+from flux_quantum.protocol.events import Event, History, replay
+from flux_quantum.protocol.jobspec import REQUEST_ATTRIBUTE, Released
 from flux_quantum.vendors.base import VendorSession
 
 PROMISES = (
@@ -844,7 +844,7 @@ def read_ledger(
     several instances share)."""
     columns = "token, jobid, state, cost, estimate, task_id, device, userid"
     if str(path).startswith(("postgresql://", "postgres://")):
-        from flux_quantum.ledger import Ledger, LedgerError
+        from flux_quantum.site.ledger import Ledger, LedgerError
 
         where, args = ("WHERE cluster = ?", (cluster,)) if cluster is not None else ("", ())
         try:
@@ -948,7 +948,7 @@ def read_jobs(
             " the Python environment flux-quantum was installed into"
         ) from None
 
-    from flux_quantum.fluxrpc import pipelined
+    from flux_quantum.instance.rpc import pipelined
     from flux_quantum.service.fluxside import FluxJobs
 
     handle = flux.Flux(uri) if uri else flux.Flux()

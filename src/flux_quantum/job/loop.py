@@ -17,10 +17,10 @@ system every node sees)::
     DIR/state.json        the user's own optimiser state (``Step.save_state``)
 
 ``replay`` folds the journal into a ``LoopHistory`` (pure; the journal is read, never
-trusted). Flux is touched only by ``flux_quantum.loopsteps`` (submitting, running and
+trusted). Flux is touched only by ``flux_quantum.job.loopsteps`` (submitting, running and
 cancelling steps); the step program's side is ``Step``::
 
-    from flux_quantum.loop import Step
+    from flux_quantum.job.loop import Step
     step = Step.current()                       # FLUX_QPU_LOOP_DIR, FLUX_QPU_ITERATION
     counts = step.result().counts               # result of task k, read as consumers do
     state = step.state                          # what save_state stored ({} at k = 0)
@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from flux_quantum.errors import CommandError
-from flux_quantum.events import QpuEvent
-from flux_quantum.request import RequestError, parse_request
+from flux_quantum.protocol.events import QpuEvent
+from flux_quantum.protocol.request import RequestError, parse_request
 
 # The environment of a step's processes.
 DIR_VARIABLE = "FLUX_QPU_LOOP_DIR"
@@ -591,7 +591,7 @@ class Step:
         """The result of task k (a ``TaskResult``: ``.counts``, ``.shots``), read through
         the handler service as ``flux quantum task`` reads it."""
         if self._result is None:
-            from flux_quantum.consumer import wait_result
+            from flux_quantum.job.consumer import wait_result
 
             self._result = wait_result(timeout=timeout)
         return self._result
@@ -694,6 +694,6 @@ def decide(spec: LoopSpec, history: LoopHistory, stepped: Stepped, report: StepR
 
 
 def _f58(jobid: int) -> str:
-    from flux_quantum.consumer import encode_jobid
+    from flux_quantum.job.consumer import encode_jobid
 
     return encode_jobid(jobid)

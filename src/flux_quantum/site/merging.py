@@ -59,9 +59,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
 
-from flux_quantum.access import checked_table, name_list
 from flux_quantum.catalog import PriceModel
-from flux_quantum.reservations import format_seconds
+from flux_quantum.site.access import checked_table, name_list
+from flux_quantum.site.reservations import format_seconds
 from flux_quantum.vendors.braket import PROGRAM_SET_ACTION, TAG_VALUE_MAX
 from flux_quantum.vendors.ibm.payload import MAX_EXECUTIONS, MAX_INPUT_BYTES
 

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from flux_quantum.access import DeviceFacts, Requester, Rule, checked_table, name_list
+from flux_quantum.site.access import DeviceFacts, Requester, Rule, checked_table, name_list
 
 TABLE = "quantum.reservations"
 KEYS = (

@@ -2,7 +2,7 @@
 
 This module owns the consumer's side of a release: reading the task the quantum jobtap
 plugin recorded in the job's jobspec (``attributes.system.qpu_task``, ``qpu_device``,
-``qpu_info``, decoded by ``flux_quantum.protocol``) into a ``JobTask``, saying in one
+``qpu_info``, decoded by ``flux_quantum.protocol.jobspec``) into a ``JobTask``, saying in one
 sentence why a job has none (not a qpu job, still held, ended before release), waiting
 for the task through the vendor layer (``wait_result``), and knowing where the job-shell
 plugin that puts ``FLUX_QPU_TASK``, ``FLUX_QPU_TASKS``, ``FLUX_QPU_DEVICE`` and
@@ -13,7 +13,7 @@ own environment. Flux is imported lazily, so the pure parts work without Flux.
 
 From a job's Python::
 
-    from flux_quantum.consumer import current_task, wait_result
+    from flux_quantum.job.consumer import current_task, wait_result
     task = current_task()          # FLUX_JOB_ID's task, read from its jobspec
     result = wait_result(task)     # TaskResult; result.counts is {"00": 498, "11": 502}
 """
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from flux_quantum.errors import CommandError
-from flux_quantum.events import Event, ends_hold, parse_eventlog
-from flux_quantum.protocol import (
+from flux_quantum.protocol.events import Event, ends_hold, parse_eventlog
+from flux_quantum.protocol.jobspec import (
     DEPENDENCY_SCHEME,
     REQUEST_ATTRIBUTE,
     Released,

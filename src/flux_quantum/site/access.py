@@ -58,7 +58,7 @@ class DeviceFacts:
 @dataclass(frozen=True)
 class DeviceSelector:
     """Which devices a rule or a quota limit is about: catalog names, vendors, classes
-    (None: any). Shared with ``flux_quantum.quota``."""
+    (None: any). Shared with ``flux_quantum.site.quota``."""
 
     devices: frozenset[str] | None = None
     vendors: frozenset[str] | None = None
@@ -294,7 +294,7 @@ def _parse_rule(entry: object, index: int) -> Rule:
     )
 
 
-# --- table checks, shared with flux_quantum.quota -----------------------------------------
+# --- table checks, shared with flux_quantum.site.quota -----------------------------------------
 
 
 def checked_table(

@@ -170,7 +170,7 @@ class PluginClient:
         recorded in the order given. One outcome per item, in order: None when it was
         recorded, else the error. A plugin without ``events`` (an older build still
         loaded) gets one ``event`` request per item."""
-        from flux_quantum.fluxrpc import RpcError, pipelined
+        from flux_quantum.instance.rpc import RpcError, pipelined
 
         payloads = []
         for jobid, name, context in items:
@@ -204,7 +204,7 @@ class PluginClient:
         return out
 
     def _post_one_by_one(self, payloads: list[dict[str, Any]]) -> list[CommandError | None]:
-        from flux_quantum.fluxrpc import pipelined
+        from flux_quantum.instance.rpc import pipelined
 
         return [
             _plugin_error("event", answer) if isinstance(answer, OSError) else None
@@ -219,7 +219,7 @@ class PluginClient:
         pipelined requests. A job it leaves out (held before the plugin was loaded,
         not held, not the caller's) must be looked up in its eventlog; a plugin
         without ``records`` (an older build still loaded) leaves out every job."""
-        from flux_quantum.fluxrpc import pipelined
+        from flux_quantum.instance.rpc import pipelined
 
         ids = list(ids)
         requests = [

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.protocol import RELEASE_ATTRIBUTES
+from flux_quantum.protocol.jobspec import RELEASE_ATTRIBUTES
 
 VENDORS: tuple[str, ...] = ("braket", "ibm", "iqm", "pasqal", "local")
 POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait", "max-fidelity")

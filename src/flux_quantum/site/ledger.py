@@ -8,8 +8,8 @@ charge against the quota (:meth:`Ledger.reserve`), the settlement of a task's ac
 (:meth:`Ledger.settle`) or its release when no task was created (:meth:`Ledger.release`),
 and the usage queries behind ``flux quantum usage`` (:meth:`Ledger.usage`, with
 :func:`restrict_to_caller` for guests). Each backend's connection, schema, migrations
-and locks are :mod:`flux_quantum.ledger_store`'s. Decisions come from
-:mod:`flux_quantum.quota`; the ledger only measures and records.
+and locks are :mod:`flux_quantum.site.ledger_store`'s. Decisions come from
+:mod:`flux_quantum.site.quota`; the ledger only measures and records.
 
 Exactly once: a charge is keyed by its task's idempotency token (unique across
 instances: it holds the job's submit microseconds). Reserving a token that is already
@@ -49,7 +49,7 @@ block the writer in WAL mode. ``busy_timeout`` bounds a wait for another writer 
 ``BUSY_TIMEOUT`` seconds. A PostgreSQL write is one round trip per statement; a server
 that does not answer a connection blocks for at most ``connect_timeout`` seconds.
 
-Reserved windows (Braket Direct, :mod:`flux_quantum.reservations`): a window is one
+Reserved windows (Braket Direct, :mod:`flux_quantum.site.reservations`): a window is one
 settled row of the site (``userid`` -1, shown as "(site)"; ``bank`` the bank that
 booked it, if one did) at the window's start, costing the window, booked once
 (:meth:`Ledger.book_window`, keyed by ``window:<ARN>``, by whichever cluster books it
@@ -82,7 +82,7 @@ from pathlib import Path
 from typing import Any
 
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.ledger_store import (
+from flux_quantum.site.ledger_store import (
     CONNECT_TIMEOUT,
     DEFAULT_CLUSTER,
     FILENAME,
@@ -98,7 +98,7 @@ from flux_quantum.ledger_store import (
     Store,
     default_cluster,
 )
-from flux_quantum.quota import (
+from flux_quantum.site.quota import (
     PERIODS,
     Charge,
     QuotaConfig,
@@ -358,7 +358,7 @@ class Ledger:
     instance); open one per process. ``readonly`` opens it without write access
     (``flux quantum usage``). ``cluster``: the name this instance's rows carry; it
     settles, recovers and sweeps only those. Every query is written once, here, in SQL
-    both backends run; :mod:`flux_quantum.ledger_store` owns the rest of each backend's."""
+    both backends run; :mod:`flux_quantum.site.ledger_store` owns the rest of each backend's."""
 
     def __init__(
         self,

@@ -1,5 +1,5 @@
 """Where the ledger's rows are kept: the ``[quantum.ledger]`` table and the two stores
-behind :class:`flux_quantum.ledger.Ledger`, SQLite (the default: one file per instance)
+behind :class:`flux_quantum.site.ledger.Ledger`, SQLite (the default: one file per instance)
 and PostgreSQL (one database that several instances, "clusters", share).
 
 This module owns each backend's SQL that is not the ledger's own queries: the schema
@@ -8,7 +8,7 @@ the connection, the write transaction and its locks, and the translation of the
 driver's errors into :class:`LedgerError` (a broken setup, said once) and
 :class:`LedgerUnavailable` (the database cannot be reached now: retry later). The
 ledger's queries themselves are portable SQL with ``?`` placeholders, written once in
-:mod:`flux_quantum.ledger`; the PostgreSQL store turns the placeholders into ``%s``.
+:mod:`flux_quantum.site.ledger`; the PostgreSQL store turns the placeholders into ``%s``.
 
 Schema versions (the ``schema_version`` table: one row per version applied, with when
 and what; ``meta.schema_version`` the current one, which an older flux-quantum reads and
@@ -303,7 +303,7 @@ ADDED_COLUMNS = (("reservation", "TEXT"), ("qpu_seconds", "REAL"), ("share", "RE
 
 
 class Store:
-    """What :class:`flux_quantum.ledger.Ledger` needs of a backend. Not thread-safe:
+    """What :class:`flux_quantum.site.ledger.Ledger` needs of a backend. Not thread-safe:
     the ledger serializes its calls."""
 
     kind: str = ""

@@ -5,7 +5,7 @@ month, on spend in the catalog's currency and on task counts, optionally for som
 devices, vendors or classes only), the job cap (``qpu.max_cost``), a task's estimated
 and actual cost, the period windows, and the decision whether a charge fits. Like
 ``policy`` and ``poller`` it only decides from data it is given: it never reads the
-ledger, the clock or a vendor (``flux_quantum.ledger`` measures what was used, inside
+ledger, the clock or a vendor (``flux_quantum.site.ledger`` measures what was used, inside
 the transaction that records the charge, and asks :func:`decide`).
 
 The table::
@@ -32,7 +32,7 @@ is what was settled plus what is reserved and not yet settled; a settled task co
 what it really cost, which may exceed its estimate (a simulator that ran long), so a
 limit can be overrun by that difference but never by a new task.
 
-A task in a reserved window (Braket Direct, :mod:`flux_quantum.reservations`) is
+A task in a reserved window (Braket Direct, :mod:`flux_quantum.site.reservations`) is
 charged nothing (``Charge.reservation``: the window is paid whatever runs in it): no
 spend limit or job cap refuses it, task limits still count it. The window itself is
 one row of the site (or of the bank that booked it) and counts against that bank's
@@ -48,14 +48,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flux_quantum.access import (
+from flux_quantum.catalog import Device, PriceModel
+from flux_quantum.site.access import (
     SELECTOR_KEYS,
     DeviceFacts,
     DeviceSelector,
     checked_table,
     optional_name,
 )
-from flux_quantum.catalog import Device, PriceModel
 
 TABLE = "quantum.quota"
 PERIODS = ("day", "month")
