@@ -186,3 +186,23 @@ def test_without_a_site_policy_the_lost_task_is_still_cancelled():
     h.flux.cancel(job)
     h.until(lambda: h.vendor.tasks[task_id].cancelled, limit=120)
     assert cancels(h) == [task_id]
+
+
+def test_members_of_a_merged_task_that_leave_after_a_lost_answer_each_pay_their_share(tmp_path):
+    catalog = parse_catalog(CATALOG)
+    site = SitePolicy.from_config(
+        {"ledger": {"path": str(tmp_path / "ledger.db")}, "merge": {"max_wait": "20s"}},
+        devices={d.name: d for d in catalog.devices},
+    )
+    h = Harness({"alpha": QueueModel(30)}, site=site, vendor_names=("local",))
+    h.vendor.lose_answers = 1  # the set's create lands, its answer is lost
+    jobs = [h.flux.submit({"device": "alpha", "shots": 100}) for _ in range(3)]
+    h.until(lambda: h.vendor.count("submit_set") == 1, limit=120)
+    (task_id,) = h.vendor.tasks
+    tokens = [h.flux.last(j, events.SUBMIT).token for j in jobs]
+    for job in jobs:
+        h.flux.cancel(job)
+    h.until(lambda: all(settled_with_task(site, t) for t in tokens), limit=300)
+    assert cancels(h) == [task_id]  # one cancel for the one task
+    assert {row(site, t).task_id for t in tokens} == {task_id}
+    assert h.vendor.count("submit_set") == 1

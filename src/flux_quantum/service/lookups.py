@@ -113,25 +113,31 @@ class Lookups:
         """A create answered with ``task`` after its attempts were left: the task is
         theirs (no lookup), cancelled once and settled. False when none of them was
         waiting here (the caller cancels the task)."""
-        entries = [self.unknown.pop(a.token) for a in attempts if a.token in self.unknown]
-        if not entries:
+        keys = {self.unknown[a.token].key for a in attempts if a.token in self.unknown}
+        if not keys:
             return False
-        for entry in entries:
-            self._found(entry, task, cancel=False)
-        if any(entry.cancel for entry in entries):
-            # With a merged task's slot: left running while another unit rides it.
-            slot = entries[0].billing.task.program
-            self.cancels.cancel(replace(task, program=slot), "its jobs are gone")
+        self._settle([e for key in keys for e in self._take(key)], task)
         return True
 
     # -- the lookups
 
     def check(self, now: float) -> None:
-        """Look up the unknown creates that are due and no longer out (workers)."""
+        """Look up the unknown creates that are due and no longer out (workers): one
+        lookup per vendor token, whose answer serves every entry that waits for it (the
+        members of a merged task)."""
+        looking = {e.key for e in self.unknown.values() if e.busy}
         for entry in list(self.unknown.values()):
-            if entry.busy or entry.due > now or entry.out:
+            if entry.busy or entry.due > now or entry.out or entry.key in looking:
                 continue
+            looking.add(entry.key)
             self._look(entry)
+
+    def _take(self, key: str) -> list[Unknown]:
+        """Every entry waiting for the create of vendor token ``key``, taken out."""
+        entries = [e for e in self.unknown.values() if e.key == key]
+        for entry in entries:
+            del self.unknown[entry.token]
+        return entries
 
     def _look(self, entry: Unknown) -> None:
         ctx = self.ctx
@@ -160,33 +166,38 @@ class Lookups:
                 level = syslog.LOG_WARNING if decision.first else syslog.LOG_DEBUG
                 ctx.log(level, f"token {key}: lookup failed, will retry: {error}")
                 return
-            del self.unknown[entry.token]
+            entries = self._take(key)
             if task is None:
-                self.charges.release(
-                    entry.token, f"the vendor has no task with token {key}: none was created"
-                )
+                for each in entries:
+                    self.charges.release(
+                        each.token, f"the vendor has no task with token {key}: none was created"
+                    )
                 ctx.log(syslog.LOG_INFO, f"token {key}: no task at the vendor; released")
                 return
-            self._found(entry, task, cancel=entry.cancel)
+            self._settle(entries, task)
 
         ctx.workers.submit(look, done)
 
-    def _found(self, entry: Unknown, task: TaskRef, *, cancel: bool) -> None:
-        """The task of an unknown create: cancelled (``cancel``), then watched by
-        ``Charges`` until it ends and settled."""
+    def _settle(self, entries: list[Unknown], task: TaskRef) -> None:
+        """The task of an unknown create: each entry's reservation watched by ``Charges``
+        until it ends and settled (a merged task's members, each its share); the task
+        cancelled once (never while another active unit rides it)."""
         ctx = self.ctx
-        found = replace(task, program=entry.billing.task.program)
         ctx.counters.creates_looked_up += 1
+        cancel = any(entry.cancel for entry in entries)
+        jobs = ", ".join(str(entry.billing.unit) for entry in entries)
         ctx.log(
             syslog.LOG_NOTICE,
-            f"token {entry.key}: the vendor has task {task.task_id} for it "
-            f"(of job {entry.billing.unit}, which left): "
-            f"{'cancelled and ' if cancel else ''}settled when it ends",
+            f"token {entries[0].key}: the vendor has task {task.task_id} for it (job(s) "
+            f"{jobs}, which left): {'cancelled and ' if cancel else ''}settled when it ends",
         )
+        for entry in entries:
+            if entry.reserved:
+                found = replace(task, program=entry.billing.task.program)
+                self.charges.watch(replace(entry.billing, task=found))
         if cancel:
-            self.cancels.cancel(found, "its jobs are gone")
-        if entry.reserved:
-            self.charges.watch(replace(entry.billing, task=found, attached=False))
+            slot = entries[0].billing.task.program
+            self.cancels.cancel(replace(task, program=slot), "its jobs are gone")
 
     def _unknowable(self, entry: Unknown, why: str) -> None:
         """The vendor cannot say whether a task has the token: the reservation stays
