@@ -87,6 +87,13 @@ struct quantum_ctx {
     uint64_t released;
     uint64_t failed;
     uint64_t cancelled;
+    /* Released jobs whose priority a plugin loaded after this one
+     * changed (see restore_priority), set back on the next loop turn.
+     */
+    json_t *restore;
+    flux_watcher_t *restore_w;
+    uint64_t restored;
+    bool restore_said;
 };
 
 /* Per-job state, hung off every active qpu job with
@@ -359,6 +366,35 @@ static int new_cb (flux_plugin_t *p,
     return 0;
 }
 
+static void restore_priority (struct quantum_ctx *ctx,
+                              struct held_job *job,
+                              int64_t priority,
+                              int urgency);
+
+/* job.event.priority of a released job: a reprioritization (another
+ * plugin's job.priority.get) may have taken its place away.
+ */
+static int priority_event_cb (struct quantum_ctx *ctx, flux_plugin_arg_t *args)
+{
+    flux_jobid_t id;
+    json_int_t priority;
+    int urgency;
+    struct held_job *job;
+
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:I s:i s:{s:{s:I}}}",
+                                "id", &id,
+                                "urgency", &urgency,
+                                "entry",
+                                  "context",
+                                    "priority", &priority) < 0
+        || !(job = held_job_lookup (ctx, id)))
+        return 0;
+    restore_priority (ctx, job, priority, urgency);
+    return 0;
+}
+
 /* job.event.*: keep a held job's qpu-* eventlog entries (references to
  * the job-manager's own) for `records`.
  */
@@ -372,6 +408,8 @@ static int job_event_cb (flux_plugin_t *p,
     json_t *entry;
     struct held_job *job;
 
+    if (strcmp (topic, "job.event.priority") == 0)
+        return priority_event_cb (ctx, args);
     if (strncmp (topic, EVENT_TOPIC_PREFIX, strlen (EVENT_TOPIC_PREFIX)) != 0)
         return 0;
     if (flux_plugin_arg_unpack (args,
@@ -546,16 +584,139 @@ static int priority_cb (flux_plugin_t *p,
                                  "priority", ctx->conf.release_priority);
 }
 
+/* Composing with another priority plugin (flux-accounting's mf_priority).
+ *
+ * The job-manager calls every loaded plugin's job.state.priority and
+ * job.priority.get on the same arguments, in load order: the last one
+ * that sets a priority decides.  Loaded after such a plugin, this one
+ * overrides it for released qpu jobs only and every other job keeps the
+ * other plugin's priority.  Loaded before it, the other plugin's value
+ * wins: a released job then sees its priority change (job.state.sched,
+ * or a "priority" event when `flux account-priority-update` reprioritizes
+ * all jobs), and it is set back here on the next turn of the reactor
+ * (never from inside the job-manager's own reprioritization, which would
+ * overwrite it), once per change, said once in the log with the order
+ * that avoids it.
+ */
+static void restore_cb (flux_reactor_t *r,
+                        flux_watcher_t *w,
+                        int revents,
+                        void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    json_t *ids = ctx->restore;
+    size_t index;
+    json_t *value;
+
+    ctx->restore = NULL;
+    json_array_foreach (ids, index, value) {
+        flux_jobid_t id = (flux_jobid_t)json_integer_value (value);
+        struct held_job *job = held_job_lookup (ctx, id);
+
+        if (!job || !job->released || ctx->conf.release_priority < 0)
+            continue;
+        if (flux_jobtap_reprioritize_job (ctx->p,
+                                          id,
+                                          (unsigned int)ctx->conf.release_priority)
+            == 0)
+            ctx->restored++;
+    }
+    json_decref (ids);
+}
+
+static void restore_priority (struct quantum_ctx *ctx,
+                              struct held_job *job,
+                              int64_t priority,
+                              int urgency)
+{
+    if (ctx->conf.release_priority < 0
+        || !job->released
+        || urgency == FLUX_JOB_URGENCY_HOLD
+        || priority == ctx->conf.release_priority)
+        return;
+    if (!ctx->restore_said) {
+        flux_log (flux_jobtap_get_flux (ctx->p),
+                  LOG_WARNING,
+                  "quantum: a jobtap plugin loaded after quantum.so (such as "
+                  "flux-accounting's mf_priority.so) set released qpu job %ju's "
+                  "priority to %jd; it is set back to %jd: load quantum.so "
+                  "after that plugin to spare the extra priority events",
+                  (uintmax_t)job->id,
+                  (intmax_t)priority,
+                  (intmax_t)ctx->conf.release_priority);
+        ctx->restore_said = true;
+    }
+    if ((!ctx->restore && !(ctx->restore = json_array ()))
+        || json_array_append_new (ctx->restore, json_integer (job->id)) < 0)
+        return;
+    flux_timer_watcher_reset (ctx->restore_w, 0., 0.);
+    flux_watcher_start (ctx->restore_w);
+}
+
 /* Leaving DEPEND for PRIORITY: unlink (released) and assign priority.
+ * A released job stays subscribed to its events until it runs, to see
+ * a later plugin's "priority" event (restore_priority).
  */
 static int priority_state_cb (flux_plugin_t *p,
                               const char *topic,
                               flux_plugin_arg_t *args,
                               void *arg)
 {
+    struct quantum_ctx *ctx = arg;
+    flux_jobid_t id;
+    struct held_job *job;
+
     if (leave_depend_cb (p, topic, args, arg) < 0)
         return -1;
+    if (ctx->conf.release_priority >= 0
+        && flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I}", "id", &id) == 0
+        && (job = held_job_lookup (ctx, id))
+        && job->released)
+        (void)flux_jobtap_job_subscribe (p, id);
     return priority_cb (p, topic, args, arg);
+}
+
+/* SCHED: the priority every plugin agreed on.  A released job's that is
+ * not the site's release priority was set by a plugin loaded later.
+ */
+static int sched_cb (flux_plugin_t *p,
+                     const char *topic,
+                     flux_plugin_arg_t *args,
+                     void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    flux_jobid_t id;
+    json_int_t priority;
+    int urgency;
+    struct held_job *job;
+
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:I s:I s:i}",
+                                "id", &id,
+                                "priority", &priority,
+                                "urgency", &urgency) < 0
+        || !(job = held_job_lookup (ctx, id)))
+        return 0;
+    restore_priority (ctx, job, priority, urgency);
+    return 0;
+}
+
+/* RUN or INACTIVE: a released job's priority no longer matters. */
+static int run_cb (flux_plugin_t *p,
+                   const char *topic,
+                   flux_plugin_arg_t *args,
+                   void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    flux_jobid_t id;
+    struct held_job *job;
+
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I}", "id", &id) == 0
+        && (job = held_job_lookup (ctx, id))
+        && job->released)
+        flux_jobtap_job_unsubscribe (p, id);
+    return 0;
 }
 
 static int query_cb (flux_plugin_t *p,
@@ -567,11 +728,12 @@ static int query_cb (flux_plugin_t *p,
 
     return flux_plugin_arg_pack (args,
                                  FLUX_PLUGIN_ARG_OUT,
-                                 "{s:i s:I s:I s:I s:{s:I s:i}}",
+                                 "{s:i s:I s:I s:I s:I s:{s:I s:i}}",
                                  "held", ctx->held,
                                  "released", (json_int_t)ctx->released,
                                  "failed", (json_int_t)ctx->failed,
                                  "cancelled", (json_int_t)ctx->cancelled,
+                                 "priority-restored", (json_int_t)ctx->restored,
                                  "config",
                                    "release-priority",
                                    ctx->conf.release_priority,
@@ -1267,6 +1429,8 @@ static const struct flux_plugin_handler tab[] = {
     { "job.dependency." QPU_DEPENDENCY_SCHEME, dependency_cb, NULL },
     { "job.state.priority", priority_state_cb, NULL },
     { "job.priority.get", priority_cb, NULL },
+    { "job.state.sched", sched_cb, NULL },
+    { "job.state.run", run_cb, NULL },
     { "job.state.cleanup", leave_depend_cb, NULL },
     { "job.event.*", job_event_cb, NULL },
     { "plugin.query", query_cb, NULL },
@@ -1283,6 +1447,8 @@ static void quantum_ctx_destroy (void *arg)
         /* Jobs' aux entries may outlive us: detach them from the list. */
         while (ctx->head)
             held_unlink (ctx->head);
+        flux_watcher_destroy (ctx->restore_w);
+        json_decref (ctx->restore);
         free (ctx);
         errno = saved_errno;
     }
@@ -1310,6 +1476,13 @@ int flux_plugin_init (flux_plugin_t *p)
         quantum_ctx_destroy (ctx);
         return -1;
     }
+    if (!(ctx->restore_w = flux_timer_watcher_create (
+              flux_get_reactor (flux_jobtap_get_flux (p)),
+              0.,
+              0.,
+              restore_cb,
+              ctx)))
+        return -1;
     for (const struct flux_plugin_handler *h = tab; h->topic; h++) {
         if (flux_plugin_add_handler (p, h->topic, h->cb, ctx) < 0)
             return -1;

@@ -1,0 +1,157 @@
+"""flux-accounting in a test instance, as a site runs it: its database, its service, its
+``mf_priority.so`` jobtap plugin and its periodic update cycle.
+
+``MISSING`` says, in one line, why the tests that need flux-accounting cannot run here
+(its commands or its plugin are not installed beside flux-core), or is None.
+``plugins_config`` puts ``mf_priority.so`` before or after the quantum plugin in the
+instance's ``[job-manager] plugins``; ``Accounting`` drives the real ``flux account``
+commands against a database in the test's directory. Guests are submitted as another
+userid, signed with flux-security's ``none`` mechanism as flux-accounting's and
+flux-core's own tests do (a test instance accepts it from its owner).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from fluxinstance import FluxInstance, quantum_config
+
+PLUGIN_NAME = "mf_priority.so"
+SIGN_AS = (
+    "import sys; from flux.security import SecurityContext; "
+    "sys.stdout.write(SecurityContext().sign_wrap_as(int(sys.argv[1]), sys.stdin.read(), "
+    'mech_type="none").decode())'
+)
+
+
+def mf_priority_path() -> Path | None:
+    """Where flux-core looks for jobtap plugins, holding flux-accounting's."""
+    flux = shutil.which("flux")
+    if flux is None:
+        return None
+    out = subprocess.run(
+        ["flux", "config", "builtin", "jobtap_pluginpath"], capture_output=True, text=True
+    )
+    for directory in out.stdout.strip().split(":"):
+        path = Path(directory) / PLUGIN_NAME
+        if directory and path.exists():
+            return path
+    return None
+
+
+def missing() -> str | None:
+    if shutil.which("flux") is None:
+        return "flux-accounting tests SKIPPED: `flux` is not on PATH"
+    if (
+        mf_priority_path() is None
+        or shutil.which("flux-account") is None
+        and (subprocess.run(["flux", "account", "--help"], capture_output=True).returncode != 0)
+    ):
+        return (
+            "flux-accounting tests SKIPPED: flux-accounting (v0.60.0: `flux account`, "
+            f"{PLUGIN_NAME}) is not installed beside flux-core; build it as its README says"
+        )
+    return None
+
+
+MISSING = missing()
+
+
+def plugins_config(order: str, **plugin_conf: int) -> str:
+    """The instance TOML of ``flux quantum config`` with ``mf_priority.so`` loaded
+    ``before`` or ``after`` the quantum plugin."""
+    config = quantum_config(**plugin_conf)
+    start = "plugins = [ "
+    line = next(ln for ln in config.splitlines() if ln.startswith(start))
+    quantum = line[len(start) : -len(" ]")]
+    mf = f'{{ load = "{mf_priority_path()}" }}'
+    entries = [mf, quantum] if order == "before" else [quantum, mf]
+    return config.replace(line, start + ", ".join(entries) + " ]")
+
+
+class Accounting:
+    """flux-accounting's database and service for ``inst``: banks, associations, and
+    the update cycle a site runs from cron."""
+
+    def __init__(self, inst: FluxInstance) -> None:
+        self.inst = inst
+        self.db = inst.workdir / "FluxAccounting.db"
+        self.log = inst.workdir / "flux-account-service.log"
+        self.service: subprocess.Popen[bytes] | None = None
+
+    def account(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.inst.run(["flux", "account", *args], check=check)
+
+    def start(self) -> Accounting:
+        self.inst.run(["flux", "account", "-p", str(self.db), "create-db"])
+        with open(self.log, "ab") as log:
+            self.service = subprocess.Popen(
+                ["flux", "account-service", "-p", str(self.db)],
+                env=self.inst.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while self.account("list-configs", check=False).returncode != 0:
+            if self.service.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"flux account-service did not start: {self.log.read_text()}")
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        if self.service is None:
+            return
+        self.inst.run(
+            [
+                "flux",
+                "python",
+                "-c",
+                "import flux; flux.Flux().rpc('accounting.shutdown_service').get()",
+            ],
+            check=False,
+            timeout=30,
+        )
+        try:
+            self.service.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.service.kill()
+            self.service.wait()
+        self.service = None
+
+    def banks(self, parent: str, *children: str) -> None:
+        self.account("add-bank", parent, "1")
+        for child in children:
+            self.account("add-bank", f"--parent-bank={parent}", child, "1")
+
+    def user(self, name: str, userid: int, bank: str, *more: str) -> None:
+        self.account(
+            "add-user", f"--username={name}", f"--userid={userid}", f"--bank={bank}", *more
+        )
+
+    def update(self) -> None:
+        """One turn of the site's cycle: fetch the finished jobs, recompute usage and
+        fair-share, send them to the plugin."""
+        db = str(self.db)
+        for command in (
+            ["flux", "account-fetch-job-records", "-p", db],
+            ["flux", "account-update-usage", "-p", db],
+            ["flux", "account-update-fshare", "-p", db],
+            ["flux", "account-priority-update", "-p", db],
+        ):
+            self.inst.run(command)
+
+    def submit_as(self, userid: int, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        """``flux submit ARGS`` as guest ``userid`` (signed for it); the completed
+        process (stdout: the job id)."""
+        spec = self.inst.run(["flux", "submit", "--dry-run", *args]).stdout
+        signed = self.inst.run(["flux", "python", "-c", SIGN_AS, str(userid)], input=spec).stdout
+        return self.inst.run(
+            ["flux", "job", "submit", "--flags=signed"],
+            input=signed,
+            env={"FLUX_HANDLE_USERID": str(userid)},
+            check=False,
+        )
