@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,15 @@ def walk(parts: list[str], scratch: Path, split: Callable[[str], list[str]] = co
     assert "Traceback" not in out, out
     _no_emulator_left(scratch)
     return out
+
+
+def ended_cleanly(out: str, scratch: Path) -> None:
+    """The walkthrough stopped its service, said no ERROR, and left nothing exported in
+    the login shell and no emulator running."""
+    assert "qpu handler service 'qpu_handlers' stopped" in out, out
+    assert "ERROR" not in out, out
+    assert "\nleft: 0\n" in out, out
+    _no_emulator_left(scratch)
 
 
 HEREDOC = re.compile(r"<<-?\s*'?(\w+)'?")
@@ -181,3 +191,102 @@ def test_site_policy_try_it(tmp_path: Path) -> None:
     assert re.search(r"^forte1\s+99\.98%\s+99\.50%\s+99\.40%$", out, re.M), out
     assert re.search(r"^chosen: \S*forte1$", out, re.M), out
     assert "qpu handler service 'qpu_handlers' stopped" in out, out
+
+
+def test_ibm_quantum_on_the_emulator(tmp_path: Path) -> None:
+    found = blocks("### Try it on the emulator", DOCS / "vendors.md")
+    assert len(found) == 2, found
+    stop = "flux quantum emulator --stop --env-file /tmp/fq/emulator.env"
+    assert f"then `{stop}` in your login shell" in (DOCS / "vendors.md").read_text()
+    out = run_walkthrough([*found, stop], tmp_path)
+    # The first job had no IBM key and printed its counts as JSON.
+    reports = [json.loads(line) for line in out.splitlines() if line.startswith('{"id"')]
+    assert reports and reports[0]["tasks"][0]["state"] == "COMPLETED", out
+    assert sum(reports[0]["tasks"][0]["counts"].values()) > 0, out
+    # The second printed the names of the session's variables, and the session closed.
+    assert re.search(r"^export QRMI_\w+$", out, re.M), out
+    assert '"sessions_opened": 1' in out and '"sessions_closed": 1' in out, out
+    assert "ERROR" not in out, out
+    assert "\nleft: 0\n" in out, out
+    _no_emulator_left(tmp_path)
+
+
+def test_a_reserved_window_on_the_emulator(tmp_path: Path) -> None:
+    found = blocks("## Try it: a window on the emulator", DOCS / "reservations.md")
+    assert len(found) == 3, found
+    out = run_walkthrough(found, tmp_path)
+    # The booking printed the window's table into the instance's configuration.
+    [window] = tomllib.loads((tmp_path / "conf" / "quantum.toml").read_text())["quantum"][
+        "reservations"
+    ]
+    assert window["name"] == "demo" and window["device"] == "local-forte1", window
+    assert window["cost"] == 350.0, window
+    arn, start = window["arn"], window["start"].timestamp()
+    # While the window was ahead: held in DEPEND, waiting for it, listed with the window.
+    jobid = re.search(r"^  demo waiting: (\S+)$", out, re.M)
+    assert jobid, out
+    assert re.search(
+        rf"^{re.escape(jobid[1])} DEPEND demo waiting for reservation demo: reservation demo "
+        r"opens in \d+s",
+        out,
+        re.M,
+    ), out
+    # Its task was created with the window (no earlier than the lead before it opens)
+    # and the job released then; the job saw the window's ARN and read its counts.
+    submit = re.search(r"^(\d+\.\d+) qpu-submit .*reservation=\"demo\"", out, re.M)
+    assert submit, out
+    assert start - 15 <= float(submit[1]) <= start + 5, (submit[0], start)
+    assert re.search(r"qpu-ready .*admitted: reservation demo", out), out
+    assert re.search(rf"^window {re.escape(arn)}$", out, re.M), out
+    assert re.search(r"^state:\s+COMPLETED$", out, re.M), out
+    # The second listing: the window open, its one task's QPU time in it, its cost.
+    row = re.findall(r"^demo\s+now\s.*$", out, re.M)
+    assert row, out
+    columns = row[-1].split()
+    # NAME STATE START END DEVICE ON_END WAIT ON_NODES TASKS QPU_TIME UTIL COST WHO
+    assert columns[6:8] == ["local-forte1", "on-demand"], row
+    assert columns[10] == "1" and columns[11] != "0s" and columns[13] == "$350.00", row
+    # The emulator recorded the window's ARN on the task.
+    assert re.findall(r'^\s*"reservation": "(arn:[^"]+)",?$', out, re.M) == [arn], out
+    ended_cleanly(out, tmp_path)
+
+
+def test_three_jobs_one_merged_task_on_the_emulator(tmp_path: Path) -> None:
+    found = blocks("## Try it: three jobs, one task, on the emulator", DOCS / "merging.md")
+    assert len(found) == 3, found
+    out = run_walkthrough(found, tmp_path)
+    # The last job's place in the one task, recorded before it was created. Places follow
+    # the order the jobs joined the pool, which the service's scan need not take in
+    # submission order: any of the three.
+    submit = re.search(r'qpu-submit .* merge=\{"key":"(merge-\w+)","index":[012],"size":3', out)
+    assert submit, out
+    # One task for the three jobs, each reading its own program's counts.
+    tasks = re.findall(r"^task:\s+(arn:\S+)$", out, re.M)
+    assert len(tasks) == 3 and len(set(tasks)) == 1, out
+    counts = re.findall(r"^counts:\s+(.*)$", out, re.M)
+    assert counts == ["00=100", "11=100", "00=100"], out
+    assert re.search(r"tasks created 1,", out) and "tasks merged 1, jobs merged 3" in out, out
+    ended_cleanly(out, tmp_path)
+
+
+def test_iqm_and_pasqal_on_the_emulator(tmp_path: Path) -> None:
+    found = blocks("### Try it: IQM and Pasqal on the emulator", DOCS / "vendors.md")
+    assert len(found) == 3, found
+    out = run_walkthrough(found, tmp_path)
+    # Both vendors' devices listed ONLINE through QRMI.
+    for name in ("iqm-garnet", "iqm-radiance", "pasqal-fresnel", "pasqal-fresnel-onprem"):
+        assert re.search(rf"^{name}\s+(iqm|pasqal)\s+qpu\s+\d+\s+ONLINE\b", out, re.M), out
+    # The two jobs completed with their counts; the wrong kind failed while held.
+    results = re.findall(r"^\S+ (COMPLETED|FAILED)$", out, re.M)
+    assert results == ["COMPLETED", "COMPLETED", "FAILED"], out
+    assert '"device": "iqm-garnet"' in out and '"device": "pasqal-fresnel"' in out, out
+    iqm = re.search(r'"counts": \{([^}]*)\}', out)
+    assert iqm and set(re.findall(r'"(\d+)"', iqm[1])) <= {"00", "11"}, out
+    assert '"counts": {"1": 100}' in out, out
+    assert "takes Pulser sequences only (pasqal), the program is an OpenQASM circuit" in out
+    # The ledger has both tasks' QPU time.
+    assert re.search(r"^\S+\s+root\s+-\s+iqm-garnet\s+1\s+\$", out, re.M), out
+    assert re.search(r"^\S+\s+root\s+-\s+pasqal-fresnel\s+1\s+\$", out, re.M), out
+    assert "qpu handler service 'qpu_handlers' stopped" in out, out
+    assert "ERROR" not in out, out
+    _no_emulator_left(tmp_path)
