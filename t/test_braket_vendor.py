@@ -1,7 +1,8 @@
 """The Braket vendor through the real amazon-braket-sdk and boto3, against a live emulator
 on 127.0.0.1 driven by a ManualClock: lifecycle, queue positions, cancel, re-attach,
 error mapping, the one retry budget (counted in the emulator's call log), idempotent
-create, capped and None positions, and the pure parsing helpers."""
+create, the lookup of a task by its token tag (never a create), capped and None
+positions, and the pure parsing helpers."""
 
 from __future__ import annotations
 
@@ -460,3 +461,34 @@ def test_a_window_arn_on_another_device_or_after_its_end_is_refused(vendor, emu,
     clock.set(200.0)
     with pytest.raises(errors.InvalidRequest, match="ended"):
         vendor.submit(LINE5, GHZ, 10, token="too-late", reservation=WINDOW_ARN)
+
+
+# --- lookup by token: never a create -------------------------------------------------
+
+
+def test_lookup_finds_the_created_task_by_its_token_and_creates_none(vendor, emu, clock):
+    since = clock.epoch.timestamp() + clock.now()
+    created = vendor.submit(LINE5, GHZ, 10, token="look-me-up")
+    other = vendor.submit(LINE5, GHZ, 10, token="someone-else")
+    long_token = "x" * 100  # longer than a clientToken: looked up as its hash
+    hashed = vendor.submit(LINE5, GHZ, 10, token=long_token)
+    clock.advance(30.0)
+    assert vendor.lookup_task(LINE5, "look-me-up", since=since) == created
+    assert vendor.lookup_task(LINE5, long_token, since=since) == hashed
+    assert vendor.lookup_task(LINE5, "never-created", since=since) is None
+    # Another device's tasks are not this one's, whatever their tokens.
+    assert vendor.lookup_task(CATALOG.get("sv1"), "look-me-up", since=since) is None
+    # The lookups searched and created nothing.
+    assert emu.call_count("SearchQuantumTasks") == 4
+    assert emu.call_count("CreateQuantumTask") == 3
+    assert sorted(emu.task_arns()) == sorted([created.task_id, other.task_id, hashed.task_id])
+
+
+def test_lookup_searches_only_since_the_create(vendor, emu, clock):
+    old = vendor.submit(LINE5, GHZ, 10, token="long-ago")
+    clock.advance(3600.0)
+    since = clock.epoch.timestamp() + clock.now()
+    # Created an hour before ``since``, past the clock-skew margin: not this create's task.
+    assert vendor.lookup_task(LINE5, "long-ago", since=since) is None
+    assert vendor.lookup_task(LINE5, "long-ago", since=since - 3600.0) == old
+    assert emu.task_arns() == [old.task_id]

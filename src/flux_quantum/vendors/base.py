@@ -4,9 +4,11 @@ Shaped like the Braket SDK's own objects (a device and a task with plain verbs),
 that every vendor module (``braket``, ``local``, ``ibm``) looks the same to the policy,
 the handlers and the CLI. This module owns the records those verbs return
 (``DeviceSnapshot``, ``TaskRef``, ``TaskSnapshot``, ``TaskResult``), the abstract
-``Vendor``, the vendor-neutral ``Calibration`` record and the one bounded retry loop (``RetryBudget``) that vendor modules wrap
-their calls in. It never talks to a vendor itself, never holds a credential and never
-sleeps except through the ``sleep`` it is given.
+``Vendor``, the vendor-neutral ``Calibration`` record, the one bounded retry loop
+(``RetryBudget``) and the one call wrapper (``TranslatedCalls``: a call under that loop,
+its errors translated by the vendor) that vendor modules make their calls through. It
+never talks to a vendor itself, never holds a credential and never sleeps except through
+the ``sleep`` it is given.
 """
 
 from __future__ import annotations
@@ -504,3 +506,34 @@ class RetryBudget:
                     raise
                 sleep(delay)
                 attempt += 1
+
+
+class TranslatedCalls(abc.ABC):
+    """The one shape of a vendor's call to its SDK or service: run under the vendor's
+    ``RetryBudget`` (``retry``, with its ``_clock`` and ``_sleep``), every exception of a
+    ``translated`` class turned into a ``VendorError`` by the vendor's ``_translate``
+    (one that already is one passes as it is). Mixed into the vendors that call out
+    (Braket's, the QRMI ones); the vendor sets those attributes in its constructor."""
+
+    retry: RetryBudget
+    _clock: Clock
+    _sleep: Sleep
+    # What the vendor's SDK raises; anything else (a bug) is not dressed up as the vendor's.
+    translated: tuple[type[BaseException], ...] = (Exception,)
+
+    @abc.abstractmethod
+    def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
+        """The project error for ``exc``, raised by ``operation`` on ``subject``."""
+
+    def _call(self, operation: str, subject: str, call: Callable[[], T]) -> T:
+        """One vendor call under the retry budget, errors translated."""
+
+        def attempt() -> T:
+            try:
+                return call()
+            except VendorError:
+                raise
+            except self.translated as exc:
+                raise self._translate(exc, operation, subject) from None
+
+        return self.retry.run(attempt, clock=self._clock, sleep=self._sleep)

@@ -50,7 +50,7 @@ from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors import pasqal_program
-from flux_quantum.vendors.base import TaskRef, TaskResult
+from flux_quantum.vendors.base import TaskRef, TaskResult, VendorSession
 from flux_quantum.vendors.errors import AccessDenied, VendorError, VendorUnavailable
 from flux_quantum.vendors.qrmi import QrmiResource, QrmiVendor, http_class
 
@@ -165,27 +165,10 @@ class PasqalVendor(QrmiVendor):
         roots = [config.get("PASQAL_CONFIG_ROOT"), config.get("HOME")]
         return any(r and os.path.isfile(os.path.join(r, ".pasqal", "config")) for r in roots)
 
-    def _resource(self, device: Device) -> QrmiResource:
-        """QRMI's resource for ``device`` (``PasqalCloud`` or ``PasqalLocal``), built once."""
-        with self._lock:
-            resource = self._resources.get(device.name)
-        if resource is not None:
-            return resource
-        import qrmi
+    def _resource_type(self, device: Device) -> str:
+        return "PasqalLocal" if access_of(device) == "local" else "PasqalCloud"
 
-        kind = "PasqalLocal" if access_of(device) == "local" else "PasqalCloud"
-        try:
-            created = qrmi.QuantumResource.from_config(
-                device.id, getattr(qrmi.ResourceType, kind), self._config(device)
-            )
-        except VendorError:
-            raise
-        except Exception as exc:  # qrmi raises ConfigError / InvalidInputError
-            raise self._translate(exc, "configure", device.name) from None
-        with self._lock:
-            return self._resources.setdefault(device.name, QrmiResource(created))
-
-    def _task_resource(self, device: Device) -> QrmiResource:
+    def _task_resource(self, device: Device, session: VendorSession | None = None) -> QrmiResource:
         """On premises, a task is created in a warden session (what QRMI's Slurm plugin
         acquires for a job): the one configured, else one this process acquires with
         the device's first task and keeps (the status needs none)."""
@@ -229,20 +212,10 @@ class PasqalVendor(QrmiVendor):
             raise ValueError("a count is negative")
         return [TaskResult(task=task, counts=counts, raw=doc)]
 
-    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
-        """The batch (job, on premises) an earlier create with ``token`` made on ``device``
-        at or after ``since`` (epoch seconds, recorded before that create), or None.
-        Raises ``VendorUnavailable`` (retryable) before ``since + settings.settle``."""
-        wait = since + self.settings.settle - self._clock()
-        if wait > 0:
-            raise VendorUnavailable(
-                f"{self.name} find for {device.name}: a create made at {since:.0f} may still "
-                f"be landing; look again in {wait:.0f}s",
-                vendor=self.name,
-                vendor_code="CreateMaySettle",
-                operation="find",
-            )
-        return super().find_task(device, token, since=since)
+    def _settle(self) -> float:
+        """A batch (a job, on premises) an earlier create made is trusted absent only
+        ``settings.settle`` seconds after that create's recorded start."""
+        return self.settings.settle
 
     def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
         if access_of(device) == "local":

@@ -1,16 +1,17 @@
-"""What every vendor reached through QRMI shares: one resource per device, the task verbs,
-the device's status and capacity.
+"""What every vendor reached through QRMI shares: one resource per device (and per session
+it rides), the task verbs, the device's status and capacity.
 
 QRMI (``qrmi``, the Quantum Resource Management Interface the Slurm SPANK plugins use)
 gives every QPU the same verbs: ``status()`` (a ``ResourceStatus``: ``Online``,
 ``Paused`` or ``Offline``, ``pending_job_count``, ``capacity`` as ``available_slots`` of
 ``max_slots`` for devices that publish one), ``task_start(payload)``, ``task_status``,
-``task_result``, ``task_stop``, ``target``. This module owns those verbs for a vendor
-whose resources are one QRMI resource type (IQM, Pasqal); the subclass supplies only
-what is the vendor's own: its settings (``_config``), its payload (``_payload``), how its
-result reads as counts (``_results``), how a create whose outcome is unknown is found
-again (``_find``) and how its errors read (``_translate``). ``IbmVendor`` shares
-``QrmiResource`` and ``read_status``.
+``task_result``, ``task_stop``, ``target``. This module owns those verbs for every
+vendor reached through QRMI (IBM, IQM, Pasqal), each call made through
+``TranslatedCalls``; the subclass supplies only what is the vendor's own: its settings
+(``_config``), its payload (``_payload``), how its result reads as counts
+(``_results``), how a create whose outcome is unknown is found again (``_find``, and how
+long to wait before trusting "none": ``_settle``), how its errors read (``_translate``)
+and, where it has them, its resource types, sessions, failure reasons and calibration.
 
 It must never change ``os.environ``, never retry outside its ``RetryBudget`` and never
 write a setting's value into a message (they hold tokens and passwords).
@@ -27,6 +28,7 @@ from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
+    Calibration,
     Clock,
     DeviceSnapshot,
     DeviceStatus,
@@ -36,7 +38,9 @@ from flux_quantum.vendors.base import (
     TaskResult,
     TaskSnapshot,
     TaskState,
+    TranslatedCalls,
     Vendor,
+    VendorSession,
 )
 from flux_quantum.vendors.errors import (
     AccessDenied,
@@ -238,13 +242,15 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-class QrmiVendor(Vendor):
+class QrmiVendor(TranslatedCalls, Vendor):
     """A vendor whose devices are resources of one QRMI type (``resource_type``, a name
     of ``qrmi.ResourceType``). Idempotency as IBM's: QRMI's create has no token, so the
     subclass marks the payload with it and ``_find`` looks for it; ``submit`` looks
     before it creates again whenever this process already tried that token."""
 
     resource_type = ""
+    # How a result flux-quantum cannot read is named in the error ("is not one ...").
+    result_form = "one"
 
     def __init__(
         self,
@@ -267,7 +273,8 @@ class QrmiVendor(Vendor):
         self._environ = dict(os.environ if environ is None else environ)
         self._devices = {d.name: d for d in devices if d.vendor == self.name}
         self._lock = threading.Lock()
-        self._resources: dict[str, QrmiResource] = {}
+        # (device or backend, session id or None) -> its QRMI resource, built once.
+        self._resources: dict[tuple[str, str | None], QrmiResource] = {}
         self._creates = Creates(clock)
 
     # -- what the subclass supplies
@@ -279,7 +286,8 @@ class QrmiVendor(Vendor):
     @abc.abstractmethod
     def _payload(self, device: Device, program_text: str, shots: int, token: str) -> Any:
         """The ``qrmi.Payload`` that runs ``program_text``, marked with ``token``
-        (ValueError: the program cannot run there, said in one sentence)."""
+        (ValueError: the program cannot run there, said in one sentence; its
+        ``vendor_code``, if it has one, names the refusal)."""
 
     @abc.abstractmethod
     def _results(self, task: TaskRef, value: str) -> list[TaskResult]:
@@ -289,9 +297,36 @@ class QrmiVendor(Vendor):
         """The task a create with ``token`` made at or after ``since``, or None."""
         return None
 
-    def _task_resource(self, device: Device) -> QrmiResource:
-        """The resource tasks are created through (default: the device's one)."""
+    def _settle(self) -> float | None:
+        """Seconds after a create's recorded start before ``find_task`` trusts a "not
+        found" (a create in flight may not be listed yet); None: it trusts it at once."""
+        return None
+
+    def _resource_type(self, device: Device) -> str:
+        """The ``qrmi.ResourceType`` name of ``device`` (default: ``resource_type``)."""
+        return self.resource_type
+
+    def _task_resource(self, device: Device, session: VendorSession | None = None) -> QrmiResource:
+        """The resource tasks are created through: the device's own (QRMI's vendors but
+        IBM have no sessions: ``submit_in`` refuses before a task is created)."""
         return self._resource(device)
+
+    def _resource_of(self, task: TaskRef) -> QrmiResource:
+        """The resource ``task`` is polled, stopped and read through."""
+        return self._resource(self.device_of(task.device))
+
+    def _calibration(self, device: Device) -> Calibration | None:
+        """The device's calibration for a probe (default: QRMI gives none)."""
+        return None
+
+    def _explain(self, snapshot: DeviceSnapshot) -> DeviceSnapshot:
+        """The snapshot with the vendor's own words for its state (default: QRMI's)."""
+        return snapshot
+
+    def _reason(self, task: TaskRef) -> str | None:
+        """Why a FAILED or CANCELLED task ended, in the vendor's words (default: QRMI's
+        task status says nothing)."""
+        return None
 
     def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
         return translate(exc, vendor=self.name, operation=operation, subject=subject)
@@ -316,34 +351,46 @@ class QrmiVendor(Vendor):
 
     def _resource(self, device: Device) -> QrmiResource:
         """QRMI's resource for ``device``, built once."""
+        return self._open(
+            (device.name, None),
+            device.id,
+            self._resource_type(device),
+            lambda: self._config(device),
+            device.name,
+        )
+
+    def _open(
+        self,
+        key: tuple[str, str | None],
+        resource_id: str,
+        kind: str,
+        config: Callable[[], dict[str, str]],
+        subject: str,
+    ) -> QrmiResource:
+        """The resource kept under ``key``: else QRMI's resource ``resource_id`` of type
+        ``kind`` (a ``qrmi.ResourceType`` name) built from ``config()`` and kept."""
         with self._lock:
-            resource = self._resources.get(device.name)
+            resource = self._resources.get(key)
         if resource is not None:
             return resource
         import qrmi
 
-        kind = getattr(qrmi.ResourceType, self.resource_type)
         try:
-            created = qrmi.QuantumResource.from_config(device.id, kind, self._config(device))
+            created = qrmi.QuantumResource.from_config(
+                resource_id, getattr(qrmi.ResourceType, kind), config()
+            )
         except VendorError:
             raise
         except Exception as exc:  # qrmi raises ConfigError for settings it refuses
-            raise self._translate(exc, "configure", device.name) from None
+            raise self._translate(exc, "configure", subject) from None
         with self._lock:
-            return self._resources.setdefault(device.name, QrmiResource(created))
+            return self._resources.setdefault(key, QrmiResource(created))
 
-    def _call(self, operation: str, subject: str, call: Callable[[], Any]) -> Any:
-        """One vendor call under the retry budget, errors translated."""
-
-        def attempt() -> Any:
-            try:
-                return call()
-            except VendorError:
-                raise
-            except Exception as exc:  # qrmi's errors are QrmiError subclasses
-                raise self._translate(exc, operation, subject) from None
-
-        return self.retry.run(attempt, clock=self._clock, sleep=self._sleep)
+    def _forget(self, session_id: str) -> None:
+        """Drop the resources that ride ``session_id`` (it was released)."""
+        with self._lock:
+            for key in [k for k in self._resources if k[1] == session_id]:
+                del self._resources[key]
 
     # -- the interface
 
@@ -352,11 +399,8 @@ class QrmiVendor(Vendor):
             status = self._call("status", device.name, lambda: self._resource(device).status())
         except VendorError as exc:
             return unreachable(device, exc, self._clock())
-        return self._explain(read_status(status, device, self._clock()))
-
-    def _explain(self, snapshot: DeviceSnapshot) -> DeviceSnapshot:
-        """The snapshot with the vendor's own words for its state (default: QRMI's)."""
-        return snapshot
+        snapshot = read_status(status, device, self._clock(), calibration=self._calibration(device))
+        return self._explain(snapshot)
 
     def reports_positions(self, device: Device) -> bool:
         return False  # QRMI gives a device's pending count, never a task's place
@@ -371,16 +415,29 @@ class QrmiVendor(Vendor):
         reservation: str | None = None,
     ) -> TaskRef:
         no_reservation(self.name, reservation)
+        return self._create(
+            device, lambda: self._payload(device, program_text, shots, token), token
+        )
+
+    def _create(
+        self,
+        device: Device,
+        build: Callable[[], Any],
+        token: str,
+        session: VendorSession | None = None,
+    ) -> TaskRef:
+        """Create the task whose payload ``build`` makes (ValueError: refused here, and
+        nothing is sent), riding ``session`` if given."""
         try:
-            payload = self._payload(device, program_text, shots, token)
+            payload = build()
         except ValueError as exc:
             raise InvalidRequest(
                 f"{self.name} create for {device.name}: {exc}",
                 vendor=self.name,
-                vendor_code="InvalidProgram",
+                vendor_code=getattr(exc, "vendor_code", "InvalidProgram"),
                 operation="create",
             ) from None
-        resource = self._task_resource(device)
+        resource = self._task_resource(device, session)
         create = self._creates.once(
             token,
             lambda since: self._find(device, token, since),
@@ -390,11 +447,23 @@ class QrmiVendor(Vendor):
         return TaskRef(vendor=self.name, device=device.name, task_id=task_id, token=token)
 
     def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
+        """The task an earlier create with ``token`` made on ``device`` at or after
+        ``since`` (epoch seconds, recorded before that create), or None. Raises
+        ``VendorUnavailable`` (retryable) before ``since`` plus the vendor's ``_settle``."""
+        settle = self._settle()
+        if settle is not None and (wait := since + settle - self._clock()) > 0:
+            raise VendorUnavailable(
+                f"{self.name} find for {device.name}: a create made at {since:.0f} may still "
+                f"be landing; look again in {wait:.0f}s",
+                vendor=self.name,
+                vendor_code="CreateMaySettle",
+                operation="find",
+            )
         self._creates.seen(token, since)
         return self._call("find", device.name, lambda: self._find(device, token, since))
 
     def poll(self, task: TaskRef) -> TaskSnapshot:
-        resource = self._resource(self.device_of(task.device))
+        resource = self._resource_of(task)
         status = self._call("status", task.task_id, lambda: resource.task_status(task.task_id))
         state = TASK_STATES.get(getattr(status, "name", str(status)).split(".")[-1])
         if state is None:
@@ -405,23 +474,34 @@ class QrmiVendor(Vendor):
                 vendor_code="UnknownStatus",
                 operation="status",
             )
-        return TaskSnapshot(task=task, state=state, t=self._clock())
+        message = None
+        if state in (TaskState.FAILED, TaskState.CANCELLED):
+            message = self._reason(task)
+        return TaskSnapshot(task=task, state=state, message=message, t=self._clock())
 
     def cancel(self, task: TaskRef) -> None:
-        resource = self._resource(self.device_of(task.device))
+        resource = self._resource_of(task)
         self._call("cancel", task.task_id, lambda: resource.task_stop(task.task_id))
 
     def result(self, task: TaskRef) -> TaskResult:
         return self.results(task)[0]
 
     def results(self, task: TaskRef) -> list[TaskResult]:
-        resource = self._resource(self.device_of(task.device))
-        value = self._call("result", task.task_id, lambda: resource.task_result(task.task_id)).value
+        return self._read_results(task, self._result_text(task))
+
+    def _result_text(self, task: TaskRef) -> str:
+        """The task's result document as QRMI gives it (``task_result().value``)."""
+        resource = self._resource_of(task)
+        return self._call("result", task.task_id, lambda: resource.task_result(task.task_id)).value
+
+    def _read_results(self, task: TaskRef, value: str) -> list[TaskResult]:
+        """The task's results from its document; ``InvalidRequest`` when unreadable."""
         try:
             results = self._results(task, value)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidRequest(
-                f"{self.name} result of {task.task_id} is not one flux-quantum can read: {exc}",
+                f"{self.name} result of {task.task_id} is not {self.result_form} flux-quantum "
+                f"can read: {exc}",
                 vendor=self.name,
                 vendor_code="UnreadableResult",
                 operation="result",

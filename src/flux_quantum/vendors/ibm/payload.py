@@ -44,6 +44,8 @@ MAX_INPUT_BYTES = 64 * 1024 * 1024
 class OverLimit(ValueError):
     """A set of programs over one of IBM's job limits (``limit``: which one)."""
 
+    vendor_code = "OverLimit"  # how the vendor's refusal of the create names it
+
     def __init__(self, message: str, limit: str) -> None:
         super().__init__(message)
         self.limit = limit

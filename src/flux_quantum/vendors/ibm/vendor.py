@@ -1,18 +1,20 @@
 """``IbmVendor``: IBM Quantum backends and jobs behind the vendor interface, through QRMI.
 
-This module owns the vendor's verbs and what they remember between calls: the task verbs
-go through the real ``qrmi`` client (``status``, ``task_start``, ``task_status``,
-``task_stop``, ``task_result``, ``acquire``/``release``), the rest through
-``RestReader``; every call runs under the ``RetryBudget`` with its errors translated in
-``errors``. It must never change ``os.environ``, never retry outside its ``RetryBudget``,
-never write an API key or a session id into a message, a log line or a ``to_dict()``, and
-never import qiskit.
+This module owns what is IBM's on top of ``QrmiVendor`` (which runs the task verbs
+through the real ``qrmi`` client: ``status``, ``task_start``, ``task_status``,
+``task_stop``, ``task_result``, each call under the ``RetryBudget``): resources that ride
+sessions (``acquire``/``release``), the sampler payload, the REST reads QRMI has no call
+for (``RestReader``: the job list, a job's failure reason, usage and session), the
+calibration, and IBM's errors (``errors``). It must never change ``os.environ``, never
+retry outside its ``RetryBudget``, never write an API key or a session id into a
+message, a log line or a ``to_dict()``, and never import qiskit.
 
 - Idempotency: IBM's job create has no idempotency field and QRMI passes no tags, so the
   token rides in the circuit's comment (IBM keeps a job's params as sent).
   ``find_task(device, token, since)`` lists the backend's jobs created after ``since``
-  (minus a clock-skew margin) and returns the one carrying the token. ``submit`` looks
-  before it creates whenever this process already tried that token.
+  (minus a clock-skew margin) and returns the one carrying the token, once
+  ``settings.settle`` seconds have passed since that create. ``submit`` looks before it
+  creates whenever this process already tried that token.
 - Queue: IBM reports a backend's pending jobs, never a job's position: ``poll`` gives
   ``position=None``; the release rule for that lives in ``flux_quantum.selection.poller``.
 - Merged tasks: ``submit_set`` (``submit_set_in`` in a session) runs several programs as
@@ -26,11 +28,9 @@ never import qiskit.
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,15 +38,11 @@ from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
     Calibration,
     Clock,
-    DeviceSnapshot,
     RetryBudget,
     SessionOpening,
     Sleep,
     TaskRef,
     TaskResult,
-    TaskSnapshot,
-    TaskState,
-    Vendor,
     VendorSession,
 )
 from flux_quantum.vendors.errors import (
@@ -59,7 +55,6 @@ from flux_quantum.vendors.errors import (
 from flux_quantum.vendors.ibm.calibration import CALIBRATION_TTL, read_calibration
 from flux_quantum.vendors.ibm.errors import PLAN_REFUSED, translate_error
 from flux_quantum.vendors.ibm.payload import (
-    OverLimit,
     program_token,
     sampler_input,
     sampler_set_input,
@@ -73,23 +68,20 @@ from flux_quantum.vendors.ibm.settings import (
     session_environment,
 )
 from flux_quantum.vendors.ibm.transport import RestReader
-from flux_quantum.vendors.qrmi import (
-    TASK_STATES,
-    Creates,
-    QrmiResource,
-    no_reservation,
-    read_status,
-    unreachable,
-)
+from flux_quantum.vendors.qrmi import QrmiResource, QrmiVendor, no_reservation
 
 LIST_PAGE = 200
 LIST_PAGES_MAX = 20
 
 
-class IbmVendor(Vendor):
-    """IBM Quantum backends and jobs through QRMI."""
+class IbmVendor(QrmiVendor):
+    """IBM Quantum backends and jobs through QRMI: a ``QrmiVendor`` whose resources ride
+    sessions, whose task is found by listing the backend's jobs, and whose failures and
+    calibration are read from IBM's REST API."""
 
     name = "ibm"
+    resource_type = "IBMQuantumComputeService"
+    result_form = "a sampler result"
 
     def __init__(
         self,
@@ -102,17 +94,17 @@ class IbmVendor(Vendor):
         environ: Mapping[str, str] | None = None,
         name: str = "ibm",
     ) -> None:
-        self.name = name
-        self.settings = settings or IbmSettings()
-        self.retry = retry or RetryBudget()
-        self._clock = clock
-        self._sleep = sleep
-        self._environ = dict(os.environ if environ is None else environ)
-        self._devices = {d.name: d for d in devices if d.vendor == name}
-        self._lock = threading.Lock()
-        self._resources: dict[tuple[str, str | None], QrmiResource] = {}
+        super().__init__(
+            settings or IbmSettings(),
+            devices=devices,
+            retry=retry,
+            clock=clock,
+            sleep=sleep,
+            environ=environ,
+            name=name,
+        )
+        self.settings: IbmSettings
         self._readers: dict[str, RestReader] = {}
-        self._creates = Creates(clock)
         self._calibrations: dict[str, tuple[float, Calibration | None]] = {}
 
     # -- plumbing
@@ -124,175 +116,61 @@ class IbmVendor(Vendor):
     def _device_name(self, backend: str) -> str:
         return next((d.name for d in self._devices.values() if d.id == backend), backend)
 
-    def _config(self, backend: str, session_id: str | None = None) -> dict[str, str]:
+    def _backend_config(self, backend: str, session_id: str | None = None) -> dict[str, str]:
         config = resource_config(backend, self.settings, self._environ)
         if session_id is not None:
             config[SETTING_PREFIX + "SESSION_ID"] = session_id
         return config
 
-    def _resource(self, backend: str, session_id: str | None = None) -> QrmiResource:
+    def _backend_resource(self, backend: str, session_id: str | None = None) -> QrmiResource:
         """QRMI's resource for ``backend`` (one per session it rides), built once."""
-        key = (backend, session_id)
-        with self._lock:
-            resource = self._resources.get(key)
-        if resource is not None:
-            return resource
-        config = self._config(backend, session_id)
-        import qrmi
-
-        try:
-            created = qrmi.QuantumResource.from_config(
-                backend, qrmi.ResourceType.IBMQuantumComputeService, config
-            )
-        except Exception as exc:  # qrmi raises ConfigError for settings it refuses
-            raise translate_error(
-                exc, vendor=self.name, operation="configure", subject=backend
-            ) from None
-        with self._lock:
-            return self._resources.setdefault(key, QrmiResource(created))
+        return self._open(
+            (backend, session_id),
+            backend,
+            self.resource_type,
+            lambda: self._backend_config(backend, session_id),
+            backend,
+        )
 
     def _reader(self, backend: str) -> RestReader:
         with self._lock:
             reader = self._readers.get(backend)
             if reader is None:
-                reader = RestReader(self._config(backend), self.settings.timeout, time.time)
+                reader = RestReader(self._backend_config(backend), self.settings.timeout, time.time)
                 self._readers[backend] = reader
             return reader
 
-    def _call(self, operation: str, subject: str, call: Callable[[], Any]) -> Any:
-        """One vendor call under the retry budget, errors translated."""
-
-        def attempt() -> Any:
-            try:
-                return call()
-            except VendorError:
-                raise
-            except Exception as exc:  # qrmi's errors are RuntimeErrors; ours are HttpError
-                raise translate_error(
-                    exc, vendor=self.name, operation=operation, subject=subject
-                ) from None
-
-        return self.retry.run(attempt, clock=self._clock, sleep=self._sleep)
-
-    # -- the interface
-
-    def probe(self, device: Device) -> DeviceSnapshot:
-        try:
-            status = self._call("status", device.name, lambda: self._resource(device.id).status())
-        except VendorError as exc:
-            return unreachable(device, exc, self._clock())
-        return read_status(status, device, self._clock(), calibration=self._calibration(device))
-
-    def _calibration(self, device: Device) -> Calibration | None:
-        """The backend's calibration (QRMI ``target``: its properties), read at most once
-        per ``CALIBRATION_TTL`` seconds; None when IBM does not give it."""
-        now = self._clock()
-        with self._lock:
-            cached = self._calibrations.get(device.id)
-        if cached is not None and now - cached[0] < CALIBRATION_TTL:
-            return cached[1]
-        try:
-            target = self._call("target", device.name, lambda: self._resource(device.id).target())
-            calibration = read_calibration(json.loads(target.value).get("properties"))
-        except (VendorError, ValueError, AttributeError):
-            calibration = None
-        with self._lock:
-            self._calibrations[device.id] = (now, calibration)
-        return calibration
-
-    def reports_positions(self, device: Device) -> bool:
-        return False  # IBM gives a backend's pending count, never a job's place
-
-    def submit(
-        self,
-        device: Device,
-        program_text: str,
-        shots: int,
-        token: str,
-        *,
-        reservation: str | None = None,
-    ) -> TaskRef:
-        no_reservation(self.name, reservation)
-        return self._create(device, lambda: sampler_input(program_text, shots, token), token, None)
-
-    def submit_in(
-        self, session: VendorSession, device: Device, program_text: str, shots: int, token: str
-    ) -> TaskRef:
-        return self._create(
-            device, lambda: sampler_input(program_text, shots, token), token, session
+    def _job(self, job_id: str, backend: str) -> dict[str, Any]:
+        reader = self._reader(backend)
+        quoted = urllib.parse.quote(job_id, safe="")
+        return self._call(
+            "job", job_id, lambda: reader.get(f"/jobs/{quoted}", {"exclude_params": "true"})
         )
 
-    def submit_set(
-        self,
-        device: Device,
-        programs: Sequence[tuple[str, int]],
-        token: str,
-        *,
-        reservation: str | None = None,
-    ) -> TaskRef:
-        """One Sampler job running ``programs`` (OpenQASM 3 text, shots) as its pubs, in
-        order; ``results`` splits it back. Over one of IBM's job limits it raises
-        ``InvalidRequest`` (vendor code ``OverLimit``) and creates nothing."""
-        no_reservation(self.name, reservation)
-        return self._create(device, lambda: sampler_set_input(programs, token), token, None)
+    # -- what QrmiVendor asks of a vendor
 
-    def submit_set_in(
-        self,
-        session: VendorSession,
-        device: Device,
-        programs: Sequence[tuple[str, int]],
-        token: str,
-    ) -> TaskRef:
-        """``submit_set`` riding ``session``."""
-        return self._create(device, lambda: sampler_set_input(programs, token), token, session)
+    def _config(self, device: Device) -> dict[str, str]:
+        return self._backend_config(device.id)
 
-    def _create(
-        self,
-        device: Device,
-        build: Callable[[], str],
-        token: str,
-        session: VendorSession | None,
-    ) -> TaskRef:
-        """Create the job whose input ``build`` makes (ValueError: refused here)."""
-        try:
-            payload_input = build()
-        except ValueError as exc:
-            raise InvalidRequest(
-                f"{self.name} create for {device.name}: {exc}",
-                vendor=self.name,
-                vendor_code="OverLimit" if isinstance(exc, OverLimit) else "InvalidProgram",
-                operation="create",
-            ) from None
-        import qrmi
+    def _resource(self, device: Device) -> QrmiResource:
+        return self._backend_resource(device.id)
 
-        payload = qrmi.Payload.QiskitPrimitive(input=payload_input, program_id="sampler")
-        resource = self._resource(device.id, session.session_id if session else None)
-        create = self._creates.once(
-            token,
-            lambda since: self._find(device, token, since),
-            lambda: resource.task_start(payload),
-        )
-        job_id = self._call("create", device.name, create)
-        return TaskRef(vendor=self.name, device=device.name, task_id=job_id, token=token)
+    def _resource_of(self, task: TaskRef) -> QrmiResource:
+        # A task on a backend the catalog does not name is still IBM's: its name is the id.
+        return self._backend_resource(self.backend_of(task.device))
 
-    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
-        """The job an earlier create with ``token`` made on ``device`` at or after ``since``
-        (seconds since the epoch, recorded before that create), or None when IBM has none.
+    def _task_resource(self, device: Device, session: VendorSession | None = None) -> QrmiResource:
+        return self._backend_resource(device.id, session.session_id if session else None)
 
-        Raises ``VendorUnavailable`` (retryable) before ``since + settings.settle``: a
-        create in flight when the caller died may not be listed yet.
-        """
-        wait = since + self.settings.settle - self._clock()
-        if wait > 0:
-            raise VendorUnavailable(
-                f"{self.name} find for {device.name}: a create made at {since:.0f} may still "
-                f"be landing; look again in {wait:.0f}s",
-                vendor=self.name,
-                vendor_code="CreateMaySettle",
-                operation="find",
-            )
-        self._creates.seen(token, since)
-        return self._call("find", device.name, lambda: self._find(device, token, since))
+    def _payload(self, device: Device, program_text: str, shots: int, token: str) -> Any:
+        return _sampler(sampler_input(program_text, shots, token))
+
+    def _results(self, task: TaskRef, value: str) -> list[TaskResult]:
+        """One result per pub of the job, in the pubs' order: each pub's counts (its own
+        shots) and, as ``raw``, the result document with that pub only."""
+        return [
+            TaskResult(task=task, counts=counts, raw=raw) for counts, raw in split_result(value)
+        ]
 
     def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
         after = datetime.fromtimestamp(since - self.settings.skew, UTC)
@@ -321,23 +199,6 @@ class IbmVendor(Vendor):
             operation="find",
         )
 
-    def poll(self, task: TaskRef) -> TaskSnapshot:
-        resource = self._resource(self.backend_of(task.device))
-        status = self._call("status", task.task_id, lambda: resource.task_status(task.task_id))
-        state = TASK_STATES.get(getattr(status, "name", str(status)).split(".")[-1])
-        if state is None:
-            raise VendorUnavailable(
-                f"{self.name} status of {task.task_id} is {status!r}, which flux-quantum does "
-                "not know; it keeps polling",
-                vendor=self.name,
-                vendor_code="UnknownStatus",
-                operation="status",
-            )
-        message = None
-        if state in (TaskState.FAILED, TaskState.CANCELLED):
-            message = self._reason(task)
-        return TaskSnapshot(task=task, state=state, message=message, t=self._clock())
-
     def _reason(self, task: TaskRef) -> str | None:
         """The job's failure or cancellation reason (best effort: None if unreadable)."""
         try:
@@ -351,16 +212,64 @@ class IbmVendor(Vendor):
             return None
         return f"{reason} ({code})" if code else str(reason)
 
-    def _job(self, job_id: str, backend: str) -> dict[str, Any]:
-        reader = self._reader(backend)
-        quoted = urllib.parse.quote(job_id, safe="")
-        return self._call(
-            "job", job_id, lambda: reader.get(f"/jobs/{quoted}", {"exclude_params": "true"})
+    def _calibration(self, device: Device) -> Calibration | None:
+        """The backend's calibration (QRMI ``target``: its properties), read at most once
+        per ``CALIBRATION_TTL`` seconds; None when IBM does not give it."""
+        now = self._clock()
+        with self._lock:
+            cached = self._calibrations.get(device.id)
+        if cached is not None and now - cached[0] < CALIBRATION_TTL:
+            return cached[1]
+        try:
+            target = self._call("target", device.name, lambda: self._resource(device).target())
+            calibration = read_calibration(json.loads(target.value).get("properties"))
+        except (VendorError, ValueError, AttributeError):
+            calibration = None
+        with self._lock:
+            self._calibrations[device.id] = (now, calibration)
+        return calibration
+
+    def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
+        # qrmi's errors are RuntimeErrors; our REST reads raise HttpError
+        return translate_error(exc, vendor=self.name, operation=operation, subject=subject)
+
+    def _settle(self) -> float:
+        return self.settings.settle
+
+    # -- the interface
+
+    def submit_in(
+        self, session: VendorSession, device: Device, program_text: str, shots: int, token: str
+    ) -> TaskRef:
+        return self._create(
+            device, lambda: self._payload(device, program_text, shots, token), token, session
         )
 
-    def cancel(self, task: TaskRef) -> None:
-        resource = self._resource(self.backend_of(task.device))
-        self._call("cancel", task.task_id, lambda: resource.task_stop(task.task_id))
+    def submit_set(
+        self,
+        device: Device,
+        programs: Sequence[tuple[str, int]],
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        """One Sampler job running ``programs`` (OpenQASM 3 text, shots) as its pubs, in
+        order; ``results`` splits it back. Over one of IBM's job limits it raises
+        ``InvalidRequest`` (vendor code ``OverLimit``) and creates nothing."""
+        no_reservation(self.name, reservation)
+        return self._create(device, lambda: _sampler(sampler_set_input(programs, token)), token)
+
+    def submit_set_in(
+        self,
+        session: VendorSession,
+        device: Device,
+        programs: Sequence[tuple[str, int]],
+        token: str,
+    ) -> TaskRef:
+        """``submit_set`` riding ``session``."""
+        return self._create(
+            device, lambda: _sampler(sampler_set_input(programs, token)), token, session
+        )
 
     def billed_seconds(self, task: TaskRef) -> float | None:
         """What IBM bills a finished job: its ``usage`` (``quantum_seconds``, else
@@ -378,30 +287,8 @@ class IbmVendor(Vendor):
         """The job's result: its first pub's (the only one of a job ``submit`` made), with
         the whole result document as ``raw``."""
         value = self._result_text(task)
-        first = self._split(task, value)[0]
+        first = self._read_results(task, value)[0]
         return TaskResult(task=task, counts=first.counts, raw=json.loads(value))
-
-    def results(self, task: TaskRef) -> list[TaskResult]:
-        """One result per pub of the job, in the pubs' order: each pub's counts (its own
-        shots) and, as ``raw``, the result document with that pub only."""
-        return self._split(task, self._result_text(task))
-
-    def _result_text(self, task: TaskRef) -> str:
-        resource = self._resource(self.backend_of(task.device))
-        return self._call("result", task.task_id, lambda: resource.task_result(task.task_id)).value
-
-    def _split(self, task: TaskRef, value: str) -> list[TaskResult]:
-        try:
-            pubs = split_result(value)
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-            raise InvalidRequest(
-                f"{self.name} result of {task.task_id} is not a sampler result flux-quantum "
-                f"can read: {exc}",
-                vendor=self.name,
-                vendor_code="UnreadableResult",
-                operation="result",
-            ) from None
-        return [TaskResult(task=task, counts=counts, raw=raw) for counts, raw in pubs]
 
     def attach(self, task_id: str) -> TaskRef:
         backend = next(iter(self._devices.values())).id if self._devices else "ibm"
@@ -442,7 +329,7 @@ class IbmVendor(Vendor):
     def _acquire(self, device: Device, mode: str) -> str:
         import qrmi
 
-        config = self._config(device.id)
+        config = self._backend_config(device.id)
         config[SETTING_PREFIX + "SESSION_MODE"] = mode
         config.pop(SETTING_PREFIX + "SESSION_ID", None)
 
@@ -457,14 +344,12 @@ class IbmVendor(Vendor):
     def close_session(self, session: VendorSession) -> None:
         """Release ``session`` (QRMI ``release``: closed at once if jobs are still pending,
         else told to accept no more). Releasing one IBM no longer knows is not an error."""
-        resource = self._resource(self.backend_of(session.device))
+        resource = self._backend_resource(self.backend_of(session.device))
         try:
             self._call("release", session.device, lambda: resource.release(session.session_id))
         except NotFound:
             return
-        with self._lock:
-            for key in [k for k in self._resources if k[1] == session.session_id]:
-                del self._resources[key]
+        self._forget(session.session_id)
 
     def session_of(self, task: TaskRef) -> VendorSession | None:
         """The session ``task`` rode, read back from IBM (after a restart nothing else
@@ -482,3 +367,10 @@ class IbmVendor(Vendor):
 
     def session_environment(self, session: VendorSession) -> dict[str, str]:
         return session_environment(session, self.backend_of(session.device))
+
+
+def _sampler(payload_input: str) -> Any:
+    """QRMI's payload of a SamplerV2 input."""
+    import qrmi
+
+    return qrmi.Payload.QiskitPrimitive(input=payload_input, program_id="sampler")
