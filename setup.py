@@ -7,6 +7,7 @@ still succeeds; the reason is written to flux_quantum/jobtap/BUILD-STATUS
 flux_quantum/jobtap/shell/BUILD-STATUS (`flux quantum config` reports it).
 """
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -20,6 +21,9 @@ import build_plugin  # noqa: E402
 
 class BuildWithPlugin(build_py):
     def run(self) -> None:
+        # A build directory left by an earlier install keeps modules that have since
+        # moved or gone; build_py would copy them into the wheel beside the new ones.
+        shutil.rmtree(Path(self.build_lib) / "flux_quantum", ignore_errors=True)
         super().run()
         outdir = Path(self.build_lib) / "flux_quantum" / "jobtap"
         outdir.mkdir(parents=True, exist_ok=True)
