@@ -21,17 +21,14 @@ It must never listen on anything but IPv4 loopback, never need a credential (any
 accepted and no signature is checked), never touch the real AWS, and never block forever.
 """
 
+from flux_quantum.emulator.braket import DeviceSpec, Fault, ReservationSpec, Scenario
 from flux_quantum.emulator.clock import Clock, ManualClock, ScaledClock, WallClock
 from flux_quantum.emulator.emulator import Emulator
-from flux_quantum.emulator.scenario import (
-    DeviceSpec,
-    Fault,
-    QueueSpec,
-    ReservationSpec,
-    Scenario,
-    ScenarioError,
-)
-from flux_quantum.emulator.service import Call
+from flux_quantum.emulator.ibm import IbmScenario
+from flux_quantum.emulator.iqm import IqmScenario
+from flux_quantum.emulator.pasqal import PasqalScenario
+from flux_quantum.emulator.scenario import QueueSpec, ScenarioError
+from flux_quantum.emulator.side import Call
 
 __all__ = [
     "Call",
@@ -39,10 +36,13 @@ __all__ = [
     "DeviceSpec",
     "Emulator",
     "Fault",
+    "IbmScenario",
+    "IqmScenario",
     "ManualClock",
-    "ScaledClock",
+    "PasqalScenario",
     "QueueSpec",
     "ReservationSpec",
+    "ScaledClock",
     "Scenario",
     "ScenarioError",
     "WallClock",

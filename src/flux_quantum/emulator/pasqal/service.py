@@ -81,9 +81,9 @@ from urllib.parse import parse_qs
 
 from flux_quantum.emulator.bill import BilledSession, BilledTask
 from flux_quantum.emulator.clock import Clock, timestamp
-from flux_quantum.emulator.pasqal_scenario import PasqalDeviceSpec, PasqalFault, PasqalScenario
+from flux_quantum.emulator.pasqal.scenario import PasqalDeviceSpec, PasqalFault, PasqalScenario
 from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
-from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
+from flux_quantum.emulator.scenario import DeviceQueueSpec
 from flux_quantum.emulator.side import Call, Refusal, VendorSide
 from flux_quantum.emulator.wire import Request, Response, json_response
 from flux_quantum.vendors import pasqal_program
@@ -762,17 +762,8 @@ def _draw(seed: int, kind: str, n: int) -> str:
     return str(uuid.UUID(bytes=digest[:16], version=4))
 
 
-def _queue_spec(spec: PasqalDeviceSpec) -> DeviceSpec:
+def _queue_spec(spec: PasqalDeviceSpec) -> DeviceQueueSpec:
     """The shared queue model's view of a Pasqal device: paused and offline windows both
     stop it starting work (creates are refused in them by the service)."""
     windows = [(0.0, math.inf)] if spec.status != "online" else [*spec.paused, *spec.offline]
-    return DeviceSpec(
-        arn=spec.queue_key,
-        name=spec.name,
-        provider="Pasqal",
-        type="QPU",
-        qubits=spec.atoms,
-        cost=Cost(0.0, "minute"),
-        queue=spec.queue,
-        offline=tuple(OfflinePeriod(s, e, "MAINTENANCE", accept_tasks=True) for s, e in windows),
-    )
+    return DeviceQueueSpec.waiting_during(spec.queue_key, spec.name, spec.queue, windows)

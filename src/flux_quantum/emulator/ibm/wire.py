@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from flux_quantum.emulator.ibm_scenario import ERROR_CODES, IbmBackendSpec
+from flux_quantum.emulator.ibm.scenario import ERROR_CODES, IbmBackendSpec
 from flux_quantum.emulator.wire import Response
 
 # qiskit's stdgates.inc names the Braket simulator does not know, as Braket gates.

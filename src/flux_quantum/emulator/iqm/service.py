@@ -73,9 +73,9 @@ from typing import Any
 
 from flux_quantum.emulator.bill import BilledSession, BilledTask
 from flux_quantum.emulator.clock import Clock, timestamp
-from flux_quantum.emulator.iqm_scenario import ERROR_CODES, IqmDeviceSpec, IqmFault, IqmScenario
+from flux_quantum.emulator.iqm.scenario import ERROR_CODES, IqmDeviceSpec, IqmFault, IqmScenario
 from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
-from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
+from flux_quantum.emulator.scenario import DeviceQueueSpec
 from flux_quantum.emulator.side import Call, Refusal, VendorSide
 from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
 from flux_quantum.emulator.simulate import simulate as run_program
@@ -136,20 +136,11 @@ class _Route:
     device: str | None = None
 
 
-def _queue_spec(spec: IqmDeviceSpec) -> DeviceSpec:
+def _queue_spec(spec: IqmDeviceSpec) -> DeviceQueueSpec:
     """The shared queue model's view of a device: maintenance and offline periods stop it
     (and, checked here, refuse creates); a device down for the whole run never serves."""
     down = [(0.0, math.inf)] if spec.status != "online" else [*spec.paused, *spec.offline]
-    return DeviceSpec(
-        arn=spec.queue_key,
-        name=spec.id,
-        provider="IQM",
-        type="QPU",
-        qubits=spec.qubits,
-        cost=Cost(0.0, "minute"),
-        queue=spec.queue,
-        offline=tuple(OfflinePeriod(s, e, "MAINTENANCE", accept_tasks=True) for s, e in down),
-    )
+    return DeviceQueueSpec.waiting_during(spec.queue_key, spec.id, spec.queue, down)
 
 
 class IqmService(VendorSide[_Route, IqmFault]):

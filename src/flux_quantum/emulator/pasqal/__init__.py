@@ -1,0 +1,21 @@
+"""The emulated Pasqal side: Pasqal Cloud's API under /pasqal, an on-premises warden under
+/pasqal-local, as QRMI's ``PasqalCloud`` and ``PasqalLocal`` resources use them.
+
+This package owns everything the emulator answers for Pasqal clients: ``service`` routes
+each request, injects the scenario's faults and answers Pasqal Cloud's and the
+on-premises warden's calls; ``scenario`` reads the Pasqal scenario. What every side
+shares is the emulator package's. It must never import
+another vendor's side.
+"""
+
+from flux_quantum.emulator.pasqal.scenario import PasqalDeviceSpec, PasqalFault, PasqalScenario
+from flux_quantum.emulator.pasqal.service import LOCAL_PREFIX, PREFIX, PasqalService
+
+__all__ = [
+    "LOCAL_PREFIX",
+    "PREFIX",
+    "PasqalDeviceSpec",
+    "PasqalFault",
+    "PasqalScenario",
+    "PasqalService",
+]
