@@ -92,6 +92,18 @@ class PasqalDeviceSpec:
         """A Braket-shaped identifier, so the shared ``DeviceQueue`` can seed from it."""
         return f"arn:aws:braket:::device/qpu/pasqal/{self.kind}/{self.name}"
 
+    def state_at(self, now: float) -> str:
+        """``online``, ``paused`` or ``offline`` at emulated time ``now``."""
+        if self.status != "online":
+            return self.status
+        for start, end in self.offline:
+            if start <= now < end:
+                return "offline"
+        for start, end in self.paused:
+            if start <= now < end:
+                return "paused"
+        return "online"
+
 
 @dataclass(frozen=True)
 class PasqalFault(BaseFault):
