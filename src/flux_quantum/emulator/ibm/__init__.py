@@ -4,14 +4,15 @@ This package owns everything the emulator answers for IBM clients (the unmodifie
 ``qrmi``): ``service`` routes each request, checks its token, CRN and body, injects the
 scenario's faults and serves backends, jobs and sessions; ``runtime`` keeps the backends'
 queues, the jobs and the sessions and changes them; ``scenario`` reads the IBM scenario;
-``wire`` has IBM's document shapes (errors, backend configuration and properties, sampler
+``wire`` has the side's paths and IBM's document shapes (errors, backend configuration and properties, sampler
 results). What every side shares is the emulator package's. It must never import another
 vendor's side.
 """
 
 from flux_quantum.emulator.ibm.runtime import IbmRuntime
 from flux_quantum.emulator.ibm.scenario import IbmBackendSpec, IbmFault, IbmScenario
-from flux_quantum.emulator.ibm.service import API, IAM_PATH, PREFIX, IbmService
+from flux_quantum.emulator.ibm.service import IbmService
+from flux_quantum.emulator.ibm.wire import API, IAM_PATH, PREFIX
 
 __all__ = [
     "API",

@@ -35,6 +35,8 @@ from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.ibm.runtime import IbmRefusal, IbmRuntime, JobQuery, refuse
 from flux_quantum.emulator.ibm.scenario import ERROR_CODES, IbmBackendSpec, IbmFault, IbmScenario
 from flux_quantum.emulator.ibm.wire import (
+    API,
+    IAM_PATH,
     bit_rows,
     braket_source,
     configuration,
@@ -51,9 +53,6 @@ from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, Simul
 from flux_quantum.emulator.simulate import simulate as run_program
 from flux_quantum.emulator.wire import Request, Response, json_response
 
-PREFIX = "/ibm"
-API = PREFIX + "/api/v1"
-IAM_PATH = PREFIX + "/identity/token"
 BACKEND_VERSION = "1.0.0"
 DEFAULT_SHOTS = 4096
 LIST_LIMIT = 200
