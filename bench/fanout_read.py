@@ -86,8 +86,7 @@ from typing import Any
 
 from benchlib import PROGRAM
 
-from flux_quantum.emulator import Emulator, Scenario
-from flux_quantum.emulator.service import Call
+from flux_quantum.emulator import Call, Emulator, Scenario
 from flux_quantum.protocol import events
 
 REPO = Path(__file__).resolve().parent.parent

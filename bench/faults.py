@@ -271,7 +271,7 @@ def scenarios(plan: Sequence[FaultSpec]) -> tuple[dict[str, Any], dict[str, Any]
     not know (dropped, each said in one line): every fault is checked on its own, so one
     the emulator refuses leaves the others in."""
     from flux_quantum.emulator import Scenario
-    from flux_quantum.emulator.ibm_scenario import IbmScenario
+    from flux_quantum.emulator.ibm import IbmScenario
     from flux_quantum.emulator.scenario import ScenarioError
 
     devices = {
@@ -667,7 +667,7 @@ class Arm:
     def setup(self) -> None:
         from flux_quantum.cli.plugin import instance_config
         from flux_quantum.emulator import Emulator, ScaledClock, Scenario
-        from flux_quantum.emulator.ibm_scenario import IbmScenario
+        from flux_quantum.emulator.ibm import IbmScenario
 
         work, args = self.work, self.args
         (work / "conf").mkdir(parents=True)

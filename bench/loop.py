@@ -141,7 +141,7 @@ class Device:
         return self.job_seconds + self.shots * SHOT_SECONDS
 
     def scenario(self) -> Any:
-        from flux_quantum.emulator.ibm_scenario import IbmScenario
+        from flux_quantum.emulator.ibm import IbmScenario
 
         queue = {
             "depth": self.depth,

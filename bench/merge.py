@@ -309,7 +309,7 @@ class Arm:
         from flux_quantum.cli.plugin import instance_config
         from flux_quantum.emulator import Emulator, Scenario
         from flux_quantum.emulator.clock import ScaledClock
-        from flux_quantum.emulator.ibm_scenario import IbmScenario
+        from flux_quantum.emulator.ibm import IbmScenario
         from flux_quantum.job.consumer import shell_plugin_path
 
         if mode not in (*MODES, OPT_OUT):

@@ -448,7 +448,7 @@ class Bench:
 
     def device(self, shape: Shape, release_modes: list[str]) -> list[Run]:
         from flux_quantum.emulator import Emulator, Scenario
-        from flux_quantum.emulator.ibm_scenario import IbmScenario
+        from flux_quantum.emulator.ibm import IbmScenario
 
         # An IBM backend lives in the emulator's IBM scenario (its Braket side: the default).
         scenario = None if shape.ibm else Scenario.from_dict({"devices": [shape.scenario()]})

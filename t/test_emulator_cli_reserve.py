@@ -24,8 +24,8 @@ import pytest
 from flux_quantum.catalog import load_catalog, packaged_catalog_path
 from flux_quantum.cli.emulator import export_lines, main
 from flux_quantum.emulator import Emulator, ManualClock, ScaledClock, ScenarioError, WallClock
-from flux_quantum.emulator.direct import RESERVATIONS_PATH, book_wall, on_timeline
-from flux_quantum.emulator.scenario import RESERVATION_ARN
+from flux_quantum.emulator.braket.direct import RESERVATIONS_PATH, book_wall, on_timeline
+from flux_quantum.emulator.braket.scenario import RESERVATION_ARN
 from flux_quantum.site import reservations as braket_direct
 
 FORTE = "arn:aws:braket:us-east-1::device/qpu/ionq/Forte-1"

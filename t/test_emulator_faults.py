@@ -25,7 +25,7 @@ from braket.ir.openqasm import Program
 
 from flux_quantum.catalog import PriceModel, parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock, Scenario, ScenarioError
-from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import RetryBudget, TaskState
 from flux_quantum.vendors.braket import BraketSettings, BraketVendor, execution_seconds

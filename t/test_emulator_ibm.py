@@ -14,7 +14,7 @@ import pytest
 import qrmi
 
 from flux_quantum.emulator import Emulator, ManualClock, ScenarioError
-from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.vendors.ibm import counts_from_result
 
 PROGRAM = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nx q[1];\nsx q[0];\nsx q[0];\nc = measure q;\n'

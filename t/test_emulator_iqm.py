@@ -14,8 +14,7 @@ import pytest
 import qrmi
 
 from flux_quantum.emulator import ManualClock, ScenarioError
-from flux_quantum.emulator.iqm import PREFIX, IqmService
-from flux_quantum.emulator.iqm_scenario import IqmScenario
+from flux_quantum.emulator.iqm import PREFIX, IqmScenario, IqmService
 from flux_quantum.emulator.server import HttpServer
 from flux_quantum.emulator.wire import Request, Response
 from flux_quantum.vendors.iqm_program import counts_from_measurements, run_request

@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 from flux_quantum.emulator.clock import ManualClock
-from flux_quantum.emulator.pasqal import LOCAL_PREFIX, PREFIX, PasqalService
-from flux_quantum.emulator.pasqal_scenario import PasqalScenario
+from flux_quantum.emulator.pasqal import LOCAL_PREFIX, PREFIX, PasqalScenario, PasqalService
 from flux_quantum.emulator.scenario import ScenarioError
 from flux_quantum.emulator.server import HttpServer
 from flux_quantum.emulator.wire import Request, Response, json_response

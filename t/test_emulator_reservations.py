@@ -30,7 +30,7 @@ from flux_quantum.emulator import (
     Scenario,
     ScenarioError,
 )
-from flux_quantum.emulator.direct import RESERVATIONS_PATH, book
+from flux_quantum.emulator.braket.direct import RESERVATIONS_PATH, book
 from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline, Window
 
 # Fixtures: make_emulator, manual_clock (see t/emulator_fixtures.py).

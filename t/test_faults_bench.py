@@ -118,7 +118,7 @@ def test_the_catalog_s_prices_are_the_scenario_s() -> None:
     import yaml
 
     from flux_quantum.emulator import Scenario
-    from flux_quantum.emulator.ibm_scenario import IbmScenario
+    from flux_quantum.emulator.ibm import IbmScenario
 
     braket, ibm, _ = faults.scenarios(())
     devices = {d["name"]: d for d in yaml.safe_load(faults.catalog(20.0))["devices"]}

@@ -14,7 +14,7 @@ import pytest
 from catalogs import catalog_of
 
 from flux_quantum.emulator import Scenario
-from flux_quantum.emulator.capabilities import capabilities_json
+from flux_quantum.emulator.braket.capabilities import capabilities_json
 from flux_quantum.protocol.request import parse_request
 from flux_quantum.selection.policies import NoDeviceError, expected_success, select_device
 from flux_quantum.selection.qasm import BELL_COUNTS, ProgramCounts, count_program

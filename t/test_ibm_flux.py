@@ -28,7 +28,7 @@ from fluxinstance import FluxInstance
 from test_service_flux import Qpu
 
 from flux_quantum.emulator import Emulator, ManualClock
-from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.ibm import IbmScenario
 
 pytestmark = pytest.mark.flux
 

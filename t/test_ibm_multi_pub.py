@@ -16,8 +16,8 @@ import qrmi
 
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock
-from flux_quantum.emulator.ibm_scenario import MAX_EXECUTIONS as EMULATED_MAX_EXECUTIONS
-from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.ibm import IbmScenario
+from flux_quantum.emulator.ibm.scenario import MAX_EXECUTIONS as EMULATED_MAX_EXECUTIONS
 from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import RetryBudget, TaskRef, TaskState
 from flux_quantum.vendors.ibm import (
@@ -298,7 +298,7 @@ def test_the_set_input_holds_ibm_s_limits():
 
 
 def test_results_split_from_either_form_ibm_answers_in():
-    from flux_quantum.emulator.ibm_wire import sampler_result
+    from flux_quantum.emulator.ibm.wire import sampler_result
 
     pubs = [("c", [1, 4, 1], 3, 3), ("meas", [0, 3], 2, 2)]
     for support_qiskit in (True, False):

@@ -20,7 +20,7 @@ import pytest
 
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock, WallClock
-from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.vendors import errors, make_vendor
 from flux_quantum.vendors.base import DeviceStatus, RetryBudget, TaskRef, TaskState
 from flux_quantum.vendors.ibm import (
@@ -117,7 +117,7 @@ def test_the_payload_is_one_samplerv2_pub_of_the_marked_program():
 
 
 def test_counts_are_read_from_runtimeencoder_bitarrays():
-    from flux_quantum.emulator.ibm_wire import sampler_result
+    from flux_quantum.emulator.ibm.wire import sampler_result
 
     # Two shots over 10 bits: c[0]=1 (value 1) and c[9]=1 (value 512).
     text = sampler_result([("c", [1, 512, 1], 10, 3)], "job")

@@ -22,7 +22,7 @@ from fluxinstance import FluxInstance, quantum_config
 from test_service_flux import FAST
 
 from flux_quantum.emulator import Emulator, ManualClock
-from flux_quantum.emulator.scenario import Scenario
+from flux_quantum.emulator.braket.scenario import Scenario
 
 pytestmark = pytest.mark.flux
 

@@ -28,7 +28,7 @@ from test_service_flux import _event_time
 
 from flux_quantum.catalog import load_catalog
 from flux_quantum.emulator import Emulator, ScaledClock, Scenario
-from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.vendors.base import TaskState
 from flux_quantum.vendors.local import LocalVendor
 

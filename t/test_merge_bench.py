@@ -21,7 +21,7 @@ import pytest
 
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.emulator import Scenario
-from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.site.merging import MergeConfig
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"

@@ -20,7 +20,7 @@ from botocore.config import Config
 
 from flux_quantum.catalog import PriceModel, parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock
-from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.site.merging import (
     BOUND_GAIN,
     BOUND_MAX_WAIT,

@@ -12,7 +12,7 @@ import pytest
 
 from flux_quantum.catalog import Device, PriceModel
 from flux_quantum.emulator.clock import ManualClock
-from flux_quantum.emulator.pasqal_scenario import PasqalScenario
+from flux_quantum.emulator.pasqal import PasqalScenario
 from flux_quantum.vendors import pasqal_program
 from flux_quantum.vendors.base import DeviceStatus, RetryBudget, TaskState
 from flux_quantum.vendors.errors import AccessDenied, InvalidRequest, VendorUnavailable

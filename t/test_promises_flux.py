@@ -27,7 +27,7 @@ from test_service_flux import BELL, FAST
 
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
 from flux_quantum.emulator.emulator import SECRET_KEY
-from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.testing.promises import PROMISES, check, gather, read_ledger
 
 pytestmark = pytest.mark.flux

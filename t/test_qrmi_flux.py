@@ -26,8 +26,8 @@ from fluxinstance import FluxInstance
 from test_service_flux import Qpu
 
 from flux_quantum.emulator import Emulator, ManualClock
-from flux_quantum.emulator.iqm_scenario import IqmScenario
-from flux_quantum.emulator.pasqal_scenario import PasqalScenario
+from flux_quantum.emulator.iqm import IqmScenario
+from flux_quantum.emulator.pasqal import PasqalScenario
 
 pytestmark = pytest.mark.flux
 

@@ -37,10 +37,10 @@ from urllib.parse import urlsplit
 from flux_quantum.cli import table
 from flux_quantum.emulator import Call, Emulator, Scenario, ScenarioError, WallClock
 from flux_quantum.emulator.bill import read_report
-from flux_quantum.emulator.direct import book_wall
-from flux_quantum.emulator.ibm_scenario import IbmScenario
-from flux_quantum.emulator.iqm_scenario import IqmScenario
-from flux_quantum.emulator.pasqal_scenario import PasqalScenario
+from flux_quantum.emulator.braket.direct import book_wall
+from flux_quantum.emulator.ibm import IbmScenario
+from flux_quantum.emulator.iqm import IqmScenario
+from flux_quantum.emulator.pasqal import PasqalScenario
 from flux_quantum.emulator.server import check_loopback
 from flux_quantum.errors import CommandError
 from flux_quantum.site import reservations

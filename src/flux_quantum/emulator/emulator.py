@@ -21,24 +21,26 @@ from types import TracebackType
 from typing import Any
 
 from flux_quantum.emulator.bill import REPORT_PATH, report_document
+from flux_quantum.emulator.braket import BraketService, ReservationSpec, Scenario
+from flux_quantum.emulator.braket.direct import (
+    RESERVATIONS_PATH,
+    on_timeline,
+    reservation_document,
+)
+from flux_quantum.emulator.braket.s3 import PREFIX as S3_PREFIX
 from flux_quantum.emulator.clock import Clock, WallClock
-from flux_quantum.emulator.direct import RESERVATIONS_PATH, on_timeline, reservation_document
 from flux_quantum.emulator.ibm import API as IBM_API
 from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
-from flux_quantum.emulator.ibm import IbmService
-from flux_quantum.emulator.ibm_scenario import IbmScenario
+from flux_quantum.emulator.ibm import IbmScenario, IbmService
 from flux_quantum.emulator.iqm import PREFIX as IQM_PREFIX
-from flux_quantum.emulator.iqm import IqmService
-from flux_quantum.emulator.iqm_scenario import IqmScenario
+from flux_quantum.emulator.iqm import IqmScenario, IqmService
 from flux_quantum.emulator.pasqal import LOCAL_PREFIX as PASQAL_LOCAL_PREFIX
 from flux_quantum.emulator.pasqal import PREFIX as PASQAL_PREFIX
-from flux_quantum.emulator.pasqal import PasqalService
-from flux_quantum.emulator.pasqal_scenario import PasqalScenario
+from flux_quantum.emulator.pasqal import PasqalScenario, PasqalService
 from flux_quantum.emulator.queue import TaskTimeline
-from flux_quantum.emulator.s3 import PREFIX as S3_PREFIX
-from flux_quantum.emulator.scenario import ReservationSpec, Scenario, ScenarioError
+from flux_quantum.emulator.scenario import ScenarioError
 from flux_quantum.emulator.server import HttpServer, check_loopback
-from flux_quantum.emulator.service import BraketService, Call
+from flux_quantum.emulator.side import Call
 from flux_quantum.emulator.wire import Request, Response, json_response
 
 ACCESS_KEY = "flux-quantum-emulator"
@@ -74,11 +76,11 @@ class Emulator:
         self.seed = seed
         self._stop = threading.Event()
         self._service = BraketService(self.scenario, self.clock, seed, self._stop, on_call)
-        # IBM Quantum beside Braket, on the same port under /ibm (see emulator.ibm).
+        # IBM Quantum beside Braket, on the same port under /ibm (see the ibm package).
         self.ibm_scenario = ibm or IbmScenario.default()
         self.ibm = IbmService(self.ibm_scenario, self.clock, seed, self._stop, on_call)
         # IQM (under /iqm) and Pasqal (/pasqal, its on-premises warden /pasqal-local), as
-        # QRMI reaches them (see emulator.iqm and emulator.pasqal).
+        # QRMI reaches them (see the iqm and pasqal packages).
         self.iqm = IqmService(iqm or IqmScenario.default(), self.clock, seed, self._stop, on_call)
         self.pasqal = PasqalService(
             pasqal or PasqalScenario.default(), self.clock, seed, self._stop, on_call

@@ -34,10 +34,40 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
-from flux_quantum.emulator.scenario import DeviceSpec
+from flux_quantum.emulator.scenario import Availability as Windows
+from flux_quantum.emulator.scenario import OfflinePeriod, QueueSpec
 
 INF = math.inf
+
+
+class QueuedDevice(Protocol):
+    """What the queue reads of a device: Braket's ``DeviceSpec``, or the other sides'
+    ``scenario.DeviceQueueSpec``. ``arn`` is its key (it seeds the queue's draws)."""
+
+    @property
+    def arn(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def queue(self) -> QueueSpec: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def status_reason(self) -> str | None: ...
+
+    @property
+    def availability(self) -> Windows | None: ...
+
+    @property
+    def offline(self) -> tuple[OfflinePeriod, ...]: ...
+
+
 # Background tasks waiting between two of ours are kept as one count, so a queue of
 # thousands costs one deque entry; our tasks are their task id (a str).
 _Entry = int | str
@@ -129,7 +159,7 @@ class _Timing:
 class Availability:
     """When a device can serve tasks, from its static status, windows and offline periods."""
 
-    def __init__(self, spec: DeviceSpec) -> None:
+    def __init__(self, spec: QueuedDevice) -> None:
         self.spec = spec
 
     def status_at(self, t: float) -> DeviceStatus:
@@ -200,7 +230,7 @@ class Availability:
 class DeviceQueue:
     """FIFO single-server queue of one device; call ``advance(t)`` before reading at ``t``."""
 
-    def __init__(self, spec: DeviceSpec, seed: int) -> None:
+    def __init__(self, spec: QueuedDevice, seed: int) -> None:
         self.spec = spec
         self.availability = Availability(spec)
         self.t = 0.0

@@ -1,6 +1,6 @@
 """What every vendor side of the emulator does around a request: route, run, log and count.
 
-This module owns the plumbing the Braket (``service``), IBM (``ibm``), IQM (``iqm``) and
+This module owns the plumbing the Braket (``braket``), IBM (``ibm``), IQM (``iqm``) and
 Pasqal (``pasqal``) sides share: ``VendorSide.handle`` routes a request (the side's
 ``_route``), answers a refused one with its ``Refusal``, runs a routed one (the side's
 ``_run``) and records it as a ``Call``; the call log (``calls``, ``clear_calls``,
@@ -8,7 +8,7 @@ Pasqal (``pasqal``) sides share: ``VendorSide.handle`` routes a request (the sid
 fault effects by kind (``counts``), behind the side's one lock; and, for a side whose
 faults are a list, counting a call against them, the ``before``/``after`` commit run and
 answering with a delay, a reset or the side's error. It must never know a vendor's
-routes, answers or state (those stay in each side's module), never sleep while holding
+routes, answers or state (those stay in each side's package), never sleep while holding
 the lock, and never read a clock but the injected ``Clock``.
 """
 

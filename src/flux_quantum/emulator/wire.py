@@ -1,8 +1,8 @@
-"""HTTP request and response records shared by the emulator's server and its services.
+"""HTTP request and response records shared by the emulator's server and its vendor sides.
 
-This module owns the plain data passed between the socket layer and the Braket and S3
-services, plus the helpers that format Braket's rest-json errors and timestamps. It must never
-do I/O or hold state.
+This module owns the plain data passed between the socket layer and every vendor side
+(``Request``, ``Response``), a JSON answer and a connection reset; each side's own error
+shapes and timestamps are its ``wire``. It must never do I/O or hold state.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
 
@@ -57,17 +56,3 @@ def connection_reset() -> Response:
 def json_response(status: int, document: Any) -> Response:
     body = json.dumps(document, separators=(",", ":")).encode()
     return Response(status, body, (("Content-Type", "application/json"),))
-
-
-def braket_error(code: str, status: int, message: str, **members: Any) -> Response:
-    """A rest-json error as Braket sends it: the code in x-amzn-ErrorType, a message body
-    (plus the error shape's other ``members``: a ValidationException's ``reason`` and
-    ``programSetValidationFailures``)."""
-    body = json.dumps({"message": message, **members}).encode()
-    headers = (("Content-Type", "application/json"), ("x-amzn-ErrorType", code))
-    return Response(status, body, headers, error=code)
-
-
-def iso8601(moment: datetime) -> str:
-    """Braket's timestamp format: ISO 8601, UTC, milliseconds, 'Z'."""
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -28,11 +28,11 @@ from typing import Any
 
 from flux_quantum.emulator.bill import BilledSession, BilledTask, ibm_charge
 from flux_quantum.emulator.clock import Clock, timestamp
-from flux_quantum.emulator.ibm_scenario import ERROR_CODES, IbmBackendSpec
-from flux_quantum.emulator.ibm_wire import ibm_error, sampler_result
-from flux_quantum.emulator.ibm_wire import timestamp as ibm_time
+from flux_quantum.emulator.ibm.scenario import ERROR_CODES, IbmBackendSpec
+from flux_quantum.emulator.ibm.wire import ibm_error, sampler_result
+from flux_quantum.emulator.ibm.wire import timestamp as ibm_time
 from flux_quantum.emulator.queue import Dedication, DeviceQueue, TaskTimeline
-from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
+from flux_quantum.emulator.scenario import DeviceQueueSpec
 from flux_quantum.emulator.side import Refusal
 from flux_quantum.vendors.ibm.payload import program_token
 
@@ -103,21 +103,12 @@ def refuse(code: int, message: str | None = None, status: int | None = None) -> 
     return IbmRefusal(ibm_error(status or ERROR_CODES.get(code, (400, ""))[0], code, message))
 
 
-def _queue_spec(spec: IbmBackendSpec) -> DeviceSpec:
+def _queue_spec(spec: IbmBackendSpec) -> DeviceQueueSpec:
     """The shared queue model's view of an IBM backend: paused periods are offline periods
     that still accept jobs (they queue and wait), an offline backend refuses them."""
     paused = [(0.0, math.inf)] if spec.status == "paused" else list(spec.paused)
-    return DeviceSpec(
-        arn=spec.queue_key,
-        name=spec.name,
-        provider="IBM",
-        type="QPU",
-        qubits=spec.qubits,
-        cost=Cost(0.0, "minute"),
-        queue=spec.queue,
-        status="OFFLINE" if spec.status == "offline" else "ONLINE",
-        status_reason="MAINTENANCE" if spec.status == "offline" else None,
-        offline=tuple(OfflinePeriod(s, e, "MAINTENANCE", accept_tasks=True) for s, e in paused),
+    return DeviceQueueSpec.waiting_during(
+        spec.queue_key, spec.name, spec.queue, paused, down=spec.status == "offline"
     )
 
 

@@ -18,7 +18,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from flux_quantum.emulator.scenario import CalibrationSpec, DeviceSpec
+from flux_quantum.emulator.braket.scenario import CalibrationSpec, DeviceSpec
 
 OPENQASM_ACTION = "braket.ir.openqasm.program"
 # The program set action (OpenQASMProgramSetDeviceActionProperties in the schemas).

@@ -12,7 +12,7 @@ faults (HTTP errors with IBM's error codes, throttling, slow answers, connection
 without an answer, failed jobs, jobs IBM cancels, a call answered, late or not at all, only
 after it was committed), refuses the Open plan's dedicated sessions; the call log and the counts of calls and
 fault effects for the report are the shared ``VendorSide``'s (``side``). Queues, jobs and
-sessions live in ``IbmRuntime`` (``ibm_runtime``), which it changes only through that
+sessions live in ``IbmRuntime`` (``ibm.runtime``), which it changes only through that
 class's methods. It must never sleep while holding a lock and never read the wall clock
 except for IAM token expiry (the client compares that with its own clock).
 """
@@ -32,9 +32,11 @@ from urllib.parse import parse_qs
 
 from flux_quantum.emulator.bill import BilledSession, BilledTask
 from flux_quantum.emulator.clock import Clock, timestamp
-from flux_quantum.emulator.ibm_runtime import IbmRefusal, IbmRuntime, JobQuery, refuse
-from flux_quantum.emulator.ibm_scenario import ERROR_CODES, IbmBackendSpec, IbmFault, IbmScenario
-from flux_quantum.emulator.ibm_wire import (
+from flux_quantum.emulator.ibm.runtime import IbmRefusal, IbmRuntime, JobQuery, refuse
+from flux_quantum.emulator.ibm.scenario import ERROR_CODES, IbmBackendSpec, IbmFault, IbmScenario
+from flux_quantum.emulator.ibm.wire import (
+    API,
+    IAM_PATH,
     bit_rows,
     braket_source,
     configuration,
@@ -51,9 +53,6 @@ from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, Simul
 from flux_quantum.emulator.simulate import simulate as run_program
 from flux_quantum.emulator.wire import Request, Response, json_response
 
-PREFIX = "/ibm"
-API = PREFIX + "/api/v1"
-IAM_PATH = PREFIX + "/identity/token"
 BACKEND_VERSION = "1.0.0"
 DEFAULT_SHOTS = 4096
 LIST_LIMIT = 200

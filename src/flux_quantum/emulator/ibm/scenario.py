@@ -2,8 +2,8 @@
 
 This module owns the IBM part of an emulator scenario (a YAML file or a dict, given to
 ``flux quantum emulator --ibm-scenario`` or ``Emulator(ibm=...)``), its validation and the
-default IBM scenario. Queues reuse the Braket side's model (``QueueSpec`` drained by
-``DeviceQueue``), so both vendors' queues behave alike. It must never touch the network,
+default IBM scenario. Queues use the emulator's shared model (``QueueSpec`` drained by
+``DeviceQueue``), so every vendor's queues behave alike. It must never touch the network,
 a clock or emulator state: an ``IbmScenario`` is an immutable description, and every
 mistake is one ``ScenarioError`` naming the source, the backend and the field.
 

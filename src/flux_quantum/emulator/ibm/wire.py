@@ -1,6 +1,7 @@
 """The shapes IBM Quantum's REST API answers with, for the emulator's IBM side.
 
-This module owns the documents the IBM side sends: IBM's error body
+This module owns where the IBM side answers on the emulator (``PREFIX``, ``API``,
+``IAM_PATH``) and the documents it sends: IBM's error body
 (``{"errors": [{"code", "message"}], "status_code"}``), timestamps, backend configuration
 and calibration properties (seeded, with gate and readout errors a quality-aware policy can
 read), a sampler job's result, one entry per pub in the pubs' order, in either of IBM's
@@ -26,8 +27,13 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from flux_quantum.emulator.ibm_scenario import ERROR_CODES, IbmBackendSpec
+from flux_quantum.emulator.ibm.scenario import ERROR_CODES, IbmBackendSpec
 from flux_quantum.emulator.wire import Response
+
+# Where the IBM side answers on the emulator: IAM's token call and the Qiskit Runtime API.
+PREFIX = "/ibm"
+API = PREFIX + "/api/v1"
+IAM_PATH = PREFIX + "/identity/token"
 
 # qiskit's stdgates.inc names the Braket simulator does not know, as Braket gates.
 _STDGATE_ALIASES: dict[str, str] = {

@@ -6,10 +6,10 @@ answers with, the mapping of a window asked for on the wall clock (``wall_start`
 ``wall_end``: what an admin books) onto the emulator's timeline, which may run ``--speed``
 times faster, and ``book`` and ``book_wall``, the clients another process (a benchmark
 driving an emulator it did not start, ``flux quantum emulator --reserve``) books a window
-through. What a reservation is, and how a bad one is refused, is the scenario's
-(``scenario.ReservationSpec``, ``scenario.reservation_from``); what it does to the device's
-queue is the queue's (``queue.Window``). Records and the mapping are pure functions of a
-reservation and the clock; only ``book`` and ``book_wall`` do I/O.
+through. What a reservation is, and how a bad one is refused, is the Braket scenario's
+(``braket.scenario.ReservationSpec``, ``braket.scenario.reservation_from``); what it does to
+the device's queue is the shared queue's (``queue.Window``). Records and the mapping are pure
+functions of a reservation and the clock; only ``book`` and ``book_wall`` do I/O.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from flux_quantum.emulator.braket.scenario import ReservationSpec
+from flux_quantum.emulator.braket.wire import iso8601
 from flux_quantum.emulator.clock import Clock, OnWallClock, timestamp
-from flux_quantum.emulator.scenario import ReservationSpec, ScenarioError
-from flux_quantum.emulator.wire import iso8601
+from flux_quantum.emulator.scenario import ScenarioError
 
 RESERVATIONS_PATH = "/_emulator/reservations"
 WALL_KEYS = ("wall_start", "wall_end")

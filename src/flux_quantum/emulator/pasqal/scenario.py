@@ -1,8 +1,8 @@
 """What the emulator's Pasqal side serves: neutral-atom devices, their queues, windows, faults.
 
 This module owns the Pasqal part of an emulator scenario (a YAML file or a dict), its
-validation and the default Pasqal scenario. Queues reuse the Braket side's model
-(``QueueSpec`` drained by ``DeviceQueue``), as the IBM side does. It must never touch the
+validation and the default Pasqal scenario. Queues use the emulator's shared model
+(``QueueSpec`` drained by ``DeviceQueue``), as every side's do. It must never touch the
 network, a clock or emulator state: a ``PasqalScenario`` is an immutable description, and
 every mistake is one ``ScenarioError`` naming the source, the device and the field.
 
@@ -91,6 +91,18 @@ class PasqalDeviceSpec:
     def queue_key(self) -> str:
         """A Braket-shaped identifier, so the shared ``DeviceQueue`` can seed from it."""
         return f"arn:aws:braket:::device/qpu/pasqal/{self.kind}/{self.name}"
+
+    def state_at(self, now: float) -> str:
+        """``online``, ``paused`` or ``offline`` at emulated time ``now``."""
+        if self.status != "online":
+            return self.status
+        for start, end in self.offline:
+            if start <= now < end:
+                return "offline"
+        for start, end in self.paused:
+            if start <= now < end:
+                return "paused"
+        return "online"
 
 
 @dataclass(frozen=True)

@@ -68,49 +68,30 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.emulator.bill import BilledSession, BilledTask
 from flux_quantum.emulator.clock import Clock, timestamp
-from flux_quantum.emulator.iqm_scenario import ERROR_CODES, IqmDeviceSpec, IqmFault, IqmScenario
+from flux_quantum.emulator.iqm.scenario import IqmDeviceSpec, IqmFault, IqmScenario
+from flux_quantum.emulator.iqm.wire import (
+    API,
+    JOB_TYPES,
+    PREFIX,
+    STATUS,
+    TERMINAL,
+    IqmRefusal,
+    braket_source,
+    iqm_error,
+    iso,
+)
 from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
-from flux_quantum.emulator.scenario import Cost, DeviceSpec, OfflinePeriod
+from flux_quantum.emulator.scenario import DeviceQueueSpec
 from flux_quantum.emulator.side import Call, Refusal, VendorSide
 from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
 from flux_quantum.emulator.simulate import simulate as run_program
 from flux_quantum.emulator.wire import Request, Response, json_response
 from flux_quantum.vendors.iqm_program import ProgramError as IqmProgramError
 from flux_quantum.vendors.iqm_program import validate_circuit
-
-PREFIX = "/iqm"
-API = PREFIX + "/api/v1"
-JOB_TYPES = ("circuit",)
-_STATUS = {
-    "QUEUED": "waiting",
-    "RUNNING": "processing",
-    "COMPLETED": "completed",
-    "FAILED": "failed",
-    "CANCELLING": "cancelled",
-    "CANCELLED": "cancelled",
-}
-_TERMINAL = ("completed", "failed", "cancelled")
-
-
-class IqmRefusal(Refusal):
-    """IQM's answer to a request it refuses."""
-
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
-        super().__init__(iqm_error(status, message, code), message)
-
-
-def iqm_error(status: int, message: str, code: str | None = None) -> Response:
-    """An error as the IQM Server API sends it."""
-    error_code = code or ERROR_CODES.get(status, "error")
-    body = {"error_code": error_code, "message": message, "request_id": str(uuid.uuid4())}
-    return Response(
-        status, json.dumps(body).encode(), (("Content-Type", "application/json"),), error=error_code
-    )
 
 
 @dataclass
@@ -136,20 +117,11 @@ class _Route:
     device: str | None = None
 
 
-def _queue_spec(spec: IqmDeviceSpec) -> DeviceSpec:
+def _queue_spec(spec: IqmDeviceSpec) -> DeviceQueueSpec:
     """The shared queue model's view of a device: maintenance and offline periods stop it
     (and, checked here, refuse creates); a device down for the whole run never serves."""
     down = [(0.0, math.inf)] if spec.status != "online" else [*spec.paused, *spec.offline]
-    return DeviceSpec(
-        arn=spec.queue_key,
-        name=spec.id,
-        provider="IQM",
-        type="QPU",
-        qubits=spec.qubits,
-        cost=Cost(0.0, "minute"),
-        queue=spec.queue,
-        offline=tuple(OfflinePeriod(s, e, "MAINTENANCE", accept_tasks=True) for s, e in down),
-    )
+    return DeviceQueueSpec.waiting_during(spec.queue_key, spec.id, spec.queue, down)
 
 
 class IqmService(VendorSide[_Route, IqmFault]):
@@ -342,7 +314,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
         operational = self.operational(spec, now)
         health = None
         if operational == "online":
-            health = {"healthy": True, "updated_at": _iso(timestamp(self.clock, now))}
+            health = {"healthy": True, "updated_at": iso(timestamp(self.clock, now))}
         doc = {
             "id": self._qc_ids[spec.id],
             "alias": spec.id,
@@ -470,8 +442,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
             active = sum(
                 1
                 for j in self._jobs.values()
-                if j.device == spec.id
-                and _STATUS[queue.progress(j.id, now).status] not in _TERMINAL
+                if j.device == spec.id and STATUS[queue.progress(j.id, now).status] not in TERMINAL
             )
             if active >= spec.max_slots:
                 raise IqmRefusal(
@@ -560,22 +531,22 @@ class IqmService(VendorSide[_Route, IqmFault]):
         return job
 
     def _status(self, job: IqmJob, now: float) -> str:
-        return _STATUS[self._queues[job.device].progress(job.id, now).status]
+        return STATUS[self._queues[job.device].progress(job.id, now).status]
 
     def _document(self, job: IqmJob, now: float) -> dict[str, Any]:
         """The job as IQM's GET /jobs/{id} answers it (lock held)."""
         queue = self._queues[job.device]
         progress = queue.progress(job.id, now)
-        status = _STATUS[progress.status]
-        created = _iso(timestamp(self.clock, job.created_t))
+        status = STATUS[progress.status]
+        created = iso(timestamp(self.clock, job.created_t))
         timeline = [{"source": "iqm-server", "status": "created", "timestamp": created}]
         if progress.started_at is not None:
-            at = _iso(timestamp(self.clock, progress.started_at))
+            at = iso(timestamp(self.clock, progress.started_at))
             timeline.append(
                 {"source": "iqm-server", "status": "execution_started", "timestamp": at}
             )
         if progress.ended_at is not None:
-            at = _iso(timestamp(self.clock, progress.ended_at))
+            at = iso(timestamp(self.clock, progress.ended_at))
             timeline.append({"source": "iqm-server", "status": status, "timestamp": at})
         doc: dict[str, Any] = {
             "id": job.id,
@@ -608,12 +579,12 @@ class IqmService(VendorSide[_Route, IqmFault]):
             with self._lock:
                 job = self._job(route.target)
                 doc = self._document(job, self.clock.now())
-            if doc["status"] in _TERMINAL or waited >= deadline or self._stop.is_set():
+            if doc["status"] in TERMINAL or waited >= deadline or self._stop.is_set():
                 break
             self._stop.wait(0.05)  # real time, outside the lock
             waited += 0.05
         response = json_response(200, doc)
-        if wait and doc["status"] not in _TERMINAL:
+        if wait and doc["status"] not in TERMINAL:
             headers = (*response.headers, ("IQM-Long-Poll-Timed-Out", "true"))
             response = Response(200, response.body, headers)
         return response
@@ -623,7 +594,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
             job = self._job(route.target)
             now = self.clock.now()
             status = self._status(job, now)
-            if status in _TERMINAL:
+            if status in TERMINAL:
                 raise IqmRefusal(
                     403, f"Job {job.id} is {status} and cannot be cancelled.", "illegal_job_status"
                 )
@@ -649,40 +620,3 @@ class IqmService(VendorSide[_Route, IqmFault]):
                 tally["".join(str(b) for row in shot for b in row)] += 1
             counts.append({"measurement_keys": list(circuit), "counts": dict(tally)})
         return json_response(200, counts)
-
-
-def braket_source(circuit: dict[str, Any]) -> tuple[str, list[tuple[str, list[int]]]]:
-    """A validated IQM circuit as OpenQASM 3 the Braket simulator runs, on a compact
-    register of the qubits it uses, and its measure keys with their compact qubits.
-    prx(θ, φ) = rz(φ) rx(θ) rz(-φ), applied right to left."""
-    used: dict[str, int] = {}
-    for ins in circuit["instructions"]:
-        for q in ins["qubits"]:
-            used.setdefault(q, len(used))
-    lines = ["OPENQASM 3.0;", f"qubit[{max(1, len(used))}] q;"]
-    keys: list[tuple[str, list[int]]] = []
-    measured = 0
-    body = []
-    for ins in circuit["instructions"]:
-        qs = [used[q] for q in ins["qubits"]]
-        if ins["name"] == "prx":
-            theta = 2 * math.pi * float(ins["args"]["angle_t"])
-            phi = 2 * math.pi * float(ins["args"]["phase_t"])
-            body += [
-                f"rz({-phi!r}) q[{qs[0]}];",
-                f"rx({theta!r}) q[{qs[0]}];",
-                f"rz({phi!r}) q[{qs[0]}];",
-            ]
-        elif ins["name"] == "cz":
-            body.append(f"cz q[{qs[0]}], q[{qs[1]}];")
-        elif ins["name"] == "measure":
-            keys.append((ins["args"]["key"], qs))
-            for q in qs:
-                body.append(f"b[{measured}] = measure q[{q}];")
-                measured += 1
-    lines.append(f"bit[{max(1, measured)}] b;")
-    return "\n".join(lines + body) + "\n", keys
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
