@@ -56,6 +56,7 @@ from flux_quantum.site.access import (
     checked_table,
     optional_name,
 )
+from flux_quantum.site.charge import TaskCharge
 
 TABLE = "quantum.quota"
 PERIODS = ("day", "month")
@@ -273,26 +274,13 @@ def _parse_limit(entry: object, index: int) -> Limit:
 
 
 @dataclass(frozen=True)
-class Charge:
-    """One task to be charged: who, where, what it is estimated to cost, when.
+class Charge(TaskCharge):
+    """One task to be charged (``TaskCharge``: who, where, what it is estimated to
+    cost) and when (``t``, epoch seconds: the period it counts in); ``job_cap`` the
+    request's ``qpu.max_cost`` for the whole job."""
 
-    ``token`` is the task's idempotency token (the ledger's key); ``jobid`` the job
-    (unit) it belongs to; ``job_cap`` the request's ``qpu.max_cost`` for the whole job.
-    """
-
-    token: str
-    jobid: int
-    userid: int
-    user: str | None
-    bank: str | None
-    device: str
-    vendor: str
-    device_class: str
-    shots: int
-    estimate: float
     t: float
     job_cap: float | None = None
-    reservation: str | None = None  # the reserved window it runs in (estimate 0)
 
     @classmethod
     def for_device(
