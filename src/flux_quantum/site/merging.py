@@ -60,7 +60,7 @@ from datetime import UTC, datetime
 from fractions import Fraction
 
 from flux_quantum.catalog import PriceModel
-from flux_quantum.site.access import checked_table, name_list
+from flux_quantum.site.access import checked_table, name_list, shown
 from flux_quantum.site.reservations import format_seconds
 from flux_quantum.vendors.braket import PROGRAM_SET_ACTION, TAG_VALUE_MAX
 from flux_quantum.vendors.ibm.payload import MAX_EXECUTIONS, MAX_INPUT_BYTES
@@ -95,11 +95,6 @@ class MergeConfigError(ValueError):
     """The ``[quantum.merge]`` table is invalid; the message names the key."""
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 # --- the site's configuration ------------------------------------------------------------
 
 
@@ -130,7 +125,9 @@ class MergeConfig:
         table = checked_table(table, where, KEYS, MergeConfigError)
         enabled = table.get("enabled", True)
         if not isinstance(enabled, bool):
-            raise MergeConfigError(f"{where} enabled must be true or false, got {_shown(enabled)}")
+            raise MergeConfigError(
+                f"{where} enabled must be true or false, got {shown(enabled, 60)}"
+            )
         across = table.get("across_users", False)
         if not isinstance(across, bool):
             if (
@@ -140,7 +137,7 @@ class MergeConfig:
             ):
                 raise MergeConfigError(
                     f"{where} across_users must be true, false or a non-empty list of bank "
-                    f"names, got {_shown(across)}"
+                    f"names, got {shown(across, 60)}"
                 )
             across = frozenset(across)
         max_wait = _duration(table.get("max_wait", DEFAULT_MAX_WAIT), f"{where} max_wait")
@@ -212,7 +209,7 @@ def _duration(value: object, where: str) -> float:
         seconds = None
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         raise MergeConfigError(
-            f"{where} must be a duration >= 0 such as 0, 30s, 2m or 1h, got {_shown(value)}"
+            f"{where} must be a duration >= 0 such as 0, 30s, 2m or 1h, got {shown(value, 60)}"
         )
     return seconds
 
@@ -902,7 +899,7 @@ def _exact(value: float, what: str) -> Fraction:
         or not math.isfinite(value)
         or value < 0
     ):
-        raise ValueError(f"{what} must be a number >= 0, got {_shown(value)}")
+        raise ValueError(f"{what} must be a number >= 0, got {shown(value, 60)}")
     return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
 
 
@@ -912,7 +909,7 @@ def _check_shots(shots: Sequence[int]) -> None:
         or not shots
         or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shots)
     ):
-        raise ValueError(f"shots must be one or more integers >= 1, got {_shown(shots)}")
+        raise ValueError(f"shots must be one or more integers >= 1, got {shown(shots, 60)}")
 
 
 def _quantum(quantum: float) -> Fraction:
