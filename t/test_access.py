@@ -170,7 +170,11 @@ def test_bad_tables_name_the_key(table: object, message: str) -> None:
     assert str(caught.value) == message
 
 
-def test_access_module_uses_only_the_standard_library() -> None:
+def test_what_the_validator_imports_uses_only_the_standard_library() -> None:
+    """The ingest validator runs in the broker's own Python: ``flux_quantum.site.access``
+    and ``flux_quantum.protocol.request`` (with the packages' faces they pass through)
+    import nothing outside the standard library, in ``python -I -S`` with only src on
+    sys.path."""
     tree = ast.parse(Path(access.__file__).read_text())
     imported = set()
     for node in ast.walk(tree):
@@ -182,12 +186,16 @@ def test_access_module_uses_only_the_standard_library() -> None:
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-c",
          f"import sys; sys.path.append({str(SRC)!r}); from flux_quantum.site import access;"
+         " import flux_quantum.protocol.request as request;"
          " print(access.AccessRules.from_config({'default': 'deny'}).decide("
-         "access.Requester(1, 'a'), access.DeviceFacts('sv1')).allowed)"],
+         "access.Requester(1, 'a'), access.DeviceFacts('sv1')).allowed);"
+         " print(request.parse_request('braket:sv1').device);"
+         " print(sorted({m.split('.')[0] for m in sys.modules}"
+         " - set(sys.stdlib_module_names) - {'__main__', 'flux_quantum'}))"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "False"
+    assert result.stdout.split() == ["False", "sv1", "[]"]
 
 
 # --- the ingest validator ----------------------------------------------------------------

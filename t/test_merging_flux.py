@@ -84,7 +84,7 @@ def _qpu(name: str, depth: int, **more: Any) -> dict[str, Any]:
 
 def share(shots: int, members: int) -> float:
     """A member's share of a merged task's bill: the per-task fee split equally, its own
-    shots (merging.price_shares)."""
+    shots (cost_shares.price_shares)."""
     return PRICE["per_task"] / members + PRICE["per_shot"] * shots
 
 

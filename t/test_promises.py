@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from flux_quantum.emulator.bill import read_report
 from flux_quantum.protocol import events
 from flux_quantum.protocol.events import Event
 from flux_quantum.site.ledger import Ledger
@@ -32,7 +33,6 @@ from flux_quantum.testing.promises import (
     Violation,
     check,
     read_ledger,
-    read_report,
     state_of,
 )
 from flux_quantum.vendors.base import VendorSession

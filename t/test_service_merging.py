@@ -20,7 +20,7 @@ from flux_quantum.catalog import parse_catalog
 from flux_quantum.protocol import events
 from flux_quantum.protocol.jobspec import ReleaseInfo
 from flux_quantum.service.taskread import TaskReads, readable_ref
-from flux_quantum.site import merging
+from flux_quantum.site.cost_shares import cost_shares, task_bill
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import TaskRef, TaskState
 from flux_quantum.vendors.errors import VendorUnavailable
@@ -119,8 +119,8 @@ def test_the_shares_add_up_to_the_vendor_bill(ledger):
     h.until(lambda: all(events.COST in h.flux.names(j) for j in jobs), limit=900)
     costs = [h.flux.last(j, events.COST).cost for j in jobs]
     # alpha: $0.30 a task + $0.001 a shot; the fee divided, each its own shots.
-    assert costs == merging.cost_shares(0.3, 0.001, [100, 200, 300]) == [0.2, 0.3, 0.4]
-    assert round(sum(costs), 2) == merging.task_bill(0.3, 0.001, [100, 200, 300]) == 0.9
+    assert costs == cost_shares(0.3, 0.001, [100, 200, 300]) == [0.2, 0.3, 0.4]
+    assert round(sum(costs), 2) == task_bill(0.3, 0.001, [100, 200, 300]) == 0.9
     assert sum(costs) == pytest.approx(1.5 - 0.6)  # alone: three fees, $1.50 in all
 
 

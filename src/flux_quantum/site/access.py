@@ -190,7 +190,7 @@ class AccessRules:
         default = table.get("default", "allow")
         if default not in DEFAULTS:
             raise AccessConfigError(
-                f'[{TABLE}] default must be "allow" or "deny", got {_shown(default)}'
+                f'[{TABLE}] default must be "allow" or "deny", got {shown(default)}'
             )
         entries = table.get("rules", [])
         if not isinstance(entries, list):
@@ -283,7 +283,7 @@ def _parse_rule(entry: object, index: int) -> Rule:
     entry = checked_table(entry, where, RULE_KEYS, AccessConfigError)
     allow = entry.get("allow")
     if not isinstance(allow, bool):
-        raise AccessConfigError(f"{where}.allow must be true or false, got {_shown(allow)}")
+        raise AccessConfigError(f"{where}.allow must be true or false, got {shown(allow)}")
     return Rule(
         index=index,
         allow=allow,
@@ -294,7 +294,7 @@ def _parse_rule(entry: object, index: int) -> Rule:
     )
 
 
-# --- table checks, shared with flux_quantum.site.quota -----------------------------------------
+# --- table checks, shared with the site's other tables -----------------------------------------
 
 
 def checked_table(
@@ -302,7 +302,7 @@ def checked_table(
 ) -> Mapping[str, object]:
     """``value`` as a table with only ``accepted`` keys, else ``error`` naming ``where``."""
     if not isinstance(value, Mapping):
-        raise error(f"{where} must be a table, got {_shown(value)}")
+        raise error(f"{where} must be a table, got {shown(value)}")
     for key in value:
         if key not in accepted:
             raise error(f"{where} has an unknown key '{key}' (accepted: {', '.join(accepted)})")
@@ -311,7 +311,7 @@ def checked_table(
 
 def optional_name(value: object, where: str, error: type[ValueError]) -> str | None:
     if value is not None and (not isinstance(value, str) or not value):
-        raise error(f"{where} must be a non-empty string, got {_shown(value)}")
+        raise error(f"{where} must be a non-empty string, got {shown(value)}")
     return value
 
 
@@ -328,10 +328,11 @@ def name_list(
         or not all(isinstance(v, accepted) and not isinstance(v, bool) and v != "" for v in value)
     ):
         what = "names or uids" if numbers else "names"
-        raise error(f"{where} must be a non-empty list of {what}, got {_shown(value)}")
+        raise error(f"{where} must be a non-empty list of {what}, got {shown(value)}")
     return frozenset(str(v) for v in value)
 
 
-def _shown(value: object) -> str:
+def shown(value: object, width: int = 40) -> str:
+    """A configured value for an error message: its repr, cut to ``width`` characters."""
     text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."

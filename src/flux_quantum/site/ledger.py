@@ -82,6 +82,7 @@ from pathlib import Path
 from typing import Any
 
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.site.charge import TaskCharge
 from flux_quantum.site.ledger_store import (
     CONNECT_TIMEOUT,
     DEFAULT_CLUSTER,
@@ -176,19 +177,10 @@ class Reservation:
 
 
 @dataclass(frozen=True)
-class ChargeRecord:
-    """One row of the ledger."""
+class ChargeRecord(TaskCharge):
+    """One row of the ledger: a task's charge (``TaskCharge``), what it really cost
+    (once settled), its state and when it was reserved and settled."""
 
-    token: str
-    jobid: int
-    userid: int
-    user: str | None
-    bank: str | None
-    device: str
-    vendor: str
-    device_class: str
-    shots: int
-    estimate: float
     cost: float | None
     state: str
     reserved_at: float
@@ -196,7 +188,6 @@ class ChargeRecord:
     task_id: str | None
     billed_seconds: float | None
     note: str | None
-    reservation: str | None = None
     qpu_seconds: float | None = None
     share: float | None = None
     cluster: str | None = None  # the instance that wrote it (None: a ledger not migrated)

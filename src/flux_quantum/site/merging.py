@@ -7,10 +7,10 @@ results back (``Vendor.results``). This module owns the ``[quantum.merge]`` tabl
 instance configuration, its validation (all or nothing, one sentence naming the key) and
 the decisions the handler service asks of it: which held programs may share a task
 (``compatible``), how they are grouped within the vendor's limits (``batches``), when a
-group is sent (``decide``), what each job pays of the merged task's bill
-(``cost_shares``, ``usage_shares``, ``price_shares``) and the one-line sentences for
-memos and events (``explain``). It decides from data: it never reads the clock, calls a
-vendor or touches Flux; the service hands it "now", the device's state and the held jobs.
+group is sent (``decide``) and the one-line sentences for memos and events (``explain``).
+What each job pays of the merged task's bill is :mod:`flux_quantum.site.cost_shares`'s.
+It decides from data: it never reads the clock, calls a vendor or touches Flux; the
+service hands it "now", the device's state and the held jobs.
 
 The table (every key optional)::
 
@@ -41,11 +41,6 @@ When it is sent (the bounded wait): at once on an idle device; otherwise when it
 own expected queue gain, capped by ``max_wait`` and by the device's expected queue wait
 (merging cannot save more than the queue it skips). So no job waits longer than what
 merging saves it, and none waits at all when nothing is queued.
-
-What each job pays (the ledger's rule): the per-task fee divided equally among the merged
-jobs, each job its own shots (and, on a device billed by time, the task's billed time in
-proportion to its shots); the task's bill is rounded to the cent and the shares are whole
-cents that add up to it exactly (``apportion``).
 """
 
 from __future__ import annotations
@@ -57,10 +52,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from fractions import Fraction
 
-from flux_quantum.catalog import PriceModel
-from flux_quantum.site.access import checked_table, name_list
+from flux_quantum.site.access import checked_table, name_list, shown
 from flux_quantum.site.reservations import format_seconds
 from flux_quantum.vendors.braket import PROGRAM_SET_ACTION, TAG_VALUE_MAX
 from flux_quantum.vendors.ibm.payload import MAX_EXECUTIONS, MAX_INPUT_BYTES
@@ -88,16 +81,10 @@ BOUND_QUEUE = "queue"
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(s|m|h)?", re.ASCII)
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
-CENT = 0.01
 
 
 class MergeConfigError(ValueError):
     """The ``[quantum.merge]`` table is invalid; the message names the key."""
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # --- the site's configuration ------------------------------------------------------------
@@ -130,7 +117,9 @@ class MergeConfig:
         table = checked_table(table, where, KEYS, MergeConfigError)
         enabled = table.get("enabled", True)
         if not isinstance(enabled, bool):
-            raise MergeConfigError(f"{where} enabled must be true or false, got {_shown(enabled)}")
+            raise MergeConfigError(
+                f"{where} enabled must be true or false, got {shown(enabled, 60)}"
+            )
         across = table.get("across_users", False)
         if not isinstance(across, bool):
             if (
@@ -140,7 +129,7 @@ class MergeConfig:
             ):
                 raise MergeConfigError(
                     f"{where} across_users must be true, false or a non-empty list of bank "
-                    f"names, got {_shown(across)}"
+                    f"names, got {shown(across, 60)}"
                 )
             across = frozenset(across)
         max_wait = _duration(table.get("max_wait", DEFAULT_MAX_WAIT), f"{where} max_wait")
@@ -212,7 +201,7 @@ def _duration(value: object, where: str) -> float:
         seconds = None
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         raise MergeConfigError(
-            f"{where} must be a duration >= 0 such as 0, 30s, 2m or 1h, got {_shown(value)}"
+            f"{where} must be a duration >= 0 such as 0, 30s, 2m or 1h, got {shown(value, 60)}"
         )
     return seconds
 
@@ -889,109 +878,3 @@ def explain(batch: Batch, decision: Decision, jobid: int) -> str:
     if others == 0:
         return f"waiting to merge on {device}: sent {when} ({what})"
     return f"merging {with_others} on {device}: sent {when} ({what})"
-
-
-# --- who pays what ----------------------------------------------------------------------------
-
-
-def _exact(value: float, what: str) -> Fraction:
-    """``value`` as the decimal it is written as (0.3 is 3/10, not the nearest double)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{what} must be a number >= 0, got {_shown(value)}")
-    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
-
-
-def _check_shots(shots: Sequence[int]) -> None:
-    if (
-        isinstance(shots, str | bytes)
-        or not shots
-        or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shots)
-    ):
-        raise ValueError(f"shots must be one or more integers >= 1, got {_shown(shots)}")
-
-
-def _quantum(quantum: float) -> Fraction:
-    q = _exact(quantum, "quantum")
-    if q <= 0:
-        raise ValueError(f"quantum must be > 0, got {quantum!r}")
-    return q
-
-
-def apportion(exact: Sequence[Fraction], quantum: Fraction) -> list[int]:
-    """Whole ``quantum``s for parts of exact sizes ``exact`` that add up to their sum
-    rounded to a ``quantum`` (half up): each part first gets its own rounded down, then
-    the ``quantum``s left go one each to the parts with the largest remainders, ties to
-    the earlier part (the largest remainder method). Each part is then within one
-    ``quantum`` of its exact size."""
-    total = sum(exact, Fraction(0))
-    units = math.floor(total / quantum + Fraction(1, 2))
-    floors = [math.floor(part / quantum) for part in exact]
-    left = units - sum(floors)
-    order = sorted(range(len(exact)), key=lambda i: (-(exact[i] / quantum - floors[i]), i))
-    for i in order[:left]:
-        floors[i] += 1
-    return floors
-
-
-def _shares(exact: Sequence[Fraction], quantum: float) -> list[float]:
-    q = _quantum(quantum)
-    return [float(units * q) for units in apportion(exact, q)]
-
-
-def task_bill(fee: float, per_shot: float, shots: Sequence[int], *, quantum: float = CENT) -> float:
-    """The bill of one task running ``shots`` (all its programs'): ``fee`` plus
-    ``per_shot`` each, rounded to the cent (half up)."""
-    _check_shots(shots)
-    q = _quantum(quantum)
-    exact = _exact(fee, "fee") + _exact(per_shot, "per_shot") * sum(shots)
-    return float(math.floor(exact / q + Fraction(1, 2)) * q)
-
-
-def cost_shares(
-    fee: float, per_shot: float, shots: Sequence[int], *, quantum: float = CENT
-) -> list[float]:
-    """Each merged job's share of a task's bill, in the order of ``shots``.
-
-    The rule: the per-task ``fee`` divided equally among the jobs, each job paying its own
-    shots at ``per_shot``. The task's bill (``task_bill``) is rounded to the cent; each
-    share is a whole number of cents within a cent of its exact part, and the shares add
-    up to the bill exactly: every job gets its exact part rounded down, and the cents left
-    go one each to the jobs with the largest remainders, the earlier job first on a tie
-    (``apportion``).
-    """
-    _check_shots(shots)
-    part = _exact(fee, "fee") / len(shots)
-    price = _exact(per_shot, "per_shot")
-    return _shares([part + price * s for s in shots], quantum)
-
-
-def usage_shares(total: float, shots: Sequence[int], *, quantum: float = CENT) -> list[float]:
-    """``total`` (a task's billed usage seconds, or its cost, on a device billed by time:
-    IBM) split among the merged jobs in proportion to their ``shots``, in whole
-    ``quantum``s that add up to ``total`` rounded to a ``quantum`` exactly (as
-    ``cost_shares`` rounds)."""
-    _check_shots(shots)
-    whole = _exact(total, "total")
-    weight = sum(shots)
-    return _shares([whole * s / weight for s in shots], quantum)
-
-
-def price_shares(
-    price: PriceModel, shots: Sequence[int], seconds: float | None = None
-) -> list[float]:
-    """Each merged job's share of what ``price`` bills a task of all ``shots`` that ran
-    ``seconds`` (``PriceModel.cost``): the per-task fee divided equally, each job its own
-    shots, the time-billed part (at least ``min_seconds``) in proportion to shots; whole
-    cents adding up to the task's cost rounded to the cent."""
-    _check_shots(shots)
-    n, weight = len(shots), sum(shots)
-    billed = max(_exact(seconds or 0.0, "seconds"), _exact(price.min_seconds, "min_seconds"))
-    timed = _exact(price.per_minute, "per_minute") * billed / 60
-    fee = _exact(price.per_task, "per_task") / n
-    per_shot = _exact(price.per_shot, "per_shot")
-    return _shares([fee + per_shot * s + timed * s / weight for s in shots], CENT)

@@ -26,6 +26,7 @@ from flux_quantum.catalog import Device
 from flux_quantum.site import reservations as braket_direct
 from flux_quantum.site.access import AccessRules, DeviceFacts, Requester, bank_of, user_name
 from flux_quantum.site.accounts import SiteAccounts
+from flux_quantum.site.cost_shares import price_shares
 from flux_quantum.site.ledger import (
     ChargeRecord,
     Ledger,
@@ -33,7 +34,7 @@ from flux_quantum.site.ledger import (
     LedgerUnavailable,
     Reservation,
 )
-from flux_quantum.site.merging import MergeConfig, price_shares
+from flux_quantum.site.merging import MergeConfig
 from flux_quantum.site.quota import Charge, QuotaConfig, actual_cost
 
 # Braket bills a QPU task that failed or was cancelled nothing (the SDK's Tracker agrees).

@@ -55,7 +55,9 @@ from flux_quantum.site.access import (
     DeviceSelector,
     checked_table,
     optional_name,
+    shown,
 )
+from flux_quantum.site.charge import TaskCharge
 
 TABLE = "quantum.quota"
 PERIODS = ("day", "month")
@@ -222,7 +224,7 @@ class QuotaConfig:
         except (ValueError, ZoneInfoNotFoundError):
             raise QuotaConfigError(
                 f"[{TABLE}] timezone must be an IANA time zone such as UTC or Europe/Paris,"
-                f" got {_shown(zone)}"
+                f" got {shown(zone)}"
             ) from None
         entries = table.get("limits", [])
         if not isinstance(entries, list):
@@ -240,10 +242,10 @@ def _parse_limit(entry: object, index: int) -> Limit:
     scope = scopes[0]
     who = entry[scope]
     if isinstance(who, bool) or not isinstance(who, str | int) or who == "":
-        raise QuotaConfigError(f'{where}.{scope} must be a name or "*", got {_shown(who)}')
+        raise QuotaConfigError(f'{where}.{scope} must be a name or "*", got {shown(who)}')
     period = entry.get("period")
     if period not in PERIODS:
-        raise QuotaConfigError(f'{where}.period must be "day" or "month", got {_shown(period)}')
+        raise QuotaConfigError(f'{where}.period must be "day" or "month", got {shown(period)}')
     spend = entry.get("spend")
     if spend is not None and (
         isinstance(spend, bool)
@@ -251,10 +253,10 @@ def _parse_limit(entry: object, index: int) -> Limit:
         or not math.isfinite(spend)
         or spend < 0
     ):
-        raise QuotaConfigError(f"{where}.spend must be a number >= 0, got {_shown(spend)}")
+        raise QuotaConfigError(f"{where}.spend must be a number >= 0, got {shown(spend)}")
     tasks = entry.get("tasks")
     if tasks is not None and (isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 0):
-        raise QuotaConfigError(f"{where}.tasks must be an integer >= 0, got {_shown(tasks)}")
+        raise QuotaConfigError(f"{where}.tasks must be an integer >= 0, got {shown(tasks)}")
     if spend is None and tasks is None:
         raise QuotaConfigError(f"{where} needs spend, tasks or both")
     return Limit(
@@ -273,26 +275,13 @@ def _parse_limit(entry: object, index: int) -> Limit:
 
 
 @dataclass(frozen=True)
-class Charge:
-    """One task to be charged: who, where, what it is estimated to cost, when.
+class Charge(TaskCharge):
+    """One task to be charged (``TaskCharge``: who, where, what it is estimated to
+    cost) and when (``t``, epoch seconds: the period it counts in); ``job_cap`` the
+    request's ``qpu.max_cost`` for the whole job."""
 
-    ``token`` is the task's idempotency token (the ledger's key); ``jobid`` the job
-    (unit) it belongs to; ``job_cap`` the request's ``qpu.max_cost`` for the whole job.
-    """
-
-    token: str
-    jobid: int
-    userid: int
-    user: str | None
-    bank: str | None
-    device: str
-    vendor: str
-    device_class: str
-    shots: int
-    estimate: float
     t: float
     job_cap: float | None = None
-    reservation: str | None = None  # the reserved window it runs in (estimate 0)
 
     @classmethod
     def for_device(
@@ -457,8 +446,3 @@ def decide(
         f" {tightest.limit.describe(charge, currency)}",
         tuple(checks),
     )
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

@@ -40,7 +40,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from flux_quantum.site.access import DeviceFacts, Requester, Rule, checked_table, name_list
+from flux_quantum.site.access import (
+    DeviceFacts,
+    Requester,
+    Rule,
+    checked_table,
+    name_list,
+    shown,
+)
 
 TABLE = "quantum.reservations"
 KEYS = (
@@ -76,11 +83,6 @@ _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 class ReservationConfigError(ValueError):
     """A ``[[quantum.reservations]]`` table is invalid; the message names the key."""
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def format_seconds(seconds: float) -> str:
@@ -121,7 +123,7 @@ def _time(value: object, where: str) -> float:
             return parsed.timestamp()
     raise ReservationConfigError(
         f"{where} must be a date-time with its offset (2026-12-03T09:00:00Z, as a TOML "
-        f"date-time or a string) or epoch seconds, got {_shown(value)}"
+        f"date-time or a string) or epoch seconds, got {shown(value, 60)}"
     )
 
 
@@ -134,7 +136,7 @@ def _duration(value: object, where: str) -> float:
         seconds = None
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         raise ReservationConfigError(
-            f"{where} must be a duration >= 0 such as 0, 90s, 30m or 2h, got {_shown(value)}"
+            f"{where} must be a duration >= 0 such as 0, 90s, 30m or 2h, got {shown(value, 60)}"
         )
     return seconds
 
@@ -245,7 +247,7 @@ class ReservationBook:
             return cls()
         if not isinstance(value, list):
             raise ReservationConfigError(
-                f"[{TABLE}] must be a list of tables ([[{TABLE}]]), got {_shown(value)}"
+                f"[{TABLE}] must be a list of tables ([[{TABLE}]]), got {shown(value, 60)}"
             )
         parsed = [_parse(entry, index, devices) for index, entry in enumerate(value, start=1)]
         seen: dict[str, int] = {}
@@ -276,12 +278,14 @@ def _parse(entry: object, index: int, devices: Mapping[str, object] | None) -> R
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ReservationConfigError(
             f"{where}.name must be lower-case letters, digits, '-', '_', '.' (at most 64, "
-            f"first a letter or digit), got {_shown(name)}"
+            f"first a letter or digit), got {shown(name, 60)}"
         )
     where = f"{where} ({name})"
     device = table["device"]
     if not isinstance(device, str) or not device:
-        raise ReservationConfigError(f"{where}.device must be a device name, got {_shown(device)}")
+        raise ReservationConfigError(
+            f"{where}.device must be a device name, got {shown(device, 60)}"
+        )
     if devices is not None:
         known = devices.get(device)
         if known is None:
@@ -304,7 +308,7 @@ def _parse(entry: object, index: int, devices: Mapping[str, object] | None) -> R
     if not isinstance(arn, str) or not _ARN.fullmatch(arn):
         raise ReservationConfigError(
             f"{where}.arn must be a Braket Direct reservation ARN "
-            f"(arn:aws:braket:REGION:ACCOUNT:reservation/ID), got {_shown(arn)}"
+            f"(arn:aws:braket:REGION:ACCOUNT:reservation/ID), got {shown(arn, 60)}"
         )
     start = _time(table["start"], f"{where}.start")
     end = _time(table["end"], f"{where}.end")
@@ -320,22 +324,22 @@ def _parse(entry: object, index: int, devices: Mapping[str, object] | None) -> R
         or cost < 0
     ):
         raise ReservationConfigError(
-            f"{where}.cost must be what the window costs, a number >= 0, got {_shown(cost)}"
+            f"{where}.cost must be what the window costs, a number >= 0, got {shown(cost, 60)}"
         )
     bank = table.get("bank")
     if bank is not None and (not isinstance(bank, str) or not bank):
-        raise ReservationConfigError(f"{where}.bank must be a bank name, got {_shown(bank)}")
+        raise ReservationConfigError(f"{where}.bank must be a bank name, got {shown(bank, 60)}")
     on_end = table.get("on_end", ON_DEMAND)
     if on_end not in ON_END:
         raise ReservationConfigError(
-            f'{where}.on_end must be "on-demand" or "fail", got {_shown(on_end)}'
+            f'{where}.on_end must be "on-demand" or "fail", got {shown(on_end, 60)}'
         )
     route = table.get("route", False)
     if not isinstance(route, bool):
-        raise ReservationConfigError(f"{where}.route must be true or false, got {_shown(route)}")
+        raise ReservationConfigError(f"{where}.route must be true or false, got {shown(route, 60)}")
     jobs = table.get("jobs", DEFAULT_JOBS)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-        raise ReservationConfigError(f"{where}.jobs must be an integer >= 1, got {_shown(jobs)}")
+        raise ReservationConfigError(f"{where}.jobs must be an integer >= 1, got {shown(jobs, 60)}")
     who = Rule(
         index=index,
         allow=True,

@@ -1,3 +1,3 @@
-"""What checks flux-quantum's promises over a run: the promise checker
-(``promises``).
+"""What checks flux-quantum's promises over a run: the promise checker (``promises``: its
+records, its pure checks and its readers of Flux, the emulator's bill and the ledger).
 """
