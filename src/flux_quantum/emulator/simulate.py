@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from flux_quantum.vendors.braket.sdk import sdk
+
 OPENQASM_PROGRAM = "braket.ir.openqasm.program"
 OPENQASM_PROGRAM_SET = "braket.ir.openqasm.program_set"
 ACTIONS = (OPENQASM_PROGRAM, OPENQASM_PROGRAM_SET)
@@ -162,7 +164,7 @@ def simulate_program_set(
 
 def _simulator(backend: str) -> Any:
     # Imported here: the Braket simulator costs seconds to import and only tasks need it.
-    from braket.devices import LocalSimulator
+    LocalSimulator = sdk("braket.devices").LocalSimulator
 
     # LocalSimulator wraps the simulator; the emulator needs its raw IR result (what the
     # managed service writes), not the SDK object LocalSimulator.run() wraps it in.
@@ -172,9 +174,7 @@ def _simulator(backend: str) -> Any:
 def _run(
     simulator: Any, action: str, request: SimulationRequest, shots: int | None = None
 ) -> dict[str, Any]:
-    from braket.ir.openqasm import Program
-
-    program = Program.parse_raw(action)
+    program = sdk("braket.ir.openqasm").Program.parse_raw(action)
     try:
         qubits = simulator.parse_program(program).circuit.num_qubits
     except Exception as exc:

@@ -38,6 +38,7 @@ from flux_quantum.vendors.base import (
     TaskState,
 )
 from flux_quantum.vendors.braket.calibration import read_calibration
+from flux_quantum.vendors.braket.sdk import sdk
 from flux_quantum.vendors.errors import InvalidRequest, VendorUnavailable
 
 RESULTS_FILENAME = "results.json"
@@ -323,7 +324,7 @@ def execution_seconds(result: object) -> float | None:
 def gate_model_result(task: TaskRef, body: str, *, vendor: str) -> TaskResult:
     """One program's result from its ``results.json`` text, read with the SDK's
     ``GateModelQuantumTaskResult``; ``InvalidRequest`` when the SDK cannot read it."""
-    from braket.tasks import GateModelQuantumTaskResult
+    GateModelQuantumTaskResult = sdk("braket.tasks").GateModelQuantumTaskResult
 
     try:
         parsed = GateModelQuantumTaskResult.from_string(body)
@@ -373,8 +374,8 @@ def program_set_document(
 
 def read_program_set(task: TaskRef, document: Mapping[str, Any], *, vendor: str) -> Any:
     """The SDK's ``ProgramSetQuantumTaskResult`` of an inlined program set document."""
-    from braket.schema_common import BraketSchemaBase
-    from braket.tasks import ProgramSetQuantumTaskResult
+    BraketSchemaBase = sdk("braket.schema_common").BraketSchemaBase
+    ProgramSetQuantumTaskResult = sdk("braket.tasks").ProgramSetQuantumTaskResult
 
     try:
         schema = BraketSchemaBase.parse_raw_schema(json.dumps(document))

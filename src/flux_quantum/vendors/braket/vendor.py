@@ -83,6 +83,7 @@ from flux_quantum.vendors.braket.parsing import (
     task_tags,
     unreadable_set,
 )
+from flux_quantum.vendors.braket.sdk import sdk
 from flux_quantum.vendors.braket.settings import BraketSettings, boto_session, client_config
 from flux_quantum.vendors.errors import (
     Conflict,
@@ -193,10 +194,9 @@ class BraketVendor(TranslatedCalls, Vendor):
         *,
         reservation: str | None = None,
     ) -> TaskRef:
-        from braket.ir.openqasm import Program
-
+        program = sdk("braket.ir.openqasm").Program
         request = self._create_request(
-            device, token, shots, Program(source=program_text).json(), reservation
+            device, token, shots, program(source=program_text).json(), reservation
         )
         session = self._aws_session(device.region)
         arn = self._call(
@@ -232,7 +232,7 @@ class BraketVendor(TranslatedCalls, Vendor):
         if not shots:
             raise self._invalid_set(device, "programs is empty: give at least one (text, shots)")
         per, layout = program_set_layout(shots)
-        from braket.program_sets import ProgramSet
+        ProgramSet = sdk("braket.program_sets").ProgramSet
 
         entries = [text for (text, _), n in zip(programs, layout, strict=True) for _ in range(n)]
         program_set = ProgramSet(entries, shots_per_executable=per)
