@@ -29,6 +29,7 @@ supervises that process. Where each concern lives:
 ``devices.py``       device status, and the Fluxion graph following it
 ``sessions.py``      vendor sessions: recorded, kept while a job may use them, closed
 ``charges.py``       the site policy: access, reserve before create, settle at the end
+``reservations.py``  reserved QPU time (Braket Direct): who waits, who is in, the guard
 ``face.py``          what users see: memos and status
 ``taskread.py``      a released job's task read through the service, once per task
 ``state.py``         the records: units, programs, attempts (phases), members

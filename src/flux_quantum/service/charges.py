@@ -50,9 +50,9 @@ from flux_quantum.protocol.events import MergeSlot
 from flux_quantum.protocol.jobspec import COST_MEMO
 from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.retry import Retries
 from flux_quantum.service.state import Attempt, Program, Unit
-from flux_quantum.service.windows import Windows
 from flux_quantum.site import reservations
 from flux_quantum.site.access import Requester
 from flux_quantum.site.ledger import ChargeRecord, LedgerUnavailable
@@ -116,11 +116,15 @@ LookUp = Callable[[Billing, float, bool], None]
 
 class Charges:
     def __init__(
-        self, ctx: ServiceContext, site: SitePolicy | None, windows: Windows, cancels: Cancels
+        self,
+        ctx: ServiceContext,
+        site: SitePolicy | None,
+        reservations: Reservations,
+        cancels: Cancels,
     ) -> None:
         self.ctx = ctx
         self.site = site
-        self.windows = windows
+        self.reservations = reservations
         self.cancels = cancels
         self.watching: dict[str, Billing] = {}
         self._settled: set[str] = set()
@@ -621,7 +625,7 @@ class Charges:
             unit=record.jobid,
             jobs=(record.jobid,),
             attached=False,
-            window=self.windows.book.named(trail.window) if trail.window else None,
+            window=self.reservations.book.named(trail.window) if trail.window else None,
             merged=slot,
         )
         if task_id is None:

@@ -23,7 +23,7 @@ thread and never block. The parts, each given its collaborators here:
 - ``sessions``: vendor sessions recorded, kept while a job may use them, always closed
 - ``charges``: the site's policy (access, the reservation before a create, the
   settlement when a task ends)
-- ``windows``: reserved QPU time (Braket Direct): who waits for which window, who is
+- ``reservations``: reserved QPU time (Braket Direct): who waits for which window, who is
   in it, the one guard before a create with a window's ARN
 - ``merges``: the pool of programs waiting to share one vendor task with other jobs'
   (``[quantum.merge]``), and the merged tasks recorded but not created yet
@@ -52,13 +52,13 @@ from flux_quantum.service.merges import Merges
 from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.release import Release
+from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Counters, Phase, Program, Unit
 from flux_quantum.service.tasks import Tasks
 from flux_quantum.service.units import Units
-from flux_quantum.service.windows import Windows
 from flux_quantum.service.workers import Workers
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import Vendor
@@ -98,14 +98,14 @@ class QuantumService:
             module_name=module_name,
         )
         # Each part gets its collaborators here, in an order where each exists first.
-        self.windows = Windows(ctx, site)
-        self.face = Face(ctx, self.windows)
+        self.reservations = Reservations(ctx, site)
+        self.face = Face(ctx, self.reservations)
         self.sessions = Sessions(ctx, self.face, session_keys or SessionKeys())
         self.cancels = Cancels(ctx)
-        self.charges = Charges(ctx, site, self.windows, self.cancels)
+        self.charges = Charges(ctx, site, self.reservations, self.cancels)
         self.lookups = Lookups(ctx, self.charges, self.cancels)
         self.outcomes = Outcomes(
-            ctx, self.face, self.lookups, self.cancels, self.sessions, self.windows
+            ctx, self.face, self.lookups, self.cancels, self.sessions, self.reservations
         )
         self.calls = AttemptCalls(
             ctx,
@@ -119,7 +119,7 @@ class QuantumService:
         self.release = Release(ctx, self.face, self.outcomes, self.sessions)
         self.merges = Merges(ctx, site.merge if site is not None else None, self.charges.requester)
         self.selection = Selection(
-            ctx, self.calls, self.face, self.outcomes, self.charges, self.windows, self.merges
+            ctx, self.calls, self.face, self.outcomes, self.charges, self.reservations, self.merges
         )
         self.tasks = Tasks(
             ctx,
@@ -130,7 +130,7 @@ class QuantumService:
             self.charges,
             self.sessions,
             self.selection,
-            self.windows,
+            self.reservations,
             self.merges,
         )
         self.adoption = Adoption(
@@ -142,7 +142,7 @@ class QuantumService:
             self.charges,
             self.lookups,
             self.sessions,
-            self.windows,
+            self.reservations,
         )
         self.devices = Devices(ctx, self.outcomes)
         self.due = DueQueue(retry_after=options.tick)
@@ -224,7 +224,7 @@ class QuantumService:
         self._fenced("cancels", self.cancels.retry, now)
         self._fenced("groups", self.outcomes.expire_groups, now)
         self._fenced("sessions", self.sessions.check, now)
-        self._fenced("reservations", self.windows.check, now)
+        self._fenced("reservations", self.reservations.check, now)
         self._fenced("start-up", self.release.measure_startup, now)
 
     def _fenced(self, part: str, call: Callable[..., None], *args: Any) -> None:
@@ -307,7 +307,7 @@ class QuantumService:
             "jobs": sum(len(u["jobs"]) for u in units),
         }
         # The site's reserved windows (a guest sees only their own jobs in them).
-        out["reservations"] = self.windows.status(ctx.clock(), userid)
+        out["reservations"] = self.reservations.status(ctx.clock(), userid)
         merge = self.merges.status()
         if merge is not None:
             out["merge"] = merge

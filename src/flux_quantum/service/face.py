@@ -15,8 +15,8 @@ from typing import Any
 
 from flux_quantum.protocol.jobspec import POSITION_MEMO, WAIT_MEMO, HeldMemo, session_memo
 from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.state import Member, Phase, Unit
-from flux_quantum.service.windows import Windows
 
 # Keys that move with every poll of a queue: sent at most every QUEUE_MEMO_INTERVAL
 # seconds per unit (any other change goes at once, and takes them along).
@@ -25,9 +25,9 @@ QUEUE_MEMO_INTERVAL = 2.0
 
 
 class Face:
-    def __init__(self, ctx: ServiceContext, windows: Windows) -> None:
+    def __init__(self, ctx: ServiceContext, reservations: Reservations) -> None:
         self.ctx = ctx
-        self.windows = windows
+        self.reservations = reservations
 
     def memo_of(self, unit: Unit, state: str | None = None) -> dict[str, Any]:
         """The memo every job of the unit shows now."""
@@ -45,7 +45,7 @@ class Face:
         waits = [a.expected_wait for a in waiting if a.expected_wait is not None]
         holding = [a.retry.holding for a in waiting if a.retry.holding]
         if state is None:
-            window = self.windows.waiting_reason(unit)
+            window = self.reservations.waiting_reason(unit)
             if holding:
                 # Why the job is held, until the obstacle passes: a vendor that does
                 # not answer, an error retried, all slots busy.

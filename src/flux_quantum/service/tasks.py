@@ -7,8 +7,8 @@ goes to the eventlog, then the vendor create; a refused reservation fails the jo
 nothing is created) -> TRACK (adaptive polls of the task; queue milestones; the release
 point or ``max_wait``; a task that ends is settled) -> READY (handed to ``Release``).
 An attempt for a reserved window (``Attempt.window``) waits in SUBMIT, before its token
-is recorded, until ``Windows`` admits it (queued for the admission time, not polled);
-admitted, its create carries the window's ARN (the guard ``Windows.arn`` right before
+is recorded, until ``Reservations`` admits it (queued for the admission time, not polled);
+admitted, its create carries the window's ARN (the guard ``Reservations.arn`` right before
 the vendor's create) and the job is released as soon as the task exists. A window that
 takes no more work hands it to ``Outcomes.window_ended``. Every blocking call runs in a
 worker through ``AttemptCalls``, which retries a failed one by the service's one retry
@@ -41,10 +41,10 @@ from flux_quantum.service.merges import Merges, merge_key
 from flux_quantum.service.outcomes import Outcomes, problem_base
 from flux_quantum.service.programs import DEFAULT_PROGRAM_NAME, ProgramError, read_counted
 from flux_quantum.service.release import Release
+from flux_quantum.service.reservations import Reservations, WindowClosed
 from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitSession
-from flux_quantum.service.windows import WindowClosed, Windows
 from flux_quantum.site.ledger import LedgerUnavailable
 from flux_quantum.vendors.base import (
     DeviceStatus,
@@ -74,7 +74,7 @@ class Tasks:
         charges: Charges,
         sessions: Sessions,
         selection: Selection,
-        windows: Windows,
+        reservations: Reservations,
         merges: Merges,
     ) -> None:
         self.ctx = ctx
@@ -85,7 +85,7 @@ class Tasks:
         self.charges = charges
         self.sessions = sessions
         self.selection = selection
-        self.windows = windows
+        self.reservations = reservations
         self.merges = merges
         # A merged task's last poll, by task id (when, what): its other jobs share it.
         self._polls: dict[str, tuple[float, TaskSnapshot]] = {}
@@ -137,7 +137,7 @@ class Tasks:
         if self._waits_for_window(attempt) and not attempt.busy:
             window = attempt.window
             assert window is not None
-            decision = self.windows.decide(
+            decision = self.reservations.decide(
                 window, now=now, lead=self.release.window_lead(unit, now)
             )
             if decision.admit or decision.ended:
@@ -231,7 +231,7 @@ class Tasks:
         window = attempt.window
         assert window is not None
         now = ctx.clock()
-        decision = self.windows.admission(
+        decision = self.reservations.admission(
             unit, window, now=now, lead=self.release.window_lead(unit, now)
         )
         if decision.admit:
@@ -239,7 +239,7 @@ class Tasks:
         if decision.ended:
             self.outcomes.window_ended(unit, window, decision.reason)
             return False
-        stops = window.end - self.windows.task_seconds(window)
+        stops = window.end - self.reservations.task_seconds(window)
         attempt.due = stops if decision.retry_at is None else min(decision.retry_at, stops)
         self.face.update_memos(unit)
         return False
@@ -336,14 +336,14 @@ class Tasks:
         session = riding.handle if riding is not None else None
         look, since = attempt.look_first, attempt.since or unit.t_submit
         found: list[TaskRef] = []
-        window, clock, windows = attempt.window, ctx.clock, self.windows
-        task_seconds = windows.task_seconds(window) if window is not None else 0.0
+        window, clock, booked = attempt.window, ctx.clock, self.reservations
+        task_seconds = booked.task_seconds(window) if window is not None else 0.0
 
         def make() -> TaskRef:
             if window is not None:
                 # The one guard, right before the create: never an ARN on another
                 # device, nor once the window has less than one task's time left.
-                arn = windows.arn(window, device, now=clock(), task_seconds=task_seconds)
+                arn = booked.arn(window, device, now=clock(), task_seconds=task_seconds)
                 return vendor.submit(device, text, shots, token, reservation=arn)
             if session is not None:
                 return vendor.submit_in(session, device, text, shots, token)
@@ -778,7 +778,7 @@ class Tasks:
     def _admission_reason(self, unit: Unit, attempt: Attempt) -> str:
         """Why the job is released: its admission into its window."""
         assert attempt.window is not None
-        reason = self.windows.admitted_reason(unit) or f"admitted into {attempt.window.label}"
+        reason = self.reservations.admitted_reason(unit) or f"admitted into {attempt.window.label}"
         return f"admitted: {reason}"
 
     def _unpositioned(self, attempt: Attempt) -> bool:

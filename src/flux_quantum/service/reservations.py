@@ -67,7 +67,7 @@ def ended_note(window: reservations.Reservation, now: float, task_seconds: float
     )
 
 
-class Windows:
+class Reservations:
     def __init__(self, ctx: ServiceContext, site: SitePolicy | None) -> None:
         self.ctx = ctx
         self.site = site
