@@ -26,13 +26,8 @@ from typing import Any
 from flux_quantum.catalog import Device
 from flux_quantum.protocol import events
 from flux_quantum.protocol.events import MergeSlot
-from flux_quantum.selection.poller import (
-    RELEASE_DONE,
-    RELEASE_PREDICT,
-    AdaptivePoller,
-    release_reached,
-    tasks_to_release,
-)
+from flux_quantum.selection.poller import AdaptivePoller
+from flux_quantum.selection.release_point import Backlog
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
@@ -743,36 +738,19 @@ class Tasks:
                 "after it resumes",
             )
             return
-        if self._unpositioned(attempt) and snap.state in (TaskState.CREATED, TaskState.QUEUED):
+        backlog = self._backlog(attempt, snap)
+        if backlog is None:
+            delay = min(attempt.poller.observe(snap), ctx.schedule.max_interval)
+            self._milestones(unit, program, snap)
+        else:
             # The vendor gives no place in its queue (IBM): the release point is judged
             # from the device's pending count, the time since the create and the drain.
-            wait = self.release.unpositioned(unit, attempt, snap, now)
-            if wait is not None and not self.release.lead_reached(unit, attempt, now):
-                # The estimate rests on the pending count, re-read every device check:
-                # poll at least that often, so a wrong drain prior cannot overshoot.
-                ceiling = min(ctx.schedule.max_interval, ctx.options.device_check_interval)
-                attempt.due = now + min(wait, ceiling)
-            self.face.update_memos(unit)
-            return
-        delay = attempt.poller.observe(snap)
-        drain = ctx.estimator.estimate(attempt.device).seconds_per_task
-        remaining = tasks_to_release(snap, unit.request.release_at)
-        attempt.expected_wait = None if remaining is None else remaining * drain
-        if snap.state is TaskState.RUNNING:
-            attempt.running_seen = attempt.running_seen or snap.t
-            if unit.request.release_at in (RELEASE_PREDICT, RELEASE_DONE):
-                # Its own run is under way: what is left of one service time.
-                attempt.expected_wait = max(0.0, drain - (snap.t - attempt.running_seen))
-        self._milestones(unit, program, snap)
-        if release_reached(snap, unit.request.release_at):
-            where = (
-                snap.state.value
-                if snap.state not in (TaskState.CREATED, TaskState.QUEUED)
-                else f"position {snap.position} <= release_at {unit.request.release_at}"
-            )
-            self.release.ready(unit, attempt, where)
-        elif not self.release.lead_reached(unit, attempt, now):
-            attempt.due = now + min(delay, ctx.schedule.max_interval)
+            # The estimate rests on the pending count, re-read every device check: poll
+            # at least that often, so a wrong drain prior cannot overshoot.
+            ceiling = min(ctx.schedule.max_interval, ctx.options.device_check_interval)
+            delay = min(attempt.poller.observe_unpositioned(snap, backlog), ceiling)
+        if not self.release.polled(unit, attempt, snap, now, backlog):
+            attempt.due = now + delay
         self.face.update_memos(unit)
 
     def _admission_reason(self, unit: Unit, attempt: Attempt) -> str:
@@ -781,15 +759,27 @@ class Tasks:
         reason = self.reservations.admitted_reason(unit) or f"admitted into {attempt.window.label}"
         return f"admitted: {reason}"
 
-    def _unpositioned(self, attempt: Attempt) -> bool:
-        """Whether the attempt's vendor reports no queue positions on its device."""
-        if attempt.device is None:
-            return False
+    def _backlog(self, attempt: Attempt, snap: TaskSnapshot) -> Backlog | None:
+        """What the place of a queued task is estimated from when its vendor reports no
+        queue positions on its device (IBM), or None: the pending count seen before the
+        create, when it was created, and the latest probe's count if taken since."""
+        if attempt.device is None or snap.state not in (TaskState.CREATED, TaskState.QUEUED):
+            return None
         try:
             vendor = self.ctx.vendor(attempt.device.vendor)
         except Exception:
-            return False
-        return not vendor.reports_positions(attempt.device)
+            return None
+        if vendor.reports_positions(attempt.device):
+            return None
+        probe = self.ctx.device_snapshots.get(attempt.device.name)
+        created = attempt.queued_at if attempt.queued_at is not None else attempt.since
+        return Backlog(
+            ahead_at_create=attempt.ahead,
+            created_t=created if created is not None else snap.t,
+            pending_now=probe.queue_depth
+            if probe is not None and probe.t >= (created or 0)
+            else None,
+        )
 
     def _milestones(self, unit: Unit, program: Program, snap: TaskSnapshot) -> None:
         attempt = program.attempt
