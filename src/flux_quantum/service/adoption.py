@@ -48,7 +48,8 @@ from flux_quantum.service.state import (
     UnitSession,
     UnitState,
 )
-from flux_quantum.service.tasks import Tasks
+from flux_quantum.service.submission import submit_record, task_record
+from flux_quantum.service.tracking import Tracking
 from flux_quantum.site.accounts import request_account
 from flux_quantum.vendors.base import TaskRef
 
@@ -64,7 +65,7 @@ class Adoption:
         face: Face,
         outcomes: Outcomes,
         release: Release,
-        tasks: Tasks,
+        tracking: Tracking,
         charges: Charges,
         lookups: Lookups,
         sessions: Sessions,
@@ -74,7 +75,7 @@ class Adoption:
         self.face = face
         self.outcomes = outcomes
         self.release = release
-        self.tasks = tasks
+        self.tracking = tracking
         self.charges = charges
         self.lookups = lookups
         self.sessions = sessions
@@ -360,9 +361,7 @@ class Adoption:
                 # A merged task's member reads its own program's result from it.
                 place = h.merge.index if h.merge is not None else None
                 task = TaskRef(device.vendor, device.name, h.task, h.token, program=place)
-                self.tasks.start_tracking(
-                    unit, attempt, task, queued_at=h.queued_at, attached=False
-                )
+                self.tracking.start(unit, attempt, task, queued_at=h.queued_at, attached=False)
 
     def _restore_session(self, unit: Unit, histories: Sequence[events.History]) -> None:
         """The unit's session as its eventlogs recorded it (its id is read back from a task
@@ -459,9 +458,9 @@ class Adoption:
             attempt = program.attempt
             records: list[events.QpuEvent] = []
             if attempt.token is not None and attempt.device is not None and attempt.submit_posted:
-                records.append(self.tasks.submit_record(unit, program))
+                records.append(submit_record(unit, program))
             if attempt.task is not None:
-                records.append(self.tasks.task_record(unit, program))
+                records.append(task_record(unit, program))
             for record in records:
                 for member in list(unit.jobs.values()):
                     if (record.name, program.index, attempt.number) not in member.facts:

@@ -11,9 +11,11 @@ the next tick) queues those attempts and steps what is due. All run on the react
 thread and never block. The parts, each given its collaborators here:
 
 - ``adoption``: discovery of held jobs, adoption and recovery from eventlogs
-- ``tasks``: the vendor task lifecycle (submit, track); ``selection`` chooses a device;
-  ``programs`` reads a program file; ``attempts`` runs an attempt's calls in workers
-  and retries them by the one ``retry`` policy
+- ``submission``: an attempt's program read, its device chosen (``selection``), its
+  reservation, session, merged set and create; ``tracking``: its task's polls,
+  milestones and ``max_wait``; each step goes to the one its attempt's phase is with;
+  ``attempts`` runs an attempt's calls in workers and retries them by the one ``retry``
+  policy
 - ``outcomes``: fail-over, fail, finish; ``cancels``: the one way to cancel a task
 - ``lookups``: creates left without an answer, looked up by their token before their
   reservation is released (their task cancelled and settled)
@@ -57,7 +59,8 @@ from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Counters, Phase, Program, Unit
-from flux_quantum.service.tasks import Tasks
+from flux_quantum.service.submission import Submission
+from flux_quantum.service.tracking import Tracking
 from flux_quantum.service.units import Units
 from flux_quantum.service.workers import Workers
 from flux_quantum.site.policy import SitePolicy
@@ -121,7 +124,10 @@ class QuantumService:
         self.selection = Selection(
             ctx, self.calls, self.face, self.outcomes, self.charges, self.reservations, self.merges
         )
-        self.tasks = Tasks(
+        self.tracking = Tracking(
+            ctx, self.calls, self.face, self.outcomes, self.release, self.charges, self.reservations
+        )
+        self.submission = Submission(
             ctx,
             self.calls,
             self.face,
@@ -132,13 +138,14 @@ class QuantumService:
             self.selection,
             self.reservations,
             self.merges,
+            self.tracking,
         )
         self.adoption = Adoption(
             ctx,
             self.face,
             self.outcomes,
             self.release,
-            self.tasks,
+            self.tracking,
             self.charges,
             self.lookups,
             self.sessions,
@@ -263,7 +270,7 @@ class QuantumService:
                     # cluster view.
                     need_cluster = True
                     if lead:
-                        self.tasks.watch(unit, program, now)
+                        self._watch(unit, program, now)
                         if not unit.active:
                             break
                 queued.append((unit, program))
@@ -284,8 +291,24 @@ class QuantumService:
         for unit, program in self.due.pop_due(now):
             if not unit.active:
                 continue
-            self.tasks.step(unit, program)
+            self._step(unit, program)
             self.due.push(unit, program, now)
+
+    def _step(self, unit: Unit, program: Program) -> None:
+        """Start the attempt's next blocking call, by the part its phase is with: a task
+        to poll is ``tracking``'s; reading, choosing and submitting, ``submission``'s."""
+        if program.attempt.phase is Phase.TRACK:
+            self.tracking.step(unit, program)
+        else:
+            self.submission.step(unit, program)
+
+    def _watch(self, unit: Unit, program: Program, now: float) -> None:
+        """The checks only time moves between calls, by phase: a tracked task's lead and
+        ``max_wait``; a job waiting for its reserved window, its admission."""
+        if program.attempt.phase is Phase.TRACK:
+            self.tracking.watch(unit, program, now)
+        else:
+            self.submission.watch(unit, program, now)
 
     def completions(self) -> None:
         """Run finished worker calls' handlers (reactor thread)."""

@@ -10,7 +10,7 @@ part gives it the facts (the last snapshot, the drain, the start-up, the wait fo
 unit's cores) and does what it decides. When every program of a unit is READY its jobs are
 released through the plugin, one of them with the QPU slot vertices its tasks occupy when
 the devices are in Fluxion's graph. A job admitted into a reserved window (Braket Direct)
-is released as soon as its task exists, whatever its ``release_at`` (``Tasks``), with the
+is released as soon as its task exists, whatever its ``release_at`` (``Submission``), with the
 window in its release record; how long before its window it is admitted is
 ``window_lead``. This part never calls a vendor.
 """
