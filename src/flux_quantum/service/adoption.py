@@ -444,7 +444,7 @@ class Adoption:
             self._touched[unit.id] = unit
             return
         self.sync_history(unit)
-        self.face.update_memos(unit)
+        self.face.changed(unit)
 
     def sync_history(self, unit: Unit) -> None:
         """Give every job of the unit the qpu-submit/qpu-task facts it lacks, so each

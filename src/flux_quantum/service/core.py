@@ -7,8 +7,10 @@ time-only checks every ``scan_interval``, steps the attempts whose time came
 said once; the others go on): cluster view, device probes, settlements, cancels,
 sessions, start-up measurements. ``completions()`` hands finished worker calls back to
 their part, and ``step_soon()`` (after completions, and when a step falls due before
-the next tick) queues those attempts and steps what is due. All run on the reactor
-thread and never block. The parts, each given its collaborators here:
+the next tick) queues those attempts and steps what is due. The parts only say whose
+memo changed (``Face.changed``); the memos are sent here, once per unit, after the
+steps, after the completions and at the end of a tick (``Face.refresh``). All run on
+the reactor thread and never block. The parts, each given its collaborators here:
 
 - ``adoption``: discovery of held jobs, adoption and recovery from eventlogs
 - ``submission``: an attempt's program read, its device chosen (``selection``), its
@@ -233,6 +235,7 @@ class QuantumService:
         self._fenced("sessions", self.sessions.check, now)
         self._fenced("reservations", self.reservations.check, now)
         self._fenced("start-up", self.release.measure_startup, now)
+        self._fenced("memos", self.face.refresh)
 
     def _fenced(self, part: str, call: Callable[..., None], *args: Any) -> None:
         """Run one part; an exception is noted and logged once per part and message (the
@@ -293,6 +296,7 @@ class QuantumService:
                 continue
             self._step(unit, program)
             self.due.push(unit, program, now)
+        self._fenced("memos", self.face.refresh)  # the units the steps changed, once each
 
     def _step(self, unit: Unit, program: Program) -> None:
         """Start the attempt's next blocking call, by the part its phase is with: a task
@@ -311,13 +315,15 @@ class QuantumService:
             self.submission.watch(unit, program, now)
 
     def completions(self) -> None:
-        """Run finished worker calls' handlers (reactor thread)."""
+        """Run finished worker calls' handlers (reactor thread), then send the memos of
+        the units they changed, once each."""
         for done, result, error in self.ctx.workers.drain():
             try:
                 done(result, error)
             except Exception as exc:  # one bad completion must not stop the others
                 self.ctx.note_error(f"{type(exc).__name__}: {exc}")
                 self.ctx.log(syslog.LOG_ERR, f"completion failed: {self.ctx.last_error}")
+        self._fenced("memos", self.face.refresh)
 
     def status(self, userid: int | None = None) -> dict[str, Any]:
         """What the service tracks now (a guest's view: ``userid``'s units only)."""

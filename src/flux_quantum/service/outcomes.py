@@ -85,7 +85,7 @@ class Outcomes:
             unit, program, failed, what, mode, "simulator" if mode == "simulator" else None
         )
         self.ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: fail-over ({mode}) after: {what}")
-        self.face.update_memos(unit, state=f"fail-over: {what}")
+        self.face.changed(unit, state=f"fail-over: {what}")
 
     def next_attempt(
         self,
@@ -164,7 +164,7 @@ class Outcomes:
                 reservations.ON_DEMAND,
             )
         if programs:
-            self.face.update_memos(unit)
+            self.face.changed(unit)
 
     # -- a unit
 

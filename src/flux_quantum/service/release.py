@@ -238,7 +238,7 @@ class Release:
                 return
             unit.release = {"task": task, "device": device, "info": info}
             self.startup.released(ids[0], ctx.clock())
-            self.face.update_memos(unit, state="released", only=ids)
+            self.face.released(unit, ids)
             unit.released_jobs.extend(ids)
             for jobid in ids:
                 ctx.units.job_left(jobid)

@@ -238,7 +238,7 @@ class Selection:
             explanation=explanation,
         )
         ctx.post_all(unit, record)
-        self.face.update_memos(unit)
+        self.face.changed(unit)
         return True
 
     def _route(
@@ -328,7 +328,7 @@ class Selection:
             explanation=explanation,
         )
         ctx.post_all(unit, record)
-        self.face.update_memos(unit)
+        self.face.changed(unit)
 
     def _no_device(
         self,

@@ -173,7 +173,7 @@ class Submission:
             return False
         stops = window.end - self.reservations.task_seconds(window)
         attempt.due = stops if decision.retry_at is None else min(decision.retry_at, stops)
-        self.face.update_memos(unit)
+        self.face.changed(unit)
         return False
 
     def _wait_for_ledger(self, unit: Unit, attempt: Attempt, error: Exception) -> None:
@@ -186,7 +186,7 @@ class Submission:
         attempt.due = ctx.clock() + decision.delay
         attempt.retry.holding = f"{LEDGER_WAIT} (next try in {decision.delay:.0f}s)"
         ctx.log(syslog.LOG_DEBUG, f"unit {unit.id}: reservation waits for the ledger: {error}")
-        self.face.update_memos(unit)
+        self.face.changed(unit)
 
     def _start_submit(self, unit: Unit, program: Program) -> None:
         ctx = self.ctx
@@ -223,7 +223,7 @@ class Submission:
                     for waiting in member.attempts():
                         if waiting.pooled:
                             waiting.retry.holding = line.removeprefix("waiting ")
-                    self.face.update_memos(member)
+                    self.face.changed(member)
                 return
             attempt.retry.holding = None
             if len(offer.members) > 1:
@@ -329,7 +329,7 @@ class Submission:
         if not formed.members:
             attempt.due = formed.due if formed.due is not None else ctx.clock() + 1.0
             attempt.retry.holding = formed.text
-            self.face.update_memos(unit)
+            self.face.changed(unit)
             return
         look = any(p.attempt.look_first for _, p in formed.members)
         since = min(
@@ -406,7 +406,7 @@ class Submission:
                         "the job's program goes alone",
                         "alone",
                     )
-                    self.face.update_memos(member_unit)
+                    self.face.changed(member_unit)
                 return
             for member_unit, member in alive:
                 member.attempt.look_first = True
@@ -522,7 +522,7 @@ class Submission:
         self.charges.attach(attempt)
         self.calls.recovered(attempt)
         self.ctx.post_all(unit, task_record(unit, program))
-        self.face.update_memos(unit)
+        self.face.changed(unit)
 
 
 def submit_record(unit: Unit, program: Program) -> events.Submit:

@@ -201,7 +201,7 @@ class Tracking:
                 return
             if snap.state not in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
                 self.release.ready(unit, attempt, self.reservations.release_reason(unit, window))
-                self.face.update_memos(unit)
+                self.face.changed(unit)
                 return
         if snap.state in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
             reason = snap.message or f"the vendor reports {snap.state.value}"
@@ -225,7 +225,7 @@ class Tracking:
             # and the jobs stay held until the device takes work again.
             attempt.expected_wait = None
             attempt.due = now + ctx.options.device_check_interval
-            self.face.update_memos(
+            self.face.changed(
                 unit,
                 f"waiting: {attempt.device.name} is paused ({paused.reason}); released "
                 "after it resumes",
@@ -244,7 +244,7 @@ class Tracking:
             delay = min(attempt.poller.observe_unpositioned(snap, backlog), ceiling)
         if not self.release.polled(unit, attempt, snap, now, backlog):
             attempt.due = now + delay
-        self.face.update_memos(unit)
+        self.face.changed(unit)
 
     def _backlog(self, attempt: Attempt, snap: TaskSnapshot) -> Backlog | None:
         """What the place of a queued task is estimated from when its vendor reports no
