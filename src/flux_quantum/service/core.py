@@ -21,9 +21,10 @@ the reactor thread and never block. The parts, each given its collaborators here
 - ``outcomes``: fail-over, fail, finish; ``cancels``: the one way to cancel a task
 - ``lookups``: creates left without an answer, looked up by their token before their
   reservation is released (their task cancelled and settled)
-- ``release``: release decisions and the release call
+- ``release``: the release rule applied (``flux_quantum.selection.release_point``
+  decides) and the release call
 - ``devices``: device status and the Fluxion graph following it
-- ``face``: memos and status
+- ``face``: memos (marked changed by the parts, sent here) and status
 - ``sessions``: vendor sessions recorded, kept while a job may use them, always closed
 - ``charges``: the site's policy (access, the reservation before a create, the
   settlement when a task ends)
