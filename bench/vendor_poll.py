@@ -36,7 +36,8 @@ from flux_quantum.catalog import parse_catalog
 from flux_quantum.cli.main import main as flux_quantum_main
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
 from flux_quantum.emulator.queue import DeviceQueue
-from flux_quantum.selection.poller import AdaptivePoller, FixedPoller, release_reached
+from flux_quantum.selection.poller import AdaptivePoller, FixedPoller
+from flux_quantum.selection.release_point import release_reached
 from flux_quantum.vendors.local import LocalVendor
 
 QPU_ARN = "arn:aws:braket:us-east-1::device/qpu/bench/queue-qpu"

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from flux_quantum.selection.poller import (
+from flux_quantum.selection.poller import PollSchedule, unpositioned_poll_interval
+from flux_quantum.selection.release_point import (
     BacklogEstimate,
-    PollSchedule,
     estimate_backlog,
-    unpositioned_poll_interval,
     unpositioned_release,
 )
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState

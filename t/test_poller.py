@@ -1,6 +1,6 @@
-"""Adaptive poll intervals: release detection, distance to the release point, the
-interval's shape (long far away, the minimum near the release point, capped until the
-drain rate is learned), and a poller learning the drain rate from a task's moves."""
+"""Adaptive poll intervals: the interval's shape (long far away, the minimum near the
+release point, capped until the drain rate is learned), and a poller learning the drain
+rate from a task's moves. The release point itself: test_release_point.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from flux_quantum.selection.poller import (
     FixedPoller,
     PollSchedule,
     next_poll_interval,
-    release_reached,
-    tasks_to_release,
 )
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
 
@@ -32,34 +30,11 @@ def at(position, t=0.0, state=TaskState.QUEUED, capped=False) -> TaskSnapshot:
     return TaskSnapshot(TASK, state, position, capped, None, t)
 
 
-def test_release_point():
-    assert release_reached(at(1), 1) and release_reached(at(3), 3)
-    assert not release_reached(at(2), 1)
-    assert not release_reached(at(2000, capped=True), 2000)  # only a lower bound
-    assert release_reached(at(None, state=TaskState.RUNNING), 1)
-    assert release_reached(at(None, state=TaskState.FAILED), 5)
-    assert not release_reached(at(1), "running")
-    assert release_reached(at(None, state=TaskState.RUNNING), "running")
-    assert tasks_to_release(at(10), 1) == 9
-    assert tasks_to_release(at(10), "running") == 10
-    assert tasks_to_release(at(None), 1) is None
-    assert tasks_to_release(at(2000, capped=True), 1) == 1999
-
-
-def test_predict_counts_the_tasks_own_run():
-    """release_at=predict: the release point proper is the task's end (the service
-    releases earlier by time); its own run counts as one more task to wait for."""
+def test_a_running_task_is_polled_at_the_minimum_with_predict():
+    """release_at=predict: while the task runs the next poll is at the minimum, never
+    "release now" (its end is the release point proper)."""
     running = at(None, state=TaskState.RUNNING)
-    assert not release_reached(running, "predict") and not release_reached(at(1), "predict")
-    assert release_reached(at(None, state=TaskState.COMPLETED), "predict")
-    assert tasks_to_release(at(3), "predict") == 4
-    assert tasks_to_release(running, "predict") == 1
-    assert tasks_to_release(at(None), "predict") is None
-    # While it runs the next poll is at the minimum, never "release now".
     assert next_poll_interval(running, "predict", 10.0) == PollSchedule().min_interval
-    # done: the same release point, and no early release by time (the service's part).
-    assert not release_reached(running, "done") and tasks_to_release(at(3), "done") == 4
-    assert release_reached(at(None, state=TaskState.COMPLETED), "done")
 
 
 def test_interval_shape():

@@ -232,7 +232,9 @@ def test_units_keep_their_indexes_in_step():
     assert units.released_group((1000, "g")) is None
 
 
-@pytest.mark.parametrize("part", ["adoption", "tasks", "outcomes", "release", "sessions"])
+@pytest.mark.parametrize(
+    "part", ["adoption", "submission", "tracking", "outcomes", "release", "sessions"]
+)
 def test_no_part_is_handed_a_callback_slot_after_construction(part):
     """Collaborators are given at construction: the context has no slots to fill."""
     h = Harness()

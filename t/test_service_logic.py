@@ -197,6 +197,32 @@ def test_queue_memos_move_at_most_every_two_seconds_and_the_release_at_once():
     assert {h.flux.jobs[j].memo["qpu_state"] for j in jobs} == {"released"}
 
 
+def test_a_units_memo_is_sent_once_per_step_however_many_parts_changed_it():
+    """The parts only say a unit's memo changed; the core sends it when the step is over,
+    once, with the last state a part gave it, and not again until something changes."""
+    h = Harness({"alpha": QueueModel(40)})
+    job = h.flux.submit(at_front("alpha"))
+    h.until(lambda: events.TASK in h.flux.names(job))
+    unit = h.service.units.of_job(job)
+    face = h.service.face
+
+    def sent() -> list:
+        return [e for e in h.flux.journal[mark:] if e[0] == "memos"]
+
+    mark = len(h.flux.journal)
+    face.changed(unit, "waiting: first")
+    face.changed(unit)
+    face.changed(unit, "fail-over: last")
+    assert sent() == []  # nothing goes out while the step runs
+    face.refresh()
+    assert sent() == [("memos", 1)]
+    assert h.flux.jobs[job].memo["qpu_state"] == "fail-over: last"
+    face.refresh()
+    assert sent() == [("memos", 1)]  # nothing changed since
+    # Its next poll shows the queue again.
+    assert h.until(lambda: h.flux.jobs[job].memo["qpu_state"] == "QUEUED", limit=10.0) > 0
+
+
 def test_between_ticks_only_what_completed_or_is_due_is_stepped():
     """step_soon (the runner's wake after a vendor call, or for a poll due before the
     next tick) takes the create right after the selection completed, and leaves the

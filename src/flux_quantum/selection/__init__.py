@@ -1,4 +1,5 @@
-"""Choosing a device and when to look again: the selection policies
-(``policies``), the adaptive poller and release rule inputs (``poller``), what kind
-of program a device can run (``program_kinds``) and a cheap OpenQASM reader (``qasm``).
+"""Choosing a device and when to look again: the selection policies (``policies``), the
+release rule (``release_point``: when a task is at its release point, and why), the
+adaptive poller (``poller``), what kind of program a device can run (``program_kinds``)
+and a cheap OpenQASM reader (``qasm``).
 """

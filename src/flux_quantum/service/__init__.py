@@ -19,16 +19,18 @@ supervises that process. Where each concern lives:
 ``core.py``          ``QuantumService``: the parts below, driven by ``tick()``
 ``due.py``           the queue of what is due when, which drives the steps
 ``adoption.py``      discovery of held jobs, adoption, recovery from eventlogs
-``tasks.py``         the vendor task lifecycle: submit, track
+``submission.py``    an attempt's program read, reservation, session, merged set, create
+``tracking.py``      an attempt's task tracked: polls, queue milestones, ``max_wait``
 ``selection.py``     choosing a device for an attempt, and the explanation
 ``programs.py``      reading a job's program file (as the job's user may)
 ``attempts.py``      an attempt's calls in workers; what a failed one means
 ``retry.py``         the one retry policy: back-off, limits, what is said once
 ``outcomes.py``      fail-over, fail, finish, cancel
-``release.py``       release decisions (release point, early release), the release
+``release.py``       the release rule applied (``selection.release_point``), the release
 ``devices.py``       device status, and the Fluxion graph following it
 ``sessions.py``      vendor sessions: recorded, kept while a job may use them, closed
 ``charges.py``       the site policy: access, reserve before create, settle at the end
+``reservations.py``  reserved QPU time (Braket Direct): who waits, who is in, the guard
 ``face.py``          what users see: memos and status
 ``taskread.py``      a released job's task read through the service, once per task
 ``state.py``         the records: units, programs, attempts (phases), members

@@ -13,7 +13,7 @@ This part never calls a vendor: a recovered task is re-attached by its first pol
 reserved again in the site's ledger, counted once), a recorded token without a task is
 submitted again with the same token (the vendor returns the same task), and a job whose
 request does not parse fails at once. A token recorded with a reserved window
-(``qpu-submit``'s ``reservation``) was admitted into it: ``Windows`` counts it there, and
+(``qpu-submit``'s ``reservation``) was admitted into it: ``Reservations`` counts it there, and
 its task, once re-attached, releases the job (or its end rule applies).
 """
 
@@ -38,6 +38,7 @@ from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.programs import programs_of
 from flux_quantum.service.release import Release
+from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import (
     Attempt,
@@ -47,8 +48,8 @@ from flux_quantum.service.state import (
     UnitSession,
     UnitState,
 )
-from flux_quantum.service.tasks import Tasks
-from flux_quantum.service.windows import Windows
+from flux_quantum.service.submission import submit_record, task_record
+from flux_quantum.service.tracking import Tracking
 from flux_quantum.site.accounts import request_account
 from flux_quantum.vendors.base import TaskRef
 
@@ -64,21 +65,21 @@ class Adoption:
         face: Face,
         outcomes: Outcomes,
         release: Release,
-        tasks: Tasks,
+        tracking: Tracking,
         charges: Charges,
         lookups: Lookups,
         sessions: Sessions,
-        windows: Windows,
+        reservations: Reservations,
     ) -> None:
         self.ctx = ctx
         self.face = face
         self.outcomes = outcomes
         self.release = release
-        self.tasks = tasks
+        self.tracking = tracking
         self.charges = charges
         self.lookups = lookups
         self.sessions = sessions
-        self.windows = windows
+        self.reservations = reservations
         self._scan_error: str | None = None
         self._scan_error_count = 0
         # While a batch is adopted: the units it touched, the events it has to post and
@@ -234,7 +235,7 @@ class Adoption:
         unit = self._new_unit(unit_id, members[0][0].userid, t_submit, request, cwd)
         self._restore(unit, events.merge_histories(m[2] for m in members))
         self._restore_session(unit, [m[2] for m in members])
-        self.windows.recovered(unit, {n for m in members for n in m[2].reservations_ended})
+        self.reservations.recovered(unit, {n for m in members for n in m[2].reservations_ended})
         for job, record, history in members:
             self._add_member(unit, job, record, history, via=None)
         self._recount(unit)
@@ -272,7 +273,7 @@ class Adoption:
         unit = self._new_unit(job.id, job.userid, job.t_submit, request, record.cwd)
         self._restore(unit, dict(history.programs))
         self._restore_session(unit, [history])
-        self.windows.recovered(unit, history.reservations_ended)
+        self.reservations.recovered(unit, history.reservations_ended)
         self._add_member(unit, job, record, history, via=None)
         self._recount(unit)
         self._settle(unit)
@@ -344,7 +345,7 @@ class Adoption:
                 continue
             if h.token is None or device is None:
                 continue
-            window = self.windows.book.named(h.reservation) if h.reservation else None
+            window = self.reservations.book.named(h.reservation) if h.reservation else None
             if h.reservation and window is None:
                 ctx.log(
                     syslog.LOG_WARNING,
@@ -360,9 +361,7 @@ class Adoption:
                 # A merged task's member reads its own program's result from it.
                 place = h.merge.index if h.merge is not None else None
                 task = TaskRef(device.vendor, device.name, h.task, h.token, program=place)
-                self.tasks.start_tracking(
-                    unit, attempt, task, queued_at=h.queued_at, attached=False
-                )
+                self.tracking.start(unit, attempt, task, queued_at=h.queued_at, attached=False)
 
     def _restore_session(self, unit: Unit, histories: Sequence[events.History]) -> None:
         """The unit's session as its eventlogs recorded it (its id is read back from a task
@@ -445,7 +444,7 @@ class Adoption:
             self._touched[unit.id] = unit
             return
         self.sync_history(unit)
-        self.face.update_memos(unit)
+        self.face.changed(unit)
 
     def sync_history(self, unit: Unit) -> None:
         """Give every job of the unit the qpu-submit/qpu-task facts it lacks, so each
@@ -459,9 +458,9 @@ class Adoption:
             attempt = program.attempt
             records: list[events.QpuEvent] = []
             if attempt.token is not None and attempt.device is not None and attempt.submit_posted:
-                records.append(self.tasks.submit_record(unit, program))
+                records.append(submit_record(unit, program))
             if attempt.task is not None:
-                records.append(self.tasks.task_record(unit, program))
+                records.append(task_record(unit, program))
             for record in records:
                 for member in list(unit.jobs.values()):
                     if (record.name, program.index, attempt.number) not in member.facts:

@@ -171,7 +171,7 @@ class AttemptCalls:
         attempt.retry.holding = (
             f"{operation} failed ({code}: {text}); next try in {decision.delay:g}s"
         )
-        self.face.update_memos(unit)
+        self.face.changed(unit)
         # Said once per attempt and run of failures, not at every retry.
         level = syslog.LOG_WARNING if decision.first else syslog.LOG_DEBUG
         ctx.log(level, f"unit {unit.id}: {operation}: {text}; retry in {decision.delay:g}s")
@@ -189,7 +189,7 @@ class AttemptCalls:
             self.ctx.post_all(unit, record)
         attempt.due = self.ctx.clock() + decision.delay
         attempt.retry.holding = f"{reason}; next try in {decision.delay:g}s"
-        self.face.update_memos(unit)
+        self.face.changed(unit)
 
     @staticmethod
     def recovered(attempt: Attempt) -> None:

@@ -2,9 +2,9 @@
 before a vendor task is created, and the settlement when it ends.
 
 This part asks ``flux_quantum.site.policy.SitePolicy`` (access rules, quotas, the
-ledger) on behalf of the other parts: ``Tasks`` leaves out the devices a job may not
-use before probing, drops the ones its task would not fit at selection, reserves the
-task's estimate before the create (a refusal fails the job, and no task is created),
+ledger) on behalf of the other parts: ``Selection`` leaves out the devices a job may not
+use before probing and drops the ones its task would not fit, ``Submission`` reserves
+the task's estimate before the create (a refusal fails the job, and no task is created),
 and notes the task's id once created; ``Lookups`` hands over every attempt left behind,
 so a reservation whose create never went out is released and a task that may still run
 is watched (one poll per task, in a worker) until it ends and is settled at its actual
@@ -24,7 +24,7 @@ share of the window's cost they are.
 
 The ledger unreachable (a PostgreSQL ledger's server down or restarting:
 ``LedgerUnavailable``): no task is created without its reservation. ``reserve`` raises
-it to ``Tasks``, which holds the job and tries again through the service's retry policy;
+it to ``Submission``, which holds the job and tries again through the service's retry policy;
 the writes that must not be lost (a settlement, a release, a task id, a recovered
 task's reservation) wait in order in ``backlog`` and are written when the ledger is back
 (each keyed by its token: nothing counted twice). The outage is said once, at warning
@@ -50,9 +50,9 @@ from flux_quantum.protocol.events import MergeSlot
 from flux_quantum.protocol.jobspec import COST_MEMO
 from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.retry import Retries
 from flux_quantum.service.state import Attempt, Program, Unit
-from flux_quantum.service.windows import Windows
 from flux_quantum.site import reservations
 from flux_quantum.site.access import Requester
 from flux_quantum.site.ledger import ChargeRecord, LedgerUnavailable
@@ -116,11 +116,15 @@ LookUp = Callable[[Billing, float, bool], None]
 
 class Charges:
     def __init__(
-        self, ctx: ServiceContext, site: SitePolicy | None, windows: Windows, cancels: Cancels
+        self,
+        ctx: ServiceContext,
+        site: SitePolicy | None,
+        reservations: Reservations,
+        cancels: Cancels,
     ) -> None:
         self.ctx = ctx
         self.site = site
-        self.windows = windows
+        self.reservations = reservations
         self.cancels = cancels
         self.watching: dict[str, Billing] = {}
         self._settled: set[str] = set()
@@ -621,7 +625,7 @@ class Charges:
             unit=record.jobid,
             jobs=(record.jobid,),
             attached=False,
-            window=self.windows.book.named(trail.window) if trail.window else None,
+            window=self.reservations.book.named(trail.window) if trail.window else None,
             merged=slot,
         )
         if task_id is None:

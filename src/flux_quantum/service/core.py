@@ -7,23 +7,28 @@ time-only checks every ``scan_interval``, steps the attempts whose time came
 said once; the others go on): cluster view, device probes, settlements, cancels,
 sessions, start-up measurements. ``completions()`` hands finished worker calls back to
 their part, and ``step_soon()`` (after completions, and when a step falls due before
-the next tick) queues those attempts and steps what is due. All run on the reactor
-thread and never block. The parts, each given its collaborators here:
+the next tick) queues those attempts and steps what is due. The parts only say whose
+memo changed (``Face.changed``); the memos are sent here, once per unit, after the
+steps, after the completions and at the end of a tick (``Face.refresh``). All run on
+the reactor thread and never block. The parts, each given its collaborators here:
 
 - ``adoption``: discovery of held jobs, adoption and recovery from eventlogs
-- ``tasks``: the vendor task lifecycle (submit, track); ``selection`` chooses a device;
-  ``programs`` reads a program file; ``attempts`` runs an attempt's calls in workers
-  and retries them by the one ``retry`` policy
+- ``submission``: an attempt's program read, its device chosen (``selection``), its
+  reservation, session, merged set and create; ``tracking``: its task's polls,
+  milestones and ``max_wait``; each step goes to the one its attempt's phase is with;
+  ``attempts`` runs an attempt's calls in workers and retries them by the one ``retry``
+  policy
 - ``outcomes``: fail-over, fail, finish; ``cancels``: the one way to cancel a task
 - ``lookups``: creates left without an answer, looked up by their token before their
   reservation is released (their task cancelled and settled)
-- ``release``: release decisions and the release call
+- ``release``: the release rule applied (``flux_quantum.selection.release_point``
+  decides) and the release call
 - ``devices``: device status and the Fluxion graph following it
-- ``face``: memos and status
+- ``face``: memos (marked changed by the parts, sent here) and status
 - ``sessions``: vendor sessions recorded, kept while a job may use them, always closed
 - ``charges``: the site's policy (access, the reservation before a create, the
   settlement when a task ends)
-- ``windows``: reserved QPU time (Braket Direct): who waits for which window, who is
+- ``reservations``: reserved QPU time (Braket Direct): who waits for which window, who is
   in it, the one guard before a create with a window's ARN
 - ``merges``: the pool of programs waiting to share one vendor task with other jobs'
   (``[quantum.merge]``), and the merged tasks recorded but not created yet
@@ -52,13 +57,14 @@ from flux_quantum.service.merges import Merges
 from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.release import Release
+from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Counters, Phase, Program, Unit
-from flux_quantum.service.tasks import Tasks
+from flux_quantum.service.submission import Submission
+from flux_quantum.service.tracking import Tracking
 from flux_quantum.service.units import Units
-from flux_quantum.service.windows import Windows
 from flux_quantum.service.workers import Workers
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import Vendor
@@ -98,14 +104,14 @@ class QuantumService:
             module_name=module_name,
         )
         # Each part gets its collaborators here, in an order where each exists first.
-        self.windows = Windows(ctx, site)
-        self.face = Face(ctx, self.windows)
+        self.reservations = Reservations(ctx, site)
+        self.face = Face(ctx, self.reservations)
         self.sessions = Sessions(ctx, self.face, session_keys or SessionKeys())
         self.cancels = Cancels(ctx)
-        self.charges = Charges(ctx, site, self.windows, self.cancels)
+        self.charges = Charges(ctx, site, self.reservations, self.cancels)
         self.lookups = Lookups(ctx, self.charges, self.cancels)
         self.outcomes = Outcomes(
-            ctx, self.face, self.lookups, self.cancels, self.sessions, self.windows
+            ctx, self.face, self.lookups, self.cancels, self.sessions, self.reservations
         )
         self.calls = AttemptCalls(
             ctx,
@@ -119,9 +125,12 @@ class QuantumService:
         self.release = Release(ctx, self.face, self.outcomes, self.sessions)
         self.merges = Merges(ctx, site.merge if site is not None else None, self.charges.requester)
         self.selection = Selection(
-            ctx, self.calls, self.face, self.outcomes, self.charges, self.windows, self.merges
+            ctx, self.calls, self.face, self.outcomes, self.charges, self.reservations, self.merges
         )
-        self.tasks = Tasks(
+        self.tracking = Tracking(
+            ctx, self.calls, self.face, self.outcomes, self.release, self.charges, self.reservations
+        )
+        self.submission = Submission(
             ctx,
             self.calls,
             self.face,
@@ -130,19 +139,20 @@ class QuantumService:
             self.charges,
             self.sessions,
             self.selection,
-            self.windows,
+            self.reservations,
             self.merges,
+            self.tracking,
         )
         self.adoption = Adoption(
             ctx,
             self.face,
             self.outcomes,
             self.release,
-            self.tasks,
+            self.tracking,
             self.charges,
             self.lookups,
             self.sessions,
-            self.windows,
+            self.reservations,
         )
         self.devices = Devices(ctx, self.outcomes)
         self.due = DueQueue(retry_after=options.tick)
@@ -224,8 +234,9 @@ class QuantumService:
         self._fenced("cancels", self.cancels.retry, now)
         self._fenced("groups", self.outcomes.expire_groups, now)
         self._fenced("sessions", self.sessions.check, now)
-        self._fenced("reservations", self.windows.check, now)
+        self._fenced("reservations", self.reservations.check, now)
         self._fenced("start-up", self.release.measure_startup, now)
+        self._fenced("memos", self.face.refresh)
 
     def _fenced(self, part: str, call: Callable[..., None], *args: Any) -> None:
         """Run one part; an exception is noted and logged once per part and message (the
@@ -263,7 +274,7 @@ class QuantumService:
                     # cluster view.
                     need_cluster = True
                     if lead:
-                        self.tasks.watch(unit, program, now)
+                        self._watch(unit, program, now)
                         if not unit.active:
                             break
                 queued.append((unit, program))
@@ -284,17 +295,36 @@ class QuantumService:
         for unit, program in self.due.pop_due(now):
             if not unit.active:
                 continue
-            self.tasks.step(unit, program)
+            self._step(unit, program)
             self.due.push(unit, program, now)
+        self._fenced("memos", self.face.refresh)  # the units the steps changed, once each
+
+    def _step(self, unit: Unit, program: Program) -> None:
+        """Start the attempt's next blocking call, by the part its phase is with: a task
+        to poll is ``tracking``'s; reading, choosing and submitting, ``submission``'s."""
+        if program.attempt.phase is Phase.TRACK:
+            self.tracking.step(unit, program)
+        else:
+            self.submission.step(unit, program)
+
+    def _watch(self, unit: Unit, program: Program, now: float) -> None:
+        """The checks only time moves between calls, by phase: a tracked task's lead and
+        ``max_wait``; a job waiting for its reserved window, its admission."""
+        if program.attempt.phase is Phase.TRACK:
+            self.tracking.watch(unit, program, now)
+        else:
+            self.submission.watch(unit, program, now)
 
     def completions(self) -> None:
-        """Run finished worker calls' handlers (reactor thread)."""
+        """Run finished worker calls' handlers (reactor thread), then send the memos of
+        the units they changed, once each."""
         for done, result, error in self.ctx.workers.drain():
             try:
                 done(result, error)
             except Exception as exc:  # one bad completion must not stop the others
                 self.ctx.note_error(f"{type(exc).__name__}: {exc}")
                 self.ctx.log(syslog.LOG_ERR, f"completion failed: {self.ctx.last_error}")
+        self._fenced("memos", self.face.refresh)
 
     def status(self, userid: int | None = None) -> dict[str, Any]:
         """What the service tracks now (a guest's view: ``userid``'s units only)."""
@@ -307,7 +337,7 @@ class QuantumService:
             "jobs": sum(len(u["jobs"]) for u in units),
         }
         # The site's reserved windows (a guest sees only their own jobs in them).
-        out["reservations"] = self.windows.status(ctx.clock(), userid)
+        out["reservations"] = self.reservations.status(ctx.clock(), userid)
         merge = self.merges.status()
         if merge is not None:
             out["merge"] = merge

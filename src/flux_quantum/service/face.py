@@ -2,9 +2,10 @@
 
 Two views, both computed from the tracked units and nothing else: the volatile memos on
 every held job (``flux jobs -o '{user.qpu_position}'``: device, task, queue position,
-expected wait, state), sent only when they change; and the answer to a ``status``
-request (``flux quantum service status``), where a guest sees only their own units. It
-never calls a vendor and never decides anything.
+expected wait, state), sent only when they change and once per step of the service (the
+parts say which units changed, ``changed``; the core has them sent, ``refresh``); and the
+answer to a ``status`` request (``flux quantum service status``), where a guest sees only
+their own units. It never calls a vendor and never decides anything.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 
 from flux_quantum.protocol.jobspec import POSITION_MEMO, WAIT_MEMO, HeldMemo, session_memo
 from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.state import Member, Phase, Unit
-from flux_quantum.service.windows import Windows
 
 # Keys that move with every poll of a queue: sent at most every QUEUE_MEMO_INTERVAL
 # seconds per unit (any other change goes at once, and takes them along).
@@ -25,9 +26,11 @@ QUEUE_MEMO_INTERVAL = 2.0
 
 
 class Face:
-    def __init__(self, ctx: ServiceContext, windows: Windows) -> None:
+    def __init__(self, ctx: ServiceContext, reservations: Reservations) -> None:
         self.ctx = ctx
-        self.windows = windows
+        self.reservations = reservations
+        # The units whose memo may have changed in this step, with the state to show.
+        self._changed: dict[int, tuple[Unit, str | None]] = {}
 
     def memo_of(self, unit: Unit, state: str | None = None) -> dict[str, Any]:
         """The memo every job of the unit shows now."""
@@ -45,7 +48,7 @@ class Face:
         waits = [a.expected_wait for a in waiting if a.expected_wait is not None]
         holding = [a.retry.holding for a in waiting if a.retry.holding]
         if state is None:
-            window = self.windows.waiting_reason(unit)
+            window = self.reservations.waiting_reason(unit)
             if holding:
                 # Why the job is held, until the obstacle passes: a vendor that does
                 # not answer, an error retried, all slots busy.
@@ -69,17 +72,40 @@ class Face:
             state=state,
         ).to_memo()
 
-    def update_memos(
-        self, unit: Unit, state: str | None = None, only: Iterable[int] | None = None
-    ) -> None:
-        """Send the unit's memo to its jobs (``only`` those), the changed keys only."""
-        self.send(self.memos_of(unit, state, only))
+    def changed(self, unit: Unit, state: str | None = None) -> None:
+        """What the unit's memo shows may have changed: it is refreshed once, with every
+        other unit changed meanwhile, when the service's step is over (``refresh``), not
+        by each part that changed something. ``state``: what the memo says instead of the
+        unit's own state (a fail-over, a paused device); the last change of a step is
+        the one shown."""
+        self._changed[unit.id] = (unit, state)
+
+    def refresh(self) -> None:
+        """Send the memos of the units changed since the last refresh, once each, the
+        changed keys only, in one exchange. A unit that ended meanwhile shows nothing
+        more (its released jobs got their last memo with the release)."""
+        if not self._changed:
+            return
+        changed, self._changed = self._changed, {}
+        self.send(
+            [
+                change
+                for unit, state in changed.values()
+                if unit.active
+                for change in self.memos_of(unit, state)
+            ]
+        )
+
+    def released(self, unit: Unit, ids: Iterable[int]) -> None:
+        """The last memo of the unit's jobs ``ids``, released now: sent with their
+        release, as they leave the unit at once."""
+        self.send(self.memos_of(unit, "released", ids))
 
     def memos_of(
         self, unit: Unit, state: str | None = None, only: Iterable[int] | None = None
     ) -> list[tuple[Member, dict[str, Any]]]:
-        """The memo changes ``update_memos`` would send, to be sent with others: none
-        when only the queue moved and the unit's memos moved less than
+        """The memo changes of the unit's jobs (``only`` those), to be sent with others:
+        none when only the queue moved and the unit's memos moved less than
         ``QUEUE_MEMO_INTERVAL`` seconds ago (a unit of many jobs polled often would
         otherwise send a memo per job per poll)."""
         if not unit.active and state is None:

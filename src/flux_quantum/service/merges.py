@@ -7,7 +7,7 @@ same device, vendor and paying account, users only as the site allows, within th
 vendor's limits) and says whether the batch the program is in goes out now or when
 (``merging.decide``: at once on an idle device or a full task, else when its first
 member has waited as long as merging can save it, at most ``max_wait``). A batch that
-goes is handed back to ``Tasks``, which records each member's place (``MergeSlot``) in
+goes is handed back to ``Submission``, which records each member's place (``MergeSlot``) in
 its job's eventlog before the one create (``Vendor.submit_set``). A program waiting in
 the pool has no task and takes no slot of its device; the batch takes one once sent.
 

@@ -25,9 +25,9 @@ from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.lookups import Lookups
+from flux_quantum.service.reservations import Reservations, ended_note
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitState
-from flux_quantum.service.windows import Windows, ended_note
 from flux_quantum.site import reservations
 
 
@@ -39,14 +39,14 @@ class Outcomes:
         lookups: Lookups,
         cancels: Cancels,
         sessions: Sessions,
-        windows: Windows,
+        reservations: Reservations,
     ) -> None:
         self.ctx = ctx
         self.face = face
         self.lookups = lookups
         self.cancels = cancels
         self.sessions = sessions
-        self.windows = windows
+        self.reservations = reservations
 
     # -- a program's attempt
 
@@ -85,7 +85,7 @@ class Outcomes:
             unit, program, failed, what, mode, "simulator" if mode == "simulator" else None
         )
         self.ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: fail-over ({mode}) after: {what}")
-        self.face.update_memos(unit, state=f"fail-over: {what}")
+        self.face.changed(unit, state=f"fail-over: {what}")
 
     def next_attempt(
         self,
@@ -126,14 +126,14 @@ class Outcomes:
         yet: then only the event, and the selection goes on (on-demand) or the job fails."""
         ctx = self.ctx
         now = ctx.clock()
-        rule = self.windows.end_rule(unit, window)
+        rule = self.reservations.end_rule(unit, window)
         programs = [
             p
             for p in unit.programs
             if p.attempt.window is not None and p.attempt.window.name == window.name
         ]
         first = programs[0] if programs else None
-        if self.windows.first_end(unit, window):
+        if self.reservations.first_end(unit, window):
             record = events.ReservationEnded(
                 reservation=window.name,
                 end=window.end,
@@ -145,8 +145,8 @@ class Outcomes:
             )
             ctx.post_all(unit, record)
             ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: {reason}; {rule}")
-        self.windows.left(unit)
-        note = ended_note(window, now, self.windows.task_seconds(window))
+        self.reservations.left(unit)
+        note = ended_note(window, now, self.reservations.task_seconds(window))
         if rule == reservations.FAIL:
             self.fail_unit(unit, note)
             return
@@ -164,7 +164,7 @@ class Outcomes:
                 reservations.ON_DEMAND,
             )
         if programs:
-            self.face.update_memos(unit)
+            self.face.changed(unit)
 
     # -- a unit
 
@@ -206,7 +206,7 @@ class Outcomes:
         riders = [*unit.jobs, *unit.released_jobs]
         ctx.units.end(unit, state)
         self.sessions.unit_ended(unit, state, why)
-        self.windows.unit_ended(unit, state)
+        self.reservations.unit_ended(unit, state)
         for program in unit.programs:
             attempt = program.attempt
             self.lookups.leave(unit, program, attempt, riders)

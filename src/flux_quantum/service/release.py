@@ -1,16 +1,18 @@
-"""When and how held jobs are released: the release point, the early release, the call.
+"""When and how held jobs are released: the release point applied, the release call.
 
 A program's attempt becomes READY when its task reaches the request's release point
 (``qpu.release_at``: a queue position, RUNNING, or ended), or earlier when waiting longer
 would waste nothing: the job's cores will take at least as long to free up as the task
 takes to reach its release point (the classical lead), or, with ``release_at=predict``,
 the expected wait for the result is below the time released jobs take to start (measured
-by ``StartupMeter``). When every program of a unit is READY its jobs are released through
-the plugin, one of them with the QPU slot vertices its tasks occupy when the devices are
-in Fluxion's graph. A job admitted into a reserved window (Braket Direct) is released as
-soon as its task exists, whatever its ``release_at`` (``Tasks``), with the window in its
-release record; how long before its window it is admitted is ``window_lead``. This part
-never calls a vendor: it decides from the last snapshots.
+by ``StartupMeter``). The rule itself is ``flux_quantum.selection.release_point``: this
+part gives it the facts (the last snapshot, the drain, the start-up, the wait for the
+unit's cores) and does what it decides. When every program of a unit is READY its jobs are
+released through the plugin, one of them with the QPU slot vertices its tasks occupy when
+the devices are in Fluxion's graph. A job admitted into a reserved window (Braket Direct)
+is released as soon as its task exists, whatever its ``release_at`` (``Submission``), with the
+window in its release record; how long before its window it is admitted is
+``window_lead``. This part never calls a vendor.
 """
 
 from __future__ import annotations
@@ -23,12 +25,10 @@ from flux_quantum.errors import CommandError
 from flux_quantum.instance.plugin import HeldJob
 from flux_quantum.protocol import events
 from flux_quantum.protocol.jobspec import SITE_ACCOUNT, ReleasedWindow, ReleaseInfo
-from flux_quantum.selection.poller import (
-    RELEASE_DONE,
-    RELEASE_PREDICT,
-    BacklogEstimate,
-    estimate_backlog,
-    unpositioned_poll_interval,
+from flux_quantum.selection.release_point import (
+    Backlog,
+    lead_release,
+    positioned_release,
     unpositioned_release,
 )
 from flux_quantum.service.context import ServiceContext
@@ -100,87 +100,50 @@ class Release:
             self.ctx.estimator.forget_task(attempt.device.name, attempt.task.task_id)
         self.maybe_release(unit)
 
-    def lead_reached(self, unit: Unit, attempt: Attempt, now: float) -> bool:
-        """Release early when the classical resources will take at least as long to
-        free up as the quantum task takes to reach its release point; with
-        ``release_at=predict``, also when the expected wait for the result is below the
-        time released jobs take to start."""
-        cluster, snap = self.ctx.cluster, attempt.snapshot
-        if snap is None or attempt.expected_wait is None:
-            return False
-        classical = self._classical_wait(unit, cluster, now) if cluster else None
-        startup = self.startup.estimate() if unit.request.release_at == RELEASE_PREDICT else 0.0
-        if not classical and not startup:
-            return False
-        vendor = max(0.0, attempt.expected_wait - (now - snap.t))
-        if classical and vendor <= classical:
-            share = cluster.limit_share if cluster else 1.0
-            why = (
-                f"classical lead: expected queue wait {vendor:.0f}s <= {classical:.0f}s "
-                f"before the job's cores can free up (running jobs run >= {share:.0%} "
-                "of their time limits)"
-            )
-        elif startup and vendor <= startup:
-            why = (
-                f"predicted: expected wait for the result {vendor:.2f}s <= job start-up "
-                f"{startup:.2f}s"
-            )
-        else:
-            return False
-        self.ready(unit, attempt, why)
-        return True
-
-    def unpositioned(
-        self, unit: Unit, attempt: Attempt, snap: TaskSnapshot, now: float
-    ) -> float | None:
-        """The release point of a queued task whose vendor gives no queue position (IBM).
-
-        Its place is estimated (``flux_quantum.selection.poller.estimate_backlog``) from the pending
-        count seen before the create (``ahead``), the time since the create, the device's
-        drain (learned from its pending counts, else the catalog's) and the pending count
-        of the latest probe; ``unpositioned_release`` applies ``release_at`` to it. Marks
-        the attempt READY and returns None at the release point, else the seconds to
-        wait before the next poll.
-        """
+    def polled(
+        self, unit: Unit, attempt: Attempt, snap: TaskSnapshot, now: float, backlog: Backlog | None
+    ) -> bool:
+        """A poll saw ``snap``: the attempt's expected wait (and estimated place) is
+        updated, and it is READY if it reached its release point or its lead (the rule:
+        ``flux_quantum.selection.release_point``). ``backlog``: what the place of a
+        queued task whose vendor gives no position is estimated from (IBM: the pending
+        count seen before the create, the time since, the latest probe's count); None for
+        a task with a position. Returns whether it is READY."""
         assert attempt.device is not None
         release_at = unit.request.release_at
         drain = self.ctx.estimator.estimate(attempt.device).seconds_per_task
-        probe = self.ctx.device_snapshots.get(attempt.device.name)
-        created = attempt.queued_at if attempt.queued_at is not None else attempt.since
-
-        def place(seconds_per_task: float) -> BacklogEstimate:
-            return estimate_backlog(
-                snap,
-                ahead_at_create=attempt.ahead,
-                created_t=created if created is not None else snap.t,
-                pending_now=probe.queue_depth
-                if probe is not None and probe.t >= (created or 0)
-                else None,
-                seconds_per_task=seconds_per_task,
-            )
-
-        estimate = place(drain)
-        startup = self.startup.estimate() if release_at == RELEASE_PREDICT else 0.0
-        decision = unpositioned_release(snap, release_at, estimate, startup)
-        attempt.estimated_position = estimate.position
-        if release_at in (RELEASE_PREDICT, RELEASE_DONE):
-            attempt.expected_wait = estimate.result_wait
+        if backlog is None:
+            decision = positioned_release(snap, release_at, drain, attempt.running_seen)
         else:
-            attempt.expected_wait = estimate.wait
+            estimate = backlog.estimate(snap, drain)
+            decision = unpositioned_release(snap, release_at, estimate, self.startup.estimate())
+            attempt.estimated_position = decision.estimated_position
+        attempt.expected_wait = decision.expected_wait
         if decision.release:
             self.ready(unit, attempt, decision.reason)
-            return None
-        # The drain learned from pending counts is a lower bound of the pace (other
-        # users' jobs arrive as ours are served, so a saturated backend's count hardly
-        # falls): right for the place shown and the release, but polls planned with it
-        # come late, up to poll_max after a short run that is never seen RUNNING. Plan
-        # them with the faster of it and the site's (catalog or prior), as
-        # AdaptivePoller does for tasks with a position.
-        pace = min(
-            drain, self.ctx.estimator.estimate(attempt.device, polling=True).seconds_per_task
+            return True
+        return self.lead_reached(unit, attempt, now)
+
+    def lead_reached(self, unit: Unit, attempt: Attempt, now: float) -> bool:
+        """Release early when waiting longer would waste nothing (``lead_release``): the
+        classical resources will take at least as long to free up as the quantum task
+        takes to reach its release point, or, with ``release_at=predict``, the expected
+        wait for the result is below the time released jobs take to start."""
+        cluster, snap = self.ctx.cluster, attempt.snapshot
+        if snap is None or attempt.expected_wait is None:
+            return False
+        decision = lead_release(
+            unit.request.release_at,
+            attempt.expected_wait,
+            now - snap.t,
+            classical=self._classical_wait(unit, cluster, now) if cluster else None,
+            startup=self.startup.estimate(),
+            limit_share=cluster.limit_share if cluster else 1.0,
         )
-        planned = estimate if pace == drain else place(pace)
-        return unpositioned_poll_interval(planned, release_at, pace, self.ctx.schedule)
+        if not decision.release:
+            return False
+        self.ready(unit, attempt, decision.reason)
+        return True
 
     def window_lead(self, unit: Unit, now: float) -> float:
         """How long before its reserved window a job waiting for one goes in: the
@@ -275,7 +238,7 @@ class Release:
                 return
             unit.release = {"task": task, "device": device, "info": info}
             self.startup.released(ids[0], ctx.clock())
-            self.face.update_memos(unit, state="released", only=ids)
+            self.face.released(unit, ids)
             unit.released_jobs.extend(ids)
             for jobid in ids:
                 ctx.units.job_left(jobid)

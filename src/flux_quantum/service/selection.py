@@ -9,7 +9,7 @@ itself (a vendor that did not answer, all slots busy) and fails over or fails th
 when it does not. ``compact_explanation`` shortens the policy's explanation for the
 eventlog.
 
-Reserved windows (Braket Direct, ``Windows``): a job that names one is checked (known,
+Reserved windows (Braket Direct, ``Reservations``): a job that names one is checked (known,
 for its user and bank, on the device it asks for) and put on the window's device with
 no probing, unless the window takes no more work, when the job's end rule applies at
 once (on-demand: an ordinary choice on the window's device; fail). A job that named
@@ -41,8 +41,8 @@ from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.merges import Merges
 from flux_quantum.service.outcomes import Outcomes
+from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.state import Attempt, Phase, Program, Unit
-from flux_quantum.service.windows import Windows
 from flux_quantum.site import reservations
 from flux_quantum.vendors import probe_devices
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
@@ -92,7 +92,7 @@ class Selection:
         face: Face,
         outcomes: Outcomes,
         charges: Charges,
-        windows: Windows,
+        reservations: Reservations,
         merges: Merges,
     ) -> None:
         self.ctx = ctx
@@ -100,7 +100,7 @@ class Selection:
         self.face = face
         self.outcomes = outcomes
         self.charges = charges
-        self.windows = windows
+        self.reservations = reservations
         self.merges = merges
 
     def request_for(self, unit: Unit, attempt: Attempt) -> QpuRequest:
@@ -110,8 +110,8 @@ class Selection:
         public queue), names the window's device."""
         request = unit.request
         named = request.named_reservation
-        window = self.windows.book.named(named) if named is not None else None
-        window = window or self.windows.fell_back(unit)
+        window = self.reservations.book.named(named) if named is not None else None
+        window = window or self.reservations.fell_back(unit)
         if window is not None:
             request = replace(request, device=window.device, policy="explicit")
         if attempt.number == 0 or request.failover == "fail":
@@ -190,21 +190,21 @@ class Selection:
         ctx = self.ctx
         attempt = program.attempt
         try:
-            window = self.windows.named(
+            window = self.reservations.named(
                 unit, lambda: self.charges.requester(unit) if self.charges.enabled else None
             )
         except LookupError as exc:
             self.outcomes.fail_unit(unit, f"qpu: {exc.args[0]}")
             return True
         device = ctx.catalog.get(window.device)
-        assert device is not None  # Windows.named checked it
+        assert device is not None  # Reservations.named checked it
         refused = self.charges.not_allowed(unit, [device])
         if device.name in refused:
             self.outcomes.fail_unit(unit, f"qpu: {refused[device.name]}")
             return True
         now = ctx.clock()
-        if self.windows.ended(window, now):
-            seconds = self.windows.task_seconds(window)
+        if self.reservations.ended(window, now):
+            seconds = self.reservations.task_seconds(window)
             reason = reservations.admission(
                 window, now=now, lead=0.0, active=0, task_seconds=seconds
             ).reason
@@ -216,7 +216,7 @@ class Selection:
             None,
             window=window,
         )
-        self.windows.waits(unit, window)
+        self.reservations.waits(unit, window)
         explanation = {
             "policy": unit.request.policy,
             "order": "reservation",
@@ -238,7 +238,7 @@ class Selection:
             explanation=explanation,
         )
         ctx.post_all(unit, record)
-        self.face.update_memos(unit)
+        self.face.changed(unit)
         return True
 
     def _route(
@@ -246,9 +246,9 @@ class Selection:
     ) -> tuple[reservations.Reservation | None, str | None]:
         """The window the policy routes the unit into (None: the public queue), with the
         route's sentence for ``qpu-select`` (None: no window could take it)."""
-        if not self.windows.routable(unit, chosen):
+        if not self.reservations.routable(unit, chosen):
             return None, None
-        route = self.windows.route(
+        route = self.reservations.route(
             unit, self.charges.requester(unit), explanation, self.ctx.clock()
         )
         window = route.reservation
@@ -312,7 +312,7 @@ class Selection:
             chosen_snapshot.queue_depth if chosen_snapshot is not None else None,
             window=window,
         )
-        self.windows.waits(unit, window)
+        self.reservations.waits(unit, window)
         explanation = compact_explanation(selection.explanation, site=excluded)
         if routing is not None:
             # Routed into a window, or why not: the job's owner sees which.
@@ -328,7 +328,7 @@ class Selection:
             explanation=explanation,
         )
         ctx.post_all(unit, record)
-        self.face.update_memos(unit)
+        self.face.changed(unit)
 
     def _no_device(
         self,

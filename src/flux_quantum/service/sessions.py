@@ -1,8 +1,8 @@
 """Vendor sessions of units (``qpu.session``): recorded when opened, kept open while a
 job may use them, and always closed.
 
-A unit that asked for a session gets one with its first task (``tasks`` asks the vendor
-and hands over what it gave: ``opened``). This part
+A unit that asked for a session gets one with its first task (``submission`` asks the
+vendor and hands over what it gave: ``opened``). This part
 closes it when the last job that could use it is gone: at once when the unit fails (the
 held jobs get ``qpu-session-closed`` first) or every job left while held (cancelled), and
 for a released unit once its last job has ended (INACTIVE), so a variational job's own

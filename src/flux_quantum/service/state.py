@@ -51,7 +51,7 @@ class Attempt:
     constrain the choice of device after fail-overs. ``due``/``busy`` schedule the
     attempt's next step; ``retry`` is its record of failed calls in a row. ``window``:
     the reserved window (Braket Direct) its task is created in, with the window's ARN,
-    once the job is admitted into it (``windows.py``); None: the public queue. Its phase
+    once the job is admitted into it (``reservations.py``); None: the public queue. Its phase
     changes only through the methods below (SELECT -> SUBMIT -> TRACK -> READY, any ->
     DONE), each setting what that phase needs together.
     """

@@ -19,8 +19,8 @@ again after a restart through their persistent memo ``qpu_reservation``), and wh
 was said to which unit. It books the windows in the site's ledger when the service
 starts (``SitePolicy.book_windows``) and answers the ``reservations`` section of
 ``status`` (tasks and QPU time: the ledger's, which outlives a restart). It never calls
-a vendor, never creates, releases or fails anything: ``Tasks``, ``Release`` and
-``Outcomes`` do, asking it.
+a vendor, never creates, releases or fails anything: ``Submission``, ``Tracking``,
+``Release`` and ``Outcomes`` do, asking it.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def ended_note(window: reservations.Reservation, now: float, task_seconds: float
     )
 
 
-class Windows:
+class Reservations:
     def __init__(self, ctx: ServiceContext, site: SitePolicy | None) -> None:
         self.ctx = ctx
         self.site = site
@@ -237,9 +237,13 @@ class Windows:
             return None
         return f"waiting for reservation {name}: {reason}"
 
-    def admitted_reason(self, unit: Unit) -> str | None:
+    def release_reason(self, unit: Unit, window: reservations.Reservation) -> str:
+        """Why a unit admitted into ``window`` is released (its ``qpu-ready`` says it)."""
         admitted = self._admitted.get(unit.id)
-        return None if admitted is None else admitted.reason
+        reason = (admitted.reason if admitted is not None else None) or (
+            f"admitted into {window.label}"
+        )
+        return f"admitted: {reason}"
 
     def arn(
         self,

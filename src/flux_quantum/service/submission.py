@@ -1,19 +1,23 @@
-"""The vendor task lifecycle of one program's attempt: read, select, submit, track.
+"""Submitting a program's attempt: from its program read to its vendor task.
 
-Each attempt goes SELECT (its program file read and counted, ``programs``; a device
-chosen, ``Selection``) -> SUBMIT (the estimate is reserved in the site's ledger, the
-unit's session opened with its first task when it asked for one, the idempotency token
-goes to the eventlog, then the vendor create; a refused reservation fails the job and
-nothing is created) -> TRACK (adaptive polls of the task; queue milestones; the release
-point or ``max_wait``; a task that ends is settled) -> READY (handed to ``Release``).
-An attempt for a reserved window (``Attempt.window``) waits in SUBMIT, before its token
-is recorded, until ``Windows`` admits it (queued for the admission time, not polled);
-admitted, its create carries the window's ARN (the guard ``Windows.arn`` right before
-the vendor's create) and the job is released as soon as the task exists. A window that
-takes no more work hands it to ``Outcomes.window_ended``. Every blocking call runs in a
-worker through ``AttemptCalls``, which retries a failed one by the service's one retry
-policy. This part never releases or fails a job itself:
-it hands over to ``Release`` and ``Outcomes``.
+An attempt's program file is read and counted first (``programs``; in SELECT, or in SUBMIT
+after a restart), its device is chosen (``Selection``), then SUBMIT: the estimate is
+reserved in the site's ledger (a refused reservation fails the job and nothing is
+created; a ledger that cannot be reached holds the job with no task until it can), the
+unit's session is opened with its first task when it asked for one (a later step of a
+loop rides its loop's), a program that may share a vendor task with other jobs' waits in
+the merge pool (``Merges``) and goes in a merged set, the idempotency token goes to the
+eventlog, then the vendor create; its answer hands the task to ``Tracking``. A batch's
+programs are submitted in program order. An attempt for a reserved window
+(``Attempt.window``) waits in SUBMIT, before its token is recorded, until
+``Reservations`` admits it (queued for the admission time, not polled); admitted, its
+create carries the window's ARN (the guard ``Reservations.arn`` right before the vendor's
+create) and the job is released as soon as the task exists. A window that takes no more
+work hands it to ``Outcomes.window_ended``; a create the vendor refuses, to
+``Outcomes.failover``. Every blocking call runs in a worker through ``AttemptCalls``,
+which retries a failed one by the service's one retry policy. This part never polls a
+task, and never releases or fails a job itself: it hands over to ``Tracking``,
+``Release`` and ``Outcomes``.
 """
 
 from __future__ import annotations
@@ -26,44 +30,28 @@ from typing import Any
 from flux_quantum.catalog import Device
 from flux_quantum.protocol import events
 from flux_quantum.protocol.events import MergeSlot
-from flux_quantum.selection.poller import (
-    RELEASE_DONE,
-    RELEASE_PREDICT,
-    AdaptivePoller,
-    release_reached,
-    tasks_to_release,
-)
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.merges import Merges, merge_key
-from flux_quantum.service.outcomes import Outcomes, problem_base
+from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.programs import DEFAULT_PROGRAM_NAME, ProgramError, read_counted
 from flux_quantum.service.release import Release
+from flux_quantum.service.reservations import Reservations, WindowClosed
 from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitSession
-from flux_quantum.service.windows import WindowClosed, Windows
+from flux_quantum.service.tracking import Tracking
 from flux_quantum.site.ledger import LedgerUnavailable
-from flux_quantum.vendors.base import (
-    DeviceStatus,
-    SessionOpening,
-    TaskRef,
-    TaskSnapshot,
-    TaskState,
-    Vendor,
-)
-from flux_quantum.vendors.errors import NotFound, VendorError
-
-# Queue positions that earn a qpu-queue event when first reached (not every poll).
-MILESTONES: tuple[int, ...] = (100, 10, 1)
+from flux_quantum.vendors.base import SessionOpening, TaskRef, Vendor
+from flux_quantum.vendors.errors import VendorError
 
 # Why a job waits held with no task while the site's ledger cannot be reached (its memo).
 LEDGER_WAIT = "the site's ledger is unavailable: no task is created before its reservation"
 
 
-class Tasks:
+class Submission:
     def __init__(
         self,
         ctx: ServiceContext,
@@ -74,8 +62,9 @@ class Tasks:
         charges: Charges,
         sessions: Sessions,
         selection: Selection,
-        windows: Windows,
+        reservations: Reservations,
         merges: Merges,
+        tracking: Tracking,
     ) -> None:
         self.ctx = ctx
         self.calls = calls
@@ -85,16 +74,15 @@ class Tasks:
         self.charges = charges
         self.sessions = sessions
         self.selection = selection
-        self.windows = windows
+        self.reservations = reservations
         self.merges = merges
-        # A merged task's last poll, by task id (when, what): its other jobs share it.
-        self._polls: dict[str, tuple[float, TaskSnapshot]] = {}
-        self._riders: dict[str, list[tuple[Unit, Program, Attempt]]] = {}  # a poll under way
+        self.tracking = tracking
 
     # -- scheduling
 
     def step(self, unit: Unit, program: Program) -> None:
-        """Start the attempt's next blocking call, whatever its phase needs."""
+        """Start the attempt's next blocking call: read its program, choose its device,
+        or submit it (SELECT and SUBMIT; a tracked attempt is ``Tracking``'s)."""
         attempt = program.attempt
         if not unit.active or attempt.busy:
             return
@@ -115,8 +103,6 @@ class Tasks:
                 if not self._submitted_before(unit, earlier):
                     return
             self._start_submit(unit, program)
-        elif attempt.phase is Phase.TRACK:
-            self._start_poll(unit, program)
 
     def _submitted_before(self, unit: Unit, earlier: Program) -> bool:
         """Whether ``earlier`` (a program before the one to submit) has recorded its
@@ -131,24 +117,20 @@ class Tasks:
         return unit.active and earlier.attempt.submit_posted
 
     def watch(self, unit: Unit, program: Program, now: float) -> None:
-        """Between calls: max_wait and the early release of a tracked task; a job waiting
-        for its window is stepped sooner when its lead grew (the cluster filled up)."""
+        """Between calls: a job waiting for its window is stepped sooner when its lead
+        grew (the cluster filled up), or at once when it may go in or the window ended."""
         attempt = program.attempt
-        if self._waits_for_window(attempt) and not attempt.busy:
-            window = attempt.window
-            assert window is not None
-            decision = self.windows.decide(
-                window, now=now, lead=self.release.window_lead(unit, now)
-            )
-            if decision.admit or decision.ended:
-                attempt.due = 0.0
-            elif decision.retry_at is not None and decision.retry_at < attempt.due:
-                attempt.due = decision.retry_at
+        if not self._waits_for_window(attempt) or attempt.busy:
             return
-        if unit.active and attempt.phase is Phase.TRACK:
-            self.release.check_lead(unit, attempt, now)
-        if unit.active and attempt.phase is Phase.TRACK:
-            self._check_max_wait(unit, program, now)
+        window = attempt.window
+        assert window is not None
+        decision = self.reservations.decide(
+            window, now=now, lead=self.release.window_lead(unit, now)
+        )
+        if decision.admit or decision.ended:
+            attempt.due = 0.0
+        elif decision.retry_at is not None and decision.retry_at < attempt.due:
+            attempt.due = decision.retry_at
 
     def _loaded(
         self, unit: Unit, program: Program, attempt: Attempt, loaded: Any, error: Any
@@ -161,56 +143,6 @@ class Tasks:
             return
         program.text, program.counts, program.unfit = loaded
         attempt.due = 0.0
-
-    # -- errors
-
-    def submit_record(self, unit: Unit, program: Program) -> events.Submit:
-        attempt = program.attempt
-        assert attempt.device is not None and attempt.token is not None
-        return events.Submit(
-            unit=unit.id,
-            index=program.index,
-            attempt=attempt.number,
-            token=attempt.token,
-            device=attempt.device.name,
-            vendor=attempt.device.vendor,
-            shots=unit.request.shots,
-            program=program.path,
-            default_program=(
-                f"{DEFAULT_PROGRAM_NAME} (the request names no program)"
-                if program.path is None
-                else None
-            ),
-            exclude=tuple(sorted(attempt.exclude)),
-            device_class=attempt.device_class,
-            since=attempt.since,
-            ahead=attempt.ahead,
-            session=self._riding(unit, attempt.device).fingerprint
-            if self._riding(unit, attempt.device)
-            else None,
-            reservation=attempt.window.name if attempt.window is not None else None,
-            merge=attempt.merge.to_context() if attempt.merge is not None else None,
-        )
-
-    @staticmethod
-    def _riding(unit: Unit, device: Device) -> UnitSession | None:
-        """The unit's open session if tasks on ``device`` ride it."""
-        session = unit.session
-        if session is None or not session.open or session.device != device.name:
-            return None
-        return session
-
-    def task_record(self, unit: Unit, program: Program) -> events.TaskCreated:
-        attempt = program.attempt
-        assert attempt.task is not None and attempt.token is not None
-        return events.TaskCreated(
-            unit=unit.id,
-            index=program.index,
-            attempt=attempt.number,
-            token=attempt.token,
-            task=attempt.task.task_id,
-            device=attempt.device.name if attempt.device else None,
-        )
 
     @staticmethod
     def _waits_for_window(attempt: Attempt) -> bool:
@@ -231,7 +163,7 @@ class Tasks:
         window = attempt.window
         assert window is not None
         now = ctx.clock()
-        decision = self.windows.admission(
+        decision = self.reservations.admission(
             unit, window, now=now, lead=self.release.window_lead(unit, now)
         )
         if decision.admit:
@@ -239,9 +171,9 @@ class Tasks:
         if decision.ended:
             self.outcomes.window_ended(unit, window, decision.reason)
             return False
-        stops = window.end - self.windows.task_seconds(window)
+        stops = window.end - self.reservations.task_seconds(window)
         attempt.due = stops if decision.retry_at is None else min(decision.retry_at, stops)
-        self.face.update_memos(unit)
+        self.face.changed(unit)
         return False
 
     def _wait_for_ledger(self, unit: Unit, attempt: Attempt, error: Exception) -> None:
@@ -254,7 +186,7 @@ class Tasks:
         attempt.due = ctx.clock() + decision.delay
         attempt.retry.holding = f"{LEDGER_WAIT} (next try in {decision.delay:.0f}s)"
         ctx.log(syslog.LOG_DEBUG, f"unit {unit.id}: reservation waits for the ledger: {error}")
-        self.face.update_memos(unit)
+        self.face.changed(unit)
 
     def _start_submit(self, unit: Unit, program: Program) -> None:
         ctx = self.ctx
@@ -291,7 +223,7 @@ class Tasks:
                     for waiting in member.attempts():
                         if waiting.pooled:
                             waiting.retry.holding = line.removeprefix("waiting ")
-                    self.face.update_memos(member)
+                    self.face.changed(member)
                 return
             attempt.retry.holding = None
             if len(offer.members) > 1:
@@ -317,7 +249,7 @@ class Tasks:
                     self._session_opened,
                 )
                 return
-        riding = self._riding(unit, device)
+        riding = _riding(unit, device)
         rode = self.sessions.rode(unit) if riding is not None and riding.handle is None else None
         if rode is not None:
             # After a restart the session's id is known to the vendor only: read it back
@@ -329,21 +261,21 @@ class Tasks:
             # before the create: a service that dies after the create finds the task again
             # by its token (Braket: the same clientToken; IBM: find_task since that time).
             attempt.since = ctx.clock()
-            if ctx.post_all(unit, self.submit_record(unit, program)) == 0:
+            if ctx.post_all(unit, submit_record(unit, program)) == 0:
                 attempt.due = ctx.clock() + ctx.options.scan_interval
                 return
             attempt.submit_posted = True
         session = riding.handle if riding is not None else None
         look, since = attempt.look_first, attempt.since or unit.t_submit
         found: list[TaskRef] = []
-        window, clock, windows = attempt.window, ctx.clock, self.windows
-        task_seconds = windows.task_seconds(window) if window is not None else 0.0
+        window, clock, booked = attempt.window, ctx.clock, self.reservations
+        task_seconds = booked.task_seconds(window) if window is not None else 0.0
 
         def make() -> TaskRef:
             if window is not None:
                 # The one guard, right before the create: never an ARN on another
                 # device, nor once the window has less than one task's time left.
-                arn = windows.arn(window, device, now=clock(), task_seconds=task_seconds)
+                arn = booked.arn(window, device, now=clock(), task_seconds=task_seconds)
                 return vendor.submit(device, text, shots, token, reservation=arn)
             if session is not None:
                 return vendor.submit_in(session, device, text, shots, token)
@@ -376,7 +308,7 @@ class Tasks:
             attempt.since = since
             attempt.retry.holding = None
             # A job gone meanwhile keeps its place: the layout is what was recorded.
-            ctx.post_all(member_unit, self.submit_record(member_unit, member))
+            ctx.post_all(member_unit, submit_record(member_unit, member))
             attempt.submit_posted = True
         programs = [(p.text or "", u.request.shots) for u, p in members]
         self.merges.sent(key, members, programs)
@@ -397,7 +329,7 @@ class Tasks:
         if not formed.members:
             attempt.due = formed.due if formed.due is not None else ctx.clock() + 1.0
             attempt.retry.holding = formed.text
-            self.face.update_memos(unit)
+            self.face.changed(unit)
             return
         look = any(p.attempt.look_first for _, p in formed.members)
         since = min(
@@ -474,7 +406,7 @@ class Tasks:
                         "the job's program goes alone",
                         "alone",
                     )
-                    self.face.update_memos(member_unit)
+                    self.face.changed(member_unit)
                 return
             for member_unit, member in alive:
                 member.attempt.look_first = True
@@ -488,13 +420,9 @@ class Tasks:
         for member_unit, member in alive:
             attempt = member.attempt
             assert attempt.merge is not None
-            ref = replace(task, program=attempt.merge.index)
-            queued_at = ctx.clock() if attempt.since is None or not found else attempt.since
-            self.start_tracking(member_unit, attempt, ref, queued_at=queued_at, attached=True)
-            self.charges.attach(attempt)
-            self.calls.recovered(attempt)
-            ctx.post_all(member_unit, self.task_record(member_unit, member))
-            self.face.update_memos(member_unit)
+            self._task_exists(
+                member_unit, member, replace(task, program=attempt.merge.index), found
+            )
         device = alive[0][1].attempt.device
         ctx.log(
             syslog.LOG_INFO,
@@ -575,257 +503,78 @@ class Tasks:
             ctx.log(syslog.LOG_INFO, f"unit {unit.id}: found task {task.task_id} again by token")
         else:
             ctx.counters.tasks_created += 1
-        queued_at = ctx.clock() if attempt.since is None or not found else attempt.since
-        self.start_tracking(unit, attempt, task, queued_at=queued_at, attached=True)
-        self.charges.attach(attempt)
-        self.calls.recovered(attempt)
-        ctx.post_all(unit, self.task_record(unit, program))
-        self.face.update_memos(unit)
+        self._task_exists(unit, program, task, found)
         ctx.log(syslog.LOG_INFO, f"unit {unit.id}: task {task.task_id} on {attempt.device.name}")
         if attempt.window is not None:
             # Admitted: released at once, whatever release_at says (the task waits
             # QUEUED until the window opens, the job's start-up overlaps that wait).
-            self.release.ready(unit, attempt, self._admission_reason(unit, attempt))
+            self.release.ready(
+                unit, attempt, self.reservations.release_reason(unit, attempt.window)
+            )
 
-    # -- track
-
-    def start_tracking(
-        self,
-        unit: Unit,
-        attempt: Attempt,
-        task: TaskRef,
-        *,
-        queued_at: float | None,
-        attached: bool,
-    ) -> None:
-        """The one way into TRACK: a task created or found now, or one recorded in the
-        eventlog (adoption: ``attached`` False until its first poll)."""
-        assert attempt.device is not None
-        poller = AdaptivePoller(
-            attempt.device,
-            unit.request.release_at,
-            estimator=self.ctx.estimator,
-            schedule=self.ctx.schedule,
-        )
-        attempt.tracked(task, poller, queued_at=queued_at, attached=attached)
-
-    def _start_poll(self, unit: Unit, program: Program) -> None:
+    def _task_exists(self, unit: Unit, program: Program, task: TaskRef, found: bool) -> None:
+        """The attempt's create answered with ``task`` (``found``: found again by its
+        token, queued since its recorded time): tracked from now, its id noted for the
+        ledger, and its ``qpu-task`` recorded."""
         attempt = program.attempt
-        assert attempt.task is not None
-        task = attempt.task
-        vendor = self.calls.vendor(unit, program, task.vendor, "poll")
-        if vendor is None:
-            return
-        if attempt.merge is not None and attempt.attached:
-            self._poll_merged(unit, program, vendor)
-            return
-        if not attempt.attached:
-            self.calls.call(unit, program, lambda: vendor.attach_and_poll(task), self._polled)
-        else:
-            self.calls.call(unit, program, lambda: vendor.poll(task), self._polled)
-
-    def _poll_merged(self, unit: Unit, program: Program, vendor: Vendor) -> None:
-        """One poll of a merged task for all its jobs that poll it at about the same
-        time: one under way is joined, one within the shortest poll interval reused."""
-        attempt = program.attempt
-        task = attempt.task
-        assert task is not None
-        seen = self._polls.get(task.task_id)
-        if seen is not None and self.ctx.clock() - seen[0] < self.ctx.schedule.min_interval:
-            self._polled(unit, program, attempt, replace(seen[1], task=task), None, shared=True)
-            return
-        riders = self._riders.get(task.task_id)
-        attempt.busy = True
-        if riders is not None:
-            riders.append((unit, program, attempt))
-            return
-        self._riders[task.task_id] = [(unit, program, attempt)]
-
-        def done(snap: Any, error: BaseException | None) -> None:
-            for rider_unit, rider, rode in self._riders.pop(task.task_id, []):
-                rode.busy = False
-                self.calls.completed(rider_unit, rider)
-                if not rider_unit.active or rider.attempt is not rode or rode.task is None:
-                    continue
-                mine = None if snap is None else replace(snap, task=rode.task)
-                self._polled(rider_unit, rider, rode, mine, error, shared=rode is not attempt)
-
-        self.ctx.workers.submit(lambda: vendor.poll(task), done)
-
-    def _keep_poll(self, now: float, snap: TaskSnapshot) -> None:
-        for task_id, (t, _) in list(self._polls.items()):
-            if now - t > self.ctx.schedule.min_interval:
-                del self._polls[task_id]
-        self._polls[snap.task.task_id] = (now, snap)
-
-    def _polled(
-        self,
-        unit: Unit,
-        program: Program,
-        attempt: Attempt,
-        snap: Any,
-        error: Any,
-        *,
-        shared: bool = False,
-    ) -> None:
-        ctx = self.ctx
-        assert attempt.device is not None and attempt.poller is not None
-        now = ctx.clock()
-        attempt.last_poll = now
-        if error is not None:
-            if isinstance(error, NotFound):
-                record = events.TaskFailed(
-                    **problem_base(program, attempt), state="NOT_FOUND", reason=str(error)
-                )
-                task_id = attempt.task.task_id if attempt.task else "?"
-                self.outcomes.task_problem(
-                    unit, program, record, f"the vendor does not know task {task_id}"
-                )
-                return
-            self.calls.failed(unit, program, "poll", error)
-            return
-        if not shared:
-            ctx.counters.polls += 1
-            if attempt.merge is not None:
-                self._keep_poll(now, snap)
-        if not attempt.attached:
-            attempt.attached = True
-            ctx.counters.tasks_attached += 1
-            ctx.log(syslog.LOG_INFO, f"unit {unit.id}: re-attached {snap.task.task_id}")
-        attempt.snapshot = snap
+        queued_at = self.ctx.clock() if attempt.since is None or not found else attempt.since
+        self.tracking.start(unit, attempt, task, queued_at=queued_at, attached=True)
+        self.charges.attach(attempt)
         self.calls.recovered(attempt)
-        if snap.state is TaskState.RUNNING:
-            attempt.running_seen = attempt.running_seen or snap.t
-        if snap.terminal:
-            self.charges.ended(unit, program, attempt, snap)
-        window = attempt.window
-        if window is not None:
-            # A window's task is polled only after a restart (the job was released
-            # when it was created): released at once, unless the window ended first.
-            if snap.state in (TaskState.CANCELLED, TaskState.CANCELLING) and snap.t >= window.end:
-                self.outcomes.window_ended(
-                    unit,
-                    window,
-                    f"task {snap.task.task_id} was cancelled at the end of {window.label} "
-                    f"({snap.state.value}) while the job was held",
-                    task=snap.task.task_id,
-                )
-                return
-            if snap.state not in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
-                self.release.ready(unit, attempt, self._admission_reason(unit, attempt))
-                self.face.update_memos(unit)
-                return
-        if snap.state in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
-            reason = snap.message or f"the vendor reports {snap.state.value}"
-            record = events.TaskFailed(
-                **problem_base(program, attempt), state=snap.state.value, reason=reason
-            )
-            self.outcomes.task_problem(
-                unit,
-                program,
-                record,
-                f"task {snap.task.task_id} on {attempt.device.name} {snap.state.value}: {reason}",
-            )
-            return
-        paused = ctx.device_snapshots.get(attempt.device.name)
-        if (
-            paused is not None
-            and paused.status is DeviceStatus.PAUSED
-            and snap.state in (TaskState.CREATED, TaskState.QUEUED)
-        ):
-            # Nothing starts on a paused device: the task keeps its place in the queue
-            # and the jobs stay held until the device takes work again.
-            attempt.expected_wait = None
-            attempt.due = now + ctx.options.device_check_interval
-            self.face.update_memos(
-                unit,
-                f"waiting: {attempt.device.name} is paused ({paused.reason}); released "
-                "after it resumes",
-            )
-            return
-        if self._unpositioned(attempt) and snap.state in (TaskState.CREATED, TaskState.QUEUED):
-            # The vendor gives no place in its queue (IBM): the release point is judged
-            # from the device's pending count, the time since the create and the drain.
-            wait = self.release.unpositioned(unit, attempt, snap, now)
-            if wait is not None and not self.release.lead_reached(unit, attempt, now):
-                # The estimate rests on the pending count, re-read every device check:
-                # poll at least that often, so a wrong drain prior cannot overshoot.
-                ceiling = min(ctx.schedule.max_interval, ctx.options.device_check_interval)
-                attempt.due = now + min(wait, ceiling)
-            self.face.update_memos(unit)
-            return
-        delay = attempt.poller.observe(snap)
-        drain = ctx.estimator.estimate(attempt.device).seconds_per_task
-        remaining = tasks_to_release(snap, unit.request.release_at)
-        attempt.expected_wait = None if remaining is None else remaining * drain
-        if snap.state is TaskState.RUNNING:
-            attempt.running_seen = attempt.running_seen or snap.t
-            if unit.request.release_at in (RELEASE_PREDICT, RELEASE_DONE):
-                # Its own run is under way: what is left of one service time.
-                attempt.expected_wait = max(0.0, drain - (snap.t - attempt.running_seen))
-        self._milestones(unit, program, snap)
-        if release_reached(snap, unit.request.release_at):
-            where = (
-                snap.state.value
-                if snap.state not in (TaskState.CREATED, TaskState.QUEUED)
-                else f"position {snap.position} <= release_at {unit.request.release_at}"
-            )
-            self.release.ready(unit, attempt, where)
-        elif not self.release.lead_reached(unit, attempt, now):
-            attempt.due = now + min(delay, ctx.schedule.max_interval)
-        self.face.update_memos(unit)
+        self.ctx.post_all(unit, task_record(unit, program))
+        self.face.changed(unit)
 
-    def _admission_reason(self, unit: Unit, attempt: Attempt) -> str:
-        """Why the job is released: its admission into its window."""
-        assert attempt.window is not None
-        reason = self.windows.admitted_reason(unit) or f"admitted into {attempt.window.label}"
-        return f"admitted: {reason}"
 
-    def _unpositioned(self, attempt: Attempt) -> bool:
-        """Whether the attempt's vendor reports no queue positions on its device."""
-        if attempt.device is None:
-            return False
-        try:
-            vendor = self.ctx.vendor(attempt.device.vendor)
-        except Exception:
-            return False
-        return not vendor.reports_positions(attempt.device)
+def submit_record(unit: Unit, program: Program) -> events.Submit:
+    """The ``qpu-submit`` of the program's attempt: its token, device and the rest,
+    recorded BEFORE the vendor hears of the create."""
+    attempt = program.attempt
+    assert attempt.device is not None and attempt.token is not None
+    ridden = _riding(unit, attempt.device)
+    return events.Submit(
+        unit=unit.id,
+        index=program.index,
+        attempt=attempt.number,
+        token=attempt.token,
+        device=attempt.device.name,
+        vendor=attempt.device.vendor,
+        shots=unit.request.shots,
+        program=program.path,
+        default_program=(
+            f"{DEFAULT_PROGRAM_NAME} (the request names no program)"
+            if program.path is None
+            else None
+        ),
+        exclude=tuple(sorted(attempt.exclude)),
+        device_class=attempt.device_class,
+        since=attempt.since,
+        ahead=attempt.ahead,
+        session=ridden.fingerprint if ridden is not None else None,
+        reservation=attempt.window.name if attempt.window is not None else None,
+        merge=attempt.merge.to_context() if attempt.merge is not None else None,
+    )
 
-    def _milestones(self, unit: Unit, program: Program, snap: TaskSnapshot) -> None:
-        attempt = program.attempt
-        if snap.position is None or snap.position_capped:
-            return
-        crossed = [m for m in MILESTONES if snap.position <= m and m not in attempt.milestones]
-        if not crossed:
-            return
-        attempt.milestones.update(crossed)
-        record = events.QueueMilestone(
-            index=program.index,
-            attempt=attempt.number,
-            milestone=min(crossed),
-            position=snap.position,
-            task=snap.task.task_id,
-        )
-        self.ctx.post_all(unit, record)
 
-    def _check_max_wait(self, unit: Unit, program: Program, now: float) -> None:
-        attempt = program.attempt
-        limit = unit.request.max_wait
-        if limit is None or attempt.queued_at is None or attempt.busy:
-            return
-        waited = now - attempt.queued_at
-        if waited <= limit:
-            return
-        assert attempt.device is not None
-        record = events.MaxWaitExceeded(
-            **problem_base(program, attempt), waited=round(waited, 1), max_wait=limit
-        )
-        self.outcomes.task_problem(
-            unit,
-            program,
-            record,
-            f"task on {attempt.device.name} waited {waited:.0f}s > qpu.max_wait {limit:g}s",
-        )
+def _riding(unit: Unit, device: Device) -> UnitSession | None:
+    """The unit's open session if tasks on ``device`` ride it."""
+    session = unit.session
+    if session is None or not session.open or session.device != device.name:
+        return None
+    return session
+
+
+def task_record(unit: Unit, program: Program) -> events.TaskCreated:
+    """The ``qpu-task`` of the program's attempt: the task its token created."""
+    attempt = program.attempt
+    assert attempt.task is not None and attempt.token is not None
+    return events.TaskCreated(
+        unit=unit.id,
+        index=program.index,
+        attempt=attempt.number,
+        token=attempt.token,
+        task=attempt.task.task_id,
+        device=attempt.device.name if attempt.device else None,
+    )
 
 
 def _found_or_made(

@@ -1,0 +1,305 @@
+"""Tracking a program's vendor task: polls, queue milestones, ``max_wait``, the release
+point.
+
+``start`` is the one way into TRACK: a task created or found again by ``Submission``, or
+one recorded in the eventlog (``Adoption``: re-attached by its first poll). Each tracked
+attempt is polled when its poller plans (``flux_quantum.selection.poller``: adaptive
+intervals, from an estimated place when the vendor gives no position); a merged task is
+polled once for all the jobs that poll it at about the same time. A poll's answer goes
+to ``Charges`` when the task ended, fails the task over through ``Outcomes`` when it
+failed or the vendor lost it, keeps the jobs held while the device is paused, posts a
+``qpu-queue`` event at each queue milestone, and otherwise goes to ``Release``, which
+applies the release rule (the release point, the classical lead). A window's task
+(reserved QPU time) polled after a restart releases its jobs at once. Between polls
+``watch`` checks the lead and ``qpu.max_wait``. Every poll runs in a worker through
+``AttemptCalls``. This part never creates a task, and never releases or fails a job
+itself: it hands over to ``Release`` and ``Outcomes``.
+"""
+
+from __future__ import annotations
+
+import syslog
+from dataclasses import replace
+from typing import Any
+
+from flux_quantum.protocol import events
+from flux_quantum.selection.poller import AdaptivePoller
+from flux_quantum.selection.release_point import Backlog
+from flux_quantum.service.attempts import AttemptCalls
+from flux_quantum.service.charges import Charges
+from flux_quantum.service.context import ServiceContext
+from flux_quantum.service.face import Face
+from flux_quantum.service.outcomes import Outcomes, problem_base
+from flux_quantum.service.release import Release
+from flux_quantum.service.reservations import Reservations
+from flux_quantum.service.state import Attempt, Phase, Program, Unit
+from flux_quantum.vendors.base import DeviceStatus, TaskRef, TaskSnapshot, TaskState, Vendor
+from flux_quantum.vendors.errors import NotFound
+
+# Queue positions that earn a qpu-queue event when first reached (not every poll).
+MILESTONES: tuple[int, ...] = (100, 10, 1)
+
+
+class Tracking:
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        calls: AttemptCalls,
+        face: Face,
+        outcomes: Outcomes,
+        release: Release,
+        charges: Charges,
+        reservations: Reservations,
+    ) -> None:
+        self.ctx = ctx
+        self.calls = calls
+        self.face = face
+        self.outcomes = outcomes
+        self.release = release
+        self.charges = charges
+        self.reservations = reservations
+        # A merged task's last poll, by task id (when, what): its other jobs share it.
+        self._polls: dict[str, tuple[float, TaskSnapshot]] = {}
+        self._riders: dict[str, list[tuple[Unit, Program, Attempt]]] = {}  # a poll under way
+
+    def start(
+        self,
+        unit: Unit,
+        attempt: Attempt,
+        task: TaskRef,
+        *,
+        queued_at: float | None,
+        attached: bool,
+    ) -> None:
+        """The one way into TRACK: a task created or found now, or one recorded in the
+        eventlog (adoption: ``attached`` False until its first poll)."""
+        assert attempt.device is not None
+        poller = AdaptivePoller(
+            attempt.device,
+            unit.request.release_at,
+            estimator=self.ctx.estimator,
+            schedule=self.ctx.schedule,
+        )
+        attempt.tracked(task, poller, queued_at=queued_at, attached=attached)
+
+    def step(self, unit: Unit, program: Program) -> None:
+        """Poll the attempt's task (TRACK; the other phases are ``Submission``'s)."""
+        if not unit.active or program.attempt.busy or program.attempt.phase is not Phase.TRACK:
+            return
+        self._start_poll(unit, program)
+
+    def watch(self, unit: Unit, program: Program, now: float) -> None:
+        """Between polls: the early release of a tracked task (the cluster may have
+        filled up, or time passed), then ``max_wait``."""
+        attempt = program.attempt
+        if unit.active and attempt.phase is Phase.TRACK:
+            self.release.check_lead(unit, attempt, now)
+        if unit.active and attempt.phase is Phase.TRACK:
+            self._check_max_wait(unit, program, now)
+
+    def _start_poll(self, unit: Unit, program: Program) -> None:
+        attempt = program.attempt
+        assert attempt.task is not None
+        task = attempt.task
+        vendor = self.calls.vendor(unit, program, task.vendor, "poll")
+        if vendor is None:
+            return
+        if attempt.merge is not None and attempt.attached:
+            self._poll_merged(unit, program, vendor)
+            return
+        if not attempt.attached:
+            self.calls.call(unit, program, lambda: vendor.attach_and_poll(task), self._polled)
+        else:
+            self.calls.call(unit, program, lambda: vendor.poll(task), self._polled)
+
+    def _poll_merged(self, unit: Unit, program: Program, vendor: Vendor) -> None:
+        """One poll of a merged task for all its jobs that poll it at about the same
+        time: one under way is joined, one within the shortest poll interval reused."""
+        attempt = program.attempt
+        task = attempt.task
+        assert task is not None
+        seen = self._polls.get(task.task_id)
+        if seen is not None and self.ctx.clock() - seen[0] < self.ctx.schedule.min_interval:
+            self._polled(unit, program, attempt, replace(seen[1], task=task), None, shared=True)
+            return
+        riders = self._riders.get(task.task_id)
+        attempt.busy = True
+        if riders is not None:
+            riders.append((unit, program, attempt))
+            return
+        self._riders[task.task_id] = [(unit, program, attempt)]
+
+        def done(snap: Any, error: BaseException | None) -> None:
+            for rider_unit, rider, rode in self._riders.pop(task.task_id, []):
+                rode.busy = False
+                self.calls.completed(rider_unit, rider)
+                if not rider_unit.active or rider.attempt is not rode or rode.task is None:
+                    continue
+                mine = None if snap is None else replace(snap, task=rode.task)
+                self._polled(rider_unit, rider, rode, mine, error, shared=rode is not attempt)
+
+        self.ctx.workers.submit(lambda: vendor.poll(task), done)
+
+    def _keep_poll(self, now: float, snap: TaskSnapshot) -> None:
+        for task_id, (t, _) in list(self._polls.items()):
+            if now - t > self.ctx.schedule.min_interval:
+                del self._polls[task_id]
+        self._polls[snap.task.task_id] = (now, snap)
+
+    def _polled(
+        self,
+        unit: Unit,
+        program: Program,
+        attempt: Attempt,
+        snap: Any,
+        error: Any,
+        *,
+        shared: bool = False,
+    ) -> None:
+        ctx = self.ctx
+        assert attempt.device is not None and attempt.poller is not None
+        now = ctx.clock()
+        attempt.last_poll = now
+        if error is not None:
+            if isinstance(error, NotFound):
+                record = events.TaskFailed(
+                    **problem_base(program, attempt), state="NOT_FOUND", reason=str(error)
+                )
+                task_id = attempt.task.task_id if attempt.task else "?"
+                self.outcomes.task_problem(
+                    unit, program, record, f"the vendor does not know task {task_id}"
+                )
+                return
+            self.calls.failed(unit, program, "poll", error)
+            return
+        if not shared:
+            ctx.counters.polls += 1
+            if attempt.merge is not None:
+                self._keep_poll(now, snap)
+        if not attempt.attached:
+            attempt.attached = True
+            ctx.counters.tasks_attached += 1
+            ctx.log(syslog.LOG_INFO, f"unit {unit.id}: re-attached {snap.task.task_id}")
+        attempt.snapshot = snap
+        self.calls.recovered(attempt)
+        if snap.state is TaskState.RUNNING:
+            attempt.running_seen = attempt.running_seen or snap.t
+        if snap.terminal:
+            self.charges.ended(unit, program, attempt, snap)
+        window = attempt.window
+        if window is not None:
+            # A window's task is polled only after a restart (the job was released
+            # when it was created): released at once, unless the window ended first.
+            if snap.state in (TaskState.CANCELLED, TaskState.CANCELLING) and snap.t >= window.end:
+                self.outcomes.window_ended(
+                    unit,
+                    window,
+                    f"task {snap.task.task_id} was cancelled at the end of {window.label} "
+                    f"({snap.state.value}) while the job was held",
+                    task=snap.task.task_id,
+                )
+                return
+            if snap.state not in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
+                self.release.ready(unit, attempt, self.reservations.release_reason(unit, window))
+                self.face.changed(unit)
+                return
+        if snap.state in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
+            reason = snap.message or f"the vendor reports {snap.state.value}"
+            record = events.TaskFailed(
+                **problem_base(program, attempt), state=snap.state.value, reason=reason
+            )
+            self.outcomes.task_problem(
+                unit,
+                program,
+                record,
+                f"task {snap.task.task_id} on {attempt.device.name} {snap.state.value}: {reason}",
+            )
+            return
+        paused = ctx.device_snapshots.get(attempt.device.name)
+        if (
+            paused is not None
+            and paused.status is DeviceStatus.PAUSED
+            and snap.state in (TaskState.CREATED, TaskState.QUEUED)
+        ):
+            # Nothing starts on a paused device: the task keeps its place in the queue
+            # and the jobs stay held until the device takes work again.
+            attempt.expected_wait = None
+            attempt.due = now + ctx.options.device_check_interval
+            self.face.changed(
+                unit,
+                f"waiting: {attempt.device.name} is paused ({paused.reason}); released "
+                "after it resumes",
+            )
+            return
+        backlog = self._backlog(attempt, snap)
+        if backlog is None:
+            delay = min(attempt.poller.observe(snap), ctx.schedule.max_interval)
+            self._milestones(unit, program, snap)
+        else:
+            # The vendor gives no place in its queue (IBM): the release point is judged
+            # from the device's pending count, the time since the create and the drain.
+            # The estimate rests on the pending count, re-read every device check: poll
+            # at least that often, so a wrong drain prior cannot overshoot.
+            ceiling = min(ctx.schedule.max_interval, ctx.options.device_check_interval)
+            delay = min(attempt.poller.observe_unpositioned(snap, backlog), ceiling)
+        if not self.release.polled(unit, attempt, snap, now, backlog):
+            attempt.due = now + delay
+        self.face.changed(unit)
+
+    def _backlog(self, attempt: Attempt, snap: TaskSnapshot) -> Backlog | None:
+        """What the place of a queued task is estimated from when its vendor reports no
+        queue positions on its device (IBM), or None: the pending count seen before the
+        create, when it was created, and the latest probe's count if taken since."""
+        if attempt.device is None or snap.state not in (TaskState.CREATED, TaskState.QUEUED):
+            return None
+        try:
+            vendor = self.ctx.vendor(attempt.device.vendor)
+        except Exception:
+            return None
+        if vendor.reports_positions(attempt.device):
+            return None
+        probe = self.ctx.device_snapshots.get(attempt.device.name)
+        created = attempt.queued_at if attempt.queued_at is not None else attempt.since
+        return Backlog(
+            ahead_at_create=attempt.ahead,
+            created_t=created if created is not None else snap.t,
+            pending_now=probe.queue_depth
+            if probe is not None and probe.t >= (created or 0)
+            else None,
+        )
+
+    def _milestones(self, unit: Unit, program: Program, snap: TaskSnapshot) -> None:
+        attempt = program.attempt
+        if snap.position is None or snap.position_capped:
+            return
+        crossed = [m for m in MILESTONES if snap.position <= m and m not in attempt.milestones]
+        if not crossed:
+            return
+        attempt.milestones.update(crossed)
+        record = events.QueueMilestone(
+            index=program.index,
+            attempt=attempt.number,
+            milestone=min(crossed),
+            position=snap.position,
+            task=snap.task.task_id,
+        )
+        self.ctx.post_all(unit, record)
+
+    def _check_max_wait(self, unit: Unit, program: Program, now: float) -> None:
+        attempt = program.attempt
+        limit = unit.request.max_wait
+        if limit is None or attempt.queued_at is None or attempt.busy:
+            return
+        waited = now - attempt.queued_at
+        if waited <= limit:
+            return
+        assert attempt.device is not None
+        record = events.MaxWaitExceeded(
+            **problem_base(program, attempt), waited=round(waited, 1), max_wait=limit
+        )
+        self.outcomes.task_problem(
+            unit,
+            program,
+            record,
+            f"task on {attempt.device.name} waited {waited:.0f}s > qpu.max_wait {limit:g}s",
+        )
