@@ -159,7 +159,7 @@ CORES_PER_NODE = 4
 BSLD_TAU = 10.0  # seconds: the bounded slowdown's floor on run time
 APP_POLL = 15.0  # vendor seconds between an application's polls (flux quantum task --wait)
 BIN = 600.0  # seconds of the day per utilisation sample
-# The service's reason for a release by prediction (service/release.py, poller.py):
+# The service's reason for a release by prediction (service/release.py, selection/release_point.py):
 # "predicted: expected wait for the result 0.42s <= job start-up 1.83s ..."
 PREDICTED = re.compile(r"^predicted: .*?<= job start-up ([0-9.]+)s")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
