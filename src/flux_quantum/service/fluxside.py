@@ -10,6 +10,7 @@ thread only and never talks to a vendor.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -23,6 +24,15 @@ from flux_quantum.instance.plugin import HeldJob, PluginClient
 from flux_quantum.instance.rpc import pipelined
 from flux_quantum.protocol.events import COST, Event, first, parse_eventlog
 from flux_quantum.protocol.jobspec import RESERVATION_MEMO, SESSION_MEMO
+from flux_quantum.selection.node_wait import (
+    FINISHED_JOBS,
+    PENDING_ATTRS,
+    PENDING_JOBS,
+    ClusterQueue,
+    finished_shares,
+    job_list_request,
+    resource_cores,
+)
 
 # Events the service may post to a job it has released (its task ends later).
 AFTER_RELEASE = frozenset({COST})
@@ -136,15 +146,6 @@ def jobspec_size(resources: Any) -> JobSize:
     return JobSize(nodes=nodes, cores=cores, exclusive_nodes=exclusive)
 
 
-def _idset_count(text: Any) -> int:
-    from flux_quantum.instance.graph import GraphError, expand_idset
-
-    try:
-        return len(expand_idset(str(text).strip("[]")))
-    except GraphError:
-        return 0
-
-
 # The classical lead trusts a running job to run at least this quantile of the share of
 # its time limit that finished jobs used, learned from this many of them at least.
 LEAD_QUANTILE = 0.1
@@ -159,13 +160,7 @@ def limit_share(finished: Iterable[Mapping[str, Any]]) -> float:
 
     Users' limits are upper bounds, often 1-3x the real run time: trusting them would
     release held jobs onto nodes that free up long before their task is ready."""
-    shares = []
-    for job in finished:
-        t_run = float(job.get("t_run") or 0.0)
-        end = float(job.get("t_cleanup") or 0.0)
-        expiration = float(job.get("expiration") or 0.0)
-        if t_run > 0 and end >= t_run and expiration > t_run:
-            shares.append(min(1.0, (end - t_run) / (expiration - t_run)))
+    shares = finished_shares(finished)
     if len(shares) < LEAD_MIN_SAMPLES:
         return 0.0
     shares.sort()
@@ -186,6 +181,8 @@ class ClusterView:
     free_cores: int
     releases: tuple[tuple[float, int], ...] = ()
     limit_share: float = 1.0
+    # The queue as a loop's step forecasts its wait for nodes by (None: not read).
+    queue: ClusterQueue | None = None
 
     def cores_for(self, size: JobSize) -> int:
         if size.exclusive_nodes or (size.nodes and not size.cores):
@@ -219,24 +216,14 @@ class ClusterView:
         running: Sequence[Mapping[str, Any]],
         t: float,
         share: float = 1.0,
+        queue: ClusterQueue | None = None,
     ) -> ClusterView:
         """From ``sched.resource-status`` and job-list's running jobs (``expiration``,
         ``ncores`` and ``t_run``), each expected to run ``share`` of its limit at least."""
 
-        def cores(rset: Any) -> tuple[int, int]:
-            if not isinstance(rset, Mapping):
-                return 0, 0
-            total = per_node = 0
-            for entry in rset.get("execution", {}).get("R_lite", []):
-                ranks = _idset_count(entry.get("rank", ""))
-                n = _idset_count(entry.get("children", {}).get("core", ""))
-                total += ranks * n
-                per_node = max(per_node, n)
-            return total, per_node
-
-        total, per_node = cores(status.get("all"))
-        busy, _ = cores(status.get("allocated"))
-        down, _ = cores(status.get("down"))
+        total, per_node = resource_cores(status.get("all"))
+        busy, _ = resource_cores(status.get("allocated"))
+        down, _ = resource_cores(status.get("down"))
         releases = []
         for job in running:
             expiration = float(job.get("expiration") or 0.0)
@@ -255,6 +242,7 @@ class ClusterView:
             free_cores=max(0, total - busy - down),
             releases=tuple(releases),
             limit_share=share,
+            queue=queue,
         )
 
 
@@ -329,7 +317,7 @@ class FluxJobs:
 
     GRAPH_CACHE_SECONDS = 10.0
     SHARE_CACHE_SECONDS = 60.0
-    SHARE_JOBS = 200
+    SHARE_JOBS = FINISHED_JOBS
 
     def __init__(self, handle: Any, lead_share: float = 0.0) -> None:
         """``lead_share``: the share of its time limit a running job is trusted to run
@@ -339,6 +327,7 @@ class FluxJobs:
         self.lead_share = lead_share
         self._graph: tuple[float, frozenset[str]] = (-math.inf, frozenset())
         self._share: tuple[float, float] = (-math.inf, 0.0)
+        self._finished: list[dict[str, Any]] = []  # the last SHARE_JOBS finished jobs
         self._held: tuple[int | None, list[HeldJob]] = (None, [])
         self._held_by_id: dict[int, HeldJob] = {}
 
@@ -595,27 +584,36 @@ class FluxJobs:
             "constraint": {"states": [flux.constants.FLUX_JOB_STATE_RUNNING]},
         }
         running = self.handle.rpc("job-list.list", payload).get().get("jobs", [])
-        return ClusterView.from_flux(status, running, now, self._limit_share())
+        share = self._limit_share()
+        queue = None
+        with contextlib.suppress(OSError):  # the top pending jobs: what is ahead of a step
+            queue = ClusterQueue.from_flux(status, running, self._pending(), self._finished, now)
+        return ClusterView.from_flux(status, running, now, share, queue)
+
+    def _pending(self) -> list[dict[str, Any]]:
+        import flux.constants
+
+        states = flux.constants.FLUX_JOB_STATE_PRIORITY | flux.constants.FLUX_JOB_STATE_SCHED
+        payload = job_list_request(states, PENDING_ATTRS, PENDING_JOBS)
+        return self.handle.rpc("job-list.list", payload).get().get("jobs", [])
 
     def _limit_share(self) -> float:
         """``lead_share``, or learned from the last ``SHARE_JOBS`` finished jobs (one
         job-list RPC a minute)."""
         import flux.constants
 
-        if self.lead_share > 0:
-            return self.lead_share
         t, share = self._share
         if time.monotonic() - t < self.SHARE_CACHE_SECONDS:
-            return share
+            return self.lead_share or share
         payload = {
             "max_entries": self.SHARE_JOBS,
             "attrs": ["t_run", "t_cleanup", "expiration"],
             "constraint": {"states": [flux.constants.FLUX_JOB_STATE_INACTIVE]},
         }
         try:
-            finished = self.handle.rpc("job-list.list", payload).get().get("jobs", [])
-            share = limit_share(finished)
+            self._finished = self.handle.rpc("job-list.list", payload).get().get("jobs", [])
+            share = limit_share(self._finished)
         except OSError:
             share = 0.0
         self._share = (time.monotonic(), share)
-        return share
+        return self.lead_share or share

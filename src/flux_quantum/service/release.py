@@ -7,7 +7,10 @@ takes to reach its release point (the classical lead), or, with ``release_at=pre
 the expected wait for the result is below the time released jobs take to start (measured
 by ``StartupMeter``). The rule itself is ``flux_quantum.selection.release_point``: this
 part gives it the facts (the last snapshot, the drain, the start-up, the wait for the
-unit's cores) and does what it decides. When every program of a unit is READY its jobs are
+unit's cores) and does what it decides. A variational loop's step that carries its
+loop's time weight (``flux_quantum.selection.step_plan``) is also released once its
+result is no farther than the forecast wait for its nodes (the queue of the cluster
+view, ``node_wait``), so that they arrive with the result. When every program of a unit is READY its jobs are
 released through the plugin, one of them with the QPU slot vertices its tasks occupy when
 the devices are in Fluxion's graph. A job admitted into a reserved window (Braket Direct)
 is released as soon as its task exists, whatever its ``release_at`` (``Submission``), with the
@@ -25,12 +28,16 @@ from flux_quantum.errors import CommandError
 from flux_quantum.instance.plugin import HeldJob
 from flux_quantum.protocol import events
 from flux_quantum.protocol.jobspec import SITE_ACCOUNT, ReleasedWindow, ReleaseInfo
+from flux_quantum.selection.node_wait import NodeWait, forecast_node_wait
 from flux_quantum.selection.release_point import (
+    AT_END,
     Backlog,
+    ReleaseDecision,
     lead_release,
     positioned_release,
     unpositioned_release,
 )
+from flux_quantum.selection.step_plan import lead_quantile, node_lead_release, step_of
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import ClusterView
@@ -90,6 +97,10 @@ class Release:
         # Cores of each unit's jobs, counted once per cluster view (every
         # cluster_interval): a member joining or leaving shows at the next view.
         self._cores: dict[int, int] = {}
+        # A loop step's time weight and time limit, read once per cluster view (None:
+        # not a weighted step), and the forecast waits for nodes of that view.
+        self._steps: dict[int, tuple[float, float] | None] = {}
+        self._node_waits: dict[tuple[int, float, float], NodeWait] = {}
 
     # -- the release point
 
@@ -140,10 +151,40 @@ class Release:
             startup=self.startup.estimate(),
             limit_share=cluster.limit_share if cluster else 1.0,
         )
+        if not decision.release and cluster is not None:
+            vendor_left = max(0.0, attempt.expected_wait - (now - snap.t))
+            decision = self._step_lead(unit, cluster, vendor_left) or decision
         if not decision.release:
             return False
         self.ready(unit, attempt, decision.reason)
         return True
+
+    def _step_lead(
+        self, unit: Unit, cluster: ClusterView, vendor_left: float
+    ) -> ReleaseDecision | None:
+        """A loop's step with a time weight (``user.qpu_time_weight``, set by the loop)
+        waiting for its result: released once the result is no farther than the
+        forecast wait for its nodes (``step_plan.node_lead_release``); None for any
+        other job, or without a view of the queue."""
+        if cluster.queue is None or unit.request.loop is None:
+            return None
+        if unit.request.release_at not in AT_END:
+            return None
+        self._classical_wait(unit, cluster, cluster.t)  # a new view resets the caches
+        if unit.id not in self._steps:
+            self._steps[unit.id] = step_of(next(iter(unit.jobs.values())).jobspec)
+        step = self._steps[unit.id]
+        if step is None:
+            return None
+        weight, duration = step
+        cores = self._cores[unit.id]
+        key = (cores, duration, weight)
+        wait = self._node_waits.get(key)
+        if wait is None:
+            quantile = lead_quantile(weight)
+            wait = forecast_node_wait(cluster.queue, cores, duration, quantile=quantile)
+            self._node_waits[key] = wait
+        return node_lead_release(vendor_left, wait, weight)
 
     def window_lead(self, unit: Unit, now: float) -> float:
         """How long before its reserved window a job waiting for one goes in: the
@@ -164,6 +205,8 @@ class Release:
             free_at = {}
             self._free_at = (cluster, free_at)
             self._cores = {}
+            self._steps = {}
+            self._node_waits = {}
         cores = self._cores.get(unit.id)
         if cores is None:
             cores = self._cores[unit.id] = self._unit_cores(unit, cluster)
