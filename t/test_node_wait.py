@@ -64,6 +64,13 @@ def test_jobs_ahead_at_the_top_priority_go_first_and_ordinary_ones_do_not() -> N
     assert "at Fluxion's reservation" in wait.describe()
 
 
+def test_a_step_giving_its_cores_back_does_not_count_on_them() -> None:
+    q = queue(0, [RunningJob(8, T - 10, T + 100, jobid=7), RunningJob(8, T - 10, T + 900)])
+    assert forecast_node_wait(q, 8, 60.0).seconds == pytest.approx(100.0)
+    assert forecast_node_wait(q, 8, 60.0, instead_of=7).seconds == pytest.approx(900.0)
+    assert forecast_node_wait(q, 12, 60.0, instead_of=7).seconds is None
+
+
 def test_a_job_fits_a_hole_before_a_reservation_only_if_it_ends_in_time() -> None:
     running = [RunningJob(16, T - 10, T + 100)]
     ahead = PendingJob(16, 1000.0, RELEASE_PRIORITY, T + 500)
@@ -78,7 +85,7 @@ def test_a_snapshot_from_flux_payloads() -> None:
         "allocated": {"execution": {"R_lite": [{"rank": "0-2", "children": {"core": "0-3"}}]}},
         "down": {},
     }
-    running = [{"ncores": 12, "t_run": T - 50, "expiration": T + 50}]
+    running = [{"id": 9, "ncores": 12, "t_run": T - 50, "expiration": T + 50}]
     pending = [
         {
             "ncores": 4,
@@ -90,7 +97,7 @@ def test_a_snapshot_from_flux_payloads() -> None:
     finished = [{"t_run": 1.0, "t_cleanup": 6.0, "expiration": 11.0}, {"t_run": 5.0}]
     q = ClusterQueue.from_flux(status, running, pending, finished, T)
     assert (q.total_cores, q.free_cores, q.cores_per_node) == (16, 4, 4)
-    assert q.running == (RunningJob(12, T - 50, T + 50),)
+    assert q.running == (RunningJob(12, T - 50, T + 50, 9),)
     assert q.pending == (PendingJob(4, 60.0, 16, T + 50),)
     assert q.shares == (0.5,) and finished_shares(finished) == [0.5]
     assert q.cores_for(2, 1) == 8 and q.cores_for(0, 3) == 3

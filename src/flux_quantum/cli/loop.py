@@ -2,10 +2,12 @@
 
 ``submit`` writes the loop's directory (``flux_quantum.job.loop``) and submits its first
 step; ``status`` lists loops (iteration, state, device, best value, spend) and, for
-one, its steps; ``cancel`` ends a loop and cancels its live step; ``wait`` returns when
-a loop ended (rc 0 when it converged or did its iterations); ``step`` is the command of
-every step job (``flux_quantum.job.loopsteps.run_step``). Each step is an ordinary Flux job
-named ``ID.K`` with ``{user.qpu_loop}`` and ``{user.qpu_iteration}``.
+one, its steps (with ``--steps``: what each step's predecessor decided for it, keep,
+early or give-back, and why, and what it waited for); ``cancel`` ends a loop and cancels
+its live step; ``wait`` returns when a loop ended (rc 0 when it converged or did its
+iterations); ``step`` is the command of every step job
+(``flux_quantum.job.steprun.run_step``). Each step is an ordinary Flux job named ``ID.K``
+with ``{user.qpu_loop}`` and ``{user.qpu_iteration}``.
 """
 
 from __future__ import annotations
@@ -32,9 +34,14 @@ from flux_quantum.job.loop import (
     new_loop_id,
     resolve,
 )
+from flux_quantum.selection.node_wait import duration_text
 from flux_quantum.site.quota import format_money
 
 FIELDS = ("id", "iteration", "state", "device", "best", "spent", "job", "reason")
+# status --steps: a line a step; task/nodes: what it waited for; why: its plan's reason
+STEP_FIELDS = (
+    "iteration", "job", "device", "value", "cost", "rc", "plan", "held", "task", "nodes", "why",
+)  # fmt: skip
 
 
 def _handle() -> Any:
@@ -110,6 +117,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         goal="max" if args.maximize else "min",
         cwd=os.getcwd(),
         created=time.time(),
+        time_weight=args.time_weight,
     )
     loop, submitted = submit_loop(_handle(), spec, program_text, args.dir)
     if args.verbose:
@@ -143,12 +151,45 @@ def _row(s: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else duration_text(value)
+
+
+def _step_row(st: dict[str, Any]) -> dict[str, str]:
+    """A step of ``status --steps``: its job (and the job it ran in, in place), its
+    task's outcome, the plan the step before made for it, how the hold ended, what it
+    waited for (its task's create -> result, its release -> nodes) and why."""
+    plan, hold, waits = st.get("plan"), st.get("hold"), st.get("waits") or {}
+    job = st["job"] + (f" (in {st['ran_in']})" if st.get("ran_in") else "")
+    held = "-"
+    if hold is not None:
+        held = f"{_seconds(hold['held'])} {hold['outcome']}"
+    elif plan is not None and plan["action"] == "keep":
+        held = "holding"
+    why = plan["reason"] if plan else ""
+    if hold is not None and hold["outcome"] != "in place":
+        why += f"; {hold['reason']}"
+    return {
+        "iteration": str(st["iteration"]),
+        "job": job,
+        "device": st["device"] or "-",
+        "value": "-" if st["value"] is None else f"{st['value']:.6g}",
+        "cost": "-" if st["cost"] is None else format_money(st["cost"]),
+        "rc": "-" if st["rc"] is None else str(st["rc"]),
+        "plan": plan["action"] if plan else "-",
+        "held": held,
+        "task": _seconds(waits.get("task")),
+        "nodes": _seconds(waits.get("nodes")),
+        "why": why,
+    }
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from flux_quantum.job.loopsteps import describe
 
     loops = [resolve(name) for name in args.loops] if args.loops else known_loops()
     handle = _handle()
-    summaries = [describe(handle, loop) for loop in loops]
+    summaries = [describe(handle, loop, waits=args.steps) for loop in loops]
     if args.json:
         print(
             json.dumps(
@@ -164,22 +205,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.steps:
         for s in summaries:
             print(f"\n{s['id']}: {s['directory']}")
-            steps = [
-                {
-                    "iteration": str(st["iteration"]),
-                    "job": st["job"],
-                    "device": st["device"] or "-",
-                    "value": "-" if st["value"] is None else f"{st['value']:.6g}",
-                    "cost": "-" if st["cost"] is None else format_money(st["cost"]),
-                    "rc": "-" if st["rc"] is None else str(st["rc"]),
-                }
-                for st in s["steps"]
-            ]
-            names = ["iteration", "job", "device", "value", "cost", "rc"]
+            steps = [_step_row(st) for st in s["steps"]]
             fmt_steps = table.auto_format(
-                steps, names, right_aligned=("iteration", "value", "cost")
+                steps, STEP_FIELDS[:-1], right_aligned=("iteration", "value", "cost"), last="why"
             )
-            for line in table.render(steps, fmt_steps, names):
+            for line in table.render(steps, fmt_steps, STEP_FIELDS):
                 print(line)
     return 0
 
@@ -207,7 +237,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_step(args: argparse.Namespace) -> int:
-    from flux_quantum.job.loopsteps import run_step
+    from flux_quantum.job.steprun import run_step
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -252,6 +282,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="POINT",
         help="when a step is released: done (default: its task's result is there), predict, "
         "running or a queue position",
+    )
+    s.add_argument(
+        "--time-weight",
+        type=float,
+        metavar="W",
+        help="what one second of the loop's time is worth in seconds of idle nodes, when "
+        "each step decides whether to keep its nodes for the next result, release the next "
+        "step early or give the nodes back (0: never hold a node idle; default: the site's "
+        "[quantum.loops] time-weight, else 3)",
     )
     s.add_argument(
         "--setattr",
@@ -300,7 +339,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="LOOP",
         help="loop ids or directories (default: every loop of yours)",
     )
-    st.add_argument("--steps", action="store_true", help="also list each loop's steps")
+    st.add_argument(
+        "--steps",
+        action="store_true",
+        help="also list each loop's steps: the plan made for each (keep, early, give-back) "
+        "and why, its hold, and what it waited for",
+    )
     st.add_argument("--json", action="store_true")
     st.add_argument("-o", "--format", help="output format ({" + "}, {".join(FIELDS) + "})")
     st.add_argument("-n", "--no-header", action="store_true")

@@ -225,7 +225,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "jobid",
         nargs="?",
         metavar="JOBID",
-        help="the job (default: FLUX_JOB_ID, i.e. the job this runs in)",
+        help="the job (default: FLUX_QPU_JOB, set by a loop for an iteration run in "
+        "place, else FLUX_JOB_ID, i.e. the job this runs in)",
     )
     p.add_argument(
         "--wait",

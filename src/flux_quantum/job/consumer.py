@@ -56,6 +56,9 @@ ENV_TASKS = "FLUX_QPU_TASKS"
 ENV_DEVICE = "FLUX_QPU_DEVICE"
 ENV_VENDOR = "FLUX_QPU_VENDOR"
 ENV_VARS = (ENV_TASK, ENV_TASKS, ENV_DEVICE, ENV_VENDOR)
+# The job whose task a process reads when it is not the job it runs in: a loop's
+# iteration run in place, in the job of the step before it, reads its own step's task.
+ENV_JOB = "FLUX_QPU_JOB"
 # How long a process inside a job waits for its rank's view of the job to show the release.
 CATCH_UP_TIMEOUT = 10.0
 
@@ -273,10 +276,14 @@ def parse_jobid(text: str | int) -> int:
 
 
 def resolve_jobid(jobid: str | int | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """JOBID as given, else the job this process runs in (``FLUX_JOB_ID``)."""
+    """JOBID as given, else the job whose task this process reads (``FLUX_QPU_JOB``, set
+    by a loop for an iteration it runs in place), else the job it runs in
+    (``FLUX_JOB_ID``)."""
     if jobid is not None:
         return parse_jobid(jobid)
     env = os.environ if environ is None else environ
+    if env.get(ENV_JOB):
+        return parse_jobid(env[ENV_JOB])
     if env.get("FLUX_JOB_ID"):
         return parse_jobid(env["FLUX_JOB_ID"])
     raise CommandError("no job given and FLUX_JOB_ID is not set: run inside a job or name a JOBID")

@@ -51,6 +51,7 @@ from typing import Any, ClassVar
 from flux_quantum.errors import CommandError
 from flux_quantum.protocol.events import QpuEvent
 from flux_quantum.protocol.request import RequestError, parse_request
+from flux_quantum.selection.step_plan import StepAction, StepPlan, check_weight
 
 # The environment of a step's processes.
 DIR_VARIABLE = "FLUX_QPU_LOOP_DIR"
@@ -84,6 +85,10 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 OUTCOMES = (CONVERGED, MAX_REACHED, BUDGET, FAILED, CANCELLED)
 SUCCESSFUL = (CONVERGED, MAX_REACHED)
+# What follows a step (flux_quantum.selection.step_plan), and how a hold ends.
+KEEP = StepAction.KEEP.value
+IN_PLACE = "in place"
+GAVE_UP = "gave up"
 
 _ID = re.compile(r"[a-z][a-z0-9._-]{0,47}", re.ASCII)
 _ID_RULE = "lower-case letters, digits, '-', '_', '.' (at most 48, first a letter)"
@@ -150,6 +155,9 @@ class LoopSpec:
     goal: str = "min"
     cwd: str = "/"
     created: float = 0.0
+    # What one second of the loop's time is worth in seconds of idle nodes when a step
+    # decides what follows it (flux_quantum.selection.step_plan); None: the site's.
+    time_weight: float | None = None
 
     def __post_init__(self) -> None:
         check_loop_id(self.id)
@@ -180,6 +188,17 @@ class LoopSpec:
             raise CommandError(f"max-cost must be an amount > 0, got {self.max_cost!r}")
         if self.goal not in GOALS:
             raise CommandError(f"goal must be 'min' or 'max', got {self.goal!r}")
+        if self.time_weight is not None:
+            try:
+                check_weight(self.time_weight)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+
+    @property
+    def weight(self) -> float:
+        """The time weight its steps plan by (0 for a loop from before there was one:
+        its steps give their nodes back, as they always did)."""
+        return self.time_weight or 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -192,6 +211,7 @@ class LoopSpec:
             "goal": self.goal,
             "cwd": self.cwd,
             "created": self.created,
+            "time_weight": self.time_weight,
         }
 
     @classmethod
@@ -213,6 +233,7 @@ class LoopSpec:
                 goal=data.get("goal", "min"),
                 cwd=str(data.get("cwd") or "/"),
                 created=float(data.get("created") or 0.0),
+                time_weight=data.get("time_weight"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommandError(f"loop.json is not a loop spec ({exc})") from None
@@ -293,6 +314,41 @@ class Moved(LoopRecord):
 
 
 @dataclass(frozen=True)
+class Planned(LoopRecord):
+    """What follows step ``iteration - 1`` (job ``jobid``), decided when its work was
+    done: its ``StepPlan`` (keep, early or give-back, why, the forecasts and bound)."""
+
+    name: ClassVar[str] = "planned"
+    iteration: int
+    jobid: int
+    plan: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, iteration: int, jobid: int, plan: StepPlan) -> Planned:
+        return cls(iteration, jobid, plan.to_dict())
+
+    @property
+    def action(self) -> str:
+        return str(self.plan.get("action"))
+
+    def step_plan(self) -> StepPlan:
+        return StepPlan.from_dict(self.plan)
+
+
+@dataclass(frozen=True)
+class Held(LoopRecord):
+    """Job ``jobid`` held its nodes ``held`` seconds for step ``iteration``'s result
+    (a keep), then ran the iteration in place or gave up (``outcome``), with why."""
+
+    name: ClassVar[str] = "held"
+    iteration: int
+    jobid: int
+    held: float
+    outcome: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Ended(LoopRecord):
     """The loop ended after step ``iteration`` (one of OUTCOMES), with why."""
 
@@ -303,7 +359,7 @@ class Ended(LoopRecord):
 
 
 RECORDS: dict[str, type[LoopRecord]] = {
-    cls.name: cls for cls in (Submitted, Started, Stepped, Moved, Ended)
+    cls.name: cls for cls in (Submitted, Started, Stepped, Moved, Planned, Held, Ended)
 }
 
 
@@ -322,6 +378,11 @@ def decode_line(line: str) -> LoopRecord | None:
     record = cls.decode(data)
     if isinstance(record, Ended) and record.outcome not in OUTCOMES:
         return None
+    if isinstance(record, Planned):
+        try:
+            record.step_plan()
+        except (KeyError, ValueError):
+            return None
     return record
 
 
@@ -336,6 +397,10 @@ class LoopHistory:
     moves: list[Moved] = field(default_factory=list)
     device: str | None = None  # where the loop's tasks go (after the first task)
     ended: Ended | None = None
+    plans: dict[int, Planned] = field(default_factory=dict)  # iteration -> its plan
+    holds: dict[int, Held] = field(default_factory=dict)  # iteration -> its hold
+    # iteration -> the job that ran it, where it is not its own step job (in place)
+    ran_in: dict[int, int] = field(default_factory=dict)
 
     @property
     def iteration(self) -> int:
@@ -362,8 +427,18 @@ class LoopHistory:
         return min(values, key=lambda v: (v[0], v[1]))
 
     def live_jobs(self) -> list[int]:
-        """Jobs of steps that have not ended as far as the journal knows."""
-        return [j for k, j in sorted(self.submitted.items()) if k not in self.steps]
+        """Jobs of steps that have not ended as far as the journal knows: a step's job,
+        and the job running it in place."""
+        live = []
+        for k, jobid in sorted(self.submitted.items()):
+            if k not in self.steps:
+                live += [jobid, *([self.ran_in[k]] if k in self.ran_in else [])]
+        return live
+
+    def holding(self, iteration: int) -> bool:
+        """Whether a step's job holds its nodes for step ``iteration``'s result now."""
+        plan = self.plans.get(iteration)
+        return plan is not None and plan.action == KEEP and iteration not in self.holds
 
 
 def replay(records: Iterable[LoopRecord], goal: str = "min") -> LoopHistory:
@@ -375,10 +450,14 @@ def replay(records: Iterable[LoopRecord], goal: str = "min") -> LoopHistory:
             continue
         if isinstance(record, Submitted):
             history.submitted.setdefault(record.iteration, record.jobid)
+        elif isinstance(record, Planned):
+            history.plans.setdefault(record.iteration, record)
         elif record.iteration not in history.submitted:
             continue
         elif isinstance(record, Started):
             history.started.add(record.iteration)
+            if record.jobid != history.submitted[record.iteration]:
+                history.ran_in[record.iteration] = record.jobid
         elif isinstance(record, Stepped):
             history.steps.setdefault(record.iteration, record)
             if history.device is None and record.device:
@@ -386,6 +465,8 @@ def replay(records: Iterable[LoopRecord], goal: str = "min") -> LoopHistory:
         elif isinstance(record, Moved):
             history.moves.append(record)
             history.device = record.device
+        elif isinstance(record, Held):
+            history.holds.setdefault(record.iteration, record)
         elif isinstance(record, Ended):
             history.ended = record
     return history

@@ -1,15 +1,16 @@
-"""A loop's steps in Flux: submit one, run one, cancel the loop, see where it is.
+"""A loop's steps in Flux: submit one, cancel the loop, see where it is.
 
 ``flux_quantum.job.loop`` owns the loop's directory, journal and decisions; this module
 is where they meet Flux. ``submit_step`` turns step k of a spec into a held qpu job
-(``attributes.system.qpu`` with the loop's program k, ``user.qpu_loop`` and
-``user.qpu_iteration``, job name ``ID.k``). ``run_step`` is the step job's command
-(``flux quantum loop step DIR K -- COMMAND``): every rank runs COMMAND; rank 0 then
-journals what the step did and, under the loop's lock, submits step k+1 or ends the
-loop. ``cancel`` marks the loop cancelled under the same lock, then cancels its live
-jobs, so that no step can submit a successor after a cancel. ``reconcile`` ends, in the
-journal, a loop whose current step job ended without running (its task failed, it was
-cancelled from outside, its time ran out), with that job's reason.
+(``attributes.system.qpu`` with the loop's program k, ``user.qpu_loop``,
+``user.qpu_iteration`` and the loop's time weight ``user.qpu_time_weight``, job name
+``ID.k``; waiting for the job of step k-1 to end when that one keeps its nodes for it).
+The step job's command is ``flux_quantum.job.steprun``. ``cancel`` marks the loop
+cancelled under the loop's lock, then cancels its live jobs, so that no step can submit a
+successor after a cancel. ``reconcile`` ends, in the journal, a loop whose current step
+job ended without running (its task failed, it was cancelled from outside, its time ran
+out), with that job's reason. ``describe`` is what ``flux quantum loop status`` shows,
+each step's plan and what happened with it included.
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from flux_quantum.errors import CommandError
 from flux_quantum.job.consumer import (
     ENV_DEVICE,
+    ENV_JOB,
     ENV_TASK,
     ENV_VARS,
     ENV_VENDOR,
@@ -35,27 +35,22 @@ from flux_quantum.job.consumer import (
     current_task,
     encode_jobid,
 )
+from flux_quantum.job.forecast import task_wait
 from flux_quantum.job.loop import (
     CANCELLED,
-    DIR_VARIABLE,
     FAILED,
     ITERATION_ATTRIBUTE,
-    ITERATION_VARIABLE,
     LOOP_ATTRIBUTE,
     LOOP_VARIABLES,
-    NEXT_PROGRAM_VARIABLE,
-    VALUE_VARIABLE,
     Ended,
     LoopDir,
     LoopHistory,
     LoopSpec,
-    Started,
-    Stepped,
     Submitted,
-    decide,
     default_root,
 )
 from flux_quantum.protocol import events
+from flux_quantum.selection.step_plan import WEIGHT_ATTRIBUTE, WeightSettings
 
 # How long rank 0 waits, at the step's end, for its task's settled cost.
 COST_WAIT = 10.0
@@ -67,8 +62,22 @@ _JOB_PREFIXES = ("FLUX_JOB_", "FLUX_TASK_", "FLUX_SHELL_", "FLUX_KVS_NAMESPACE",
 def step_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment a step job gets: the submitter's, without what belongs to the
     job it was submitted from (its id, rank, task and the loop variables)."""
-    drop = set(ENV_VARS) | set(LOOP_VARIABLES)
+    drop = set(ENV_VARS) | set(LOOP_VARIABLES) | {ENV_JOB}
     return {k: v for k, v in environ.items() if k not in drop and not k.startswith(_JOB_PREFIXES)}
+
+
+def step_duration(time_limit: str | None) -> float:
+    """A step's time limit in seconds (0: none); CommandError when it is not valid."""
+    import flux.util
+
+    if not time_limit:
+        return 0.0
+    try:
+        return float(flux.util.parse_fsd(time_limit))
+    except ValueError:
+        raise CommandError(
+            f"time limit {time_limit!r} is not valid: use Flux Standard Duration, e.g. 30s, 10m, 2h"
+        ) from None
 
 
 def step_jobspec(
@@ -77,10 +86,11 @@ def step_jobspec(
     device: str | None,
     budget: float | None,
     environ: Mapping[str, str],
+    after: int | None = None,
 ) -> Any:
-    """The jobspec of step ``iteration`` (a flux ``JobspecV1``)."""
+    """The jobspec of step ``iteration`` (a flux ``JobspecV1``); ``after``: the job of
+    the step before, which keeps its nodes for this one: it waits for its end."""
     import flux.job
-    import flux.util
 
     spec = loop.spec
     res = spec.resources
@@ -95,16 +105,14 @@ def step_jobspec(
         environment=step_environment(environ),
     )
     if res.time_limit:
-        try:
-            jobspec.duration = flux.util.parse_fsd(res.time_limit)
-        except ValueError:
-            raise CommandError(
-                f"time limit {res.time_limit!r} is not valid: use Flux Standard Duration, "
-                "e.g. 30s, 10m, 2h"
-            ) from None
+        jobspec.duration = step_duration(res.time_limit)
     jobspec.setattr("system.job.name", f"{spec.id}.{iteration}")
     jobspec.setattr(f"user.{LOOP_ATTRIBUTE}", spec.id)
     jobspec.setattr(f"user.{ITERATION_ATTRIBUTE}", iteration)
+    if spec.weight > 0:  # the service releases the step by its wait for nodes
+        jobspec.setattr(f"user.{WEIGHT_ATTRIBUTE}", spec.weight)
+    if after is not None:
+        jobspec.setattr("system.dependencies", [{"scheme": "afterany", "value": str(after)}])
     jobspec.setattr(
         "system.qpu", spec.step_request(iteration, loop.program(iteration), device, budget)
     )
@@ -122,11 +130,13 @@ def submit_step(
     device: str | None,
     budget: float | None,
     environ: Mapping[str, str],
+    after: int | None = None,
 ) -> Submitted:
-    """Submit step ``iteration`` (call under the loop's lock) and journal it."""
+    """Submit step ``iteration`` (call under the loop's lock) and journal it; ``after``:
+    the job it waits for (``step_jobspec``)."""
     import flux.job
 
-    jobspec = step_jobspec(loop, iteration, device, budget, environ)
+    jobspec = step_jobspec(loop, iteration, device, budget, environ, after)
     try:
         jobid = int(flux.job.submit(handle, jobspec))
     except OSError as exc:
@@ -140,69 +150,51 @@ def submit_step(
     return record
 
 
-# --- the step job's command ------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepOrder:
+    """A step to submit: its iteration, the device it asks for (None: the loop's
+    request), what is left of the budget, and the job it waits for (``after``: the step
+    before, keeping its nodes for it)."""
+
+    iteration: int
+    device: str | None = None
+    budget: float | None = None
+    after: int | None = None
 
 
-def run_step(loop: LoopDir, iteration: int, command: Sequence[str]) -> int:
-    """Run COMMAND as step ``iteration``; on rank 0, then go on to the next step."""
-    env = dict(os.environ)
-    env[DIR_VARIABLE] = str(loop.path)
-    env[ITERATION_VARIABLE] = str(iteration)
-    env[NEXT_PROGRAM_VARIABLE] = str(loop.program(iteration + 1))
-    env[VALUE_VARIABLE] = str(loop.value_file(iteration))
-    if not command:
-        raise CommandError("loop step: no command after '--'")
-    if env.get("FLUX_TASK_RANK", "0") != "0":
-        os.execvpe(command[0], list(command), env)
-    import flux
-    import flux.job
+class FluxStepJobs:
+    """What a step's rank 0 does to the loop's jobs in Flux, on one handle: submit the
+    next step, read a step's task and its cost, cancel a step that never ran."""
 
-    handle = flux.Flux()
-    jobid = int(flux.job.JobID(env["FLUX_JOB_ID"])) if env.get("FLUX_JOB_ID") else 0
-    with loop.locked():
-        if loop.history().ended is None:
-            loop.append(Started(iteration, jobid))
-    for stale in (
-        loop.program(iteration + 1),
-        loop.step_file(iteration),
-        loop.value_file(iteration),
-    ):
-        with contextlib.suppress(FileNotFoundError):
-            stale.unlink()
-    try:
-        rc = subprocess.call(list(command), env=env)
-    except OSError as exc:
-        print(f"flux-quantum: ERROR: loop step: cannot run {command[0]}: {exc}", file=sys.stderr)
-        rc = 127
-    device, task = task_facts(_released_task(handle, jobid), env)
-    cost = task_cost(handle, jobid) if task else None
-    stepped = Stepped(iteration, jobid, rc, device, task, cost)
-    with loop.locked():
-        history = loop.history()
-        decision = decide(loop.spec, history, stepped, loop.report(iteration))
-        records: list[Any] = [decision.stepped]
-        if decision.moved is not None:
-            records.append(decision.moved)
-            print(
-                f"flux-quantum: loop {loop.id}: step {iteration}'s task failed over from "
-                f"{decision.moved.previous} to {decision.moved.device}; the loop goes on there",
-                file=sys.stderr,
-            )
-        if decision.ended is not None:
-            records.append(decision.ended)
-        loop.append(*records)
-        if (
-            history.ended is None
-            and decision.ended is None
-            and iteration + 1 not in history.submitted
-        ):
-            try:
-                submit_step(handle, loop, iteration + 1, decision.next_device, decision.budget, env)
-            except CommandError as exc:
-                loop.append(Ended(iteration, FAILED, str(exc)))
-                print(f"flux-quantum: ERROR: {exc}", file=sys.stderr)
-                return rc or 1
-    return rc
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def submit(self, loop: LoopDir, order: StepOrder, environ: Mapping[str, str]) -> Submitted:
+        return submit_step(
+            self.handle, loop, order.iteration, order.device, order.budget, environ, order.after
+        )
+
+    def task(self, jobid: int) -> JobTask | None:
+        """The task the step's job was released with, as its jobspec says; None if
+        unread."""
+        if not jobid:
+            return None
+        try:
+            return current_task(jobid, handle=self.handle)
+        except (CommandError, OSError):
+            return None
+
+    def cost(self, jobid: int) -> float | None:
+        return task_cost(self.handle, jobid)
+
+    def cancel(self, jobid: int, reason: str) -> None:
+        import flux.job
+
+        with contextlib.suppress(OSError):
+            flux.job.cancel(self.handle, jobid, reason)
+
+
+# --- what a step did -----------------------------------------------------------------------
 
 
 def task_facts(job: JobTask | None, env: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -218,16 +210,6 @@ def _qualified(vendor: str | None, device: str | None) -> str | None:
     if not device:
         return None
     return f"{vendor}:{device}" if vendor and ":" not in device else device
-
-
-def _released_task(handle: Any, jobid: int) -> JobTask | None:
-    """The task the step's job was released with, as its jobspec says; None if unread."""
-    if not jobid:
-        return None
-    try:
-        return current_task(jobid, handle=handle)
-    except (CommandError, OSError):
-        return None
 
 
 def task_cost(handle: Any, jobid: int, wait: float = COST_WAIT) -> float | None:
@@ -375,6 +357,21 @@ def cancel(handle: Any, loop: LoopDir, reason: str = "loop cancelled") -> list[i
 # --- the loop as a whole: submit, wait, describe -------------------------------------------------
 
 
+def site_weights(handle: Any) -> WeightSettings:
+    """The instance's ``[quantum.loops]`` (the defaults when it has none, or when the
+    configuration cannot be read); CommandError when it is not valid."""
+    try:
+        config = handle.rpc("config.get").get()
+    except OSError:
+        return WeightSettings()
+    quantum = config.get("quantum") if isinstance(config, dict) else None
+    table = quantum.get("loops") if isinstance(quantum, dict) else None
+    try:
+        return WeightSettings.from_config(table)
+    except ValueError as exc:
+        raise CommandError(f"the instance's configuration: {exc}") from None
+
+
 def submit_loop(
     handle: Any,
     spec: LoopSpec,
@@ -383,9 +380,14 @@ def submit_loop(
     environ: Mapping[str, str] | None = None,
 ) -> tuple[LoopDir, Submitted]:
     """Create the loop's directory (``directory``, else under ``default_root``, where a
-    link to it is kept either way) and submit its first step. Nothing is kept when the
+    link to it is kept either way) and submit its first step. The loop's time weight is
+    the one it asks for, else the site's (``site_weights``). Nothing is kept when the
     step is refused."""
     env = os.environ if environ is None else environ
+    try:
+        spec = replace(spec, time_weight=site_weights(handle).weight(spec.time_weight))
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
     root = default_root(env)
     link = root / spec.id
     if link.exists() or link.is_symlink():
@@ -432,8 +434,41 @@ def wait_loop(handle: Any, loop: LoopDir, timeout: float | None = None) -> Ended
         unfollowed = jobid
 
 
-def describe(handle: Any, loop: LoopDir) -> dict[str, Any]:
-    """The loop as ``flux quantum loop status`` shows it (``--json`` prints this)."""
+def step_waits(entries: Any) -> dict[str, Any]:
+    """What a step's job waited for, from its eventlog: ``task``, its task's create ->
+    result in seconds (None when it was released before its result, or is not yet);
+    ``released``, why the service released it; ``nodes``, release -> allocation in
+    seconds (None: no allocation: it ran in place, or has not started)."""
+    log = events.parse_eventlog(entries)
+    release = events.first(log, events.RELEASE)
+    depend = events.first(log, "depend")
+    alloc = events.first(log, "alloc")
+    ready = events.last(log, events.READY)
+    whys = [str(t.get("why") or "") for t in (ready.context.get("tasks") if ready else None) or []]
+    nodes = None
+    if alloc is not None and release is not None:
+        start = max(release.timestamp, depend.timestamp if depend else 0.0)
+        nodes = round(max(0.0, alloc.timestamp - start), 3)
+    wait = task_wait(entries)
+    return {
+        "task": None if wait is None else round(wait, 3),
+        "released": whys[0] if whys else None,
+        "nodes": nodes,
+    }
+
+
+def _eventlog_or_none(handle: Any, jobid: int) -> str | None:
+    try:
+        return _eventlog(handle, jobid)
+    except (OSError, KeyError):
+        return None
+
+
+def describe(handle: Any, loop: LoopDir, waits: bool = False) -> dict[str, Any]:
+    """The loop as ``flux quantum loop status`` shows it (``--json`` prints this); each
+    step with its plan (what the step before it decided, and why) and its hold; with
+    ``waits``, what each step waited for, read from its job's eventlog
+    (``step_waits``)."""
     history = reconcile(handle, loop)
     job_state = None
     if history.ended is None and history.submitted:
@@ -448,6 +483,8 @@ def describe(handle: Any, loop: LoopDir) -> dict[str, Any]:
         state = "new"
     elif k in history.started:
         state = "running"
+    elif history.holding(k) and job_state in ("DEPEND", None):
+        state = "kept"  # held for its task, the step before keeping the nodes for it
     elif job_state in ("DEPEND", None):
         state = "held"
     elif job_state in ("PRIORITY", "SCHED"):
@@ -458,15 +495,26 @@ def describe(handle: Any, loop: LoopDir) -> dict[str, Any]:
 
     def step(i: int, jobid: int) -> dict[str, Any]:
         s = history.steps.get(i)
-        return {
+        plan, hold = history.plans.get(i), history.holds.get(i)
+        out: dict[str, Any] = {
             "iteration": i,
             "job": encode_jobid(jobid),
+            "ran_in": encode_jobid(history.ran_in[i]) if i in history.ran_in else None,
             "device": s.device if s else None,
             "task": s.task if s else None,
             "value": s.value if s else None,
             "cost": s.cost if s else None,
             "rc": s.rc if s else None,
+            "plan": {**plan.step_plan().to_dict(), "by": encode_jobid(plan.jobid)}
+            if plan
+            else None,
+            "hold": {"held": hold.held, "outcome": hold.outcome, "reason": hold.reason}
+            if hold
+            else None,
         }
+        if waits:
+            out["waits"] = step_waits(_eventlog_or_none(handle, jobid))
+        return out
 
     return {
         "id": spec.id,

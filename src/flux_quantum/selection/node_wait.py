@@ -50,11 +50,12 @@ def job_list_request(states: int, attrs: Iterable[str], max_entries: int = 0) ->
 @dataclass(frozen=True)
 class RunningJob:
     """A running job: its cores, when it started and when its time limit ends it
-    (``expiration`` 0: no limit)."""
+    (``expiration`` 0: no limit), and its id (0: not known)."""
 
     cores: int
     t_run: float
     expiration: float = 0.0
+    jobid: int = 0
 
     def end(self, queue: ClusterQueue, quantile: float) -> float:
         """When it ends, at the ``quantile`` of the shares of their limits that finished
@@ -135,6 +136,7 @@ class ClusterQueue:
                 int(j.get("ncores") or 1),
                 float(j.get("t_run") or 0.0),
                 float(j.get("expiration") or 0.0),
+                int(j.get("id") or 0),
             )
             for j in running
         )
@@ -239,14 +241,21 @@ def forecast_node_wait(
     *,
     quantile: float = 0.5,
     priority: int = RELEASE_PRIORITY,
+    instead_of: int = 0,
 ) -> NodeWait:
     """When a job of ``cores`` and time limit ``duration`` (0: none) entering the queue
     at ``queue.t`` with ``priority`` would start, in seconds from then; running and
-    queued jobs run the ``quantile`` share of their limits (``ClusterQueue.share``)."""
+    queued jobs run the ``quantile`` share of their limits (``ClusterQueue.share``).
+
+    ``instead_of``: a running job (a loop's step) that gives its cores back to come back
+    later: they go to the queue's other work meanwhile, so they count as taken until
+    some time no one can say, and the forecast is made without them."""
     share = queue.share(quantile)
     now = queue.t
     profile = _Profile(now, queue.free_cores)
     for job in queue.running:
+        if instead_of and job.jobid == instead_of:
+            continue
         profile.add(job.end(queue, quantile), job.cores)
     ahead = [j for j in queue.pending if j.priority >= priority]
     reserved = 0
