@@ -62,6 +62,26 @@ def test_the_time_limit_caps_the_bound() -> None:
     assert none.action is StepAction.EARLY and "leaves no room" in none.reason
 
 
+def test_a_steps_turnaround_counts_even_when_the_nodes_are_free() -> None:
+    def quick(vendor: float) -> StepPlan:
+        return plan_step(
+            StepFacts(NodeWait(0.0, 0.75, 1.0), VendorForecast(vendor, "service"), turnaround=60.0),
+            3.0,
+        )
+
+    kept = quick(30.0)
+    assert kept.action is StepAction.KEEP and kept.bound == pytest.approx(45.0)
+    assert "nodes are free now and a step's 60s turnaround" in kept.reason
+    given = quick(100.0)
+    assert given.action is StepAction.GIVE_BACK and "past the 45s hold bound" in given.reason
+    busy = plan_step(facts(1200.0, 950.0), 3.0)
+    assert busy.action is StepAction.EARLY
+    turned = plan_step(
+        StepFacts(NodeWait(1200.0, 0.75, 1.0), VendorForecast(950.0), turnaround=120.0), 3.0
+    )
+    assert turned.action is StepAction.KEEP and turned.bound == pytest.approx(990.0)
+
+
 def test_give_back_when_there_is_nothing_to_gain() -> None:
     free = plan_step(facts(0.0, 30.0), 3.0)
     assert free.action is StepAction.GIVE_BACK and "nodes are free now" in free.reason

@@ -68,6 +68,18 @@ def task_wait(entries: Any) -> float | None:
     return max(0.0, ready.timestamp - created.timestamp)
 
 
+def step_turnaround(entries: Any) -> float | None:
+    """A released step's release (or its leaving DEPEND, when later) -> running, from
+    its eventlog; None when it was not released, or is not running yet."""
+    log = events.parse_eventlog(entries)
+    release, depend = events.first(log, events.RELEASE), events.first(log, "depend")
+    start = events.first(log, "start")
+    if release is None or start is None:
+        return None
+    entered = max(release.timestamp, depend.timestamp if depend else 0.0)
+    return max(0.0, start.timestamp - entered)
+
+
 def previous_wait(entries: Any) -> float | None:
     """What the loop's last task says of the next one's wait: its create -> result
     (``task_wait``), or, for a step released before its result, its create -> the step's
@@ -166,6 +178,7 @@ class StepForecasts:
         weight: float,
         work: float | None,
         now: float,
+        turnaround: float = 0.0,
     ) -> StepFacts:
         """What step ``jobid`` plans the next step by: the forecast wait for the next
         step's nodes (``nodes`` whole nodes when ``exclusive``, else ``cores``; time
@@ -173,7 +186,8 @@ class StepForecasts:
         counted on: given back, others take them), the wait for its result as the
         loop's last task (of job ``previous``) took (``previous_wait``), one
         iteration's ``work`` and the
-        time left in step ``jobid``'s limit. OSError when the queue cannot be read."""
+        time left in step ``jobid``'s limit, and the loop's quickest ``turnaround``.
+        OSError when the queue cannot be read."""
         queue = self.reader.queue(now)
         need = queue.cores_for(nodes, cores) if exclusive else max(cores, nodes)
         quantile = lead_quantile(weight)
@@ -185,7 +199,11 @@ class StepForecasts:
                 vendor = VendorForecast(seconds, "previous task")
         expiration = self.reader.expiration(jobid)
         left = max(0.0, expiration - now) if expiration > 0 else None
-        return StepFacts(node, vendor, work, left)
+        return StepFacts(node, vendor, work, left, turnaround)
+
+    def turnaround(self, jobid: int) -> float | None:
+        """Step job ``jobid``'s release -> running (``step_turnaround``)."""
+        return step_turnaround(self.reader.eventlog(jobid) or ())
 
     def vendor_left(self, jobid: int) -> float | None:
         """The service's expected wait for held step ``jobid``'s result (its

@@ -281,11 +281,14 @@ class Submitted(LoopRecord):
 
 @dataclass(frozen=True)
 class Started(LoopRecord):
-    """Step ``iteration`` runs: task ``iteration`` is done and its nodes are allocated."""
+    """Step ``iteration`` runs: task ``iteration`` is done and its nodes are allocated;
+    ``turnaround``: seconds from its release to running (None: not released, it runs
+    in place)."""
 
     name: ClassVar[str] = "started"
     iteration: int
     jobid: int
+    turnaround: float | None = None
 
 
 @dataclass(frozen=True)
@@ -401,11 +404,17 @@ class LoopHistory:
     holds: dict[int, Held] = field(default_factory=dict)  # iteration -> its hold
     # iteration -> the job that ran it, where it is not its own step job (in place)
     ran_in: dict[int, int] = field(default_factory=dict)
+    turnarounds: list[float] = field(default_factory=list)  # released steps' (Started)
 
     @property
     def iteration(self) -> int:
         """The latest iteration submitted (-1: none)."""
         return max(self.submitted, default=-1)
+
+    @property
+    def turnaround(self) -> float:
+        """The quickest a released step of the loop went to running (0: none yet)."""
+        return min(self.turnarounds, default=0.0)
 
     @property
     def spent(self) -> float:
@@ -456,6 +465,8 @@ def replay(records: Iterable[LoopRecord], goal: str = "min") -> LoopHistory:
             continue
         elif isinstance(record, Started):
             history.started.add(record.iteration)
+            if record.turnaround is not None:
+                history.turnarounds.append(record.turnaround)
             if record.jobid != history.submitted[record.iteration]:
                 history.ran_in[record.iteration] = record.jobid
         elif isinstance(record, Stepped):

@@ -202,12 +202,13 @@ class StepRunner:
         """Journal that this job runs iteration ``k`` and run COMMAND: its exit code and
         how long it took; None when the journal has the iteration done already."""
         loop = self.loop
+        turnaround = None if extra else self.forecasts.turnaround(self.jobid)
         with loop.locked():
             history = loop.history()
             if k in history.steps:
                 return None
             if history.ended is None:
-                loop.append(Started(k, self.jobid))
+                loop.append(Started(k, self.jobid, turnaround))
         for stale in (loop.program(k + 1), loop.step_file(k), loop.value_file(k)):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
@@ -277,6 +278,7 @@ class StepRunner:
                 weight=weight,
                 work=work,
                 now=self.clock(),
+                turnaround=self.loop.history().turnaround,
             )
         except OSError as exc:
             why = f"give back: the cluster's queue could not be read ({exc})"

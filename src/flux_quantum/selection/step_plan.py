@@ -23,8 +23,12 @@ queue, and it cannot enter before step k ends) and no idle. So:
   quantile costs idle when nodes come sooner, by a lower one delay when they come later,
   and that quantile balances the two at the weight (the newsvendor's critical ratio).
 - **give back** when there is nothing to gain: the nodes are free now (the forecast wait
-  is 0), it cannot be forecast, or w is 0 (never hold a node idle): step k+1 is released
-  at its result.
+  is 0) and the result not due within w / (1 + w) of a step's turnaround, the wait
+  cannot be forecast, or w is 0 (never hold a node idle): step k+1 is released at its
+  result.
+
+Getting the nodes back costs a step's turnaround too (release -> running: the
+scheduler, the job's start), the quickest the loop has seen: C counts it.
 
 C comes from ``flux_quantum.selection.node_wait``; V from the service's expected wait for
 step k+1's task (the device's drain times its place), else the loop's last task's wait
@@ -162,13 +166,16 @@ class VendorForecast:
 class StepFacts:
     """What step k knows when its work is done: the forecast wait for step k+1's nodes
     (at the weight's quantile), the forecast wait for task k+1's result, how long one
-    iteration's work takes (None: unknown) and the time left in step k's limit (None:
-    no limit)."""
+    iteration's work takes (None: unknown), the time left in step k's limit (None: no
+    limit) and the loop's quickest turnaround of a released step."""
 
     node_wait: NodeWait
     vendor: VendorForecast
     work: float | None = None
     time_left: float | None = None
+    # The quickest a step of the loop went from its release to running (seconds): what
+    # a step given its nodes back costs even when they are free.
+    turnaround: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -228,15 +235,26 @@ def plan_step(facts: StepFacts, weight: float) -> StepPlan:
     if node.seconds is None:
         why = f"the wait for nodes cannot be forecast: {node.describe()}"
         return StepPlan(StepAction.GIVE_BACK, f"give back: {why}", **forecasts)
-    if node.seconds <= 0:
-        why = "nodes are free now: the next step gets them at its result"
-        return StepPlan(StepAction.GIVE_BACK, f"give back: {why}", **forecasts)
-    bound = hold_bound(node.seconds, weight)
-    share = f"{lead_quantile(weight):.0%} of the {node.describe()} forecast wait for nodes"
-    early = (
-        f"release early: the next step enters the queue when its result is "
-        f"{duration_text(node.seconds)} away (the forecast wait for its nodes)"
-    )
+    # What getting nodes back costs: the wait in the queue, and a step's turnaround
+    # (release -> running) even when they are free.
+    back = node.seconds + facts.turnaround
+    free = node.seconds <= 0
+    gain = "nodes are free now" if free else f"the {node.describe()} forecast wait for nodes"
+    if facts.turnaround > 0:
+        gain += f" and a step's {duration_text(facts.turnaround)} turnaround"
+    bound = hold_bound(back, weight)
+    share = f"{lead_quantile(weight):.0%} of {gain}"
+    if free:
+        other = StepAction.GIVE_BACK
+        elsewise = "give back: nodes are free now: the next step gets them at its result"
+    else:
+        other = StepAction.EARLY
+        elsewise = (
+            f"release early: the next step enters the queue when its result is "
+            f"{duration_text(node.seconds)} away (the forecast wait for its nodes)"
+        )
+    if back <= 0:
+        return StepPlan(other, elsewise, **forecasts)
     room = None
     if facts.time_left is not None:
         room = (facts.time_left - (facts.work or 0.0)) / LIMIT_MARGIN
@@ -244,12 +262,14 @@ def plan_step(facts: StepFacts, weight: float) -> StepPlan:
             bound = max(0.0, room)
     if bound <= 0:
         why = (
-            f"{early}; holding is worth up to {duration_text(hold_bound(node.seconds, weight))}"
+            f"{elsewise}; holding is worth up to {duration_text(hold_bound(back, weight))}"
             f" but the step's time limit leaves no room for it and one more iteration"
         )
-        return StepPlan(StepAction.EARLY, why, **forecasts)
+        return StepPlan(other, why, **forecasts)
     limited = " (what the step's time limit leaves)" if room is not None and room <= bound else ""
     if vendor.seconds is None:
+        if free:  # nothing says the result is near, and the nodes are free: no hold
+            return StepPlan(other, elsewise, **forecasts)
         why = (
             f"keep: no forecast of the next result; the nodes are held at most "
             f"{duration_text(bound)}{limited}, {share}"
@@ -263,10 +283,10 @@ def plan_step(facts: StepFacts, weight: float) -> StepPlan:
         )
         return StepPlan(StepAction.KEEP, why, bound=bound, **forecasts)
     why = (
-        f"{early}; the result is expected in {vendor.describe()}, past the "
+        f"{elsewise}; the result is expected in {vendor.describe()}, past the "
         f"{duration_text(bound)} hold bound{limited} ({share})"
     )
-    return StepPlan(StepAction.EARLY, why, **forecasts)
+    return StepPlan(other, why, **forecasts)
 
 
 @dataclass(frozen=True)
