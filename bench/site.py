@@ -59,6 +59,19 @@ chain-predict
     start-up of released jobs (their release -> run, nodes' wait included), so the wait
     for nodes overlaps the vendor queue; a step that runs before its result waits for it
     on its nodes. Single and fan-out jobs are as in ``gated-done``.
+adaptive
+    as ``chain``, but each step decides what follows it as ``flux quantum loop``'s steps
+    do (``bench/site_steps.py``, with the loop's time weight ``--weight`` on every step):
+    at the end of its slice it forecasts the wait for the next step's nodes from the
+    instance's queue and the next result's from the loop's last task, then keeps its
+    nodes (the next step, submitted waiting for this one, ``afterany``, gets its task
+    from the service; when the result is there this step works that iteration in place
+    and the next step's job is cancelled unrun; past the plan's bound it gives up and
+    finishes), or gives them back, the service releasing the next step once its result
+    is no farther than the forecast wait for its nodes (early) or at its result when the
+    nodes are free. A step's time limit leaves room for one median wait of its device
+    (at most an hour). The plans are put beside what happened (decisions against the
+    hindsight best, forecast errors); the new targets hold it against ``gated-done``.
 
 In every arm but the chains a variational job's later tasks are created from inside the
 running job (by this script, acting as its application), which holds its nodes through
@@ -76,11 +89,13 @@ each chain against ``gated-done`` (MISSED where missed); a table
 (``site.txt``), a CSV of the arms (``site.csv``) and of every job (``site_jobs.csv``),
 and plots (``site.png``: utilisation over the day per arm, idle node-hours by arm).
 
-    python bench/site.py            # 1,024 nodes, 24 h at x480, shares 5 % and 20 %, 7 arms
-    python bench/site.py --quick    # smoke test: 256 nodes, 4 h at x480, 20 %, 7 arms
+    python bench/site.py            # 1,024 nodes, 24 h at x480, shares 5 % and 20 %, 8 arms
+    python bench/site.py --quick    # smoke test: 256 nodes, 4 h at x960, 20 %, 8 arms
     python bench/site.py --arms gated-done,chain,chain-predict --stem site_chain  # loops
+    python bench/site.py --arms ungated,gated-done,chain,adaptive --seeds 1,2,3 \
+        --stem site_adaptive     # adaptive steps: 3 seeds, medians and spread across them
 
-The compression, x480 rather than x96: the arm runs (up to 7 arms x 2 shares) go one after
+The compression, x480 rather than x96: the arm runs (up to 8 arms x 2 shares) go one after
 another on one 2-core machine, each a day plus a 2-hour tail and its setup; at x96 that
 is about 3 h 40 min, at x480 about 50 minutes (the total is printed). What x480 costs in
 fidelity: one wall second is 8 emulated minutes, so Flux's own latencies (tens of ms per
@@ -126,7 +141,11 @@ from pathlib import Path
 from typing import Any
 
 from benchlib import PROGRAM, percentile, verdict
+from site_steps import Decision, Holding, StepPlanner, decision_lines, decisions, forecast_lines
 from workload import POPULAR_LIMITS, Trace, TraceJob, make_trace
+
+from flux_quantum.job.hold import Hold, HoldState
+from flux_quantum.selection.step_plan import DEFAULT_WEIGHT, WEIGHT_ATTRIBUTE, StepAction
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -138,6 +157,7 @@ ARMS = (
     "reservation",
     "chain",
     "chain-predict",
+    "adaptive",
 )
 # qpu.release_at of the arm's hybrid jobs (a chain's single and fan-out jobs too)
 RELEASE_AT: dict[str, int | str] = {
@@ -146,10 +166,26 @@ RELEASE_AT: dict[str, int | str] = {
     "gated-done": "done",
     "chain": "done",
     "chain-predict": "done",
+    "adaptive": "done",
 }
 # The chain arms: qpu.release_at of every step of a loop (flux quantum loop submit
 # --release-at; done is the loop's default).
-LOOP_RELEASE_AT: dict[str, str] = {"chain": "done", "chain-predict": "predict"}
+LOOP_RELEASE_AT: dict[str, str] = {"chain": "done", "chain-predict": "predict", "adaptive": "done"}
+# The arm whose steps decide what follows each (keep, release early, give back), with
+# the loop's time weight (--weight) on every step.
+ADAPTIVE = "adaptive"
+# An adaptive step's time limit leaves room for one typical wait of its device (the day's
+# median, at most this): a user who knows the device lets a step keep its nodes for it.
+ADAPTIVE_ROOM_MAX = 3600.0
+# The new targets, adaptive against the in-job loop (gated-done) of the same run: its
+# variational time to result median and p95 at most this much longer, its later-task
+# idle at most this share of the in-job loop's, the site's idle at most this share of
+# ungated's, ordinary jobs' mean wait no longer than the plain chain's.
+ADAPTIVE_TTR_MEDIAN_MAX = 0.02
+ADAPTIVE_TTR_P95_MAX = 0.05
+ADAPTIVE_LATER_IDLE_MAX = 0.05
+ADAPTIVE_IDLE_MAX = 0.01
+HOLD_CHECK = 0.1  # wall seconds between reads of the service's forecast while a step holds
 SERVICE_ARMS = frozenset(RELEASE_AT)  # the arms whose hybrid jobs the handler service holds
 # Issue 19's targets for each chain, against the in-job loop (gated-done) of the same run.
 LATER_IDLE_MAX = 0.10  # the chain's later-task idle node-hours / the in-job loop's
@@ -388,6 +424,18 @@ class JobRecord:
     # each quantum result: (iteration, wall time the task ended, wall time the classical
     # work of that iteration started)
     results: list[tuple[int, float, float]] = field(default_factory=list)
+    # adaptive arm: the iteration the job works on now (a step runs more in place), and
+    # the job whose task was its last one
+    current: int = 0
+    last_task_job: int = 0
+    # adaptive arm: the plan the step before made for this step (StepPlan.to_dict() and
+    # "t", wall); how the step before held its nodes for it (wall from, to, outcome);
+    # the job that ran its iteration in place (its own job was cancelled unrun); the
+    # service's first expected wait for its task (wall time read, wall seconds)
+    plan: dict[str, Any] = field(default_factory=dict)
+    hold: tuple[float, float, str] | None = None
+    ran_in: int = 0
+    service_wait: tuple[float, float] | None = None
 
 
 class Ledger:
@@ -543,7 +591,12 @@ class App(threading.Thread):
     starts the job (job-exec override), waits on its nodes for each task's result, works
     for its share of the classical run time after each, and finishes it. A chain's step
     (``record.step``) waits for its one task, works its slice, submits the next step
-    (``step_spec`` builds its jobspec; filed in ``ledger``) and finishes."""
+    (``step_spec`` builds its jobspec; filed in ``ledger``) and finishes. An adaptive
+    step first plans what follows it as a loop's rank 0 does (``StepPlanner``; the
+    step's wall time limit from ``step_limit``): a keep holds its nodes (``holdings``)
+    until its successor's result is there and works that iteration in place (the
+    successor's job, waiting for this one, is cancelled unrun), or gives up at the
+    plan's bound and finishes."""
 
     def __init__(
         self,
@@ -554,7 +607,9 @@ class App(threading.Thread):
         units: dict[int, list[JobRecord]],
         shots: dict[int, int],
         ledger: Ledger,
-        step_spec: Callable[[JobRecord, int], Any],
+        step_spec: Callable[..., Any],
+        planner: StepPlanner | None = None,
+        step_limit: Callable[[JobRecord], float] | None = None,  # wall seconds
     ) -> None:
         super().__init__(daemon=True)
         import flux
@@ -563,6 +618,10 @@ class App(threading.Thread):
         self.handle = flux.Flux(uri)
         self.units, self.shots = units, shots
         self.ledger, self.step_spec = ledger, step_spec
+        self.planner, self.step_limit = planner, step_limit
+        self.holdings: list[Holding] = []
+        self.unforecast: list[JobRecord] = []  # steps whose service forecast is not read
+        self.forecasts_due = 0.0
         self.inbox: queue.Queue[tuple[JobRecord, float]] = queue.Queue()
         self.waiting: list[Step] = []
         self.timers: list[tuple[float, int, Callable[[], None]]] = []
@@ -603,6 +662,9 @@ class App(threading.Thread):
                 if ended is not None:
                     self.waiting.remove(step)
                     self._result(step, ended)
+            if self.planner is not None:
+                self._check_holdings(now)
+                self._read_forecasts(now)
             for unit, arn in list(self.scouted.items()):
                 if self.vendor.at_front(arn):
                     ids = [r.jobid for r in self.units[unit]]
@@ -658,6 +720,7 @@ class App(threading.Thread):
         record.app_calls += app_polls(t_ready - step.since, self.factor)
         record.t_result = t_ready
         record.results.append((step.iteration, ended, now))
+        record.current, record.last_task_job = step.iteration, record.jobid
         slice_wall = record.runtime / record.iterations / self.factor
         record.work.append((now, now + slice_wall))
         if record.step and step.iteration < record.iterations:
@@ -680,12 +743,28 @@ class App(threading.Thread):
 
     def _next_step(self, record: JobRecord) -> None:
         """The end of a chain's step: submit the next step (held until its task is
-        done), then finish this one."""
+        done), then finish this one. An adaptive step plans first, and a keep holds
+        its nodes instead of finishing (``_check_holdings``)."""
         import flux.job
 
-        k = record.step + 1
+        k = (record.current or record.step) + 1
+        now = time.time()
+        plan = None
+        if self.planner is not None and self.step_limit is not None:
+            work = record.runtime / record.iterations / self.factor
+            plan = self.planner.plan(
+                record.jobid,
+                record.last_task_job or record.jobid,
+                record.nodes,
+                self.step_limit(record),
+                work,
+                now,
+                self._turnaround(record.index),
+            )
+        keep = plan is not None and plan.action is StepAction.KEEP
         try:
-            jobid = int(flux.job.submit(self.handle, self.step_spec(record, k)))
+            spec = self.step_spec(record, k, after=record.jobid if keep else None)
+            jobid = int(flux.job.submit(self.handle, spec))
         except Exception as exc:
             self.errors.append(f"job {record.jobid}: submit step {k}: {exc}")
         else:
@@ -701,10 +780,92 @@ class App(threading.Thread):
                 iterations=record.iterations,
                 step=k,
             )
+            if plan is not None:
+                nxt.plan = {**plan.to_dict(), "t": now}
+                self.unforecast.append(nxt)
             early = self.ledger.add(nxt)
             if "alloc" in early:  # the journal saw it before the record was filed
                 self.inbox.put((nxt, nxt.events["alloc"]))
+            if keep:
+                assert plan is not None
+                hold = Hold(plan, record.jobid, jobid, now)
+                self.holdings.append(Holding(record, nxt, hold))
+                return
         self._finish(record)
+
+    def _turnaround(self, index: int) -> float:
+        """The quickest a released step of loop ``index`` went to running (wall s)."""
+        with self.ledger.lock:
+            steps = [r for r in self.ledger.by_id.values() if r.index == index and r.step]
+        return min(
+            (
+                r.events["start"] - max(r.events["qpu-release"], r.events.get("depend", 0.0))
+                for r in steps
+                if "start" in r.events and "qpu-release" in r.events
+            ),
+            default=0.0,
+        )
+
+    def _check_holdings(self, now: float) -> None:
+        """The steps keeping their nodes: the successor's result there (its job
+        released and its task ended), run the iteration in place; past the bound (or
+        the service's forecast says it will be), give up and finish."""
+        import flux.job
+
+        for holding in list(self.holdings):
+            host, carrier = holding.host, holding.carrier
+            ended = None
+            if "qpu-release" in carrier.events and carrier.task:
+                ended = self.vendor.ended(carrier.task)
+            ready = ended is not None and ended <= now
+            gone = bool(carrier.exception) or "clean" in carrier.events
+            if not ready and not gone and now - holding.checked >= HOLD_CHECK:
+                holding.checked = now
+                assert self.planner is not None
+                holding.vendor_left = self.planner.vendor_left(carrier.jobid)
+            outcome = holding.hold.check(now, result_ready=ready, vendor_left=holding.vendor_left)
+            if outcome.state is HoldState.HOLDING and not gone:
+                continue
+            self.holdings.remove(holding)
+            since, k = holding.hold.since, carrier.step
+            state = outcome.state.value if not gone else HoldState.GAVE_UP.value
+            carrier.hold = (since, now, state)
+            host.idle.append((since, now, k))
+            if outcome.state is not HoldState.IN_PLACE or gone:
+                self._finish(host)
+                continue
+            # The iteration runs here: its own job never will.
+            try:
+                flux.job.cancel(self.handle, carrier.jobid, "ran in place")
+            except OSError as exc:
+                self.errors.append(f"cancel {carrier.jobid}: {exc}")
+            carrier.ran_in = host.jobid
+            assert ended is not None
+            host.app_calls += app_polls(now - since, self.factor)
+            host.t_result = now
+            host.results.append((k, ended, now))
+            host.current, host.last_task_job = k, carrier.jobid
+            slice_wall = host.runtime / host.iterations / self.factor
+            host.work.append((now, now + slice_wall))
+            if k < host.iterations:
+                self._later(now + slice_wall, lambda h=host: self._next_step(h))
+            else:
+                self._later(now + slice_wall, lambda h=host: self._finish(h))
+
+    def _read_forecasts(self, now: float) -> None:
+        """The service's first expected wait for each new step's task (its memo)."""
+        if now < self.forecasts_due or not self.unforecast:
+            return
+        self.forecasts_due = now + HOLD_CHECK
+        assert self.planner is not None
+        for record in list(self.unforecast):
+            if "qpu-release" in record.events or record.exception:
+                self.unforecast.remove(record)
+            elif "qpu-task" in record.events:
+                wait = self.planner.vendor_left(record.jobid)
+                if wait is not None:
+                    record.service_wait = (now, wait)
+                    self.unforecast.remove(record)
 
     def _finish(self, record: JobRecord) -> None:
         try:
@@ -743,6 +904,8 @@ class ArmRun:
     bench_calls: int
     loadavg: list[float]
     errors: list[str]
+    weight: float = 0.0  # the adaptive arm's time weight
+    seed: int = 1
 
 
 def chained(job: TraceJob, arm: str) -> bool:
@@ -750,13 +913,17 @@ def chained(job: TraceJob, arm: str) -> bool:
     return arm in LOOP_RELEASE_AT and job.hybrid is not None and job.hybrid.pattern == "variational"
 
 
-def job_limit(job: TraceJob, arm: str, allowance: dict[str, float]) -> float:
+def job_limit(
+    job: TraceJob, arm: str, allowance: dict[str, float], typical: dict[str, float] | None = None
+) -> float:
     """The time limit a user asks for, emulated seconds: the classical limit plus, for
     every task whose result the job may wait for on its nodes under the arm's release
     rule, the device's longest wait of the day (a user who knows the device). A chain's
     step asks for the round value users pick at or above its share of the classical
     limit (its result is promised at its start), plus that wait where the loop releases
-    its steps before the result (``predict``: the step may wait for it on its nodes)."""
+    its steps before the result (``predict``: the step may wait for it on its nodes);
+    an adaptive step leaves room for one ``typical`` wait of its device (at most
+    ``ADAPTIVE_ROOM_MAX``), to keep its nodes for the next result."""
     hybrid = job.hybrid
     if hybrid is None:
         return job.limit
@@ -765,21 +932,33 @@ def job_limit(job: TraceJob, arm: str, allowance: dict[str, float]) -> float:
         wanted = job.limit / hybrid.iterations
         if LOOP_RELEASE_AT[arm] != "done":
             wanted += worst
+        if arm == ADAPTIVE:
+            wanted += min(ADAPTIVE_ROOM_MAX, (typical or {}).get(hybrid.device, 0.0))
         return next((v for v in POPULAR_LIMITS if v >= wanted), wanted)
     later = (hybrid.iterations - 1) * worst
     first = {
         "gated-done": 0.0,
         "chain": 0.0,
         "chain-predict": 0.0,
+        ADAPTIVE: 0.0,
         "reservation": 3 * DEVICES[hybrid.device].service,
     }.get(arm, worst)
     return job.limit + first + later
 
 
 def jobspec(
-    job: TraceJob, arm: str, factor: float, program: Path, limit: float, step: int = 0
+    job: TraceJob,
+    arm: str,
+    factor: float,
+    program: Path,
+    limit: float,
+    step: int = 0,
+    after: int | None = None,
+    weight: float = 0.0,
 ) -> Any:
-    """The job as the arm submits it; ``step``: a chain's step k (1-based)."""
+    """The job as the arm submits it; ``step``: a chain's step k (1-based); ``after``:
+    the job it waits for (an adaptive step's predecessor keeping its nodes for it);
+    ``weight``: the loop's time weight, on an adaptive step (``user.qpu_time_weight``)."""
     from flux.job import JobspecV1
 
     spec = JobspecV1.from_command(
@@ -797,6 +976,10 @@ def jobspec(
         spec.setattr("system.job.name", f"loop-{job.index}.{step - 1}")
         spec.setattr("user.qpu_loop", f"loop-{job.index}")
         spec.setattr("user.qpu_iteration", step - 1)
+        if weight > 0:
+            spec.setattr(f"user.{WEIGHT_ATTRIBUTE}", weight)
+        if after is not None:
+            spec.setattr("system.dependencies", [{"scheme": "afterany", "value": str(after)}])
     if arm != "ungated":
         request: dict[str, Any] = {
             "device": f"local:{job.hybrid.device}",
@@ -860,11 +1043,21 @@ def run_arm(
         by_index = {j.index: j for j in trace.jobs}
         allowance = args.allowance
 
-        def step_spec(record: JobRecord, step: int) -> Any:
-            j = by_index[record.index]
-            return jobspec(j, arm, factor, program, job_limit(j, arm, allowance), step)
+        typical = args.typical
+        weight = args.weight if arm == ADAPTIVE else 0.0
 
-        app = App(arm, uri, vendor, factor, units, shots, ledger, step_spec)
+        def step_spec(record: JobRecord, step: int, after: int | None = None) -> Any:
+            j = by_index[record.index]
+            limit = job_limit(j, arm, allowance, typical)
+            return jobspec(j, arm, factor, program, limit, step, after, weight)
+
+        def step_limit(record: JobRecord) -> float:
+            """A step's time limit, wall seconds (the next step's is the same)."""
+            j = by_index[record.index]
+            return max(1.0, job_limit(j, arm, allowance, typical) / factor)
+
+        planner = StepPlanner(handle, weight, CORES_PER_NODE) if arm == ADAPTIVE else None
+        app = App(arm, uri, vendor, factor, units, shots, ledger, step_spec, planner, step_limit)
         journal = Journal(uri, ledger, app.allocated)
         journal.start()
         app.start()
@@ -894,9 +1087,10 @@ def run_arm(
             if time.time() >= next_load:
                 loads.append(os.getloadavg()[0])
                 next_load += 60.0
-            limit = job_limit(j, arm, allowance)
+            limit = job_limit(j, arm, allowance, typical)
             step = 1 if chained(j, arm) else 0
-            jobid = int(flux.job.submit(handle, jobspec(j, arm, factor, program, limit, step)))
+            spec = jobspec(j, arm, factor, program, limit, step, weight=weight)
+            jobid = int(flux.job.submit(handle, spec))
             record = JobRecord(j.index, "ordinary", j.nodes, j.runtime, jobid=jobid, step=step)
             if j.hybrid is not None:
                 record.kind, record.pattern = "hybrid", j.hybrid.pattern
@@ -945,6 +1139,8 @@ def run_arm(
             vendor.calls,
             loads,
             app.errors,
+            weight,
+            args.seed,
         )
     finally:
         if app is not None and app.is_alive():
@@ -1024,6 +1220,15 @@ class Summary:
     service_hwm_mb: float
     loadavg: float
     wall_s: float
+    # the adaptive arm's plans (the later steps'): made, kept (and of them run in place),
+    # released early, given back, agreeing with the hindsight best
+    dec_n: int = 0
+    dec_keep: int = 0
+    dec_in_place: int = 0
+    dec_early: int = 0
+    dec_give_back: int = 0
+    dec_agree: int = 0
+    seed: int = 1
 
 
 def predicted_lead(why: str) -> float | None:
@@ -1105,7 +1310,11 @@ def summarize(run: ArmRun) -> tuple[Summary, dict[str, list[float]]]:
         loops.setdefault(r.index, []).append(r)
     for steps in loops.values():
         steps.sort(key=lambda r: r.step)
-        first, last = steps[0], steps[-1]
+        first = steps[0]
+        # An adaptive step whose iteration ran in place (its job cancelled unrun) is not
+        # where the loop ended, nor a failure.
+        ran = [r for r in steps if not r.ran_in]
+        last = max(ran, key=lambda r: max((i for i, _, _ in r.results), default=r.step))
         variational = first.pattern == "variational"
         var_jobs += variational
         if variational:
@@ -1113,7 +1322,7 @@ def summarize(run: ArmRun) -> tuple[Summary, dict[str, list[float]]]:
                 for iteration, ended, working in r.results:
                     (first_overheads if iteration == 1 else later_overheads).append(working - ended)
         submit = em(first.events["submit"])
-        if any(r.exception for r in steps):
+        if any(r.exception for r in ran):
             failed += 1
         elif last.t_result is not None and sum(len(r.work) for r in steps) >= first.iterations:
             ttrs.append(em(last.t_result) - submit)
@@ -1125,6 +1334,7 @@ def summarize(run: ArmRun) -> tuple[Summary, dict[str, list[float]]]:
             unresolved += 1
     hours = day / 3600.0
     svc = run.service
+    decided = decisions(run.records, origin, f, run.weight)
     app_calls = sum(r.app_calls for r in run.records)
     service_calls = run.vendor_calls_total - run.bench_calls if svc is not None else 0
     summary = Summary(
@@ -1178,6 +1388,13 @@ def summarize(run: ArmRun) -> tuple[Summary, dict[str, list[float]]]:
         service_hwm_mb=svc.hwm_kb / 1024.0 if svc else math.nan,
         loadavg=statistics.fmean(run.loadavg) if run.loadavg else math.nan,
         wall_s=run.wall_s,
+        dec_n=len(decided),
+        dec_keep=sum(1 for d in decided if d.action == "keep"),
+        dec_in_place=sum(1 for d in decided if d.outcome == "in place"),
+        dec_early=sum(1 for d in decided if d.action == "early"),
+        dec_give_back=sum(1 for d in decided if d.action == "give-back"),
+        dec_agree=sum(1 for d in decided if d.agrees),
+        seed=run.seed,
     )
     scale = run.nodes * BIN
     return summary, {
@@ -1226,6 +1443,7 @@ def report(
     args: argparse.Namespace,
     wall: float,
     loads: tuple[float, float, float],
+    decided: dict[tuple[float, str], list[Decision]] | None = None,
 ) -> str:
     first = next(iter(traces.values()))
     lines = [
@@ -1292,6 +1510,10 @@ def report(
         table = predict_table(rows, args.factor)
         if table:
             lines += ["", *table]
+        for arm in (s.arm for s in rows if s.arm == ADAPTIVE):
+            mine = (decided or {}).get((share, arm), [])
+            if mine:
+                lines += ["", *decision_lines(arm, mine), *forecast_lines(mine)]
     lines += [
         "",
         "idle: node-hours hybrid jobs held nodes waiting for a quantum result, within the day;",
@@ -1321,6 +1543,27 @@ def report(
         f"  gated-done's, its variational median done <= {1 + TTR_SLOWER_MAX:.2f} x gated-done's, its",
         f"  overhead p50 <= {OVERHEAD_P50_MAX:g} s wall (chain: steps released at done; chain-predict:",
         "  every step released by prediction, as flux quantum loop submit --release-at predict)",
+        "adaptive: every step plans what follows it as flux quantum loop's steps do, with the",
+        f"  loop's time weight {args.weight:g} (a second of the loop's time is worth that many",
+        "  seconds of idle nodes): keep its nodes while the next result is due within",
+        "  w/(1+w) of the forecast wait for nodes, and run that iteration in place; else",
+        "  give them back, the service releasing the next step once its result is no",
+        "  farther than the forecast wait for its nodes (early), or at its result when the",
+        "  nodes are free (give-back); a step's limit leaves room for one median wait of its",
+        f"  device (at most {ADAPTIVE_ROOM_MAX / 3600:g} h). decisions: each plan, how kept steps",
+        "  ended (in place, gave up), agreement with the hindsight best (keeping costs the",
+        "  vendor wait in idle, releasing at the best time w x (node wait - vendor wait) in",
+        "  delay; a kept step's node wait is its forecast: it never went to the queue), the",
+        "  idle of those iterations and how long their results waited for nodes; forecast",
+        "  errors: actual - forecast, for the wait for nodes (the plan's, against release ->",
+        "  allocation) and per device for the vendor wait (the loop's last task's, and the",
+        "  service's expected wait once the task existed, against the task's end)",
+        f"targets (adaptive against gated-done): variational time to result median <= "
+        f"{1 + ADAPTIVE_TTR_MEDIAN_MAX:.2f} x,",
+        f"  p95 <= {1 + ADAPTIVE_TTR_P95_MAX:.2f} x; later-task idle <= "
+        f"{ADAPTIVE_LATER_IDLE_MAX:.0%} of gated-done's; the site's idle <= "
+        f"{ADAPTIVE_IDLE_MAX:.0%} of ungated's;",
+        "  ordinary jobs' mean wait <= the plain chain's",
         "released by prediction (release_at=predict): n jobs and steps the service released",
         "  because the expected wait for the result was below the measured start-up of released",
         "  jobs, the lead; lead p50 in wall seconds and in the day's time (x the factor);",
@@ -1361,6 +1604,101 @@ def targets(rows: list[Summary]) -> list[str]:
             f"  per-iteration overhead p50 {secs(chain.iter_overhead_p50_s)} <= "
             f"{OVERHEAD_P50_MAX:g}s wall: {verdict(chain.iter_overhead_p50_s <= OVERHEAD_P50_MAX)}",
         ]
+    return lines
+
+
+TARGET_METRICS = (
+    "var_done_median_s",
+    "var_done_p95_s",
+    "idle_later_node_h",
+    "idle_node_h",
+    "ord_wait_mean_s",
+)
+
+
+def metrics_of(rows: list[Summary]) -> dict[str, dict[str, float]]:
+    """What the adaptive targets compare, by arm."""
+    return {s.arm: {m: getattr(s, m) for m in TARGET_METRICS} for s in rows}
+
+
+def adaptive_targets(arms: dict[str, dict[str, float]], label: str = "") -> list[str]:
+    """The adaptive arm against the in-job loop (gated-done), ungated and the plain
+    chain of the same run (or the medians of the seeds: ``label`` says so)."""
+    a, injob = arms.get(ADAPTIVE), arms.get("gated-done")
+    if a is None:
+        return []
+    if injob is None:
+        return ["targets: no gated-done arm in this run to hold the adaptive arm against"]
+    lines = [f"new targets, adaptive against gated-done{label}:"]
+    for name, metric, most in (
+        ("median", "var_done_median_s", ADAPTIVE_TTR_MEDIAN_MAX),
+        ("p95", "var_done_p95_s", ADAPTIVE_TTR_P95_MAX),
+    ):
+        mine, limit = a[metric], (1 + most) * injob[metric]
+        lines.append(
+            f"  variational time to result {name} {hours(mine)} <= {hours(limit)} "
+            f"({1 + most:.2f} x {hours(injob[metric])}): {verdict(mine <= limit)}"
+        )
+    ungated = arms.get("ungated")
+    for what, metric, base, name, share in (
+        ("later-task idle", "idle_later_node_h", injob, "", ADAPTIVE_LATER_IDLE_MAX),
+        ("the site's idle", "idle_node_h", ungated, "ungated's ", ADAPTIVE_IDLE_MAX),
+    ):
+        if base is None:
+            continue
+        limit = share * base[metric]
+        lines.append(
+            f"  {what} {a[metric]:.1f} node-h <= {limit:.1f} ({share:.0%} of {name}"
+            f"{base[metric]:.1f}): {verdict(a[metric] <= limit)}"
+        )
+    chain = arms.get("chain")
+    if chain is not None:
+        lines.append(
+            f"  ordinary jobs' mean wait {hours(a['ord_wait_mean_s'])} <= the chain's "
+            f"{hours(chain['ord_wait_mean_s'])}: "
+            f"{verdict(a['ord_wait_mean_s'] <= chain['ord_wait_mean_s'])}"
+        )
+    return lines
+
+
+SEED_METRICS = (
+    ("idle", "idle_node_h", 1.0),
+    ("later", "idle_later_node_h", 1.0),
+    ("useful", "util_useful", 100.0),
+    ("ord wait", "ord_wait_mean_s", 1 / 3600),
+    ("p95", "ord_wait_p95_s", 1 / 3600),
+    ("var med", "var_done_median_s", 1 / 3600),
+    ("var p95", "var_done_p95_s", 1 / 3600),
+)
+
+
+def seeds_lines(summaries: list[Summary]) -> list[str]:
+    """Across seeds: each arm's median [min-max] per share, and the adaptive targets
+    on the medians."""
+    seeds = sorted({s.seed for s in summaries})
+    lines = [
+        f"across the seeds {', '.join(map(str, seeds))}: median [min-max] of the runs; idle "
+        "in node-hours, useful in %, waits and variational times to result in hours"
+    ]
+    for share in sorted({s.share for s in summaries}):
+        lines += ["", f"hybrid share {share:.0%}"]
+        lines.append(f"{'arm':<14}" + "".join(f" {name:>20}" for name, _, _ in SEED_METRICS))
+        medians: dict[str, dict[str, float]] = {}
+        for arm in ARMS:
+            rows = [s for s in summaries if s.share == share and s.arm == arm]
+            if not rows:
+                continue
+            medians[arm] = {
+                m: statistics.median(getattr(s, m) for s in rows) for m in TARGET_METRICS
+            }
+            cells = []
+            for _, metric, scale in SEED_METRICS:
+                values = [getattr(s, metric) * scale for s in rows]
+                cells.append(
+                    f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+                )
+            lines.append(f"{arm:<14}" + "".join(f" {c:>20}" for c in cells))
+        lines += adaptive_targets(medians, f", medians of {len(seeds)} seeds")
     return lines
 
 
@@ -1405,7 +1743,7 @@ def loop_table(rows: list[Summary]) -> str:
             f"{secs(s.first_overhead_p50_s):>8} {hours(s.ord_wait_mean_s):>7} "
             f"{hours(s.ord_wait_p95_s):>7} {s.step_jobs:>5}"
         )
-    return "\n".join(lines + targets(rows))
+    return "\n".join(lines + targets(rows) + adaptive_targets(metrics_of(rows)))
 
 
 def plot(
@@ -1434,6 +1772,7 @@ def plot(
                 "tab:purple",
                 "tab:brown",
                 "tab:pink",
+                "tab:olive",
             ),
             strict=True,
         )
@@ -1490,6 +1829,10 @@ def jobs_csv_name(stem: str) -> str:
     return f"{base}_jobs{quick}.csv"
 
 
+def _scaled(wall: float | None, factor: float) -> str:
+    return "" if wall is None else f"{wall * factor:.1f}"
+
+
 def write_csvs(
     summaries: list[Summary], runs: list[ArmRun], out: Path, stem: str, args: argparse.Namespace
 ) -> None:
@@ -1533,6 +1876,13 @@ def write_csvs(
                 "task_ended_s",
                 "release_why",
                 "release_s",
+                "seed",
+                "plan",
+                "plan_node_wait_s",
+                "plan_vendor_wait_s",
+                "held_s",
+                "hold",
+                "ran_in",
             ]
         )
         for run in runs:
@@ -1563,6 +1913,13 @@ def write_csvs(
                         *("" if t is None else f"{t:.1f}" for t in r.timeline),
                         r.why,
                         em(r.events.get("qpu-release")),
+                        run.seed,
+                        r.plan.get("action", ""),
+                        _scaled(r.plan.get("node_wait"), run.factor),
+                        _scaled(r.plan.get("vendor_wait"), run.factor),
+                        "" if r.hold is None else f"{(r.hold[1] - r.hold[0]) * run.factor:.1f}",
+                        "" if r.hold is None else r.hold[2],
+                        r.ran_in or "",
                     ]
                 )
 
@@ -1581,7 +1938,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke test (< 5 minutes)")
     parser.add_argument("--nodes", type=int, help="cluster nodes (1024; quick 256)")
     parser.add_argument("--hours", type=float, help="length of the day (24; quick 4)")
-    parser.add_argument("--factor", type=float, help="time compression (480)")
+    parser.add_argument("--factor", type=float, help="time compression (480; quick 960)")
     parser.add_argument("--shares", help="hybrid shares, comma list (0.05,0.2; quick 0.2)")
     parser.add_argument(
         "--arms", help=f"comma list of {','.join(ARMS)} (default all), e.g. gated-done,chain"
@@ -1591,6 +1948,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tail", type=float, help="emulated hours run after the day (2; quick 1)")
     parser.add_argument("--start-hour", type=float, default=8.0, help="hour the day starts (8)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--seeds",
+        help="comma list of seeds: every arm and share once per seed, then the "
+        "medians and spread across them (default: --seed)",
+    )
+    parser.add_argument(
+        "--weight",
+        type=float,
+        default=DEFAULT_WEIGHT,
+        help=f"the adaptive arm's time weight (flux quantum loop submit --time-weight; "
+        f"default {DEFAULT_WEIGHT:g})",
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
     parser.add_argument(
         "--stem", default="site", help="name of the result files (site: site.txt, site.csv, ...)"
@@ -1602,7 +1971,8 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     args.nodes = args.nodes or (256 if quick else 1024)
     args.hours = args.hours or (4.0 if quick else 24.0)
-    args.factor = args.factor or 480.0
+    # quick: the day at twice the pace, so that its 8 arms take under 5 minutes
+    args.factor = args.factor or (960.0 if quick else 480.0)
     args.tail = (args.tail if args.tail is not None else (1.0 if quick else 2.0)) * 3600.0
     shares = [float(x) for x in (args.shares or ("0.2" if quick else "0.05,0.2")).split(",")]
     arms = [a.strip() for a in (args.arms or ",".join(ARMS)).split(",")]
@@ -1619,64 +1989,101 @@ def main(argv: list[str] | None = None) -> int:
         .stdout.split("\n")[0]
         .split()[-1]
     )
-    profile = queue_profile(FLEET, args.seed, day)
-    # A user who knows the device asks for its longest wait of the day, and some.
-    args.allowance = {d.name: 1.5 * max(profile[d.name]) + 3 * d.service for d in FLEET}
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
     weights = [(d.name, d.weight) for d in FLEET]
-    traces = {
-        share: make_trace(
-            args.nodes,
-            day,
-            args.load,
-            share,
-            weights,
-            args.seed,
-            args.start_hour,
-            args.backlog * 3600.0,
-        )
-        for share in shares
-    }
     say = lambda text: print(text, flush=True)  # noqa: E731
     say(
         f"site: {args.nodes} nodes, {args.hours:g} h day x{args.factor:g} "
         f"({day / args.factor / 60:.1f} min per arm), arms {','.join(arms)}, shares "
-        f"{','.join(f'{s:.0%}' for s in shares)}; commit {args.commit}"
+        f"{','.join(f'{s:.0%}' for s in shares)}, seeds {','.join(map(str, seeds))}; "
+        f"commit {args.commit}"
     )
     warm_up()
     t0 = time.monotonic()
     summaries: list[Summary] = []
     series: dict[tuple[float, str], dict[str, list[float]]] = {}
     runs: list[ArmRun] = []
+    texts: list[str] = []
+    first_profile: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="fq-site-") as tmp:
-        for share, trace in traces.items():
-            say(f"share {share:.0%}: {len(trace.jobs)} jobs, {len(trace.hybrid_jobs)} hybrid")
-            for arm in arms:
-                say(f"  {arm}")
-                run = run_arm(arm, share, trace, args, Path(tmp) / f"{share}-{arm}", say)
-                summary, data = summarize(run)
-                summaries.append(summary)
-                series[(share, arm)] = data
-                runs.append(run)
-                say(
-                    f"    idle {summary.idle_node_h:.1f} node-h (later tasks "
-                    f"{summary.idle_later_node_h:.1f}), useful {summary.util_useful:.1%}, "
-                    f"ordinary wait {hours(summary.ord_wait_mean_s)} (p95 "
-                    f"{hours(summary.ord_wait_p95_s)}), ttr {hours(summary.hyb_ttr_median_s)}, "
-                    f"variational done {hours(summary.var_done_median_s)}, overhead p50 "
-                    f"{secs(summary.iter_overhead_p50_s)}, "
-                    f"{summary.vendor_calls_per_h:.0f} calls/h, {run.wall_s:.0f}s"
-                    + (f"; {len(run.errors)} app errors: {run.errors[:2]}" if run.errors else "")
+        for seed in seeds:
+            args.seed = seed
+            profile = queue_profile(FLEET, seed, day)
+            first_profile = first_profile or profile
+            # A user who knows the device asks for its longest wait of the day, and some.
+            args.allowance = {d.name: 1.5 * max(profile[d.name]) + 3 * d.service for d in FLEET}
+            args.typical = {d.name: statistics.median(profile[d.name]) for d in FLEET}
+            traces = {
+                share: make_trace(
+                    args.nodes,
+                    day,
+                    args.load,
+                    share,
+                    weights,
+                    seed,
+                    args.start_hour,
+                    args.backlog * 3600.0,
                 )
+                for share in shares
+            }
+            decided: dict[tuple[float, str], list[Decision]] = {}
+            t_seed = time.monotonic()
+            for share, trace in traces.items():
+                say(
+                    f"seed {seed}, share {share:.0%}: {len(trace.jobs)} jobs, "
+                    f"{len(trace.hybrid_jobs)} hybrid"
+                )
+                for arm in arms:
+                    say(f"  {arm}")
+                    work = Path(tmp) / f"{seed}-{share}-{arm}"
+                    run = run_arm(arm, share, trace, args, work, say)
+                    summary, data = summarize(run)
+                    summaries.append(summary)
+                    if seed == seeds[0]:
+                        series[(share, arm)] = data
+                    runs.append(run)
+                    if arm == ADAPTIVE:
+                        decided[(share, arm)] = decisions(
+                            run.records, run.origin, run.factor, run.weight
+                        )
+                    say(
+                        f"    idle {summary.idle_node_h:.1f} node-h (later tasks "
+                        f"{summary.idle_later_node_h:.1f}), useful {summary.util_useful:.1%}, "
+                        f"ordinary wait {hours(summary.ord_wait_mean_s)} (p95 "
+                        f"{hours(summary.ord_wait_p95_s)}), ttr "
+                        f"{hours(summary.hyb_ttr_median_s)}, variational done "
+                        f"{hours(summary.var_done_median_s)} (p95 "
+                        f"{hours(summary.var_done_p95_s)}), overhead p50 "
+                        f"{secs(summary.iter_overhead_p50_s)}, "
+                        f"{summary.vendor_calls_per_h:.0f} calls/h, {run.wall_s:.0f}s"
+                        + (
+                            f"; {len(run.errors)} app errors: {run.errors[:2]}"
+                            if run.errors
+                            else ""
+                        )
+                    )
+            mine = [s for s in summaries if s.seed == seed]
+            wall_seed = time.monotonic() - t_seed
+            texts.append(report(mine, traces, profile, args, wall_seed, os.getloadavg(), decided))
     wall = time.monotonic() - t0
     stem = f"{args.stem}_quick" if quick else args.stem
     out = args.out_dir if not quick or args.out_dir != RESULTS else Path(tempfile.gettempdir())
     out.mkdir(parents=True, exist_ok=True)
-    text = report(summaries, traces, profile, args, wall, os.getloadavg())
+    text = "\n\n".join(texts)
+    if len(seeds) > 1:
+        loads = os.getloadavg()
+        text += (
+            f"\n\n{'=' * 88}\nall seeds: took {wall / 60:.1f} min; load average (1 min) during "
+            f"the arms: mean {statistics.fmean(s.loadavg for s in summaries):.2f}, max "
+            f"{max(s.loadavg for s in summaries):.2f}; at the end {loads[0]:.2f} {loads[1]:.2f} "
+            f"{loads[2]:.2f}\n\n" + "\n".join(seeds_lines(summaries))
+        )
     (out / f"{stem}.txt").write_text(text + "\n")
     write_csvs(summaries, runs, out, stem, args)
     say("")
     say(text)
-    say(plot(series, summaries, profile, out / f"{stem}.png"))
+    first_seed = [s for s in summaries if s.seed == seeds[0]]
+    say(plot(series, first_seed, first_profile, out / f"{stem}.png"))
     say(f"csv: {out / (stem + '.csv')}, {out / jobs_csv_name(stem)}")
     if quick:
         say(f"smoke test: {len(summaries)} arm runs in {wall / 60:.1f} min")
