@@ -24,6 +24,22 @@ chain
 chain-session
     the same with ``--session dedicated``: the service keeps one session for every
     step's task (``qpu.loop``).
+adaptive
+    ``flux quantum loop submit --time-weight W`` (``--time-weight``, default the loop's
+    default): each step decides what follows it, keeping its nodes for the next result
+    and running that iteration in place, or giving them back with the next step released
+    by the forecast wait for its nodes, or at its result. The chains run with
+    ``--time-weight=0``: every step gives its nodes back, as they always did.
+
+The cluster (``--cluster``). ``idle``: nothing else runs, a released step starts at
+once. ``busy``: ordinary jobs of 1..N nodes running 10-60 s each, four of them always
+queued, so a step given its nodes back waits for them again (a released step is
+scheduled first, but waits for N nodes to be free at once). Its waits are wall time,
+which the vendor's clock runs at outside a task: give ``--fast 1`` and a short queue
+(``--queue-minutes 0.5``) so that a task's wait is wall time too, and the steps'
+decisions (made on the wall clock the service and Flux run on) weigh the two as they
+are; at ``--fast 1200`` a 40-minute queue passes in two wall seconds, and a step keeps
+its nodes through it.
 
 The device. A backend whose queue never drains: ``--queue-minutes`` (40) of background
 jobs of ``--job-seconds`` (0.5, fixed) ahead at the start and as many arriving as are
@@ -81,6 +97,9 @@ same seed for every arm of one repeat) and one warm-up run comes first.
     python bench/loop.py --quick          # K=5, 1 repeat, N=4 (< 5 min), to a temp dir
     python bench/loop.py --repeats 3      # K=9, N=4 -> bench/results/loop.{txt,csv}
     python bench/loop.py --from-csv bench/results/loop.csv   # the table again
+    python bench/loop.py --arms injob,chain,adaptive --out bench/results/loop_adaptive
+    python bench/loop.py --arms injob,chain,adaptive --cluster busy --fast 1 \
+        --queue-minutes 0.5 --out bench/results/loop_adaptive_busy
 """
 
 from __future__ import annotations
@@ -92,6 +111,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -108,6 +128,7 @@ from typing import Any
 from benchlib import percentile, read_rows, revision, verdict
 
 from flux_quantum.protocol import events
+from flux_quantum.selection.step_plan import DEFAULT_WEIGHT
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -115,9 +136,18 @@ EXAMPLE = REPO / "examples" / "qaoa"
 BACKEND = "heron"
 BACKEND_ID = f"ibm_{BACKEND}"
 TARGET = f"ibm:{BACKEND}"
-ARMS = ("injob", "injob-session", "chain", "chain-session")
+ARMS = ("injob", "injob-session", "chain", "chain-session", "adaptive")
 SHOT_SECONDS = 0.008
 PAIRS = (("chain", "injob"), ("chain-session", "injob-session"))
+# The adaptive arm's targets against the in-job loop: time to result within +2 %, idle
+# within 5 % of the in-job loop's.
+ADAPTIVE_TTR_MAX = 2.0
+ADAPTIVE_IDLE_MAX = 5.0
+# A busy cluster (--cluster busy): ordinary jobs of 1..N nodes running FILL_SECONDS
+# (uniform), FILL_QUEUE of them always queued, so that a step given its nodes back waits
+# for them again.
+FILL_SECONDS = (10.0, 60.0)
+FILL_QUEUE = 4
 
 
 # -- the device and the vendor's clock ------------------------------------------------------
@@ -283,6 +313,10 @@ class Run:
     best: float | None = None  # the optimiser's best expected cut
     evaluated: int = 0
     error: str = ""
+    cluster: str = "idle"
+    plans: str = ""  # adaptive: each later step's plan (keep, early, give-back)
+    in_place: int = 0  # adaptive: iterations run in place, in the job of the step before
+    node_waits: str = ""  # steps' release -> start, wall s (the wait for nodes)
 
     def floats(self, name: str) -> list[float]:
         """A space-separated column (``gaps``, ``overheads``, ...) as numbers."""
@@ -311,6 +345,55 @@ def held_while_pending(
         return 0.0, 0.0, 0.0
     real = clock.at(end) - clock.at(start) if task[1] <= allocation[1] else end - start
     return end - start, real, real
+
+
+class Filler(threading.Thread):
+    """A busy cluster: ordinary jobs of 1..``nodes`` nodes, each running a time drawn
+    from ``FILL_SECONDS``, submitted so that ``FILL_QUEUE`` of them are always queued."""
+
+    def __init__(self, uri: str, nodes: int, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.uri, self.nodes = uri, nodes
+        self.rng = random.Random(seed)
+        self.done = threading.Event()
+        self.ready = threading.Event()
+        self.jobs: list[int] = []
+
+    def run(self) -> None:
+        import flux
+        import flux.constants
+        import flux.job
+
+        handle = flux.Flux(self.uri)
+        pending = flux.constants.FLUX_JOB_STATE_PENDING
+        while not self.done.is_set():
+            queued = flux.job.job_list(handle, 0, ["state"], states=pending, name="filler")
+            waiting = len(queued.get().get("jobs", []))
+            for _ in range(max(0, FILL_QUEUE - waiting)):
+                seconds = self.rng.uniform(*FILL_SECONDS)
+                size = self.rng.randint(1, self.nodes)
+                spec = flux.job.JobspecV1.from_command(
+                    ["sleep", f"{seconds:.1f}"], num_tasks=size, num_nodes=size
+                )
+                spec.duration = seconds + 10.0
+                spec.setattr("system.job.name", "filler")
+                self.jobs.append(int(flux.job.submit(handle, spec)))
+            if waiting >= FILL_QUEUE:
+                self.ready.set()
+            self.done.wait(0.5)
+
+    def stop(self) -> None:
+        if not self.is_alive():
+            return
+        self.done.set()
+        self.join(timeout=10)
+        import flux
+        import flux.job
+
+        handle = flux.Flux(self.uri)
+        for jobid in self.jobs:
+            with contextlib.suppress(OSError):
+                flux.job.cancel(handle, jobid)
 
 
 class Bench:
@@ -404,6 +487,11 @@ class Bench:
         self.start_service()
         gear = Gear(self.emulator, self.clock)
         gear.start()
+        filler = Filler(self.inst.env["FLUX_URI"], self.args.nodes, seed)
+        run.cluster = self.args.cluster
+        if self.args.cluster == "busy":
+            filler.start()
+            filler.ready.wait(60)
         jobids: list[str] = []
         journal = None
         try:
@@ -419,6 +507,7 @@ class Bench:
                 self.flux("cancel", jobid, check=False)
         finally:
             gear.stop()
+            filler.stop()
             self.flux("job", "purge", "--force", "--num-limit=0", check=False)
         return run
 
@@ -471,6 +560,8 @@ class Bench:
             f"--program={EXAMPLE / 'start.qasm'}",
             f"--shots={self.args.shots}",
             *(["--session=dedicated"] if run.arm.endswith("session") else []),
+            # the plain chains give every step's nodes back; adaptive decides each step
+            f"--time-weight={self.args.time_weight if run.arm == 'adaptive' else 0:g}",
             "--maximize",
             f"--max-iterations={run.k}",
             f"--dir={directory}",
@@ -504,17 +595,25 @@ class Bench:
     # -- what a run measured
 
     @staticmethod
-    def _owners(run: Run, tasks: list[str], logs: list[list[Any]]) -> dict[str, int]:
-        """Which job (index) each task is for: every task of an in-job loop is its one
-        job's; a chain's task k is step k's (its ``qpu-task`` event)."""
+    def _owners(
+        run: Run, tasks: list[str], logs: list[list[Any]], holders: list[int]
+    ) -> dict[str, int]:
+        """Which job (index among the jobs that ran) each task is for: every task of an
+        in-job loop is its one job's; a chain's task k is step k's (its ``qpu-task``
+        event), ``holders[j]``: the job that waited for job j's task (the step before,
+        when iteration j ran in place)."""
         if run.arm.startswith("injob"):
             return dict.fromkeys(tasks, 0)
         owners = {}
         for j, log in enumerate(logs):
             found = events.first(log, events.TASK)
-            if found is not None:
-                owners[str(found.context.get("task"))] = j
+            if found is not None and holders[j] >= 0:
+                owners[str(found.context.get("task"))] = holders[j]
         return owners
+
+    @staticmethod
+    def _journal(path: Path | None) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in path.read_text().splitlines()] if path else []
 
     def _measure(
         self,
@@ -536,19 +635,42 @@ class Bench:
             events.parse_eventlog(self.flux("job", "eventlog", "-f", "json", j)) for j in jobids
         ]
         stamps = [events.first_times(log) for log in logs]
-        allocations = [(s["start"], s["finish"]) for s in stamps]
+        # An adaptive step whose iteration ran in place never started: the job before
+        # it waited for its task on its nodes.
+        ran = [j for j, stamp in enumerate(stamps) if "start" in stamp]
+        allocations = [(stamps[j]["start"], stamps[j]["finish"]) for j in ran]
+        records = self._journal(journal)
+        host_of = {  # a step's job -> the job that ran its iteration in place
+            r["jobid"]: h
+            for r in records
+            if r.get("name") == "submitted"
+            for h in [
+                next(
+                    (
+                        x["jobid"]
+                        for x in records
+                        if x.get("name") == "started" and x["iteration"] == r["iteration"]
+                    ),
+                    r["jobid"],
+                )
+            ]
+            if h != r["jobid"]
+        }
+        ids = [int(JobID(j)) for j in jobids]
+        where = {ids[j]: n for n, j in enumerate(ran)}
+        holders = [where.get(host_of.get(ids[j], ids[j]), -1) for j in range(len(jobids))]
         run.jobs, run.tasks = len(jobids), len(tasks)
-        run.t_submit, run.t_end = stamps[0]["submit"], max(s["finish"] for s in stamps)
+        run.t_submit, run.t_end = stamps[0]["submit"], max(b for _, b in allocations)
         run.ttr_wall = run.t_end - run.t_submit
         run.ttr = clock.at(run.t_end) - clock.at(run.t_submit)
         run.pending = sum(e - c for c, e in pending)
         run.own = run.ttr - run.pending
         ends = [clock.wall(e) for _, e in pending]
         creates = [clock.wall(c) for c, _ in pending]
-        owners = self._owners(run, tasks, logs)
+        owners = self._owners(run, tasks, logs, holders)
         overlaps = [
-            held_while_pending(a, task, clock, owners.get(t) == j)
-            for j, a in enumerate(allocations)
+            held_while_pending(a, task, clock, owners.get(t) == n)
+            for n, a in enumerate(allocations)
             for t, task in zip(tasks, zip(creates, ends, strict=True), strict=True)
         ]
         run.idle = run.nodes * sum(idle for _, _, idle in overlaps)
@@ -559,30 +681,40 @@ class Bench:
         if len(pending) > 1:
             run.wait_later = statistics.median(e - c for c, e in pending[1:])
         run.gaps = _join([c - e for e, c in zip(ends, creates[1:], strict=False)])
-        if run.arm.startswith("chain"):
+        if not run.arm.startswith("injob"):
             index = {task: k for k, task in enumerate(tasks)}
-            overheads, detects, steps = [], [], []
+            overheads, detects, steps, waits = [], [], [], []
             for log, stamp in zip(logs, stamps, strict=True):
+                if "start" not in stamp:
+                    continue
                 found = events.first(log, events.TASK)
                 task = found.context.get("task") if found else None
                 if task in index:
                     overheads.append(stamp["start"] - ends[index[task]])
                     detects.append(stamp[events.RELEASE] - ends[index[task]])
+                if events.RELEASE in stamp:
+                    entered = max(stamp[events.RELEASE], stamp.get("depend", 0.0))
+                    waits.append(stamp["start"] - entered)
                 steps.append(stamp["finish"] - stamp["start"])
             run.overheads, run.detects = _join(overheads), _join(detects)
+            run.node_waits = _join(waits)
             started = {}  # jobid -> when its rank 0 journaled that the step runs
-            for line in journal.read_text().splitlines() if journal else []:
-                record = json.loads(line)
+            for record in records:
                 if record.get("name") == "started":
-                    started[int(record["jobid"])] = float(record["t"])
+                    started.setdefault(int(record["jobid"]), float(record["t"]))
             run.startups = _join(
                 [
-                    started[int(JobID(j))] - stamp["start"]
-                    for j, stamp in zip(jobids, stamps, strict=True)
-                    if int(JobID(j)) in started
+                    started[ids[j]] - stamps[j]["start"]
+                    for j in ran
+                    if ids[j] in started and started[ids[j]] >= stamps[j]["start"]
                 ]
             )
             run.step_seconds = _join(steps)
+            plans = [r["plan"]["action"] for r in records if r.get("name") == "planned"]
+            run.plans = " ".join(plans)
+            run.in_place = sum(
+                1 for r in records if r.get("name") == "held" and r.get("outcome") == "in place"
+            )
         sessions = ibm.session_ids()
         run.sessions_opened = len(sessions)
         run.sessions_closed = sum(1 for s in sessions if ibm.session_state(s) == "closed")
@@ -619,6 +751,8 @@ def summarize(rows: list[Run]) -> dict[str, dict[str, Any]]:
         detects = [d for r in case for d in r.floats("detects")]
         steps = [s for r in case for s in r.floats("step_seconds")]
         startups = [s for r in case for s in r.floats("startups")]
+        node_waits = [w for r in case for w in r.floats("node_waits")]
+        plans = [a for r in case for a in r.plans.split()]
         table[arm] = {
             "runs": len(case),
             "k": case[0].k,
@@ -646,6 +780,10 @@ def summarize(rows: list[Run]) -> dict[str, dict[str, Any]]:
             f"{sum(r.sessions_closed for r in case)}",
             "session_jobs": _median(case, "session_jobs"),
             "best": _median(case, "best"),
+            "node_wait_p50": percentile(node_waits, 0.5),
+            "node_wait_max": max(node_waits, default=float("nan")),
+            "plans": {a: plans.count(a) for a in ("keep", "early", "give-back") if a in plans},
+            "in_place": sum(r.in_place for r in case),
         }
     return table
 
@@ -682,7 +820,7 @@ def report(rows: list[Run], args: argparse.Namespace, wall: float) -> str:
         "sessions: opened/closed over all runs (closed by the end of each run); best: the",
         "  optimiser's best expected cut (maximum cut 7)",
     ]
-    chains = [a for a in ("chain", "chain-session") if a in table]
+    chains = [a for a in ("chain", "chain-session", "adaptive") if a in table]
     if chains:
         lines += ["", "per-iteration overhead of the chains (task k done -> step k start, wall s)"]
         for arm in chains:
@@ -693,6 +831,18 @@ def report(rows: list[Run], args: argparse.Namespace, wall: float) -> str:
                 f"{_fmt(t['detect_p50'], 3)}; a step's start -> finish p50 "
                 f"{_fmt(t['step_p50'], 2)} s, of it start -> its rank 0 runs "
                 f"{_fmt(t['startup_p50'], 2)} s"
+            )
+    if chains:
+        lines += ["", "the steps' wait for nodes (release -> start, wall s) and the adaptive plans"]
+        for arm in chains:
+            t = table[arm]
+            said = (
+                ", ".join(f"{n} {a}" for a, n in t["plans"].items())
+                or "none (every step gave back)"
+            )
+            lines.append(
+                f"  {arm:<14} wait for nodes p50 {_fmt(t['node_wait_p50'], 2)} max "
+                f"{_fmt(t['node_wait_max'], 2)}; plans: {said}; in place {t['in_place']}"
             )
     lines += ["", "targets (issue 19)"]
     for chain, injob in PAIRS:
@@ -714,6 +864,18 @@ def report(rows: list[Run], args: argparse.Namespace, wall: float) -> str:
             f"  {chain} per-iteration overhead p50 <= 0.5 s wall: {_fmt(p50, 3)} s  "
             f"{verdict(p50 <= 0.5)}"
         )
+    if "adaptive" in table and "injob" in table:
+        c, j = table["adaptive"], table["injob"]
+        share = c["idle"] / j["idle"] * 100 if j["idle"] > 0 else float("nan")
+        change = (c["ttr"] / j["ttr"] - 1) * 100 if j["ttr"] > 0 else float("nan")
+        lines += [
+            "targets (adaptive against the in-job loop)",
+            f"  adaptive time to result within +{ADAPTIVE_TTR_MAX:g} % of injob's: "
+            f"{_fmt(c['ttr'])} vs {_fmt(j['ttr'])} s = {change:+.1f} %  "
+            f"{verdict(change <= ADAPTIVE_TTR_MAX)}",
+            f"  adaptive idle <= {ADAPTIVE_IDLE_MAX:g} % of injob's: {_fmt(c['idle'])} vs "
+            f"{_fmt(j['idle'])} node-s = {share:.1f} %  {verdict(share <= ADAPTIVE_IDLE_MAX)}",
+        ]
     lines += break_even(table)
     bad = [r for r in rows if not r.error and r.tasks != r.k]
     open_sessions = [r for r in rows if not r.error and r.sessions_closed != r.sessions_opened]
@@ -749,6 +911,8 @@ def break_even(table: dict[str, dict[str, Any]]) -> list[str]:
 
 def header(args: argparse.Namespace, wall: float) -> str:
     k = 1 + 2 * args.iterations
+    cluster = getattr(args, "cluster", "idle")
+    weight = getattr(args, "time_weight", DEFAULT_WEIGHT)
     if args.from_csv:
         return (
             f"flux-quantum variational loop benchmark: runs read from {args.from_csv} "
@@ -768,7 +932,15 @@ def header(args: argparse.Namespace, wall: float) -> str:
         f"{args.job_seconds + args.shots * SHOT_SECONDS:g} s; dedicated sessions modelled "
         f"(interactive TTL 60 s); clock x1 between tasks, x{args.fast:g} through each task\n"
         f"service: --poll-min={args.poll_min:g} --scan-interval={args.scan_interval:g}; a "
-        "shared 2-core machine: compare by ratios and medians"
+        "shared 2-core machine: compare by ratios and medians\n"
+        f"cluster: {cluster}"
+        + (
+            f" (ordinary jobs of 1-{args.nodes} nodes running {FILL_SECONDS[0]:g}-"
+            f"{FILL_SECONDS[1]:g} s, {FILL_QUEUE} always queued)"
+            if cluster == "busy"
+            else " (nothing else runs)"
+        )
+        + f"; adaptive: --time-weight={weight:g}, the chains --time-weight=0"
     )
 
 
@@ -794,6 +966,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-min", type=float, default=0.1, help="service's IBM poll (0.1)")
     parser.add_argument("--scan-interval", type=float, default=0.1, help="service scan (0.1)")
     parser.add_argument("--run-timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--cluster",
+        choices=("idle", "busy"),
+        default="idle",
+        help="idle: nothing else runs; busy: ordinary jobs keep the nodes busy and queued",
+    )
+    parser.add_argument(
+        "--time-weight",
+        type=float,
+        default=DEFAULT_WEIGHT,
+        help=f"the adaptive arm's loop time weight (default {DEFAULT_WEIGHT:g})",
+    )
     parser.add_argument("--out", type=Path, help="results stem (bench/results/loop)")
     parser.add_argument("--from-csv", type=Path, help="the table of an earlier CSV again")
     parser.add_argument("--work", type=Path, help="keep the runs' files here (a new directory)")

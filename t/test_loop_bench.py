@@ -124,3 +124,29 @@ def _args() -> object:
         from_csv=None,
         revision="abc1234",
     )
+
+
+def test_the_adaptive_arm_is_held_against_the_in_job_loop_and_says_its_plans() -> None:
+    rows = [
+        run("injob", 0, idle=80_000.0, ttr=22_000.0),
+        run("chain", 0, idle=0.0, ttr=24_000.0, node_waits="30 40", plans=""),
+        run(
+            "adaptive",
+            0,
+            idle=3_000.0,
+            ttr=22_300.0,
+            node_waits="1 2",
+            plans="keep keep early give-back",
+            in_place=2,
+        ),
+    ]
+    text = loop_bench.report(rows, _args(), 60.0)
+    assert (
+        "adaptive time to result within +2 % of injob's: 22,300 vs 22,000 s = +1.4 %  met" in text
+    )
+    assert "adaptive idle <= 5 % of injob's: 3,000 vs 80,000 node-s = 3.8 %  met" in text
+    assert (
+        "  adaptive       wait for nodes p50 1.50 max 2.00; plans: 2 keep, 1 early, "
+        "1 give-back; in place 2"
+    ) in text
+    assert "  chain          wait for nodes p50 35.00 max 40.00; plans: none" in text
