@@ -592,8 +592,9 @@ class App(threading.Thread):
     for its share of the classical run time after each, and finishes it. A chain's step
     (``record.step``) waits for its one task, works its slice, submits the next step
     (``step_spec`` builds its jobspec; filed in ``ledger``) and finishes. An adaptive
-    step first plans what follows it as a loop's rank 0 does (``StepPlanner``; the
-    step's wall time limit from ``step_limit``): a keep holds its nodes (``holdings``)
+    step first plans what follows it as a loop's rank 0 does (``StepPlanner`` with the
+    loop's time ``weight``, on this thread's own handle; the step's wall time limit from
+    ``step_limit``): a keep holds its nodes (``holdings``)
     until its successor's result is there and works that iteration in place (the
     successor's job, waiting for this one, is cancelled unrun), or gives up at the
     plan's bound and finishes."""
@@ -608,17 +609,18 @@ class App(threading.Thread):
         shots: dict[int, int],
         ledger: Ledger,
         step_spec: Callable[..., Any],
-        planner: StepPlanner | None = None,
+        weight: float = 0.0,
         step_limit: Callable[[JobRecord], float] | None = None,  # wall seconds
     ) -> None:
         super().__init__(daemon=True)
         import flux
 
         self.arm, self.vendor, self.factor = arm, vendor, factor
-        self.handle = flux.Flux(uri)
+        self.handle = flux.Flux(uri)  # this thread's own: a handle is not shared
         self.units, self.shots = units, shots
         self.ledger, self.step_spec = ledger, step_spec
-        self.planner, self.step_limit = planner, step_limit
+        self.planner = StepPlanner(self.handle, weight, CORES_PER_NODE) if arm == ADAPTIVE else None
+        self.step_limit = step_limit
         self.holdings: list[Holding] = []
         self.unforecast: list[JobRecord] = []  # steps whose service forecast is not read
         self.forecasts_due = 0.0
