@@ -1058,8 +1058,7 @@ def run_arm(
             j = by_index[record.index]
             return max(1.0, job_limit(j, arm, allowance, typical) / factor)
 
-        planner = StepPlanner(handle, weight, CORES_PER_NODE) if arm == ADAPTIVE else None
-        app = App(arm, uri, vendor, factor, units, shots, ledger, step_spec, planner, step_limit)
+        app = App(arm, uri, vendor, factor, units, shots, ledger, step_spec, weight, step_limit)
         journal = Journal(uri, ledger, app.allocated)
         journal.start()
         app.start()
