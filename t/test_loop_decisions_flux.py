@@ -5,7 +5,7 @@ emulator's Braket side at ``SPEED`` times the wall clock); the loop's steps ask 
 core, and another user's job holds the other one for as long as the test says, so the
 forecast wait for a step's nodes (the other job's time limit: no job has finished yet to
 learn shares from) is known. Each step plans the next one with the default time weight
-(3: keep while the result is due within 3/4 of the wait for nodes), or its own:
+(0.25: keep while the result is due within a fifth of the wait for nodes), or its own:
 
 - a step keeps its nodes across a short vendor wait and runs the next iteration in
   place, when getting nodes back would cost far more (the other job holds the cores

@@ -290,7 +290,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="what one second of the loop's time is worth in seconds of idle nodes, when "
         "each step decides whether to keep its nodes for the next result, release the next "
         "step early or give the nodes back (0: never hold a node idle; default: the site's "
-        "[quantum.loops] time-weight, else 3)",
+        "[quantum.loops] time-weight, else 0.25)",
     )
     s.add_argument(
         "--setattr",
