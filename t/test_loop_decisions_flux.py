@@ -2,14 +2,14 @@
 
 The world of ``test_loop_flux`` (a real instance of two cores, the real service, the
 emulator's Braket side at ``SPEED`` times the wall clock); the loop's steps ask for one
-core, and another user's job holds the other one for as long as the test says, so the
-forecast wait for a step's nodes (the other job's time limit: no job has finished yet to
-learn shares from) is known. Each step plans the next one with the default time weight
+core, another user's job holds the other one, and a job queued while step 0 works would
+take the core step 0 gives back, so the forecast wait for a step's nodes (that job's time
+limit: no job has finished yet to learn shares from) is known. Each step plans the next one with the default time weight
 (0.25: keep while the result is due within a fifth of the wait for nodes), or its own:
 
 - a step keeps its nodes across a short vendor wait and runs the next iteration in
-  place, when getting nodes back would cost far more (the other job holds the cores
-  for an hour);
+  place, when getting nodes back would cost far more (the queued job would hold the
+  core for an hour);
 - a step gives its nodes back and its successor is released early, when the next
   result is far against what the loop's own time weight (0.01) lets it hold its nodes
   for (the previous task waited behind another user's long task).
@@ -62,6 +62,9 @@ def test_a_step_keeps_its_nodes_across_a_short_wait_and_runs_the_next_iteration_
 ) -> None:
     other_job(world, "1h")
     loop = world.submit_loop("kept", "--qpu=local:q-loop", "--max-iterations=2", "-n1", "-t", "10m")
+    # While step 0 works, a job of an hour queues for the core it would give back.
+    world.wait_event(world.step_job(loop, 0), "start", timeout=60)
+    world.inst.run(["flux", "submit", "-n1", "-t", "1h", "sleep", "3600"])
     done = world.wait_loop(loop)
     assert done.returncode == 0, done.stdout + done.stderr
     status = json.loads(world.loop("status", "--json", "--steps", loop).stdout)

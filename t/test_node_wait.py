@@ -64,11 +64,17 @@ def test_jobs_ahead_at_the_top_priority_go_first_and_ordinary_ones_do_not() -> N
     assert "at Fluxion's reservation" in wait.describe()
 
 
-def test_a_step_giving_its_cores_back_does_not_count_on_them() -> None:
-    q = queue(0, [RunningJob(8, T - 10, T + 100, jobid=7), RunningJob(8, T - 10, T + 900)])
+def test_a_step_giving_its_cores_back_finds_them_taken_by_the_queues_work() -> None:
+    running = [RunningJob(8, T - 10, T + 100, jobid=7), RunningJob(8, T - 10, T + 900)]
+    # nothing queued: the step's own 8 cores are free again at once
+    assert forecast_node_wait(queue(0, running), 8, 60.0, instead_of=7).seconds == 0.0
+    # a queued job of 8 cores and 300 s takes them; the other 8 free at +900
+    waiting = [PendingJob(8, 300.0, 16), PendingJob(16, 60.0, 16)]
+    q = queue(0, running, waiting)
+    assert forecast_node_wait(q, 8, 60.0, instead_of=7).seconds == pytest.approx(300.0)
+    assert forecast_node_wait(q, 12, 60.0, instead_of=7).seconds == pytest.approx(900.0)
+    # without it, the step's cores free at its own end (+100)
     assert forecast_node_wait(q, 8, 60.0).seconds == pytest.approx(100.0)
-    assert forecast_node_wait(q, 8, 60.0, instead_of=7).seconds == pytest.approx(900.0)
-    assert forecast_node_wait(q, 12, 60.0, instead_of=7).seconds is None
 
 
 def test_a_job_fits_a_hole_before_a_reservation_only_if_it_ends_in_time() -> None:

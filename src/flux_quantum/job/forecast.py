@@ -182,8 +182,8 @@ class StepForecasts:
     ) -> StepFacts:
         """What step ``jobid`` plans the next step by: the forecast wait for the next
         step's nodes (``nodes`` whole nodes when ``exclusive``, else ``cores``; time
-        limit ``duration``; at the weight's quantile; step ``jobid``'s own nodes not
-        counted on: given back, others take them), the wait for its result as the
+        limit ``duration``; at the weight's quantile; step ``jobid``'s own nodes given
+        back and taken by the queue's waiting work that fits), the wait for its result as the
         loop's last task (of job ``previous``) took (``previous_wait``), one
         iteration's ``work`` and the
         time left in step ``jobid``'s limit, and the loop's quickest ``turnaround``.

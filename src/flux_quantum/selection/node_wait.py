@@ -247,16 +247,25 @@ def forecast_node_wait(
     at ``queue.t`` with ``priority`` would start, in seconds from then; running and
     queued jobs run the ``quantile`` share of their limits (``ClusterQueue.share``).
 
-    ``instead_of``: a running job (a loop's step) that gives its cores back to come back
-    later: they go to the queue's other work meanwhile, so they count as taken until
-    some time no one can say, and the forecast is made without them."""
+    ``instead_of``: a running job (a loop's step) that gives its cores back now to come
+    back later at ``priority``: the queue's work of a lower priority that fits takes
+    them at once (in the queue's order) and runs its share of its limit, and the
+    forecast is made from there."""
     share = queue.share(quantile)
     now = queue.t
     profile = _Profile(now, queue.free_cores)
+    given_back = False
     for job in queue.running:
         if instead_of and job.jobid == instead_of:
-            continue
-        profile.add(job.end(queue, quantile), job.cores)
+            profile.add(now, job.cores)
+            given_back = True
+        else:
+            profile.add(job.end(queue, quantile), job.cores)
+    if given_back:
+        for job in queue.pending:
+            length = share * job.duration if job.duration > 0 else math.inf
+            if job.priority < priority and profile.earliest(job.cores, length) == now:
+                profile.take(now, length, job.cores)
     ahead = [j for j in queue.pending if j.priority >= priority]
     reserved = 0
     for job in ahead:
