@@ -166,7 +166,7 @@ class Release:
         waiting for its result: released once the result is no farther than the
         forecast wait for its nodes (``step_plan.node_lead_release``); None for any
         other job, or without a view of the queue."""
-        if cluster.queue is None or unit.request.loop is None:
+        if cluster.queue is None or unit.request.loop is None or not unit.jobs:
             return None
         if unit.request.release_at not in AT_END:
             return None
