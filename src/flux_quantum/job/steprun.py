@@ -170,6 +170,7 @@ class StepRunner:
         self.forecasts = forecasts
         self.clock = clock
         self.sleep = sleep
+        self.refused = False  # Flux refused a step: the loop failed
 
     def run(self, iteration: int) -> int:
         k, carrier, extra = iteration, None, {}
@@ -185,8 +186,8 @@ class StepRunner:
                 return rc
             plan = self._plan(k, carrier, work)
             successor = self._submit(k + 1, plan, decision.next_device, decision.budget)
-            if successor is None:
-                return rc or 1
+            if successor is None:  # cancelled meanwhile, or refused (the loop failed)
+                return (rc or 1) if self.refused else rc
             if plan.action is not StepAction.KEEP:
                 return rc
             held = self._hold(k + 1, plan, successor)
@@ -303,6 +304,7 @@ class StepRunner:
             except CommandError as exc:
                 loop.append(Ended(k - 1, FAILED, str(exc)))
                 print(f"flux-quantum: ERROR: {exc}", file=sys.stderr)
+                self.refused = True
                 return None
         print(f"flux-quantum: loop {loop.id}: step {k}: {plan.reason}", file=sys.stderr)
         return submitted.jobid
