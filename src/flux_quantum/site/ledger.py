@@ -329,7 +329,9 @@ def restrict_to_caller(query: UsageQuery, caller: int, owner: int) -> UsageQuery
     )
 
 
-def serve_usage(ledger: Ledger, payload: Mapping[str, Any], caller: int, owner: int) -> dict:
+def serve_usage(
+    ledger: Ledger, payload: Mapping[str, Any], caller: int, owner: int
+) -> dict[str, Any]:
     """The service's ``usage`` RPC in one call: parse ``payload`` (``UsageQuery.to_dict``
     form), restrict it to the caller's own rows unless the caller is the owner, query.
     Raises ValueError (EINVAL) for a bad payload and GuestError (EPERM) for a guest who
@@ -739,7 +741,8 @@ class Ledger:
     def usage(self, query: UsageQuery) -> list[UsageRow]:
         """Tasks and spend grouped by ``query.group_by`` (period, user, bank, device,
         reservation, cluster), of every cluster unless ``query.cluster`` names one."""
-        where, args = ["1 = 1"], []
+        where: list[str] = ["1 = 1"]
+        args: list[Any] = []
         if query.userid is not None:
             where.append("userid = ?")
             args.append(query.userid)
