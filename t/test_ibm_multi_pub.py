@@ -10,6 +10,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import replace
 
 import pytest
 import qrmi
@@ -148,6 +149,15 @@ def test_three_pubs_run_as_one_job_and_split_back_per_pub(emu, clock):
     single = ibm.results(alone)
     assert len(single) == 1 and single[0].counts == x0.counts
     assert single[0].raw["results"] == x0.raw["results"]
+
+
+def test_a_program_past_the_last_of_its_task_is_not_found(emu, clock):
+    ibm = vendor(emu, clock)
+    task = ibm.submit_set(LINE, [(X0, 100), (ZERO, 300)], "fq-past-1")
+    clock.advance(30 + 10 + 400 * 0.01)
+    assert ibm.result_of(replace(task, program=1)).counts == {"00": 300}
+    with pytest.raises(errors.NotFound, match="has 2 program"):
+        ibm.result_of(replace(task, program=2))
 
 
 def test_the_whole_job_is_billed_its_usage_seconds(emu, clock):

@@ -391,7 +391,10 @@ class Vendor(abc.ABC):
         if not 0 <= task.program < len(results):
             raise NotFound(
                 f"task {task.task_id} has {len(results)} program(s), not a program "
-                f"#{task.program + 1}"
+                f"#{task.program + 1}",
+                vendor=self.name,
+                vendor_code="NotFound",
+                operation="result",
             )
         return results[task.program]
 
