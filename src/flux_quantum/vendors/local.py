@@ -31,6 +31,7 @@ from flux_quantum.vendors.base import (
     VendorSession,
 )
 from flux_quantum.vendors.braket import BraketSettings, BraketVendor
+from flux_quantum.vendors.braket.settings import BotoService
 from flux_quantum.vendors.errors import VendorUnavailable
 from flux_quantum.vendors.ibm import IbmVendor
 from flux_quantum.vendors.ibm import emulator_settings as ibm_emulator_settings
@@ -264,7 +265,7 @@ class LocalVendor(BraketVendor):
             return super().session_environment(session)
         return self.ibm.session_environment(session)
 
-    def _client(self, service: str, region: str) -> Any:
+    def _client(self, service: BotoService, region: str) -> Any:
         self._require_emulator()
         return super()._client(service, region)
 

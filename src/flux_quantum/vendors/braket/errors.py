@@ -131,9 +131,9 @@ def name_first_failure(exc: ClientError) -> None:
     where = f"program {first.get('programIndex')}"
     if first.get("inputsIndex") is not None:
         where += f" inputs {first.get('inputsIndex')}"
-    errors = first.get("errors") if isinstance(first.get("errors"), list) else []
+    errors = first.get("errors")
     error = exc.response.setdefault("Error", {})
     message = str(error.get("Message") or "").rstrip(".")
-    detail = "; ".join(map(str, errors))
+    detail = "; ".join(map(str, errors)) if isinstance(errors, list) else ""
     if detail and detail not in message:  # Braket's message may already say it
         error["Message"] = f"{message} (first failure: {where}: {detail})"

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 from botocore.config import Config
 
 from flux_quantum import __version__
+
+# The AWS services a Braket vendor builds boto3 clients of.
+BotoService = Literal["braket", "s3"]
 
 BUCKET_VARIABLE = "AMZN_BRAKET_OUT_S3_BUCKET"  # the SDK's results bucket, as Braket jobs get it
 
@@ -66,7 +69,7 @@ def boto_session(settings: BraketSettings, region: str | None = None) -> boto3.s
     )
 
 
-def client_config(settings: BraketSettings, service: str) -> tuple[str | None, Config]:
+def client_config(settings: BraketSettings, service: BotoService) -> tuple[str | None, Config]:
     """``(endpoint, config)`` of the boto3 client of ``service`` ("braket" or "s3"): the
     settings' endpoint override (None: the SDK's resolution), one attempt (the vendor's
     ``RetryBudget`` retries) and the settings' timeouts; an explicit S3 endpoint is

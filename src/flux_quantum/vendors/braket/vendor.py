@@ -36,6 +36,7 @@ Decisions worth knowing:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -84,7 +85,12 @@ from flux_quantum.vendors.braket.parsing import (
     unreadable_set,
 )
 from flux_quantum.vendors.braket.sdk import sdk
-from flux_quantum.vendors.braket.settings import BraketSettings, boto_session, client_config
+from flux_quantum.vendors.braket.settings import (
+    BotoService,
+    BraketSettings,
+    boto_session,
+    client_config,
+)
 from flux_quantum.vendors.errors import (
     Conflict,
     DeviceOffline,
@@ -132,7 +138,7 @@ class BraketVendor(TranslatedCalls, Vendor):
         from_arn = arn_region(arn) if arn else None
         return from_arn or self.settings.region or DEFAULT_REGION
 
-    def _client(self, service: str, region: str) -> Any:
+    def _client(self, service: BotoService, region: str) -> Any:
         """The boto3 client of ``service`` in ``region``, built once.
 
         One boto3 session serves every region, so service models load once; S3 is only
@@ -433,7 +439,7 @@ class BraketVendor(TranslatedCalls, Vendor):
             page = self._call(
                 "SearchQuantumTasks",
                 device.name,
-                lambda request=dict(request): braket.search_quantum_tasks(**request),
+                functools.partial(braket.search_quantum_tasks, **request),
             )
             for summary in page.get("quantumTasks") or []:
                 tags = summary.get("tags") if isinstance(summary, Mapping) else None
