@@ -133,7 +133,7 @@ class Charges:
         # for it (in order), and when they are tried again.
         self.outage: str | None = None
         self.outage_since: float | None = None
-        self.backlog: list[tuple[str, Callable[[], None]]] = []
+        self.backlog: list[tuple[str, Callable[[], object]]] = []  # what, the write
         self.backlog_retry = Retries()
         self.backlog_due = 0.0
         self.held_for_ledger = 0  # reservations put off by an outage (a counter)
@@ -158,7 +158,7 @@ class Charges:
             self.outage = self.outage_since = None
             self.ctx.log(syslog.LOG_INFO, f"ledger: reachable again after {lasted:.0f}s")
 
-    def _later(self, what: str, write: Callable[[], None]) -> None:
+    def _later(self, what: str, write: Callable[[], object]) -> None:
         """Run ``write`` now, or after the writes already waiting for the ledger; kept
         in order until the ledger takes it."""
         if not self.backlog:

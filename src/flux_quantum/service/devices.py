@@ -9,6 +9,7 @@ part never creates or releases anything.
 
 from __future__ import annotations
 
+import functools
 import math
 import syslog
 from typing import Any
@@ -79,7 +80,7 @@ class Devices:
                     ctx.estimator.observe(snapshot)
                     self.seen(watch.device, snapshot)
 
-            ctx.workers.submit(lambda v=vendor, d=device: v.probe(d), done)
+            ctx.workers.submit(functools.partial(vendor.probe, device), done)
 
     def seen(self, device: Device, snapshot: DeviceSnapshot) -> None:
         """What a probe said: graph status, and fail-over of tasks on a device gone."""

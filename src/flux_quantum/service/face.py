@@ -39,12 +39,12 @@ class Face:
         first_task = next((a.task.task_id for a in attempts if a.task is not None), None)
         waiting = [a for a in attempts if a.phase is not Phase.READY]
         # A vendor without positions (IBM): the estimated place stands in.
-        positions = [
+        places = [
             a.snapshot.position if a.snapshot.position is not None else a.estimated_position
             for a in (waiting or attempts)
             if a.snapshot is not None
-            and (a.snapshot.position is not None or a.estimated_position is not None)
         ]
+        positions = [place for place in places if place is not None]
         waits = [a.expected_wait for a in waiting if a.expected_wait is not None]
         holding = [a.retry.holding for a in waiting if a.retry.holding]
         if state is None:
