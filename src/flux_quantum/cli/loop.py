@@ -218,7 +218,7 @@ def cmd_step(args: argparse.Namespace) -> int:
 # --- parsers -------------------------------------------------------------------------------
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "loop",
         help="variational loops as chains of held steps (submit, status, cancel, wait)",

@@ -71,7 +71,7 @@ MONEY = ("spent", "reserved", "total", "share")
 DEFAULTS: dict[str, Any] = {"reservation": "*", "cluster": "*", "qpu_seconds": 0.0, "share": 0.0}
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     usage = sub.add_parser(
         "usage",
         help="show QPU tasks and spend per period, user, bank and device",

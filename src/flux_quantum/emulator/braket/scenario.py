@@ -599,7 +599,7 @@ def _parse_device(raw: Any, source: str, index: int) -> DeviceSpec:
             value = c.number(key, None, high=1.0)
             if value is None:
                 c.fail(key, "is required (a fidelity between 0 and 1)")
-            figures[key] = float(value)  # type: ignore[arg-type]
+            figures[key] = float(value)
         spread = c.number("spread", 0.0, high=0.5) or 0.0
         calibration = CalibrationSpec(spread=spread, **figures)
 
