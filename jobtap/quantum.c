@@ -1248,6 +1248,13 @@ int flux_plugin_init (flux_plugin_t *p)
               restore_cb,
               ctx)))
         return -1;
+    /* At load (a job-manager restart, flux jobtap load), meet active jobs
+     * in reverse state order, then by id: a --dependency=qpu:JOBID
+     * follower comes after the job it follows (released or held), so its
+     * dependency check finds that job instead of logging an error.
+     */
+    if (flux_jobtap_set_load_sort_order (p, "-state") < 0)
+        return -1;
     for (const struct flux_plugin_handler *h = tab; h->topic; h++) {
         if (flux_plugin_add_handler (p, h->topic, h->cb, ctx) < 0)
             return -1;
