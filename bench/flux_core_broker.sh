@@ -7,8 +7,9 @@
 # prints it) in its configuration: where the test gives a config folder (-c DIR,
 # --config-path=DIR), the file is dropped into that folder as flux-quantum.toml, so the
 # test's own later edits and `flux config reload` work as they do without it; a config
-# file (-c FILE) is copied beside ours into a new folder; no config, ours alone. It
-# changes nothing else.
+# file (-c FILE) is copied beside ours into a new folder; no config, ours alone. A
+# broker started as a job (flux alloc/batch inside a test: FLUX_JOB_ID is set) is left
+# as the test configured it. It changes nothing else.
 set -euo pipefail
 self_dir=$(cd "$(dirname "$0")" && pwd)
 real=""
@@ -22,6 +23,7 @@ for dir in "${path[@]}"; do
     fi
 done
 [ -n "$real" ] || { echo "flux-broker wrapper: no flux-broker on FLUX_EXEC_PATH" >&2; exit 1; }
+if [ -n "${FLUX_JOB_ID:-}" ]; then exec "$real" "$@"; fi
 
 ours="$FLUXQ_SUITE_CONF/quantum.toml"
 conf=""
