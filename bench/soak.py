@@ -23,7 +23,7 @@ on, as a percentage of their mean (target <= 1 % a day for the service, the brok
 the caches; the ledger and the content store hold the history by design and are
 reported per job). Nothing lost: the promise checker over the whole run, 0 violations.
 
-    python bench/soak.py --quick     # 2 days, < 5 min; files only with --out
+    python bench/soak.py --quick     # 3 days, < 5 min; files only with --out
     python bench/soak.py             # 7 days -> bench/results/soak.{txt,json}
 """
 
@@ -196,8 +196,8 @@ def report(result: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 days, < 5 min")
-    parser.add_argument("--days", type=int, help="simulated days (7; quick 2)")
+    parser.add_argument("--quick", action="store_true", help="3 days, < 5 min")
+    parser.add_argument("--days", type=int, help="simulated days (7; quick 3)")
     parser.add_argument("--jobs-per-day", type=int, help="submissions a day (24; quick 8)")
     parser.add_argument("--speed", type=float, help="vendor clock speed (1440; quick 4320)")
     parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
@@ -207,7 +207,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--out", type=Path, help="results directory (full run: bench/results)")
     args = parser.parse_args()
-    days = args.days or (2 if args.quick else 7)
+    days = args.days or (3 if args.quick else 7)
     per_day = args.jobs_per_day or (8 if args.quick else 24)
     args.speed = args.speed or (4320.0 if args.quick else 1440.0)
     args.window = DAY / args.speed  # the Arm's name for wall seconds of arrivals
