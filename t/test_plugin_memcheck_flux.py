@@ -27,6 +27,7 @@ where its build tree is (FLUXQ_VALGRIND_SUPP to point elsewhere).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -90,7 +91,9 @@ SKIP = (
     else None
 )
 
-pytestmark = [pytest.mark.flux, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
+# Skipped in the fixture, which says so in one loud line first (a skipif mark would
+# skip quietly).
+pytestmark = pytest.mark.flux
 
 
 @dataclass(frozen=True)
@@ -198,8 +201,13 @@ def real_program(relative: str) -> str:
 
 
 def say(request: pytest.FixtureRequest, text: str) -> None:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
+    """Write TEXT to the terminal as it happens, past pytest's capture."""
+    plugins = request.config.pluginmanager
+    reporter = plugins.get_plugin("terminalreporter")
+    capture = plugins.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         reporter.write_line("")
         for line in text.splitlines():
             reporter.write_line(line)
