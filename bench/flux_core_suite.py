@@ -99,7 +99,14 @@ QUICK: tuple[str, ...] = ("t2202-job-manager.t", "t2270-job-dependencies.t", "t2
 
 # Subtests that inspect what a loaded plugin necessarily changes, by test: why each
 # fails with the quantum plugin and validator loaded, whatever the plugin does.
-KNOWN: dict[str, str] = {}
+KNOWN: dict[str, str] = {
+    "t2111-job-ingest-config.t": (
+        "it writes its own [ingest.validator] table (conf.d/ingest.toml) into the folder "
+        "that holds flux quantum config's, which sets ingest.validator.plugins too: two "
+        "files defining one key make the config invalid, so every reload it checks fails "
+        "(a site puts the validator into its one [ingest.validator] table)"
+    ),
+}
 
 
 def instance_config() -> str:
@@ -210,7 +217,19 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="three tests (< 5 min)")
     parser.add_argument("tests", nargs="*", help="tests to run (default: the full list)")
     parser.add_argument("--out", type=Path, help="results directory (full run: bench/results)")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite the report from the results' JSON"
+    )
     args = parser.parse_args()
+    if args.report_only:
+        path = (args.out or RESULTS) / "flux_core_suite.json"
+        result = json.loads(path.read_text())
+        for row in result["tests"]:
+            row["known"] = KNOWN.get(row["test"], "")
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        (path.with_suffix(".txt")).write_text(report(result))
+        print(report(result), end="")
+        return 0
     tests = tuple(args.tests) or (QUICK if args.quick else TESTS)
     if not (FLUX_CORE_BUILD / "t" / "Makefile").exists():
         print(f"flux_core_suite: no configured flux-core build tree at {FLUX_CORE_BUILD}")
