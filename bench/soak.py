@@ -47,6 +47,7 @@ from benchlib import revision, verdict  # noqa: E402
 from faults import (  # noqa: E402
     PROMISE_NAMES,
     Arm,
+    Broker,
     JobPlan,
     fault_plan,
     violations_by_promise,
@@ -134,6 +135,45 @@ class Sampler:
         self.thread.join(timeout=30)
 
 
+def broker_kb_per_job(work: Path, qpu: bool, jobs: int, rounds: int = 4) -> float:
+    """The control: the broker's RSS growth per job, ``rounds`` of ``jobs`` jobs after a
+    warm-up round, in an instance of its own: ordinary jobs without the plugin (qpu
+    False), or qpu jobs the plugin holds and then releases in one request (qpu True). Equal
+    figures say the broker's growth is Flux keeping its inactive jobs, not the plugin."""
+    import flux
+
+    from flux_quantum.cli.plugin import instance_config
+    from flux_quantum.instance.plugin import PluginClient
+
+    (work / "conf").mkdir(parents=True)
+    (work / "conf" / "quantum.toml").write_text(instance_config() if qpu else "")
+    broker = Broker(work, os.environ, [])
+    broker.start()
+    try:
+        client = PluginClient(flux.Flux(broker.env["FLUX_URI"]))
+        pid = int(broker.run("flux", "getattr", "broker.pid").stdout)
+
+        def one_round(n: int) -> None:
+            qpu_args = ["--setattr=qpu=braket:sv1"] if qpu else []
+            broker.run("flux", "submit", f"--cc=1-{n}", "--quiet", *qpu_args, "true")
+            if qpu:
+                deadline = time.monotonic() + 120
+                held = [j.id for j in client.list()]
+                while len(held) < n and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    held = [j.id for j in client.list()]
+                client.release(held, task="arn:soak/control", device="sv1")
+            broker.run("flux", "queue", "idle", "--timeout=300s", timeout=360)
+
+        one_round(jobs)
+        before = proc_status(pid)["rss_kb"]
+        for _ in range(rounds):
+            one_round(jobs)
+        return (proc_status(pid)["rss_kb"] - before) / (rounds * jobs)
+    finally:
+        broker.stop()
+
+
 def growth_pct_per_day(values: list[float]) -> float | None:
     """Least-squares slope of one value a day, as % of their mean; None below 2 days."""
     if len(values) < 2 or not statistics.fmean(values):
@@ -186,6 +226,10 @@ def report(result: dict[str, Any]) -> str:
     per_job = result.get("history_bytes_per_job", {})
     for key, value in per_job.items():
         lines.append(f"  {key:22} {value:,.0f} bytes per job")
+    control = result.get("broker_kb_per_job_control") or {}
+    if control:
+        lines += ["", "broker RSS growth per job, control instances (Flux keeps inactive jobs):"]
+        lines += [f"  {key:30} {value:8.1f} kB per job" for key, value in control.items()]
     lines += ["", "promises over the whole run (target 0 each):"]
     for name, count in result["violations"].items():
         lines.append(f"  {name:16} {'-' if count is None else count}")
@@ -205,6 +249,9 @@ def main() -> int:
     parser.add_argument("--fault-scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--control", type=int, help="jobs a round of the broker control (100; quick 30; 0: none)"
+    )
     parser.add_argument("--out", type=Path, help="results directory (full run: bench/results)")
     args = parser.parse_args()
     days = args.days or (3 if args.quick else 7)
@@ -249,6 +296,14 @@ def main() -> int:
         if sampler is not None:
             sampler.close()
         arm.close()
+    control_jobs = args.control if args.control is not None else (30 if args.quick else 100)
+    control = {}
+    if control_jobs:
+        say(f"broker control: {control_jobs} jobs a round, without and with the plugin")
+        control = {
+            "ordinary_jobs_without_plugin": broker_kb_per_job(work / "plain", False, control_jobs),
+            "qpu_jobs_held_and_released": broker_kb_per_job(work / "qpu", True, control_jobs),
+        }
     ends = [s for s in sampler.samples if s["day_end"]] if sampler else []
     warm = ends[1:]
     growth = {
@@ -274,6 +329,7 @@ def main() -> int:
         "drained": arm.result.drained,
         "growth": growth,
         "history_bytes_per_job": history,
+        "broker_kb_per_job_control": control,
         "violations": violations_by_promise(arm.result.findings),
         "faults": (arm.result.report or {}).get("faults") if arm.result.report else None,
         "errors": arm.result.errors,
