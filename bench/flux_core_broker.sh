@@ -5,8 +5,9 @@
 # It finds the next flux-broker on FLUX_EXEC_PATH (flux-core's build tree under `make
 # check`) and starts it with $FLUXQ_SUITE_CONF/quantum.toml (as `flux quantum config`
 # prints it) in its configuration: where the test gives a config folder (-c DIR,
-# --config-path=DIR), the file is dropped into that folder as flux-quantum.toml, so the
-# test's own later edits and `flux config reload` work as they do without it; a config
+# --config-path=DIR, or FLUX_CONF_DIR), the file is dropped into that folder as
+# flux-quantum.toml, so the test's own later edits and `flux config reload` work as
+# they do without it; a config
 # file (-c FILE) is copied beside ours into a new folder; no config, ours alone. A
 # broker started as a job (flux alloc/batch inside a test: FLUX_JOB_ID is set) is left
 # as the test configured it. It changes nothing else.
@@ -47,6 +48,7 @@ while [ $# -gt 0 ]; do
         *) args+=("$1"); shift ;;
     esac
 done
-[ -n "$conf" ] || with_conf "$FLUXQ_SUITE_CONF/none"
+# No -c: the broker would read FLUX_CONF_DIR, the test's folder when it set one.
+if [ -z "$conf" ]; then with_conf "${FLUX_CONF_DIR:-$FLUXQ_SUITE_CONF/none}"; fi
 echo "$real -c $conf" >>"${FLUXQ_SUITE_TMP:-/tmp}/brokers.log"
 exec "$real" -c "$conf" "${args[@]}"
