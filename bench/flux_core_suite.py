@@ -205,7 +205,7 @@ def report(result: dict[str, object]) -> str:
     lines = [
         f"flux-core {result['flux_core']} tests with the quantum plugin and validator loaded "
         f"(flux-quantum {result['revision']})",
-        f"brokers started with the plugin: {result['brokers']}",
+        *([f"brokers started with the plugin: {result['brokers']}"] if result["brokers"] else []),
         "",
         f"{'test':50} {'result':8} {'ok':>5} {'fail':>5} {'skip':>5} {'s':>7}",
     ]
@@ -263,7 +263,7 @@ def main() -> int:
         result = {
             "revision": revision(REPO, ("jobtap", "src", "bench")),
             "flux_core": "0.88.0",
-            "brokers": brokers_started({"FLUXQ_SUITE_TMP": str(OUT / "tmp")}),
+            "brokers": None,  # a later run's prepare() may have emptied the count
             "tests": rows,
             "not_run": [t for t in tests if t not in {r["test"] for r in rows}],
         }
