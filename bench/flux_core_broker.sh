@@ -45,9 +45,11 @@ while [ $# -gt 0 ]; do
         -c*) with_conf "${1#-c}"; shift ;;
         --config-path=*) with_conf "${1#--config-path=}"; shift ;;
         --config-path) with_conf "$2"; shift 2 ;;
-        *) args+=("$1"); shift ;;
+        -*) args+=("$1"); shift ;;
+        *) break ;; # the initial program and its arguments (bash -c ...): not ours
     esac
 done
+args+=("$@")
 # No -c: the broker would read FLUX_CONF_DIR, the test's folder when it set one.
 if [ -z "$conf" ]; then with_conf "${FLUX_CONF_DIR:-$FLUXQ_SUITE_CONF/none}"; fi
 echo "$real -c $conf" >>"${FLUXQ_SUITE_TMP:-/tmp}/brokers.log"
