@@ -61,17 +61,25 @@ def run_libfuzzer(fuzzer: Path, seconds: int, out: Path) -> dict[str, object]:
         text=True,
     )
     (out / "libfuzzer.log").write_text(proc.stderr[-200_000:])
+    return libfuzzer_record(proc.stderr, out, round(time.monotonic() - started, 1))
+
+
+def libfuzzer_record(stderr: str, out: Path, seconds: float | None) -> dict[str, object]:
+    """The figures of a libFuzzer run from what it printed and left in OUT."""
+    artifacts, corpus = out / "artifacts", out / "corpus"
     found = sorted(p.name for p in artifacts.iterdir() if p.name.startswith(ARTIFACTS))
-    units = re.search(r"stat::number_of_executed_units:\s*(\d+)", proc.stderr)
-    cov = re.findall(r"cov: (\d+) ft: (\d+)", proc.stderr)
+    units = re.search(r"stat::number_of_executed_units:\s*(\d+)", stderr)
+    done = re.search(r"Done \d+ runs in (\d+) second", stderr)
+    cov = re.findall(r"cov: (\d+) ft: (\d+)", stderr)
     return {
-        "seconds": round(time.monotonic() - started, 1),
+        "seconds": seconds if seconds is not None else float(done.group(1)) if done else None,
         "inputs": int(units.group(1)) if units else 0,
-        "exit_code": proc.returncode,
+        "exit_code": 0 if units else None,
         "crashes": sum(1 for f in found if f.startswith(("crash-", "oom-", "leak-"))),
         "hangs": sum(1 for f in found if f.startswith("timeout-")),
-        "sanitizer_reports": proc.stderr.count("ERROR: AddressSanitizer")
-        + proc.stderr.count("runtime error:"),
+        "sanitizer_reports": stderr.count("ERROR: AddressSanitizer")
+        + stderr.count("ERROR: LeakSanitizer")
+        + stderr.count("runtime error:"),
         "artifacts": found,
         "coverage_edges": int(cov[-1][0]) if cov else 0,
         "corpus_size": len(list(corpus.iterdir())),
@@ -129,6 +137,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, help="libFuzzer time (3600; quick 60)")
     parser.add_argument("--examples", type=int, help="hypothesis examples a property (100,000)")
     parser.add_argument("--out", type=Path, help="results directory (full run: bench/results)")
+    parser.add_argument(
+        "--reuse-libfuzzer",
+        action="store_true",
+        help="record the libFuzzer run bench/out/fuzz holds instead of running it again",
+    )
     args = parser.parse_args()
     seconds = args.seconds or (60 if args.quick else 3600)
     examples = args.examples or (2000 if args.quick else 100_000)
@@ -141,7 +154,11 @@ def main() -> int:
         print("fuzz: needs clang's libFuzzer (apt-get install clang)", file=sys.stderr)
         return 2
     result: dict[str, object] = {"revision": rev, "fuzzer": "libFuzzer, clang, ASan+UBSan"}
-    result["libfuzzer"] = run_libfuzzer(built.fuzzer, seconds, OUT)
+    if args.reuse_libfuzzer:
+        log = (OUT / "libfuzzer.log").read_text(errors="replace")
+        result["libfuzzer"] = libfuzzer_record(log, OUT, None)
+    else:
+        result["libfuzzer"] = run_libfuzzer(built.fuzzer, seconds, OUT)
     result["hypothesis"] = run_hypothesis(examples, OUT / "build")
     text = report(result)
     print(text, end="")
