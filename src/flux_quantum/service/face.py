@@ -4,25 +4,29 @@ Two views, both computed from the tracked units and nothing else: the volatile m
 every held job (``flux jobs -o '{user.qpu_position}'``: device, task, queue position,
 expected wait, state), sent only when they change and once per step of the service (the
 parts say which units changed, ``changed``; the core has them sent, ``refresh``); and the
-answer to a ``status`` request (``flux quantum service status``), where a guest sees only
-their own units. It never calls a vendor and never decides anything.
+answer to a ``status`` request (``flux quantum service status``, ``flux quantum top``),
+where a guest sees only their own units and their own units that ended lately. It never
+calls a vendor and never decides anything.
 """
 
 from __future__ import annotations
 
 import syslog
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from flux_quantum.protocol.jobspec import POSITION_MEMO, WAIT_MEMO, HeldMemo, session_memo
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.reservations import Reservations
-from flux_quantum.service.state import Member, Phase, Unit
+from flux_quantum.service.state import Member, Phase, Unit, UnitState
 
 # Keys that move with every poll of a queue: sent at most every QUEUE_MEMO_INTERVAL
 # seconds per unit (any other change goes at once, and takes them along).
 QUEUE_KEYS = frozenset({POSITION_MEMO, WAIT_MEMO})
 QUEUE_MEMO_INTERVAL = 2.0
+# How many ended units ``status`` shows (``recent``: releases and failures).
+RECENT = 20
 
 
 class Face:
@@ -31,6 +35,8 @@ class Face:
         self.reservations = reservations
         # The units whose memo may have changed in this step, with the state to show.
         self._changed: dict[int, tuple[Unit, str | None]] = {}
+        # The last units that ended (released, failed, abandoned), newest last.
+        self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
 
     def memo_of(self, unit: Unit, state: str | None = None) -> dict[str, Any]:
         """The memo every job of the unit shows now."""
@@ -170,6 +176,27 @@ class Face:
             except OSError as exc:
                 self.ctx.log(syslog.LOG_DEBUG, f"{member.id}: session memo failed: {exc}")
 
+    def ended(self, unit: Unit, state: UnitState, note: str | None = None) -> None:
+        """The unit was released, failed or abandoned: kept among the recent ones
+        ``status`` shows (its owner's and the instance owner's view only)."""
+        devices = sorted({a.device.name for a in unit.attempts() if a.device is not None})
+        self._recent.append(
+            {
+                "unit": unit.id,
+                "userid": unit.userid,
+                "jobs": sorted({*unit.jobs, *unit.released_jobs}),
+                "state": state.value,
+                "device": ",".join(devices) or None,
+                "t_submit": unit.t_submit,
+                "at": round(self.ctx.clock(), 3),
+                "note": note,
+            }
+        )
+
+    def recent(self, userid: int | None = None) -> list[dict[str, Any]]:
+        """The units that ended lately, newest first (only ``userid``'s when given)."""
+        return [r for r in reversed(self._recent) if userid is None or r["userid"] == userid]
+
     def units(self, userid: int | None = None) -> list[dict[str, Any]]:
         """The tracked units (only ``userid``'s when given), for ``status``."""
         out = []
@@ -181,6 +208,8 @@ class Face:
                     "unit": unit.id,
                     "userid": unit.userid,
                     "jobs": sorted(unit.jobs),
+                    "t_submit": unit.t_submit,
+                    "max_wait": unit.request.max_wait,
                     "request": unit.request.describe(),
                     "state": unit.state.value,
                     "tasks": [
@@ -197,6 +226,10 @@ class Face:
                             "expected_wait": None
                             if p.attempt.expected_wait is None
                             else round(p.attempt.expected_wait, 1),
+                            # When the expected wait was computed (its poll): a reader
+                            # counts down from there.
+                            "expected_at": p.attempt.snapshot.t if p.attempt.snapshot else None,
+                            "queued_at": p.attempt.queued_at,
                             "ready": p.attempt.ready_reason,
                             "waiting": p.attempt.retry.holding,
                         }
