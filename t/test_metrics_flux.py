@@ -6,14 +6,17 @@ the alerting rules shipped with the package, scrapes the service's ``[quantum.me
 endpoint. PromQL through its HTTP API returns what the instance does while jobs are
 held, released and failed; the vendor unreachable (the emulator stopped) fires
 ``FluxQpuVendorUnreachable``, which resolves once the emulator answers again; every
-query of the shipped Grafana dashboard evaluates. Each wait is a condition with a
-deadline.
+query of the shipped Grafana dashboard evaluates (with ``FLUX_QUANTUM_PANELS=FILE`` their
+data over the run is written there, for ``bench/monitoring_panels.py``). Each wait is a
+condition with a deadline.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +28,9 @@ import pytest
 from monitored import Monitored, free_port, until
 
 from flux_quantum.metrics import dashboard_path, rules_path
+
+# Where to write the dashboard panels' data over the run (range queries), when set.
+PANELS_ENV = "FLUX_QUANTUM_PANELS"
 
 pytestmark = [
     pytest.mark.flux,
@@ -95,6 +101,13 @@ class Prometheus:
     def equals(self, promql: str, expected: float) -> bool:
         return self.value(promql) == expected
 
+    def query_range(self, promql: str, start: float, end: float) -> list[dict[str, Any]]:
+        answer = self._get(
+            "/api/v1/query_range", query=promql, start=f"{start:.3f}", end=f"{end:.3f}", step="1"
+        )
+        assert answer["status"] == "success", answer
+        return answer["data"]["result"]
+
     def alerts(self, state: str = "firing") -> list[dict[str, Any]]:
         alerts = self._get("/api/v1/alerts")["data"]["alerts"]
         return [a for a in alerts if a["state"] == state]
@@ -124,6 +137,7 @@ def world(tmp_path) -> Iterator[tuple[Monitored, Prometheus]]:
 
 def test_prometheus_sees_jobs_held_released_failed_and_a_vendor_alert_fire_and_resolve(world):
     m, prom = world
+    t_begin = time.time()
     until(lambda: prom.equals('up{job="flux-quantum"}', 1), timeout=30)
     # Two jobs held on Alpha (4 tasks ahead, 10 s each).
     held = [m.submit("q-alpha", "-N1") for _ in range(2)]
@@ -200,3 +214,23 @@ def test_prometheus_sees_jobs_held_released_failed_and_a_vendor_alert_fire_and_r
                 empty.append(target["expr"])
     fed = [e for e in empty if "spend_settled" not in e and "release_lag" not in e]
     assert not [e for e in fed if "held_jobs" in e or "vendor_calls" in e or "queue_depth" in e]
+    # The panels' data over this run, for docs/monitoring.png (bench/monitoring_panels.py).
+    out = os.environ.get(PANELS_ENV)
+    if out:
+        end = time.time()
+        panels = [
+            {
+                "title": panel["title"],
+                "unit": panel["fieldConfig"]["defaults"]["unit"],
+                "targets": [
+                    {
+                        "expr": t["expr"],
+                        "legend": t["legendFormat"],
+                        "result": prom.query_range(t["expr"], t_begin, end),
+                    }
+                    for t in panel["targets"]
+                ],
+            }
+            for panel in dashboard["panels"]
+        ]
+        Path(out).write_text(json.dumps({"start": t_begin, "end": end, "panels": panels}))

@@ -1,5 +1,5 @@
-"""``ServiceMeters``: the handler service's hooks (``flux_quantum.service.meters``) when
-metrics are on.
+"""``ServiceMeters``: the handler service's hooks (the shape of
+``flux_quantum.service.meters.Meters``, which the service checks) when metrics are on.
 
 On the reactor thread it counts what only a moment knows: tasks that ended and why, the
 release lag of released jobs (from the moment their task reached its release point to
@@ -23,7 +23,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from flux_quantum.metrics.snapshot import ServiceSnapshot, take_snapshot
 from flux_quantum.metrics.vendor_calls import VendorCalls
-from flux_quantum.service.state import Attempt, Unit, UnitState
 from flux_quantum.vendors.base import Vendor
 
 # Release lag: the service's reaction after a poll saw the release point, tens of
@@ -86,15 +85,16 @@ class ServiceMeters:
     def vendor(self, name: str, vendor: Vendor) -> Vendor:
         return self.vendor_calls.wrap(name, vendor)
 
-    def task_ended(self, attempt: Attempt, outcome: str) -> None:
+    def task_ended(self, attempt: Any, outcome: str) -> None:
         device = attempt.device
         if device is None or attempt.task is None:
             return
         label = outcome.removeprefix("qpu-").replace("-", "_")
         self.tasks_ended.labels(device.vendor, device.name, label).inc()
 
-    def unit_ended(self, unit: Unit, state: UnitState) -> None:
-        released = state is UnitState.RELEASED
+    def unit_ended(self, unit: Any, state: Any) -> None:
+        """``unit`` ended in ``state`` (``UnitState``: released, failed, abandoned)."""
+        released = state == "released"
         for attempt in unit.attempts():
             device = attempt.device
             if device is None or attempt.task is None:

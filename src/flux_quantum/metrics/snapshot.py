@@ -2,12 +2,14 @@
 
 ``take_snapshot`` runs on the reactor thread (the only one that may read the service's
 state) and copies what the metrics need into a frozen record: held jobs by state and
-reason, by device, their nodes and cores, those whose task waited past its
-``max_wait``; the devices' status, queue depth and forecast wait; the ledger's
-availability; sessions, workers, the service's counters. The exporter's threads read
-only the last record published, never the service. Every label value is bounded (a
-phase, a reason from a fixed list, a catalog device or vendor): never a job, a task or
-a user. It never calls anything outside the service's own objects.
+reason (the service's own words for them: ``Face.held``), by device, their nodes and
+cores, those whose task waited past its ``max_wait``; the devices' status, queue depth
+and forecast wait; the ledger's availability; sessions, workers, the service's
+counters. The exporter's threads read only the last record published, never the
+service. Every label value is bounded (a phase, a reason from a fixed list, a catalog
+device or vendor): never a job, a task or a user. It reads the service through the
+service's own objects (duck-typed: this package sits below the service, which loads it)
+and never calls anything else.
 """
 
 from __future__ import annotations
@@ -15,24 +17,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
-
-from flux_quantum.service.state import Attempt, Phase, Unit
-from flux_quantum.service.submission import LEDGER_WAIT
-from flux_quantum.vendors.base import DeviceStatus
-
-# Why a held job waits, as a label: what its first unfinished attempt is doing.
-REASONS = (
-    "queued",  # its task is in the vendor's queue
-    "at_release_point",  # its task is there; the unit's other tasks are not yet
-    "selecting",  # a device is being chosen
-    "submitting",  # its task is being created
-    "merging",  # waiting to share one task with other jobs' programs
-    "reservation",  # waiting for its reserved window (Braket Direct)
-    "ledger",  # the site's ledger is unavailable: no task before its reservation
-    "device_paused",  # its device takes no work now
-    "no_device",  # no device fits now (all slots busy, none answers)
-    "retrying",  # a vendor call failed and is retried
-)
 
 
 @dataclass(frozen=True)
@@ -75,33 +59,6 @@ class ServiceSnapshot:
     build_seconds: float = 0.0  # the reactor's CPU time to take the previous snapshot
 
 
-def held_state(attempt: Attempt) -> str:
-    return "merging" if attempt.pooled else attempt.phase.value
-
-
-def held_reason(service: Any, unit: Unit, attempt: Attempt) -> str:
-    """Why the attempt's jobs wait, one of ``REASONS``."""
-    holding = attempt.retry.holding
-    if attempt.pooled:
-        return "merging"
-    if holding is not None and holding.startswith(LEDGER_WAIT):
-        return "ledger"
-    if service.reservations.waiting_reason(unit) is not None:
-        return "reservation"
-    if holding is not None:
-        return "no_device" if attempt.wait_posted is not None else "retrying"
-    phase = attempt.phase
-    if phase is Phase.TRACK:
-        device = attempt.device
-        snap = service.ctx.device_snapshots.get(device.name) if device is not None else None
-        if snap is not None and snap.status is DeviceStatus.PAUSED:
-            return "device_paused"
-        return "queued"
-    if phase is Phase.READY:
-        return "at_release_point"
-    return "selecting" if phase is Phase.SELECT else "submitting"
-
-
 def take_snapshot(service: Any, now: float) -> ServiceSnapshot:
     """The service's state now (reactor thread). ``service``: a ``QuantumService``."""
     ctx = service.ctx
@@ -113,11 +70,10 @@ def take_snapshot(service: Any, now: float) -> ServiceSnapshot:
         jobs = len(unit.jobs)
         if not unit.active or not jobs:
             continue
-        attempts = unit.attempts()
-        first = next((a for a in attempts if a.phase is not Phase.READY), attempts[0])
-        held[(held_state(first), held_reason(service, unit, first))] += jobs
-        if first.device is not None:
-            by_device[first.device.name] += jobs
+        state, reason, device = service.face.held(unit)
+        held[(state, reason)] += jobs
+        if device is not None:
+            by_device[device] += jobs
         for member in unit.jobs.values():
             nodes += member.size.nodes
             cores += member.size.cores
@@ -125,8 +81,8 @@ def take_snapshot(service: Any, now: float) -> ServiceSnapshot:
         limit = unit.request.max_wait
         if limit is not None and any(
             a.queued_at is not None and now - a.queued_at > limit
-            for a in attempts
-            if a.phase is Phase.TRACK
+            for a in unit.attempts()
+            if a.phase == "track"
         ):
             past += jobs
     charges = service.charges

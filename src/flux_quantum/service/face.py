@@ -19,7 +19,8 @@ from typing import Any
 from flux_quantum.protocol.jobspec import POSITION_MEMO, WAIT_MEMO, HeldMemo, session_memo
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.reservations import Reservations
-from flux_quantum.service.state import Member, Phase, Unit, UnitState
+from flux_quantum.service.state import Attempt, Member, Phase, Unit, UnitState
+from flux_quantum.vendors.base import DeviceStatus
 
 # Keys that move with every poll of a queue: sent at most every QUEUE_MEMO_INTERVAL
 # seconds per unit (any other change goes at once, and takes them along).
@@ -27,6 +28,22 @@ QUEUE_KEYS = frozenset({POSITION_MEMO, WAIT_MEMO})
 QUEUE_MEMO_INTERVAL = 2.0
 # How many ended units ``status`` shows (``recent``: releases and failures).
 RECENT = 20
+# What a job's memo says while the site's ledger cannot take its reservation.
+LEDGER_WAIT = "the site's ledger is unavailable: no task is created before its reservation"
+# Why a held job waits, in a word (the metrics' label): what its first unfinished attempt
+# is doing.
+HELD_REASONS = (
+    "queued",  # its task is in the vendor's queue
+    "at_release_point",  # its task is there; the unit's other tasks are not yet
+    "selecting",  # a device is being chosen
+    "submitting",  # its task is being created
+    "merging",  # waiting to share one task with other jobs' programs
+    "reservation",  # waiting for its reserved window (Braket Direct)
+    "ledger",  # the site's ledger is unavailable: no task before its reservation
+    "device_paused",  # its device takes no work now
+    "no_device",  # no device fits now (all slots busy, none answers)
+    "retrying",  # a vendor call failed and is retried
+)
 
 
 class Face:
@@ -175,6 +192,35 @@ class Face:
                 self.ctx.flux.annotate(member.id, session_memo(session.mode, session.fingerprint))
             except OSError as exc:
                 self.ctx.log(syslog.LOG_DEBUG, f"{member.id}: session memo failed: {exc}")
+
+    def held(self, unit: Unit) -> tuple[str, str, str | None]:
+        """Where the unit's jobs stand, in words from fixed lists: the phase of its first
+        unfinished attempt (or ``merging``), why they wait (``HELD_REASONS``) and that
+        attempt's device (None: not chosen yet)."""
+        attempts = unit.attempts()
+        attempt = next((a for a in attempts if a.phase is not Phase.READY), attempts[0])
+        device = attempt.device.name if attempt.device is not None else None
+        state = "merging" if attempt.pooled else attempt.phase.value
+        return state, self._reason(unit, attempt), device
+
+    def _reason(self, unit: Unit, attempt: Attempt) -> str:
+        holding = attempt.retry.holding
+        if attempt.pooled:
+            return "merging"
+        if holding is not None and holding.startswith(LEDGER_WAIT):
+            return "ledger"
+        if self.reservations.waiting_reason(unit) is not None:
+            return "reservation"
+        if holding is not None:
+            return "no_device" if attempt.wait_posted is not None else "retrying"
+        if attempt.phase is Phase.TRACK:
+            device = attempt.device
+            snap = self.ctx.device_snapshots.get(device.name) if device is not None else None
+            paused = snap is not None and snap.status is DeviceStatus.PAUSED
+            return "device_paused" if paused else "queued"
+        if attempt.phase is Phase.READY:
+            return "at_release_point"
+        return "selecting" if attempt.phase is Phase.SELECT else "submitting"
 
     def ended(self, unit: Unit, state: UnitState, note: str | None = None) -> None:
         """The unit was released, failed or abandoned: kept among the recent ones
