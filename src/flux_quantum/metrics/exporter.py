@@ -23,6 +23,7 @@ from typing import Any
 from prometheus_client import (
     CollectorRegistry,
     ProcessCollector,
+    disable_created_metrics,
     generate_latest,
     start_http_server,
     write_to_textfile,
@@ -48,6 +49,8 @@ class MetricsExporter:
         self.config = config
         self.spend = spend
         self._log = log or (lambda level, msg: None)
+        # No ``*_created`` series beside every counter (the service's process only).
+        disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=False)
         self.meters = ServiceMeters(self.registry, config.interval, clock=clock)
         ProcessCollector(namespace="flux_qpu_service", registry=self.registry)
