@@ -6,12 +6,12 @@ time-only checks every ``scan_interval``, steps the attempts whose time came
 (``DueQueue``), and runs the periodic parts, each fenced on its own (one that raises is
 said once; the others go on): cluster view, device probes, settlements, cancels,
 sessions, start-up measurements, and last the site's metrics (``Meters``: a snapshot of
-the state for the exporter's thread, when one is due). ``completions()`` hands finished worker calls back to
-their part, and ``step_soon()`` (after completions, and when a step falls due before
-the next tick) queues those attempts and steps what is due. The parts only say whose
-memo changed (``Face.changed``); the memos are sent here, once per unit, after the
-steps, after the completions and at the end of a tick (``Face.refresh``). All run on
-the reactor thread and never block. The parts, each given its collaborators here:
+the state for the exporter's thread, when one is due). ``completions()`` hands finished
+worker calls back to their part, and ``step_soon()`` (after completions, and when a
+step falls due before the next tick) queues those attempts and steps what is due. The
+parts only say whose memo changed (``Face.changed``); the memos are sent here, once per
+unit, after the steps, after the completions and at the end of a tick
+(``Face.refresh``). All run on the reactor thread and never block. The parts, each given its collaborators here:
 
 - ``adoption``: discovery of held jobs, adoption and recovery from eventlogs
 - ``submission``: an attempt's program read, its device chosen (``selection``), its
@@ -347,7 +347,7 @@ class QuantumService:
         # the units that ended lately (a guest's own only): ``flux quantum top``.
         held: dict[str, int] = {}
         for unit in ctx.units:
-            device = next((a.device.name for a in unit.attempts() if a.device), None)
+            _, _, device = self.face.held(unit)
             if device is not None:
                 held[device] = held.get(device, 0) + len(unit.jobs)
         out["devices"] = [
