@@ -365,7 +365,7 @@ def test_the_exporter_serves_http_and_writes_the_textfile_atomically(tmp_path):
             time.sleep(0.05)
         s = scrape(textfile.read_text())
         assert value(s, "flux_qpu_held_jobs", state="track", reason="queued") == 1
-        assert not list(tmp_path.glob("*.tmp*")), "a temporary file left beside it"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["flux_quantum.prom"]
         assert any(url.removesuffix("/metrics") in line for line in said)
     finally:
         exporter.stop()

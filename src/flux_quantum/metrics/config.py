@@ -4,7 +4,7 @@ Metrics are off unless the table is there (and not ``enabled = false``). They go
 ``listen`` address (``"127.0.0.1:9464"``: loopback unless the site names another
 address) where Prometheus scrapes them, or to a node_exporter ``textfile`` rewritten
 atomically every ``interval`` seconds, or both. ``interval`` is also how often the
-service publishes the snapshot its metrics are read from. The alert thresholds a site
+service publishes the snapshot its metrics are read from, and the page is rendered. The alert thresholds a site
 sets here are exported as gauges the shipped rules compare with, so the rules file needs
 no edit. This module only parses: it never opens a socket or a file.
 """

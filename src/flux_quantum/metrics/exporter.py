@@ -1,32 +1,37 @@
 """``MetricsExporter``: the handler service's metrics served to Prometheus or written for
 node_exporter.
 
-It owns the registry (the service's ``ServiceMeters``, the ``ServiceCollector`` read at
-scrape time, the process' own CPU and memory), the HTTP server on the ``listen``
-address (prometheus-client's, on its own threads) and one thread of its own that every
-``interval`` seconds refreshes the ledger's sums and rewrites the ``textfile``
-atomically (a temporary file renamed over it). The reactor only hands it snapshots
-through ``ServiceMeters``; nothing here runs on the reactor but ``start`` and ``stop``.
-What it serves is aggregates: counts, durations, devices, vendors, banks; never a job,
-a task or a user.
+It owns the registry (the service's ``ServiceMeters``, the ``ServiceCollector``, the
+process' own CPU and memory), one thread of its own that every ``interval`` seconds
+refreshes the ledger's sums, renders the page (the text exposition format) and rewrites
+the ``textfile`` atomically (a temporary file renamed over it), and an HTTP server on the
+``listen`` address that answers every scrape with the last page rendered: a scrape
+costs the service the bytes it sends, not a rendering, and never waits for the ledger.
+The reactor only hands it snapshots through ``ServiceMeters``; nothing here runs on the
+reactor but ``start`` and ``stop``. What it serves is aggregates: counts, durations,
+devices, vendors, banks; never a job, a task or a user.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import syslog
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
+    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     ProcessCollector,
     disable_created_metrics,
     generate_latest,
-    start_http_server,
-    write_to_textfile,
 )
 
 from flux_quantum.metrics.collector import ServiceCollector
@@ -55,7 +60,8 @@ class MetricsExporter:
         self.meters = ServiceMeters(self.registry, config.interval, clock=clock)
         ProcessCollector(namespace="flux_qpu_service", registry=self.registry)
         self.registry.register(ServiceCollector(self.meters, config, spend))
-        self._server: Any = None
+        self._server: ThreadingHTTPServer | None = None
+        self._page = b""  # the last rendering, replaced whole
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._said: dict[str, str | None] = {}  # the problem said, by what has it
@@ -92,11 +98,15 @@ class MetricsExporter:
         return host, port
 
     def start(self) -> None:
-        """Listen (OSError when the address is taken) and start the refresh thread."""
+        """Render a first page, listen (OSError when the address is taken) and start
+        the refresh thread."""
+        self._page = self.render()
         listen = self.config.listen
         if listen is not None:
-            host, port = listen
-            self._server, _ = start_http_server(port, addr=host, registry=self.registry)
+            self._server = _server(listen, lambda: self._page)
+            threading.Thread(
+                target=self._server.serve_forever, name="flux-quantum-metrics-http", daemon=True
+            ).start()
         self._thread = threading.Thread(target=self._run, name="flux-quantum-metrics", daemon=True)
         self._thread.start()
         where = [f"http://{_hostport(self.address)}/metrics"] if self.address else []
@@ -110,10 +120,11 @@ class MetricsExporter:
                 self.spend.refresh()
                 error = self.spend.error
                 self._say("ledger", None if error is None else f"cannot read the ledger: {error}")
+            self._page = self.render()
             textfile = self.config.textfile
             if textfile is not None:
                 try:
-                    write_to_textfile(str(textfile), self.registry)
+                    _write_atomically(textfile, self._page)
                     self._say("textfile", None)
                 except OSError as exc:
                     self._say("textfile", f"cannot write {textfile}: {exc}")
@@ -132,7 +143,7 @@ class MetricsExporter:
         self._said[what] = problem
 
     def render(self) -> bytes:
-        """What a scrape gets now (the text exposition format)."""
+        """The page as of now (the text exposition format)."""
         return generate_latest(self.registry)
 
     def stop(self) -> None:
@@ -146,6 +157,45 @@ class MetricsExporter:
             self._thread.join(timeout=5.0)
         if self.spend is not None:
             self.spend.close()
+
+
+def _server(listen: tuple[str, int], page: Callable[[], bytes]) -> ThreadingHTTPServer:
+    """An HTTP server answering ``GET /metrics`` (and ``/``) with ``page()``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+                self.send_error(404)
+                return
+            body = page()
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # a scrape is not news
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in listen[0] else socket.AF_INET
+
+    return Server(listen, Handler)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _hostport(address: tuple[str, int] | None) -> str:
