@@ -989,13 +989,16 @@ def _metrics_cost(
     values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
     snap_sum = values.get("flux_qpu_metrics_snapshot_duration_seconds_sum", 0.0)
     snap_count = values.get("flux_qpu_metrics_snapshot_duration_seconds_count", 0.0)
+    # The page rendered on the exporter's thread (older exporters rendered per scrape).
+    render_sum = values.get("flux_qpu_metrics_render_duration_seconds_sum", 0.0)
+    render_count = values.get("flux_qpu_metrics_render_duration_seconds_count", 0.0)
     uptime = time.time() - values.get("flux_qpu_service_start_time_seconds", time.time())
     c0 = proc_cpu_seconds(pid) or 0.0
     burst = [_scrape(request, url) for _ in range(20)]
     c1 = proc_cpu_seconds(pid) or 0.0
     times = sorted(t for t, _ in scrapes)
     per_scrape = (c1 - c0) / len(burst)
-    snap_pct = 100.0 * snap_sum / uptime if uptime > 0 else float("nan")
+    snap_pct = 100.0 * (snap_sum + render_sum) / uptime if uptime > 0 else float("nan")
     return {
         "scrapes": len(scrapes),
         "scrape_p50_ms": round(1000 * percentile(times, 0.5), 1),
@@ -1005,6 +1008,9 @@ def _metrics_cost(
         "burst_max_ms": round(1000 * max(t for t, _ in burst), 1),
         "snapshots": int(snap_count),
         "snapshot_ms": round(1000 * snap_sum / snap_count, 2) if snap_count else None,
+        "renders": int(render_count),
+        "render_ms": round(1000 * render_sum / render_count, 2) if render_count else None,
+        # Snapshots on the reactor and renderings on the exporter's thread.
         "snapshot_cpu_pct": round(snap_pct, 3),
         "cpu_per_scrape_ms": round(1000 * per_scrape, 1),
         # What the exporter costs the service: its snapshots, and one scrape every 15 s

@@ -29,6 +29,7 @@ from typing import Any
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
+    Histogram,
     ProcessCollector,
     disable_created_metrics,
     generate_latest,
@@ -36,7 +37,7 @@ from prometheus_client import (
 
 from flux_quantum.metrics.collector import ServiceCollector
 from flux_quantum.metrics.config import MetricsConfig
-from flux_quantum.metrics.service_meters import ServiceMeters
+from flux_quantum.metrics.service_meters import SNAPSHOT_BUCKETS, ServiceMeters
 from flux_quantum.metrics.spend import SpendReader
 
 Log = Callable[[int, str], None]
@@ -60,6 +61,12 @@ class MetricsExporter:
         self.meters = ServiceMeters(self.registry, config.interval, clock=clock)
         ProcessCollector(namespace="flux_qpu_service", registry=self.registry)
         self.registry.register(ServiceCollector(self.meters, config, spend))
+        self.render_cost = Histogram(
+            "flux_qpu_metrics_render_duration_seconds",
+            "CPU time the exporter's thread spent rendering the page scrapes get.",
+            buckets=SNAPSHOT_BUCKETS,
+            registry=self.registry,
+        )
         self._server: ThreadingHTTPServer | None = None
         self._page = b""  # the last rendering, replaced whole
         self._stop = threading.Event()
@@ -120,7 +127,9 @@ class MetricsExporter:
                 self.spend.refresh()
                 error = self.spend.error
                 self._say("ledger", None if error is None else f"cannot read the ledger: {error}")
+            t0 = time.thread_time()
             self._page = self.render()
+            self.render_cost.observe(time.thread_time() - t0)
             textfile = self.config.textfile
             if textfile is not None:
                 try:
