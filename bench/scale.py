@@ -962,6 +962,48 @@ def held_arm(
     return result
 
 
+def arms_summary(out: Path) -> str:
+    """The held arms' runs side by side (``<out>_<arm>_r<N>.json``), written to
+    ``<out>_arms.txt``: each arm's service CPU per run, and with metrics the scrapes and
+    the exporter's cost."""
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for path in sorted(out.parent.glob(f"{out.name}_*_r*.json")):
+        data = json.loads(path.read_text())
+        runs[data["arm"].rsplit("_r", 1)[0]].append(data)
+    lines = [
+        f"flux-quantum: bench/scale.py's held arm, {out.name}_<arm>_r<N>.json side by side",
+        "service CPU: % of one core over the window, every job held, the queues standing "
+        "still; the arms run interleaved (before, off, on), one instance each",
+        "",
+    ]
+    for arm, data in runs.items():
+        cpu = [d["cpu_pct"] for d in data]
+        lines.append(
+            f"{arm}: {len(data)} runs of {data[0]['jobs']} held jobs: service CPU "
+            + ", ".join(f"{c:.2f}" for c in cpu)
+            + f" % (mean {statistics.mean(cpu):.2f}, spread {max(cpu) - min(cpu):.2f}); "
+            + "VmRSS "
+            + ", ".join(f"{(d['rss_kb'] or 0) / 1024:.0f}" for d in data)
+            + " MB; load average after "
+            + ", ".join(f"{d['load_after'][0]:.1f}" for d in data)
+        )
+        for d in data:
+            if d.get("scrapes"):
+                lines.append(
+                    f"  {d['arm']}: {d['scrapes']} scrapes, one a second: p50 "
+                    f"{d['scrape_p50_ms']} ms, p99 {d['scrape_p99_ms']} ms, max "
+                    f"{d['scrape_max_ms']} ms ({d['scrape_bytes']} bytes); 20 back to back: "
+                    f"max {d['burst_max_ms']} ms; snapshot {d['snapshot_ms']} ms, page "
+                    f"{d.get('render_ms')} ms every 5 s; {d['cpu_per_scrape_ms']} ms of CPU "
+                    f"a scrape; exporter {d['exporter_cpu_pct_15s']} % of a core at a scrape "
+                    f"every 15 s, {d['exporter_cpu_pct_1s']} % at one a second"
+                )
+    text = "\n".join(lines) + "\n"
+    path = out.parent / f"{out.name}_arms.txt"
+    path.write_text(text)
+    return text
+
+
 def _free_port() -> int:
     import socket
 
@@ -1509,6 +1551,11 @@ def main() -> int:
     )
     parser.add_argument("--label", help="the held arm's name in its results (default: the arm)")
     parser.add_argument(
+        "--arms-summary",
+        action="store_true",
+        help="write <out>_arms.txt from the held arms' <out>_<label>_r<N>.json, and stop",
+    )
+    parser.add_argument(
         "--scrape-every", type=float, default=1.0, help="held arm: seconds between scrapes (1)"
     )
     args = parser.parse_args()
@@ -1529,6 +1576,9 @@ def main() -> int:
     out = args.out
     if out is None:
         out = Path(tempfile.gettempdir()) / "fq-scale-quick" if quick else RESULTS / "scale"
+    if args.arms_summary:
+        say(arms_summary(args.out or RESULTS / "scale_10k"))
+        return 0
     if args.held_arm is not None:
         label = args.label or f"metrics_{args.held_arm}"
         arm = held_arm(plan, args.held_arm == "on", label, args.scrape_every, args.out)
