@@ -18,10 +18,15 @@ SKIP_REASON = (
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    import monitoring_tools
     import pgserver
 
     flux = f"flux tier: RUN with {FLUX}" if FLUX else SKIP_REASON
-    return [flux, pgserver.missing() or f"PostgreSQL ledger tests: RUN with {pgserver.pg_bin()}"]
+    return [
+        flux,
+        pgserver.missing() or f"PostgreSQL ledger tests: RUN with {pgserver.pg_bin()}",
+        monitoring_tools.missing() or "monitoring tests (promtool, prometheus, tmux): RUN",
+    ]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -34,9 +39,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    import monitoring_tools
     import pgserver
 
-    for reason in (None if FLUX else SKIP_REASON, pgserver.missing()):
+    for reason in (None if FLUX else SKIP_REASON, pgserver.missing(), monitoring_tools.missing()):
         if reason is not None:
             terminalreporter.write_line("!" * 78)
             terminalreporter.write_line(reason, red=True, bold=True)

@@ -32,6 +32,7 @@ from flux_quantum.protocol import events
 from flux_quantum.protocol.jobspec import Released, ReleaseInfo
 from flux_quantum.service import QuantumService, ServiceOptions
 from flux_quantum.service.fluxside import ClusterView, JobRecord
+from flux_quantum.service.meters import Meters
 from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import (
@@ -857,6 +858,7 @@ class Harness:
         instance_owner: bool = True,
         vendor_names: Sequence[str] = ("local", "ibm"),
         session_keys: SessionKeys | None = None,
+        meters: Meters | None = None,
     ) -> None:
         """``site``: the site policy the service enforces; ``userid`` and
         ``instance_owner``: who the service runs as (a guest's own service: not the
@@ -864,7 +866,7 @@ class Harness:
         ``NoCredentials`` for the others, never the real vendor, whose answers would
         depend on the environment, the network and the wall clock); ``session_keys``: the
         service's kept session ids (in memory, handed to the restarted service as its
-        directory would be)."""
+        directory would be); ``meters``: the metrics' hooks (none by default)."""
         self.clock = clock or Clock()
         self.flux = flux or FakeFlux(self.clock)
         default = {"alpha": QueueModel(3), "beta": QueueModel(5), "solo": QueueModel(1)}
@@ -896,6 +898,7 @@ class Harness:
             site=site,
             instance_owner=instance_owner,
             session_keys=self.keys,
+            meters=meters,
         )
 
     def restart(self, options: ServiceOptions = FAST, site: SitePolicy | None = None) -> Harness:

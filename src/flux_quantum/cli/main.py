@@ -26,6 +26,8 @@ SUBCOMMAND_MODULES = (
     "flux_quantum.cli.reservations",
     "flux_quantum.cli.loop",
     "flux_quantum.cli.service",
+    "flux_quantum.cli.top",
+    "flux_quantum.cli.metrics",
     "flux_quantum.cli.demo",
 )
 

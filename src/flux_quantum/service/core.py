@@ -5,12 +5,13 @@ It owns the order in which the parts run and the queue of what is due when: ``ti
 time-only checks every ``scan_interval``, steps the attempts whose time came
 (``DueQueue``), and runs the periodic parts, each fenced on its own (one that raises is
 said once; the others go on): cluster view, device probes, settlements, cancels,
-sessions, start-up measurements. ``completions()`` hands finished worker calls back to
-their part, and ``step_soon()`` (after completions, and when a step falls due before
-the next tick) queues those attempts and steps what is due. The parts only say whose
-memo changed (``Face.changed``); the memos are sent here, once per unit, after the
-steps, after the completions and at the end of a tick (``Face.refresh``). All run on
-the reactor thread and never block. The parts, each given its collaborators here:
+sessions, start-up measurements, and last the site's metrics (``Meters``: a snapshot of
+the state for the exporter's thread, when one is due). ``completions()`` hands finished
+worker calls back to their part, and ``step_soon()`` (after completions, and when a
+step falls due before the next tick) queues those attempts and steps what is due. The
+parts only say whose memo changed (``Face.changed``); the memos are sent here, once per
+unit, after the steps, after the completions and at the end of a tick
+(``Face.refresh``). All run on the reactor thread and never block. The parts, each given its collaborators here:
 
 - ``adoption``: discovery of held jobs, adoption and recovery from eventlogs
 - ``submission``: an attempt's program read, its device chosen (``selection``), its
@@ -54,6 +55,7 @@ from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import FluxSide, JobRecord
 from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.merges import Merges
+from flux_quantum.service.meters import Meters
 from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.release import Release
@@ -89,6 +91,7 @@ class QuantumService:
         instance_owner: bool = True,
         module_name: str | None = MODULE_NAME,
         session_keys: SessionKeys | None = None,
+        meters: Meters | None = None,
     ) -> None:
         ctx = self.ctx = ServiceContext(
             flux,
@@ -102,6 +105,7 @@ class QuantumService:
             userid=userid,
             instance_owner=instance_owner,
             module_name=module_name,
+            meters=meters,
         )
         # Each part gets its collaborators here, in an order where each exists first.
         self.reservations = Reservations(ctx, site)
@@ -237,6 +241,7 @@ class QuantumService:
         self._fenced("reservations", self.reservations.check, now)
         self._fenced("start-up", self.release.measure_startup, now)
         self._fenced("memos", self.face.refresh)
+        self._fenced("metrics", ctx.meters.tick, self, now)
 
     def _fenced(self, part: str, call: Callable[..., None], *args: Any) -> None:
         """Run one part; an exception is noted and logged once per part and message (the
@@ -338,6 +343,17 @@ class QuantumService:
         }
         # The site's reserved windows (a guest sees only their own jobs in them).
         out["reservations"] = self.reservations.status(ctx.clock(), userid)
+        # The devices probed and how many jobs wait on each (everyone's: a count), and
+        # the units that ended lately (a guest's own only): ``flux quantum top``.
+        held: dict[str, int] = {}
+        for unit in ctx.units:
+            _, _, device = self.face.held(unit)
+            if device is not None:
+                held[device] = held.get(device, 0) + len(unit.jobs)
+        out["devices"] = [
+            {**row, "held": held.get(row["device"], 0)} for row in self.devices.rows()
+        ]
+        out["recent"] = self.face.recent(userid)
         merge = self.merges.status()
         if merge is not None:
             out["merge"] = merge
