@@ -24,7 +24,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "metrics",
         help="print the paths of the shipped Prometheus rules and Grafana dashboard",

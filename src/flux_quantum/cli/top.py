@@ -292,7 +292,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "top",
         help="live view of QPU devices, held jobs and recent outcomes (q quits)",

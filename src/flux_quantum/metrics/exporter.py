@@ -102,7 +102,8 @@ class MetricsExporter:
         if self._server is None:
             return None
         host, port = self._server.server_address[:2]
-        return host, port
+        # An AF_INET server's address is (host, port), the host a str.
+        return str(host), int(port)
 
     def start(self) -> None:
         """Render a first page, listen (OSError when the address is taken) and start
