@@ -148,10 +148,12 @@ class UsageFeed:
             groups.setdefault((charge.userid, charge.bank), []).append(charge)
         for (userid, bank), charges in sorted(groups.items()):
             spend = sum(float(c.cost or 0.0) + float(c.share or 0.0) for c in charges)
-            user = charges[0].user
             if (userid, bank) not in associations:
-                report.unfed.append(Unfed(userid, user, bank, spend, len(charges)))
+                report.unfed.append(Unfed(userid, charges[0].user, bank, spend, len(charges)))
                 continue
+            # The ledger's name of the user (none for a uid without an account here), else
+            # flux-accounting's.
+            user = charges[0].user or associations[(userid, bank)]
             at = max(horizon, after(last.get((userid, bank), 0.0)))
             opened = self.clock()
             record = UsageRecord.of(
