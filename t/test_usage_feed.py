@@ -242,7 +242,7 @@ def test_the_record_is_a_valid_job_of_one_node_and_one_core(
     (record,) = UsageFeed(fa_ledger, database, WEIGHT, clock=lambda: 1.8e9).run(1.8e9).records
     with closing(sqlite3.connect(database)) as db:
         row = db.execute(
-            "SELECT id, userid, bank, t_run, t_inactive, R, jobspec FROM jobs"
+            "SELECT id, userid, bank, t_run, t_inactive, R, jobspec, project FROM jobs"
         ).fetchone()
     assert JobID(int(row[0])) == record.jobid and (row[1], row[2]) == (ALICE, "physics")
     resources = ResourceSet(row[5])
@@ -250,6 +250,8 @@ def test_the_record_is_a_valid_job_of_one_node_and_one_core(
     assert row[4] - row[3] == record.seconds == pytest.approx(30.0 / 3.0)  # node 1 + core 2
     system = json.loads(row[6])["attributes"]["system"]
     assert system["job"]["name"] == "qpu-usage" and system["bank"] == "physics"
+    # the association's default project, as flux-accounting gives its jobs
+    assert row[7] == system["project"] == "*"
     assert system["qpu_usage"] == {
         "feed": record.feed, "cluster": "local", "spend": 0.3, "currency": "USD", "tasks": 1,
         "qpu_weight": WEIGHT, "usage": pytest.approx(30.0),

@@ -131,9 +131,10 @@ class UsageFeed:
             self._recover(db, report)
         weights = read_weights(db)
         associations = {
-            (int(uid), str(bank)): str(user)
-            for user, uid, bank in db.execute(
-                "SELECT username, userid, bank FROM association_table WHERE active = 1"
+            (int(uid), str(bank)): (str(user), str(project or ""))
+            for user, uid, bank, project in db.execute(
+                "SELECT username, userid, bank, default_project FROM association_table"
+                " WHERE active = 1"
             )
         }
         last = {
@@ -153,7 +154,8 @@ class UsageFeed:
                 continue
             # The ledger's name of the user (none for a uid without an account here), else
             # flux-accounting's.
-            user = charges[0].user or associations[(userid, bank)]
+            name, project = associations[(userid, bank)]
+            user = charges[0].user or name
             at = max(horizon, after(last.get((userid, bank), 0.0)))
             opened = self.clock()
             record = UsageRecord.of(
@@ -168,6 +170,7 @@ class UsageFeed:
                 at=at,
                 weights=weights,
                 opened=opened,
+                project=project,
             )
             if dry_run:
                 report.records.append(record)

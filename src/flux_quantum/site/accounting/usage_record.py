@@ -7,7 +7,8 @@ each weighed as ``(nnodes x node_weight + ncores x core_weight + ngpus x gpu_wei
 (t_inactive - t_run)``. A ``UsageRecord`` is such a row, made to weigh exactly the
 spend times ``qpu_weight``: an Rv1 of one node and one core, ``t_run`` and
 ``t_inactive`` apart by the seconds that weigh that much at the database's weights,
-and a jobspec that says what it is (``attributes.system.qpu_usage``: the feed, the
+the association's bank and default project (as its jobs get them), and a jobspec that
+says what it is (``attributes.system.qpu_usage``: the feed, the
 spend, its currency, the tasks and the weight; job name ``qpu-usage``). Its job id is a
 valid Flux job id (a FLUID) no instance issues: generator 16383 (only a broker of rank
 16383 would), the millisecond the feed was opened, the feed's number.
@@ -73,6 +74,7 @@ class UsageRecord:
     seconds: float
     per_second: float  # the usage of its node and core in one second
     opened: float = 0.0  # when the ledger opened the feed (its job id says it)
+    project: str = ""  # the association's default project, as its jobs are given
 
     @classmethod
     def of(
@@ -89,6 +91,7 @@ class UsageRecord:
         at: float,
         weights: UsageWeights,
         opened: float = 0.0,
+        project: str = "",
     ) -> UsageRecord:
         """The record that makes ``spend x weight`` usage at ``weights``, ending at
         ``at`` (down to a microsecond step). AccountingError when flux-accounting
@@ -101,7 +104,7 @@ class UsageRecord:
             )
         seconds = round(spend * weight / per_second / STEP) * STEP
         return cls(feed, userid, user, bank, spend, currency, tasks, weight, on_step(at),
-                   seconds, per_second, opened)  # fmt: skip
+                   seconds, per_second, opened, project)  # fmt: skip
 
     @property
     def jobid(self) -> int:
@@ -135,6 +138,7 @@ class UsageRecord:
         """A version-1 jobspec naming the row as QPU usage, with what it carries."""
         system: dict[str, Any] = {
             "bank": self.bank,
+            **({"project": self.project} if self.project else {}),
             "duration": 0,
             "job": {"name": JOB_NAME},
             "qpu_usage": {
@@ -173,7 +177,7 @@ class UsageRecord:
             "",
             self.resources(),
             self.jobspec(cluster),
-            "",
+            self.project,
             self.bank,
             self.seconds,
             self.seconds,
