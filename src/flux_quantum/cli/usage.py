@@ -319,7 +319,7 @@ def _shown(row: dict[str, Any], currency: str) -> dict[str, str]:
         elif key in MONEY:
             shown[key] = format_money(float(value or 0.0), currency)
         elif key in USAGE:
-            shown[key] = f"{float(value):.5g}"
+            shown[key] = f"{float(value or 0.0):.5g}"
         elif key == "qpu_seconds":
             shown[key] = f"{float(value or 0.0):.0f}"
         else:

@@ -185,7 +185,8 @@ def usage_statement(query: UsageQuery, columns: set[str]) -> tuple[str, list[Any
     def column(name: str) -> str:
         return name if name in columns else "NULL"
 
-    where, args = ["1 = 1"], []
+    where: list[str] = ["1 = 1"]
+    args: list[Any] = []
     if query.userid is not None:
         where.append("userid = ?")
         args.append(query.userid)
