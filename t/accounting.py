@@ -1,8 +1,11 @@
 """flux-accounting in a test instance, as a site runs it: its database, its service, its
-``mf_priority.so`` jobtap plugin and its periodic update cycle.
+``mf_priority.so`` jobtap plugin and its periodic update cycle; and its database alone
+for the unit tier, made by its own Python package (``fluxacct``, in flux-core's Python:
+``flux python``) with no instance.
 
 ``MISSING`` says, in one line, why the tests that need flux-accounting cannot run here
-(its commands or its plugin are not installed beside flux-core), or is None.
+(its commands or its plugin are not installed beside flux-core), or is None;
+``DATABASE_MISSING`` the same for the unit tier (``fluxacct`` and the update commands).
 ``plugins_config`` puts ``mf_priority.so`` before or after the quantum plugin in the
 instance's ``[job-manager] plugins``; ``Accounting`` drives the real ``flux account``
 commands against a database in the test's directory. Guests are submitted as another
@@ -59,6 +62,70 @@ def missing() -> str | None:
 
 
 MISSING = missing()
+
+MAKE_DATABASE = """
+import json, sqlite3, sys
+from fluxacct.accounting import create_db, bank_subcommands, user_subcommands
+spec = json.loads(sys.argv[2])
+create_db.create_db(sys.argv[1])
+conn = sqlite3.connect(sys.argv[1])
+for bank, parent in spec["banks"]:
+    bank_subcommands.add_bank(conn, bank=bank, shares=1, parent_bank=parent)
+for name, uid, bank in spec["users"]:
+    user_subcommands.add_user(conn, username=name, bank=bank, uid=uid)
+conn.commit()
+"""
+
+
+def database_missing() -> str | None:
+    if shutil.which("flux") is None:
+        return "flux-accounting database tests SKIPPED: `flux` is not on PATH"
+    probe = subprocess.run(
+        ["flux", "python", "-c", "import fluxacct.accounting.create_db"],
+        capture_output=True,
+        text=True,
+    )
+    if (
+        probe.returncode != 0
+        or shutil.which("flux-account-update-usage") is None
+        and (
+            subprocess.run(
+                ["flux", "account-update-usage", "--help"], capture_output=True
+            ).returncode
+        )
+    ):
+        return (
+            "flux-accounting database tests SKIPPED: flux-accounting (v0.60.0: its Python "
+            "package fluxacct, `flux account-update-usage`) is not installed beside flux-core"
+        )
+    return None
+
+
+DATABASE_MISSING = database_missing()
+
+
+def make_database(
+    path: Path, banks: Sequence[tuple[str, str]], users: Sequence[tuple[str, int, str]]
+) -> Path:
+    """A flux-accounting database at ``path`` made by flux-accounting itself: ``banks``
+    as (name, parent; "" for the root), ``users`` as (name, uid, bank; the first bank of
+    a user is their default)."""
+    import json
+
+    spec = json.dumps({"banks": list(banks), "users": list(users)})
+    done = subprocess.run(
+        ["flux", "python", "-c", MAKE_DATABASE, str(path), spec], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def update_usage(path: Path, *steps: str) -> None:
+    """flux-accounting's own update of ``path`` (no instance needed): its usage and then
+    fair-share, or the commands named."""
+    for step in steps or ("account-update-usage", "account-update-fshare"):
+        done = subprocess.run(["flux", step, "-p", str(path)], capture_output=True, text=True)
+        assert done.returncode == 0, f"flux {step}: {done.stderr}"
 
 
 def plugins_config(order: str, **plugin_conf: int) -> str:

@@ -65,6 +65,32 @@ def pg_server():
         server.remove()
 
 
+def _ledger_backends() -> list[str]:
+    import pgserver
+
+    return ["sqlite"] + (["postgresql"] if pgserver.missing() is None else [])
+
+
+@pytest.fixture(params=_ledger_backends())
+def ledger(request: pytest.FixtureRequest, tmp_path: Path):
+    """A ledger on each backend: SQLite always, PostgreSQL where it is installed
+    (t/test_ledger_pg.py says once, loudly, when it is not)."""
+    import pgserver
+
+    from flux_quantum.site.ledger import Ledger
+
+    if request.param == "sqlite":
+        target = tmp_path / "state" / "flux-quantum" / "ledger.db"
+        with Ledger(target) as opened:
+            yield opened
+        return
+    server = request.getfixturevalue("pg_server")
+    credentials = pgserver.credentials_file(tmp_path)
+    url = server.url(server.database())
+    with Ledger(url, cluster="test", credentials=str(credentials)) as opened:
+        yield opened
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_state_home(tmp_path_factory: pytest.TempPathFactory):
     """Tests never read or write the user's own state directory (a default ledger there

@@ -31,7 +31,9 @@ task's reservation) wait in order in ``backlog`` and are written when the ledger
 level, and again when it ends; ``status`` shows it (``ledger.unavailable``).
 
 Who asks is the job's owner as Flux knows it (the plugin's list: the job's userid) and
-the bank of its current jobspec, never anything else the user set. Without a site
+the bank of its current jobspec (where flux-accounting runs and the jobspec names none
+yet, the user's default bank in its database: ``SitePolicy.requester``), never anything
+else the user set. Without a site
 policy (``site=None``) every verb is a no-op. It never decides a limit itself (the
 deciders do) and never calls a vendor on the reactor thread.
 """
@@ -199,7 +201,8 @@ class Charges:
 
     def requester(self, unit: Unit) -> Requester:
         """The unit's owner (the job's userid, from Flux) and the bank of the current
-        jobspec of its first job."""
+        jobspec of its first job, else flux-accounting's default bank of that user
+        (held jobs included: the charge is reserved before the release)."""
         assert self.site is not None
         jobspec = next((m.jobspec for m in unit.jobs.values() if m.spec != "{}"), {})
         return self.site.requester(unit.userid, jobspec)
