@@ -943,6 +943,12 @@ class Harness:
         return self.flux.jobs[jobid].state
 
 
+def at_front(device: str, **more: Any) -> dict[str, Any]:
+    """A job's ``qpu`` request for the local vendor's ``device``, released at the front
+    of its queue (``release_at`` 1)."""
+    return {"device": f"local:{device}", "release_at": 1, **more}
+
+
 def released_record(h: Harness, job: int) -> JobRecord:
     """What Flux says of a job the "plugin" released: its jobspec with the release's
     ``attributes.system`` keys (the task, its device, ``qpu_info``)."""

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from test_emulator_iqm import DEVICE, Served
+from served_iqm import DEVICE, Served
 
 from flux_quantum.catalog import Device, PriceModel
 from flux_quantum.emulator import ManualClock

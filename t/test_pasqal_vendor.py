@@ -19,7 +19,7 @@ from flux_quantum.vendors.errors import AccessDenied, InvalidRequest, VendorUnav
 from flux_quantum.vendors.pasqal import PasqalSettings, PasqalVendor, access_of
 
 pytest.importorskip("qrmi")
-from test_emulator_pasqal import DEVICES, SEQUENCE, Served  # noqa: E402
+from served_pasqal import DEVICES, SEQUENCE, Served  # noqa: E402
 
 
 def device(name: str, qubits: int = 4, **properties: str) -> Device:
