@@ -81,7 +81,7 @@ def start(clock: ManualClock, *faults: dict) -> Emulator:
 
 
 @pytest.fixture
-def emu(clock):
+def emu(clock, emulator_tier):
     emulator = start(clock)
     yield emulator
     emulator.stop()
@@ -250,6 +250,7 @@ def test_idempotent_create_same_token_same_task(vendor, emu):
     assert len(emu.task_arns()) == 1
 
 
+@pytest.mark.emulator
 def test_create_retried_after_lost_answer_makes_one_task(clock, monkeypatch):
     # The first create is answered only after 1.5 s, past the 0.5 s read timeout: the
     # client gives up, our budget retries with the same clientToken, and when the slow
@@ -271,6 +272,7 @@ def test_create_retried_after_lost_answer_makes_one_task(clock, monkeypatch):
         emu.stop()
 
 
+@pytest.mark.emulator
 def test_throttling_is_retried_within_one_budget(clock, monkeypatch):
     fault = {"operation": "GetQuantumTask", "error": "ThrottlingException", "first": 2}
     emu = start(clock, fault)
@@ -291,6 +293,7 @@ def test_throttling_is_retried_within_one_budget(clock, monkeypatch):
         emu.stop()
 
 
+@pytest.mark.emulator
 def test_throttling_past_the_budget_raises_with_the_vendor_code(clock, monkeypatch):
     faults = [
         {"operation": op, "error": "ThrottlingException", "first": 10}
@@ -328,6 +331,7 @@ ERROR_CASES = [
 ]
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize(("code", "cls", "retryable"), ERROR_CASES)
 def test_each_braket_error_is_mapped(clock, monkeypatch, code, cls, retryable):
     fault = {"operation": "CreateQuantumTask", "error": code, "message": f"injected {code}"}
@@ -348,6 +352,7 @@ def test_each_braket_error_is_mapped(clock, monkeypatch, code, cls, retryable):
         emu.stop()
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize(
     ("code", "cls"),
     [("NoSuchKey", errors.NotFound), ("AccessDenied", errors.AccessDenied)],

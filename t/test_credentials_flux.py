@@ -87,6 +87,7 @@ def submit_as_guest(qpu: Qpu, env: dict[str, str]) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.flux_security  # signs as the guest with flux.security
 def test_a_guests_job_with_keys_is_refused_at_submit_naming_them(qpu: Qpu) -> None:
     env = {**qpu.inst.env, **qpu.job_env}
     res = submit_as_guest(qpu, env)

@@ -27,7 +27,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def serve(clock: ManualClock) -> Iterator[Any]:
+def serve(clock: ManualClock, emulator_tier: None) -> Iterator[Any]:
     started: list[Served] = []
 
     def make(**top: Any) -> Served:

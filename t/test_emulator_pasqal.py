@@ -36,7 +36,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def served(clock: ManualClock) -> Iterator[Served]:
+def served(clock: ManualClock, emulator_tier: None) -> Iterator[Served]:
     s = serve(clock)
     yield s
     s.server.stop()
@@ -166,6 +166,7 @@ def test_a_register_larger_than_the_device_or_openqasm_is_refused(served: Served
     assert served.service.job_ids() == []
 
 
+@pytest.mark.emulator
 def test_faults_answer_errors_and_fail_jobs(clock: ManualClock):
     s = serve(
         clock,

@@ -72,7 +72,9 @@ def charge(token: str, device=GARNET, user="alice", userid=1000, bank="chem", t=
 
 # The ledger's contract on both backends: SQLite always, PostgreSQL where it is installed
 # (t/test_ledger_pg.py says once, loudly, when it is not).
-BACKENDS = ["sqlite"] + (["postgresql"] if pgserver.missing() is None else [])
+BACKENDS = ["sqlite"] + (
+    [pytest.param("postgresql", marks=pytest.mark.pg)] if pgserver.missing() is None else []
+)
 
 
 @pytest.fixture(params=BACKENDS)

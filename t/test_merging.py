@@ -1076,6 +1076,7 @@ def test_braket_s_layout_tag_bound_is_our_vendor_s(make_emulator, manual_clock):
         vendor.submit_set(CATALOG.get("line5"), [(ONE, s) for s in over], "tag-over")
 
 
+@pytest.mark.emulator
 def test_ibm_takes_every_batch_within_its_limits(manual_clock):
     scenario = IbmScenario.from_dict(
         {
