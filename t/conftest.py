@@ -3,7 +3,9 @@
 one line per offending test; a running test that starts what its tier may not fails
 too. The flux tier is skipped, with one loud line, where ``flux`` is not on PATH; tests
 that sign as a guest (``flux_security``) where flux's Python lacks flux.security; the
-PostgreSQL tests where no server can run."""
+PostgreSQL tests where no server can run. ``python -m pytest`` spreads the tests over
+the machine's cores where pytest-xdist is installed (the ``test`` extra), one module on
+one worker, the longest tiers first; ``-n 0`` runs them in one process."""
 
 from __future__ import annotations
 
@@ -55,6 +57,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``python -m pytest`` runs on every core (pytest-xdist, one module a worker) unless
+    told otherwise (``-n``, ``--dist``, ``-p no:xdist``); never inside the container
+    cluster, whose multi-user tests share one system instance."""
+    if not config.pluginmanager.hasplugin("xdist") or os.environ.get("FLUXQ_IN_CLUSTER"):
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a worker runs what it is sent
+    option = config.option
+    if option.numprocesses is None and option.dist == "no" and not option.collectonly:
+        option.numprocesses = "auto"
+        option.dist = "loadscope"
+        option.loadscopereorder = False  # the collection's order: the longest tiers first
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     problems = []
     for item in items:
@@ -68,11 +86,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "tests without exactly the tier they need (t/tiers.py):\n" + "\n".join(problems)
         )
+    _order(items, descending=bool(os.environ.get("PYTEST_XDIST_WORKER")))
     for item in items:
         if FLUX is None and item.stash[TIER] == "flux":
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
         elif item.get_closest_marker("flux_security") and flux_security_missing():
             item.add_marker(pytest.mark.skip(reason=flux_security_missing()))
+
+
+def _order(items: list[pytest.Item], descending: bool) -> None:
+    """Modules by the highest tier among their tests, each module's tests in their own
+    order: the fast tiers first in one process (the first failure comes soon), the slow
+    ones first when the modules are spread over workers (the longest start first)."""
+    rank: dict[Path, int] = {}
+    for item in items:
+        level = tiers.TIERS.index(item.stash[TIER])
+        rank[item.path] = max(rank.get(item.path, 0), level)
+    first = {path: i for i, path in enumerate(dict.fromkeys(item.path for item in items))}
+    sign = -1 if descending else 1
+    items.sort(key=lambda item: (sign * rank[item.path], first[item.path]))
 
 
 @pytest.hookimpl(tryfirst=True)
