@@ -33,9 +33,10 @@ TIERS = ("unit", "emulator", "pg", "flux", "container")  # registered in pyproje
 FIXTURE_TIERS = {"pg_server": "pg", "emulator_tier": "emulator"}
 MULTIUSER = Path(__file__).resolve().parent / "multiuser"
 
-# What a running test may start, by the tiers that may start it.
+# What a running test may start, by the tiers that may start it (t/multiuser, the
+# container tier, runs flux inside the cluster).
 PROGRAM_TIERS = {
-    "flux": frozenset({"flux"}),
+    "flux": frozenset({"flux", "container"}),
     "docker": frozenset({"container"}),
     "docker-compose": frozenset({"container"}),
     "initdb": frozenset({"pg", "flux"}),
