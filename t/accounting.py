@@ -15,13 +15,21 @@ flux-core's own tests do (a test instance accepts it from its owner).
 
 from __future__ import annotations
 
+import json
 import shutil
+import sqlite3
 import subprocess
 import time
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 
+from catalogs import catalog_of
 from fluxinstance import FluxInstance, quantum_config
+
+from flux_quantum.site.accounting import AccountingDatabase
+from flux_quantum.site.ledger import Ledger
+from flux_quantum.site.quota import Charge, QuotaConfig
 
 PLUGIN_NAME = "mf_priority.so"
 SIGN_AS = (
@@ -222,3 +230,56 @@ class Accounting:
             env={"FLUX_HANDLE_USERID": str(userid)},
             check=False,
         )
+
+
+# --- what the unit tests of the feed and the cycle share ------------------------------
+
+ALICE, BOB, CAROL, DAVE = 5011, 5012, 5014, 5015
+GARNET = catalog_of("garnet").get("garnet")
+NO_LIMITS = QuotaConfig()
+WEIGHT = 100.0  # usage per dollar
+
+
+def settle(ledger: Ledger, token: str, userid: int, user: str, bank: str | None, cost: float):
+    """A task of ``user`` in ``bank`` reserved and settled at ``cost``."""
+    charge = Charge.for_device(
+        GARNET, token=token, jobid=1, userid=userid, user=user, bank=bank, shots=100,
+        t=time.time(),
+    )  # fmt: skip
+    assert ledger.reserve(charge, NO_LIMITS).allowed
+    ledger.settle(token, cost, now=time.time())
+
+
+def classical_job(database: Path, jobid: int, userid: int, bank: str, t_run: float,
+                  t_inactive: float, nodes: int = 1) -> None:  # fmt: skip
+    """A finished job's row as ``flux account-fetch-job-records`` writes it."""
+    ranks = ",".join(str(r) for r in range(nodes))
+    resources = {
+        "version": 1,
+        "execution": {
+            "R_lite": [{"rank": f"0-{nodes - 1}" if nodes > 1 else "0",
+                        "children": {"core": "0-3"}}],
+            "nodelist": [f"node[0-{nodes - 1}]" if nodes > 1 else "node0"],
+            "starttime": t_run,
+            "expiration": t_inactive,
+        },
+    }  # fmt: skip
+    jobspec = {"version": 1, "attributes": {"system": {"bank": bank, "duration": 0}}}
+    with closing(sqlite3.connect(database)) as db:
+        db.execute(
+            "INSERT INTO jobs (id, userid, t_submit, t_run, t_inactive, ranks, R, jobspec,"
+            " project, bank, requested_duration, actual_duration)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, 0, ?)",
+            (jobid, userid, t_run, t_run, t_inactive, ranks, json.dumps(resources),
+             json.dumps(jobspec), bank, t_inactive - t_run),
+        )  # fmt: skip
+        db.commit()
+
+
+def associations(database: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """(user, bank): (job_usage, fairshare), flux-accounting's."""
+    db = AccountingDatabase(database)
+    try:
+        return {(a.user, a.bank): (a.job_usage, a.fairshare) for a in db.associations()}
+    finally:
+        db.close()

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_usage_feed import ALICE, BOB, settle
+from accounting import ALICE, BOB, settle
 
 from flux_quantum.cli.main import main
 from flux_quantum.site.accounting import usage_jobid

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from accounting import MISSING, Accounting, plugins_config
 from fluxinstance import FluxInstance
-from test_service_flux import Qpu, _catalog_text
+from qpu_setup import Qpu, catalog_text
 
 pytestmark = [pytest.mark.flux, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
 
@@ -220,7 +220,7 @@ class QpuSite:
         self.acct.user("bob", BOB, "chemistry")
         self.acct.update()
         catalog = self.workdir / "backends.yaml"
-        catalog.write_text(_catalog_text())
+        catalog.write_text(catalog_text())
         self.qpu = Qpu(self.inst, catalog)
         self.qpu.start_service()
         return self

@@ -103,7 +103,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def emu(clock):
+def emu(clock, emulator_tier):
     emulator = start(clock)
     yield emulator
     emulator.stop()
@@ -212,6 +212,7 @@ def test_the_emulator_refuses_a_job_over_the_executions_limit_with_ibm_s_error(e
     assert emu.ibm.job_ids() == []
 
 
+@pytest.mark.emulator
 def test_limits_at_and_over_a_scenario_s_bounds(clock):
     emu = start(clock, max_executions=1000, max_input_bytes=2000)
     try:
@@ -252,6 +253,7 @@ def test_the_vendor_refuses_a_set_over_ibm_s_limits_before_sending(emu, clock):
 # --- one job per token ----------------------------------------------------------------------
 
 
+@pytest.mark.emulator
 def test_a_set_whose_create_answer_was_lost_is_one_job_found_by_its_token(clock):
     emu = start(
         clock, [{"operation": "CreateJob", "reset": True, "after_commit": True, "calls": [1]}]

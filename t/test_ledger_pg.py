@@ -234,8 +234,7 @@ def test_a_held_job_waits_for_a_stopped_server_and_runs_once_when_it_is_back(
     """The service on a real PostgreSQL ledger: the server stopped while a job is about
     to get its task, the job waits held with no task; started again, the task is
     created once and reserved once; a restart while the task runs loses nothing."""
-    from service_fakes import Harness
-    from test_policy_service import at_front
+    from service_fakes import Harness, at_front
 
     table = {"url": shared.url, "credentials": shared.credentials, "cluster": "alpha"}
     quota = {"limits": [{"user": "*", "period": "day", "spend": 10.0}]}

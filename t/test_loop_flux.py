@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 from fluxinstance import quantum_config
-from test_ibm_flux import Ibm
-from test_service_flux import _event_time
+from ibm_setup import Ibm
+from qpu_setup import event_time
 
 from flux_quantum.catalog import load_catalog
 from flux_quantum.emulator import Emulator, ScaledClock, Scenario
@@ -255,9 +255,9 @@ def test_a_loop_runs_its_iterations_as_held_steps_one_task_each(world: World) ->
         # held in DEPEND with no node while its task waited: it left DEPEND, and got
         # its allocation, only after the emulator had ended the task
         ended = world.ended_at(task)
-        assert _event_time(world, job, "qpu-task") < ended
-        assert _event_time(world, job, "depend") >= ended
-        assert _event_time(world, job, "alloc") >= ended
+        assert event_time(world, job, "qpu-task") < ended
+        assert event_time(world, job, "depend") >= ended
+        assert event_time(world, job, "alloc") >= ended
         assert world.context(job, "qpu-ready")["tasks"][0]["why"] == "COMPLETED"
 
 
@@ -275,7 +275,7 @@ def test_the_service_killed_mid_loop_each_iteration_gets_exactly_one_task(world:
     world.kill_service()
     done = world.wait_loop(loop)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _event_time(world, first, "qpu-release") > killed_held
+    assert event_time(world, first, "qpu-release") > killed_held
     status = world.loop_status(loop)
     steps = status["steps"]
     assert [s["iteration"] for s in steps] == [0, 1, 2, 3]
@@ -408,7 +408,7 @@ def test_a_session_loop_rides_one_session_closed_after_the_loop(world: World) ->
         for c in world.emu.calls
         if c.target == session and c.operation in ("UpdateSession", "CloseSession")
     ]
-    assert closing and world.clock.wall(min(closing)) >= _event_time(world, status["job"], "finish")
+    assert closing and world.clock.wall(min(closing)) >= event_time(world, status["job"], "finish")
     counters = world.status()["counters"]
     assert (counters["sessions_opened"], counters["sessions_joined"]) == (1, 2)
     assert world.emu.call_count("CreateSession") == 1

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from catalogs import emulated_catalog
-from fluxinstance import FluxInstance, quantum_config
+from fluxinstance import FluxInstance, quantum_config, until
+from qpu_setup import FAST
 
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
 
@@ -60,15 +60,6 @@ print(json.dumps({"task": task.task_id, "program": task.ref().program,
 POLL = "GetQuantumTask"
 PRICE = {"per_task": 0.3, "per_shot": 0.001}
 FAIL_REASON = "calibration drifted; task aborted"
-FAST = (
-    "--poll-min=0.2",
-    "--poll-cold-max=1",
-    "--poll-max=2",
-    "--scan-interval=0.3",
-    "--device-check-interval=1",
-    "--cluster-interval=0.5",
-    "--retry-max=0.5",
-)
 
 
 def _qpu(name: str, depth: int, **more: Any) -> dict[str, Any]:
@@ -153,14 +144,7 @@ class Site:
         self.inst.wait_event(jobid, name, timeout=timeout)
 
     def until(self, what: Callable[[], Any], timeout: float = 40, step: float = 0.2) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = what()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(step)
+        return until(what, timeout, step)
 
     def read(self, jobid: str) -> dict[str, Any]:
         """What the job printed (its task, its place in it, its counts); it must end

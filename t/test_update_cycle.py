@@ -13,8 +13,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from accounting import DATABASE_MISSING, make_database
-from test_usage_feed import ALICE, BOB, WEIGHT, associations, classical_job, settle
+from accounting import (
+    ALICE,
+    BOB,
+    DATABASE_MISSING,
+    WEIGHT,
+    associations,
+    classical_job,
+    make_database,
+    settle,
+)
 
 from flux_quantum.site.accounting import UpdateCycle, UsageFeed
 from flux_quantum.site.ledger import Ledger

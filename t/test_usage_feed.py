@@ -16,8 +16,21 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from accounting import DATABASE_MISSING, make_database, update_usage
-from catalogs import catalog_of
+from accounting import (
+    ALICE,
+    BOB,
+    CAROL,
+    DATABASE_MISSING,
+    DAVE,
+    GARNET,
+    NO_LIMITS,
+    WEIGHT,
+    associations,
+    classical_job,
+    make_database,
+    settle,
+    update_usage,
+)
 
 from flux_quantum.site.accounting import (
     AccountingDatabase,
@@ -29,23 +42,7 @@ from flux_quantum.site.accounting import (
 )
 from flux_quantum.site.accounting.usage_record import on_step
 from flux_quantum.site.ledger import Ledger, UsageQuery
-from flux_quantum.site.quota import Charge, QuotaConfig
-
-ALICE, BOB, CAROL, DAVE = 5011, 5012, 5014, 5015
-GARNET = catalog_of("garnet").get("garnet")
-NO_LIMITS = QuotaConfig()
-WEIGHT = 100.0  # usage per dollar
-
-
-def settle(ledger: Ledger, token: str, userid: int, user: str, bank: str | None, cost: float):
-    """A task of ``user`` in ``bank`` reserved and settled at ``cost``."""
-    charge = Charge.for_device(
-        GARNET, token=token, jobid=1, userid=userid, user=user, bank=bank, shots=100,
-        t=time.time(),
-    )  # fmt: skip
-    assert ledger.reserve(charge, NO_LIMITS).allowed
-    ledger.settle(token, cost, now=time.time())
-
+from flux_quantum.site.quota import Charge
 
 # --- the ledger's side, on both backends ------------------------------------------------
 
@@ -114,41 +111,6 @@ def database(tmp_path: Path) -> Path:
         [("root", ""), ("physics", "root"), ("chemistry", "root")],
         [("alice", ALICE, "physics"), ("carol", CAROL, "physics"), ("bob", BOB, "chemistry")],
     )
-
-
-def classical_job(database: Path, jobid: int, userid: int, bank: str, t_run: float,
-                  t_inactive: float, nodes: int = 1) -> None:  # fmt: skip
-    """A finished job's row as ``flux account-fetch-job-records`` writes it."""
-    ranks = ",".join(str(r) for r in range(nodes))
-    resources = {
-        "version": 1,
-        "execution": {
-            "R_lite": [{"rank": f"0-{nodes - 1}" if nodes > 1 else "0",
-                        "children": {"core": "0-3"}}],
-            "nodelist": [f"node[0-{nodes - 1}]" if nodes > 1 else "node0"],
-            "starttime": t_run,
-            "expiration": t_inactive,
-        },
-    }  # fmt: skip
-    jobspec = {"version": 1, "attributes": {"system": {"bank": bank, "duration": 0}}}
-    with closing(sqlite3.connect(database)) as db:
-        db.execute(
-            "INSERT INTO jobs (id, userid, t_submit, t_run, t_inactive, ranks, R, jobspec,"
-            " project, bank, requested_duration, actual_duration)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, 0, ?)",
-            (jobid, userid, t_run, t_run, t_inactive, ranks, json.dumps(resources),
-             json.dumps(jobspec), bank, t_inactive - t_run),
-        )  # fmt: skip
-        db.commit()
-
-
-def associations(database: Path) -> dict[tuple[str, str], tuple[float, float]]:
-    """(user, bank): (job_usage, fairshare), flux-accounting's."""
-    db = AccountingDatabase(database)
-    try:
-        return {(a.user, a.bank): (a.job_usage, a.fairshare) for a in db.associations()}
-    finally:
-        db.close()
 
 
 @pytest.fixture
