@@ -6,12 +6,25 @@
  * SPDX-License-Identifier: LGPL-3.0
 \************************************************************/
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "qpu_config.h"
+
+/* The user's key as a message may show it: at most 64 characters, each
+ * one that is not printable (a newline would split the message) as '?'.
+ */
+static void shown_key (const char *key, char *buf, size_t len)
+{
+    size_t i;
+
+    for (i = 0; key[i] != '\0' && i < 64 && i + 1 < len; i++)
+        buf[i] = isprint ((unsigned char)key[i]) ? key[i] : '?';
+    buf[i] = '\0';
+}
 
 int qpu_parse_config (const char *s,
                       struct quantum_config *conf,
@@ -59,12 +72,15 @@ int qpu_parse_config (const char *s,
             conf->max_held_per_user = (int)v;
         }
         else {
-            /* %.64s: a key is the user's; the message stays one line. */
+            char shown[65];
+
+            /* A key is the user's: the message stays one line. */
+            shown_key (key, shown, sizeof (shown));
             snprintf (errbuf,
                       len,
-                      "quantum: unknown configuration key '%.64s' (accepted: "
+                      "quantum: unknown configuration key '%s' (accepted: "
                       "release-priority, max-held-per-user)",
-                      key);
+                      shown);
             goto out;
         }
     }

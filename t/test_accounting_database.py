@@ -25,7 +25,11 @@ from flux_quantum.site.accounting import (
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.site.quota import QuotaConfigError
 
-pytestmark = pytest.mark.skipif(DATABASE_MISSING is not None, reason=DATABASE_MISSING or "")
+# flux-accounting's own code makes the database, in the broker's Python (`flux python`).
+pytestmark = [
+    pytest.mark.flux,
+    pytest.mark.skipif(DATABASE_MISSING is not None, reason=DATABASE_MISSING or ""),
+]
 
 ALICE, BOB, CAROL = 5011, 5012, 5014
 GARNET = catalog_of("garnet").get("garnet")

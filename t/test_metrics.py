@@ -341,6 +341,7 @@ def test_a_held_task_says_when_its_expected_wait_was_computed():
 # --- the exporter -------------------------------------------------------------------------
 
 
+@pytest.mark.emulator  # a loopback HTTP server of its own
 def test_the_exporter_serves_http_and_writes_the_textfile_atomically(tmp_path):
     textfile = tmp_path / "flux_quantum.prom"
     config = MetricsConfig(listen=("127.0.0.1", 0), textfile=textfile, interval=0.2)

@@ -27,7 +27,11 @@ from accounting import (
 from flux_quantum.site.accounting import UpdateCycle, UsageFeed
 from flux_quantum.site.ledger import Ledger
 
-pytestmark = pytest.mark.skipif(DATABASE_MISSING is not None, reason=DATABASE_MISSING or "")
+# flux-accounting's own code makes the database, in the broker's Python (`flux python`).
+pytestmark = [
+    pytest.mark.flux,
+    pytest.mark.skipif(DATABASE_MISSING is not None, reason=DATABASE_MISSING or ""),
+]
 
 
 class Site:

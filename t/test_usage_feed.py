@@ -14,6 +14,7 @@ import sqlite3
 import time
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from accounting import (
@@ -98,9 +99,12 @@ def test_the_ledger_feeds_each_settled_charge_once(ledger: Ledger) -> None:
 
 # --- the feed into a flux-accounting database -------------------------------------------
 
-needs_flux_accounting = pytest.mark.skipif(
-    DATABASE_MISSING is not None, reason=DATABASE_MISSING or ""
-)
+
+def needs_flux_accounting(test: Any) -> Any:
+    """A test on a database flux-accounting's own code makes, in the broker's Python
+    (`flux python`): the flux tier, skipped loudly where flux-accounting is absent."""
+    skip = pytest.mark.skipif(DATABASE_MISSING is not None, reason=DATABASE_MISSING or "")
+    return pytest.mark.flux(skip(test))
 
 
 @pytest.fixture
