@@ -40,6 +40,7 @@ from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.service.workers import VendorWorkers
 from flux_quantum.site.ledger import GuestError, serve_usage
 from flux_quantum.site.policy import SitePolicy
+from flux_quantum.vendors.braket.sdk import sdk
 from flux_quantum.vendors.relayed import SERVICE_SUFFIX
 
 READY_LINE = "@ready"
@@ -332,11 +333,23 @@ def instance_owner(handle: Any) -> bool:
 
 
 def _warm_up() -> None:
+    """The SDK's modules the vendor uses, imported once through ``sdk`` (one thread at
+    a time: a create in another worker waits for them rather than racing into the
+    same import circle)."""
     try:
-        import braket.aws  # noqa: F401
-        import braket.ir.openqasm  # noqa: F401
+        for name in WARM_MODULES:
+            sdk(name)
     except ImportError:
         pass
+
+
+WARM_MODULES = (
+    "braket.aws",
+    "braket.ir.openqasm",
+    "braket.program_sets",
+    "braket.tasks",
+    "braket.schema_common",
+)
 
 
 def _caller(msg: Any, relayed: Any) -> int:

@@ -311,7 +311,7 @@ class BraketVendor(TranslatedCalls, Vendor):
         with self._lock:
             session = self._aws_sessions.get(region)
             if session is None:
-                from braket.aws import AwsSession
+                AwsSession = sdk("braket.aws").AwsSession
 
                 # AwsSession insists that its boto3 session has the client's region.
                 session = AwsSession(
