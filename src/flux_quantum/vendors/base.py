@@ -20,10 +20,13 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flux_quantum.catalog import Device, PriceModel
 from flux_quantum.vendors.errors import NotFound, NotSupported, VendorError
+
+if TYPE_CHECKING:
+    from flux_quantum.vendors.task_events import EventSource
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -465,6 +468,12 @@ class Vendor(abc.ABC):
         raise NotSupported(
             f"{self.name} has no sessions", vendor=self.name, vendor_code="NotSupported"
         )
+
+    def event_source(self) -> EventSource | None:
+        """The feed of this vendor's task state changes the site set up (Braket's
+        events through a queue: ``flux_quantum.vendors.task_events``), or None: its
+        tasks are only polled. Pure: building the source calls nothing."""
+        return None
 
 
 @dataclass(frozen=True)

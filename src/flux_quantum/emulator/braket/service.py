@@ -9,7 +9,8 @@ scenario's faults (drawn from the seed) and answers with those that fire before 
 the call is applied. What a call does is its collaborators': ``QuantumTasks`` (tasks),
 ``Devices`` (devices and their queues), ``TaskTags``, ``Reservations`` (Braket Direct),
 ``ResultFiles`` and the ``ObjectStore``, all behind this side's one lock; the call log and
-the report's counts are the shared ``VendorSide``'s (``side``). It must never sleep while
+the report's counts are the shared ``VendorSide``'s (``side``); the task and device
+state changes go to the events queue it is given (``EventPublisher``). It must never sleep while
 holding its lock, never read the wall clock (time comes from the injected ``Clock``), and
 never answer with a shape botocore's braket 2019-09-01 model does not have.
 """
@@ -26,6 +27,7 @@ from typing import Any
 from flux_quantum.emulator.bill import BilledReservation, BilledTask
 from flux_quantum.emulator.braket import s3
 from flux_quantum.emulator.braket.devices import Devices
+from flux_quantum.emulator.braket.event_publisher import EventPublisher
 from flux_quantum.emulator.braket.quantum_tasks import QuantumTasks
 from flux_quantum.emulator.braket.reservations import Reservations
 from flux_quantum.emulator.braket.result_files import ResultFiles
@@ -41,6 +43,7 @@ from flux_quantum.emulator.braket.wire import BraketRefusal, braket_error, json_
 from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.side import Call, Refusal, VendorSide
+from flux_quantum.emulator.sqs import MessageQueue
 from flux_quantum.emulator.wire import Request, Response, json_response
 
 _REGION = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
@@ -107,6 +110,28 @@ class BraketService(VendorSide[_Route, Fault]):
             self._devices, self._reservations, self._tags, self.store, seed, self._lock
         )
         self._results = ResultFiles(self._devices, self.store)
+        self._events: EventPublisher | None = None
+
+    # -- events -------------------------------------------------------------------------------
+
+    def publish_to(self, queue: MessageQueue) -> None:
+        """Send this side's task and device state changes to ``queue`` from now on (as a
+        site's EventBridge rule sends Braket's events to its SQS queue)."""
+        self._events = EventPublisher(self._tasks, self._devices, queue, self.seed, self._lock)
+
+    def publish_events(self) -> None:
+        """Send the state changes up to now not sent yet (``EventPublisher.publish``)."""
+        if self._events is not None:
+            self._events.publish()
+
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(calls by operation, fault effects by kind), with the events sent, lost and
+        sent twice among the effects."""
+        calls, effects = super().counts()
+        if self._events is not None:
+            with self._lock:
+                effects.update(self._events.counts)
+        return calls, effects
 
     # -- public views -------------------------------------------------------------------------
 

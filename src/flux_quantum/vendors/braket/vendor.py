@@ -25,6 +25,10 @@ Decisions worth knowing:
   environment, so one process can talk to real Braket and to the emulator at once.
   ``AwsQuantumTask(arn)``/``AwsDevice`` are not used: they copy sessions and lose such
   clients.
+- Events: with ``events_queue`` set, ``event_source`` is the site's queue of Braket's
+  task events (``BraketEventQueue``), read through an SQS client built like the others
+  (same session, one attempt, the ``AWS_ENDPOINT_URL_SQS`` resolution or
+  ``sqs_endpoint_url``), in the queue's own region.
 - Heavy SDK modules (``braket.aws`` takes seconds to import) load only when a task is
   created or a result is read, so ``flux quantum backends`` stays quick.
 - Program sets (``submit_set``/``results``): the SDK's ``ProgramSet`` of OpenQASM
@@ -63,6 +67,7 @@ from flux_quantum.vendors.base import (
     Vendor,
 )
 from flux_quantum.vendors.braket.errors import TRANSLATED, name_first_failure, translate_error
+from flux_quantum.vendors.braket.event_queue import BraketEventQueue
 from flux_quantum.vendors.braket.parsing import (
     LAYOUT_TAG,
     RESERVATION_ASSOCIATION,
@@ -90,6 +95,7 @@ from flux_quantum.vendors.braket.settings import (
     BraketSettings,
     boto_session,
     client_config,
+    queue_region,
 )
 from flux_quantum.vendors.errors import (
     Conflict,
@@ -129,6 +135,7 @@ class BraketVendor(TranslatedCalls, Vendor):
         self._boto_session: boto3.session.Session | None = None
         self._clients: dict[tuple[str, str], Any] = {}
         self._aws_sessions: dict[str, Any] = {}
+        self._events: BraketEventQueue | None = None
 
     # -- plumbing
 
@@ -466,6 +473,20 @@ class BraketVendor(TranslatedCalls, Vendor):
         """One GetQuantumTask: it fails for a task that is not there (``attach``) and
         carries the status and queue position (``poll``)."""
         return task_snapshot(task, self._get_task(task.task_id), self._clock(), vendor=self.name)
+
+    def event_source(self) -> BraketEventQueue | None:
+        """The site's queue of Braket's task events (``vendors.braket.events_queue``),
+        or None when it names none; made once, calling nothing."""
+        queue = self.settings.events_queue
+        if not queue:
+            return None
+        with self._lock:
+            if self._events is None:
+                region = queue_region(queue) or self.settings.region or DEFAULT_REGION
+                self._events = BraketEventQueue(
+                    self.settings, lambda: self._client("sqs", region), self._call
+                )
+            return self._events
 
     def attach(self, task_id: str) -> TaskRef:
         data = self._get_task(task_id)
