@@ -247,9 +247,8 @@ class Tracking:
             # at least that often, so a wrong drain prior cannot overshoot.
             ceiling = min(ctx.schedule.max_interval, ctx.options.device_check_interval)
             delay = min(attempt.poller.observe_unpositioned(snap, backlog), ceiling)
-        delay = self.events.next_poll(attempt, unit.request.release_at, snap, delay)
         if not self.release.polled(unit, attempt, snap, now, backlog):
-            attempt.due = now + delay
+            attempt.due = now + self.events.next_poll(attempt, unit.request.release_at, snap, delay)
         self.face.changed(unit)
 
     def _backlog(self, attempt: Attempt, snap: TaskSnapshot) -> Backlog | None:

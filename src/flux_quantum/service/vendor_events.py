@@ -18,7 +18,8 @@ way asks for one more poll if that poll saw less. A device event makes the devic
 next probe come now.
 
 While a feed is heard, a task whose release point is RUNNING or its end is polled only
-every ``safety_poll`` seconds (``next_poll``): a safety net for an event lost. A feed
+a little after that point is expected, and at most every ``safety_poll`` seconds
+(``next_poll``): a safety net for an event lost. A feed
 is lost when it cannot be read (the queue is gone, the credentials refused) or says
 nothing for ``silence`` seconds while tasks are live: then the tasks are polled as
 before, at once and on their adaptive schedule, which is said once at warning level;
@@ -239,10 +240,13 @@ class VendorEvents:
     def next_poll(
         self, attempt: Attempt, release_at: int | str, snap: TaskSnapshot, delay: float
     ) -> float:
-        """When to poll ``snap``'s task again, ``delay`` being the adaptive plan: at once
-        (the shortest interval) if an event said more than this poll saw; not before
-        the feed's safety interval while its feed is heard and the release point is
-        the task's start or end (a queue position still needs the polls that see it)."""
+        """When to poll ``snap``'s task again (its attempt's ``expected_wait`` just
+        set by this poll), ``delay`` being the adaptive plan: at once (the shortest
+        interval) if an event said more than this poll saw. While its feed is heard and
+        the release point is the task's start or end (a queue position still needs the
+        polls that see it): a little after the release point is expected, at most the
+        feed's safety interval, never sooner than the plan; once overdue, the safety
+        interval."""
         task = snap.task
         wanted = self._wanted.pop(task.task_id, None)
         if wanted is not None and state_rank(snap.state) < wanted:
@@ -252,7 +256,14 @@ class VendorEvents:
             return delay
         if snap.state in _WAITING and isinstance(release_at, int):
             return delay
-        return max(delay, listener.source.safety_poll)
+        safety = listener.source.safety_poll
+        expected = attempt.expected_wait
+        if expected is None or expected <= 0:
+            return max(delay, safety)
+        # When the release point should have come, and a little more: an event on time
+        # makes this poll moot, a lost one costs that much lag, not a safety interval.
+        grace = max(2 * self.ctx.schedule.min_interval, 0.1 * expected)
+        return min(safety, max(delay, expected + grace))
 
     # -- helpers
 
