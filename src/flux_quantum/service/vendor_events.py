@@ -18,8 +18,8 @@ way asks for one more poll if that poll saw less. A device event makes the devic
 next probe come now.
 
 While a feed is heard, a task whose release point is RUNNING or its end is polled only
-a little after that point is expected, and at most every ``safety_poll`` seconds
-(``next_poll``): a safety net for an event lost. A feed
+a little after that point is expected (then backing off), and at least every
+``safety_poll`` seconds (``next_poll``): a safety net for an event lost. A feed
 is lost when it cannot be read (the queue is gone, the credentials refused) or says
 nothing for ``silence`` seconds while tasks are live: then the tasks are polled as
 before, at once and on their adaptive schedule, which is said once at warning level;
@@ -244,9 +244,9 @@ class VendorEvents:
         set by this poll), ``delay`` being the adaptive plan: at once (the shortest
         interval) if an event said more than this poll saw. While its feed is heard and
         the release point is the task's start or end (a queue position still needs the
-        polls that see it): a little after the release point is expected, at most the
-        feed's safety interval, never sooner than the plan; once overdue, the safety
-        interval."""
+        polls that see it): a little after the release point is expected, or once
+        overdue after as long again as the task has been in its state; within the feed's
+        safety interval, and never sooner than the plan."""
         task = snap.task
         wanted = self._wanted.pop(task.task_id, None)
         if wanted is not None and state_rank(snap.state) < wanted:
@@ -256,14 +256,18 @@ class VendorEvents:
             return delay
         if snap.state in _WAITING and isinstance(release_at, int):
             return delay
-        safety = listener.source.safety_poll
+        grace = 2 * self.ctx.schedule.min_interval
         expected = attempt.expected_wait
-        if expected is None or expected <= 0:
-            return max(delay, safety)
-        # When the release point should have come, and a little more: an event on time
-        # makes this poll moot, a lost one costs that much lag, not a safety interval.
-        grace = max(2 * self.ctx.schedule.min_interval, 0.1 * expected)
-        return min(safety, max(delay, expected + grace))
+        if expected is not None and expected > 0:
+            # When the release point should have come, and a little more: an event on
+            # time makes this poll moot, a lost one costs about that much lag.
+            target = expected + max(grace, 0.1 * expected)
+        else:
+            # Overdue (or unknown): again after as long as the task has been in its
+            # state, so a lost event costs about as long again as the task took.
+            since = attempt.running_seen if snap.state is TaskState.RUNNING else attempt.queued_at
+            target = max(grace, snap.t - since if since is not None else 0.0)
+        return max(delay, min(listener.source.safety_poll, target))
 
     # -- helpers
 
