@@ -202,3 +202,18 @@ def test_with_lost_and_copied_events_every_job_is_released_exactly_once():
     for job in jobs:
         assert [e.name for e in h.flux.jobs[job].events].count(events.RELEASE) == 1
     assert h.vendor.feed.lost and feed_state(h)["counts"]["duplicate"] >= 1
+
+
+def test_an_overdue_task_whose_end_event_is_lost_is_polled_backing_off_not_at_the_safety():
+    # Its own run takes 40 s where the device's drain says 10: once overdue, polled again
+    # after as long as it has run so far, so its lost COMPLETED costs at most about that.
+    h = evented_harness({"beta": QueueModel(2, run=40.0)}, safety_poll=600.0)
+    job = h.flux.submit({"device": "local:beta"})
+    task = task_of(h, job)
+    h.vendor.feed.lose = lambda event: event.state is TaskState.COMPLETED
+    h.until(lambda: h.state(job) == "released", limit=300)
+    fake = h.vendor.tasks[task]
+    ended = fake.created + fake.ahead * fake.service + 40.0
+    lag = released_at(h, job) - ended
+    assert 0 < lag <= 40.0, lag
+    assert polls_of(h, task) <= 8
