@@ -41,8 +41,16 @@ FLUX_CONFIG_KEY = "quantum.backends"
 DEFAULT_REGION = "us-east-1"
 DEFAULT_CURRENCY = "USD"
 
-# Braket's task events through the site's SQS queue (Braket and the emulator's Braket).
+# Braket's task events through the site's SQS queue, and a loop's hybrid job (Braket and
+# the emulator's Braket).
 EVENTS_SETTINGS = ("events_queue", "events_wait", "events_poll", "events_silence")
+HYBRID_SETTINGS = (
+    "hybrid_role_arn",
+    "hybrid_instance",
+    "hybrid_price",
+    "hybrid_max_runtime",
+    "hybrid_start_timeout",
+)
 # Settings each vendor accepts under the catalog's top-level ``vendors:`` mapping.
 VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -54,8 +62,9 @@ VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "profile",
             *EVENTS_SETTINGS,
             "sqs_endpoint_url",
+            *HYBRID_SETTINGS,
         ),
-        "local": ("url", "s3_bucket", "s3_prefix", *EVENTS_SETTINGS),
+        "local": ("url", "s3_bucket", "s3_prefix", *EVENTS_SETTINGS, *HYBRID_SETTINGS),
         "ibm": ("channel", "instance", "endpoint", "iam_endpoint", "session_mode"),
         "iqm": ("endpoint",),
         "pasqal": ("base_url", "auth_endpoint", "project_id", "warden_url"),

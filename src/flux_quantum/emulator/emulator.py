@@ -314,7 +314,9 @@ class Emulator:
         now = self.clock.now()
         braket_calls, braket_faults = self._service.counts()
         ibm_calls, ibm_faults = self.ibm.counts()
-        ibm_tasks, sessions = self.ibm.bill()
+        ibm_tasks, ibm_sessions = self.ibm.bill()
+        # A hybrid job is on the bill as a session: its instance time is its cost.
+        sessions = [*ibm_sessions, *self._service.bill_jobs()]
         iqm_calls, iqm_faults = self.iqm.counts()
         pasqal_calls, pasqal_faults = self.pasqal.counts()
         sqs_calls, _ = self.sqs.counts()

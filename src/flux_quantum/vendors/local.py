@@ -33,7 +33,8 @@ from flux_quantum.vendors.base import (
     VendorSession,
 )
 from flux_quantum.vendors.braket import BraketSettings, BraketVendor
-from flux_quantum.vendors.braket.settings import BotoService, events_numbers
+from flux_quantum.vendors.braket.hybrid_jobs import MODE as HYBRID
+from flux_quantum.vendors.braket.settings import BotoService, numeric_settings
 from flux_quantum.vendors.errors import VendorUnavailable
 from flux_quantum.vendors.ibm import IbmVendor
 from flux_quantum.vendors.ibm import emulator_settings as ibm_emulator_settings
@@ -128,9 +129,10 @@ class LocalVendor(BraketVendor):
         overrides: dict[str, Any] = {}
         if settings.get("s3_prefix"):
             overrides["s3_prefix"] = settings["s3_prefix"]
-        if settings.get("events_queue"):
-            overrides["events_queue"] = settings["events_queue"]
-        overrides.update(events_numbers(settings))
+        for key in ("events_queue", "hybrid_role_arn", "hybrid_instance"):
+            if settings.get(key):
+                overrides[key] = settings[key]
+        overrides.update(numeric_settings(settings))
         if timeout is not None:
             overrides.update(connect_timeout=timeout, read_timeout=timeout)
         if not url:
@@ -260,16 +262,16 @@ class LocalVendor(BraketVendor):
         return ibm.submit_in(session, device, program_text, shots, token)
 
     def close_session(self, session: VendorSession) -> None:
-        if self.ibm is None:
+        if self.ibm is None or session.mode == HYBRID:
             return super().close_session(session)
         return self.ibm.close_session(session)
 
     def session_of(self, task: TaskRef) -> VendorSession | None:
         ibm = self._ibm_side(task.task_id)
-        return ibm.session_of(task) if ibm is not None else None
+        return ibm.session_of(task) if ibm is not None else super().session_of(task)
 
     def session_environment(self, session: VendorSession) -> dict[str, str]:
-        if self.ibm is None:
+        if self.ibm is None or session.mode == HYBRID:
             return super().session_environment(session)
         return self.ibm.session_environment(session)
 

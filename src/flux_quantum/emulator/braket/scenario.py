@@ -74,6 +74,9 @@ BRAKET_OPERATIONS = (
     "CreateQuantumTask",
     "GetQuantumTask",
     "CancelQuantumTask",
+    "CreateJob",
+    "GetJob",
+    "CancelJob",
     "SearchQuantumTasks",
     "GetDevice",
     "SearchDevices",
@@ -249,6 +252,16 @@ class EventsSpec:
 
 
 @dataclass(frozen=True)
+class HybridJobsSpec:
+    """Braket hybrid jobs (CreateJob): a job waits ``startup`` seconds in its device's
+    jobs queue and instance start-up before it runs; its instance is billed
+    ``price_per_hour`` (per second) while it runs, its tasks as any task."""
+
+    startup: float = 60.0
+    price_per_hour: float = 0.115
+
+
+@dataclass(frozen=True)
 class Scenario:
     """Everything the emulator serves, immutable; build with ``from_yaml``/``from_dict``."""
 
@@ -256,6 +269,7 @@ class Scenario:
     faults: tuple[Fault, ...] = ()
     reservations: tuple[ReservationSpec, ...] = ()
     events: EventsSpec = EventsSpec()
+    hybrid_jobs: HybridJobsSpec = HybridJobsSpec()
     region: str = "us-east-1"
     account: str = "123456789012"
     bucket: str = "amazon-braket-flux-quantum-emulator"
@@ -401,7 +415,9 @@ _SCENARIO_KEYS = (
     "devices",
     "reservations",
     "events",
+    "hybrid_jobs",
 )
+_HYBRID_KEYS = ("startup", "price_per_hour")
 _EVENTS_KEYS = ("queue", "lose", "duplicate", "late", "latency")
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _DEVICE_KEYS = (
@@ -464,6 +480,7 @@ def _parse_scenario(data: Mapping[str, Any], source: str) -> Scenario:
         faults=faults,
         reservations=tuple(sorted(reservations, key=lambda r: (r.device, r.start))),
         events=_parse_events(top.child("events")),
+        hybrid_jobs=_parse_hybrid_jobs(top.child("hybrid_jobs")),
         region=region or "us-east-1",
         account=top.string("account", "123456789012") or "123456789012",
         bucket=top.string("bucket", Scenario.bucket) or Scenario.bucket,
@@ -485,6 +502,17 @@ def _parse_events(f: _Fields) -> EventsSpec:
         duplicate=f.number("duplicate", 0.0, high=1.0) or 0.0,
         late=f.number("late", default.late, high=3600.0) or 0.0,
         latency=f.number("latency", 0.0, high=3600.0) or 0.0,
+    )
+
+
+def _parse_hybrid_jobs(f: _Fields) -> HybridJobsSpec:
+    f.reject_unknown(_HYBRID_KEYS)
+    default = HybridJobsSpec()
+    startup = f.number("startup", default.startup, high=86400.0)
+    price = f.number("price_per_hour", default.price_per_hour)
+    return HybridJobsSpec(
+        startup=default.startup if startup is None else startup,
+        price_per_hour=default.price_per_hour if price is None else price,
     )
 
 

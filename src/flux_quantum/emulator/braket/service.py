@@ -2,12 +2,13 @@
 
 This module owns the Braket side as the client sees it: it routes every request the
 emulator does not give another side (the Braket rest-json operations CreateQuantumTask,
-GetQuantumTask, CancelQuantumTask, SearchQuantumTasks, GetDevice, SearchDevices and the
-tag operations, and, under ``/s3``, the minimal S3 that serves each task's result files
+GetQuantumTask, CancelQuantumTask, SearchQuantumTasks, GetDevice, SearchDevices, the
+tag operations and the hybrid jobs' CreateJob, GetJob and CancelJob, and, under ``/s3``, the minimal S3 that serves each task's result files
 once the task has ended), reads the request's region, counts the call against the
 scenario's faults (drawn from the seed) and answers with those that fire before or after
 the call is applied. What a call does is its collaborators': ``QuantumTasks`` (tasks),
 ``Devices`` (devices and their queues), ``TaskTags``, ``Reservations`` (Braket Direct),
+``HybridJobs``,
 ``ResultFiles`` and the ``ObjectStore``, all behind this side's one lock; the call log and
 the report's counts are the shared ``VendorSide``'s (``side``); the task and device
 state changes go to the events queue it is given (``EventPublisher``). It must never sleep while
@@ -24,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledReservation, BilledTask
+from flux_quantum.emulator.bill import BilledReservation, BilledSession, BilledTask
 from flux_quantum.emulator.braket import s3
 from flux_quantum.emulator.braket.devices import Devices
 from flux_quantum.emulator.braket.event_publisher import EventPublisher
+from flux_quantum.emulator.braket.hybrid_jobs import HybridJobs
 from flux_quantum.emulator.braket.quantum_tasks import QuantumTasks
 from flux_quantum.emulator.braket.reservations import Reservations
 from flux_quantum.emulator.braket.result_files import ResultFiles
@@ -106,8 +108,15 @@ class BraketService(VendorSide[_Route, Fault]):
         # Braket Direct reservations (the scenario's, then those added while running).
         self._reservations = Reservations(self._devices, seed, self._lock)
         self._tags = TaskTags(self._lock)
+        self._hybrid = HybridJobs(self._devices, self.store, seed, self._lock)
         self._tasks = QuantumTasks(
-            self._devices, self._reservations, self._tags, self.store, seed, self._lock
+            self._devices,
+            self._reservations,
+            self._tags,
+            self.store,
+            seed,
+            self._lock,
+            self._hybrid,
         )
         self._results = ResultFiles(self._devices, self.store)
         self._events: EventPublisher | None = None
@@ -163,6 +172,10 @@ class BraketService(VendorSide[_Route, Fault]):
         """Every task created so far, with what Braket charges for it now."""
         return self._tasks.bill()
 
+    def bill_jobs(self) -> list[BilledSession]:
+        """Every hybrid job, its instance time billed so far (as the bill's sessions)."""
+        return self._hybrid.bill()
+
     # -- dispatch -----------------------------------------------------------------------------
 
     def _refused(self, request: Request, refusal: Refusal) -> _Route:
@@ -208,6 +221,15 @@ class BraketService(VendorSide[_Route, Fault]):
                 return json_response(201, {"quantumTaskArn": arn})
             case "GetQuantumTask":
                 return self._tasks.get(target, region)
+            case "CreateJob":
+                arn, new = self._hybrid.create(route.body, region)
+                if new:
+                    created.append(arn)
+                return json_response(201, {"jobArn": arn})
+            case "GetJob":
+                return self._hybrid.get(target)
+            case "CancelJob":
+                return self._hybrid.cancel(target)
             case "CancelQuantumTask":
                 return self._tasks.cancel(target, region)
             case "SearchQuantumTasks":
@@ -254,6 +276,17 @@ class BraketService(VendorSide[_Route, Fault]):
                 return _Route("CancelQuantumTask", arn, self._tasks.device_of(arn))
             if method == "GET":
                 return _Route("GetQuantumTask", rest, self._tasks.device_of(rest))
+        if method == "POST" and parts == ["job"]:
+            body = json_body(request, "CreateJob")
+            config = body.get("deviceConfig")
+            device = config.get("device") if isinstance(config, dict) else None
+            return _Route("CreateJob", None, device if isinstance(device, str) else None, body)
+        if head == "job" and rest:
+            if method == "PUT" and parts[-1] == "cancel" and len(parts) > 2:
+                arn = "/".join(parts[1:-1])
+                return _Route("CancelJob", arn, self._hybrid.device_of(arn))
+            if method == "GET":
+                return _Route("GetJob", rest, self._hybrid.device_of(rest))
         if method == "POST" and parts == ["quantum-tasks"]:
             return _Route("SearchQuantumTasks", body=json_body(request, "SearchQuantumTasks"))
         if method == "GET" and head == "device" and rest:
@@ -346,6 +379,7 @@ class BraketService(VendorSide[_Route, Fault]):
             now = self.clock.now()
             if call.operation in ("GetObject", "HeadObject", "ListObjectsV2"):
                 self._results.publish(self._tasks.records(), now)
+                self._hybrid.publish(now)
             return self.store.handle(request, call, timestamp(self.clock, now))
 
 

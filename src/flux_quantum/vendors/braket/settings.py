@@ -5,9 +5,10 @@ This module owns where the settings come from (the catalog's ``vendors.braket``,
 the SDK's usual sources) and what they make: the boto3 session (a profile, or the
 emulator's explicit keys), the botocore config of every client (one attempt, our
 timeouts, path-style S3 for an explicit S3 endpoint, a read timeout that outlasts a
-long poll of the events queue), the results bucket and the events queue (``events_*``:
+long poll of the events queue), the results bucket, the events queue (``events_*``:
 the SQS queue the site routes Braket's task events to, how long one read waits, how
-often a task is still polled while events come, and how long a silence may last). It must
+often a task is still polled while events come, and how long a silence may last) and a
+loop's hybrid job (``hybrid_*``: its role, instance, price and bounds). It must
 never call Braket or S3 (building a session or a config sends nothing), never read or
 change ``os.environ`` itself (the environment is handed in) and never show a secret in a
 message.
@@ -64,6 +65,15 @@ class BraketSettings:
     events_wait: int = MAX_EVENTS_WAIT
     events_poll: float = 60.0
     events_silence: float = 900.0
+    # A loop's session on Braket: a hybrid job run as ``hybrid_role_arn`` (None: no
+    # hybrid jobs), on a ``hybrid_instance`` billed ``hybrid_price`` dollars an hour (as
+    # said to users; None: not said), at most ``hybrid_max_runtime`` seconds, waited
+    # for at most ``hybrid_start_timeout`` seconds to run.
+    hybrid_role_arn: str | None = None
+    hybrid_instance: str = "ml.m5.large"
+    hybrid_price: float | None = None
+    hybrid_max_runtime: float = 28800.0
+    hybrid_start_timeout: float = 900.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.events_wait <= MAX_EVENTS_WAIT:
@@ -71,7 +81,7 @@ class BraketSettings:
                 f"vendors.braket.events_wait must be 0 to {MAX_EVENTS_WAIT} seconds, "
                 f"got {self.events_wait!r}"
             )
-        for name in ("events_poll", "events_silence"):
+        for name in ("events_poll", "events_silence", "hybrid_max_runtime", "hybrid_start_timeout"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ValueError(f"vendors.braket.{name} must be seconds > 0, got {value!r}")
@@ -87,9 +97,11 @@ class BraketSettings:
             "profile",
             "events_queue",
             "sqs_endpoint_url",
+            "hybrid_role_arn",
+            "hybrid_instance",
         )
         values: dict[str, Any] = {key: settings[key] for key in known if key in settings}
-        values.update(events_numbers(settings))
+        values.update(numeric_settings(settings))
         values.update(overrides)
         return cls(**values)
 
@@ -98,19 +110,22 @@ class BraketSettings:
         return self.s3_bucket or environ.get(BUCKET_VARIABLE)
 
 
-# The catalog's events settings that are numbers, and the type each one is read as.
-EVENTS_NUMBERS: Mapping[str, type] = {
+# The catalog's settings that are numbers, and the type each one is read as.
+NUMERIC_SETTINGS: Mapping[str, type] = {
     "events_wait": int,
     "events_poll": float,
     "events_silence": float,
+    "hybrid_price": float,
+    "hybrid_max_runtime": float,
+    "hybrid_start_timeout": float,
 }
 
 
-def events_numbers(settings: Mapping[str, str]) -> dict[str, Any]:
-    """The numeric ``events_*`` settings of a catalog's vendor section, converted;
-    ValueError names the one that is not a number."""
+def numeric_settings(settings: Mapping[str, str]) -> dict[str, Any]:
+    """The numeric settings (``events_*``, ``hybrid_*``) of a catalog's vendor section,
+    converted; ValueError names the one that is not a number."""
     out: dict[str, Any] = {}
-    for key, kind in EVENTS_NUMBERS.items():
+    for key, kind in NUMERIC_SETTINGS.items():
         if key not in settings:
             continue
         try:
