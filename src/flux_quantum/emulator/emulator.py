@@ -277,6 +277,11 @@ class Emulator:
         seconds on this emulator's clock; see ``clock``)."""
         return self._service.task_timeline(task_arn)
 
+    def hybrid_job_starts(self) -> dict[str, float]:
+        """When each Braket hybrid job started, or will once its start-up is over
+        (emulated seconds on this emulator's clock), by ARN."""
+        return self._service.job_starts()
+
     def task_forecast(self, task_arn: str) -> TaskTimeline:
         """The milestones a task will reach if nothing but the background changes its
         device's queue from now on (no create or cancel, no new reservation): ``ended``

@@ -95,6 +95,11 @@ class HybridJobs:
         self._written: set[str] = set()
         self._ids = random.Random(f"{seed}:hybrid-jobs")
 
+    def starts(self) -> dict[str, float]:
+        """When each job started, or will (emulated seconds), by ARN."""
+        with self._lock:
+            return {arn: job.starts for arn, job in self._jobs.items()}
+
     def device_of(self, arn: str) -> str | None:
         with self._lock:
             job = self._jobs.get(arn)

@@ -172,6 +172,10 @@ class BraketService(VendorSide[_Route, Fault]):
         """Every task created so far, with what Braket charges for it now."""
         return self._tasks.bill()
 
+    def job_starts(self) -> dict[str, float]:
+        """When each hybrid job started, or will (emulated seconds), by ARN."""
+        return self._hybrid.starts()
+
     def bill_jobs(self) -> list[BilledSession]:
         """Every hybrid job, its instance time billed so far (as the bill's sessions)."""
         return self._hybrid.bill()
