@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from flux_quantum.vendors.base import TaskState
+from flux_quantum.vendors.task_state import TaskState
 
 # How far along a task is: a state change moves it up, never down. The three ends are
 # one rank: once ended, no event moves a task anywhere.
