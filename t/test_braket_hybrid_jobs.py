@@ -193,3 +193,31 @@ def test_a_priority_task_goes_ahead_of_the_public_ones_not_of_the_running_one():
     assert queue.timeline("first", 10.0).started == 10.0
     assert queue.timeline("second", 30.0).started == 20.0
     assert queue.priority_size(30.0) == 0
+
+
+def test_a_jobs_own_task_through_the_sdk_rides_it_by_its_environment(emu, clock, monkeypatch):
+    """What a step's own later tasks do (``session_environment``): the SDK's
+    AwsSession.create_quantum_task adds AMZN_BRAKET_JOB_TOKEN as ``jobToken``."""
+    from braket.aws import AwsSession
+    from braket.ir.openqasm import Program
+
+    v = vendor(emu, clock)
+    session = v.open_session(LINE, "dedicated").session
+    assert session is not None
+    for key, value in {**emu.env(), **v.session_environment(session)}.items():
+        monkeypatch.setenv(key, value)
+    braket = boto3.client("braket", region_name="us-east-1")
+    sdk = AwsSession(
+        boto_session=boto3.session.Session(region_name="us-east-1"), braket_client=braket
+    )
+    arn = sdk.create_quantum_task(
+        clientToken="own-1",
+        deviceArn=QPU,
+        shots=10,
+        outputS3Bucket=emu.bucket,
+        outputS3KeyPrefix="own",
+        action=Program(source=BELL).json(),
+    )
+    task = braket.get_quantum_task(quantumTaskArn=arn, additionalAttributeNames=["QueueInfo"])
+    assert task["queueInfo"]["queuePriority"] == "Priority" and task["jobArn"] in session.session_id
+    v.close_session(session)
