@@ -107,6 +107,15 @@ class Devices:
             )
         return out
 
+    def probe_soon(self, name: str) -> bool:
+        """Probe device ``name`` at the next check rather than at its interval (a vendor
+        event says it changed); False when it is not watched or a probe is under way."""
+        watch = self.watches.get(name)
+        if watch is None or watch.busy:
+            return False
+        watch.due = min(watch.due, self.ctx.clock())
+        return True
+
     def seen(self, device: Device, snapshot: DeviceSnapshot) -> None:
         """What a probe said: graph status, and fail-over of tasks on a device gone."""
         if snapshot.status is DeviceStatus.UNREACHABLE:
