@@ -19,6 +19,9 @@ from flux_quantum.vendors.braket.settings import client_config, queue_region
 from flux_quantum.vendors.local import LocalVendor
 from flux_quantum.vendors.task_events import DeviceEvent, TaskEvent
 
+# The project's emulator on loopback, through the real boto3/SDK clients.
+pytestmark = pytest.mark.emulator
+
 QPU = "arn:aws:braket:us-east-1::device/qpu/acme/Line-5"
 LINE5 = {
     "arn": QPU,

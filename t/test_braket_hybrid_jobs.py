@@ -18,6 +18,9 @@ from flux_quantum.vendors.base import TaskState
 from flux_quantum.vendors.braket.hybrid_jobs import ENTRY_POINT, RELAY, relay_source
 from flux_quantum.vendors.local import LocalVendor
 
+# The project's emulator on loopback, through the real boto3/SDK clients.
+pytestmark = pytest.mark.emulator
+
 QPU = "arn:aws:braket:us-east-1::device/qpu/acme/Line-5"
 ROLE = "arn:aws:iam::123456789012:role/flux-quantum-hybrid"
 LINE5 = {

@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 from fluxinstance import FluxInstance
-from test_service_flux import Qpu, _catalog_text
+from qpu_setup import Qpu, catalog_text
 
 pytestmark = pytest.mark.flux
 
@@ -36,7 +36,7 @@ def inst(tmp_path_factory) -> Iterator[FluxInstance]:
 @pytest.fixture
 def qpu(inst: FluxInstance) -> Iterator[Qpu]:
     catalog = inst.workdir / "backends.yaml"
-    catalog.write_text(_catalog_text() + EVENTS)
+    catalog.write_text(catalog_text() + EVENTS)
     q = Qpu(inst, catalog)
     yield q
     q.close()

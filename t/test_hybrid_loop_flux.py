@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 from fluxinstance import FluxInstance
-from test_loop_flux import PROGRAM, STEP_SH
-from test_service_flux import Qpu, _catalog_text
+from loop_setup import PROGRAM, STEP_SH
+from qpu_setup import Qpu, catalog_text
 
 pytestmark = pytest.mark.flux
 
@@ -34,7 +34,7 @@ def inst(tmp_path_factory) -> Iterator[FluxInstance]:
 @pytest.fixture
 def qpu(inst: FluxInstance) -> Iterator[Qpu]:
     catalog = inst.workdir / "backends.yaml"
-    catalog.write_text(_catalog_text() + HYBRID)
+    catalog.write_text(catalog_text() + HYBRID)
     (inst.workdir / "program.qasm").write_text(PROGRAM)
     (inst.workdir / "step.sh").write_text(STEP_SH)
     q = Qpu(inst, catalog)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from fluxinstance import quantum_config
 from ibm_setup import Ibm
+from loop_setup import PROGRAM, STEP_SH
 from qpu_setup import event_time
 
 from flux_quantum.catalog import load_catalog
@@ -41,7 +42,6 @@ LONG_SHOTS = 20_000  # another user's task that keeps a device busy (0.05 s a sh
 
 # Program 0 measures |0>; each step flips the next program (X or not), so iteration k
 # measures k % 2 on every shot: the value a step reports shows which program ran.
-PROGRAM = "OPENQASM 3.0;\nqubit[1] q;\nbit[1] c;\nc[0] = measure q[0];\n"
 FLIP = "x q[0];\n"
 
 
@@ -108,13 +108,6 @@ step.next(program, value=value)
 
 # The step in shell (the environment contract): reads result k with flux quantum task,
 # reports k as its value and the same program again; exits 3 at iteration $1, if given.
-STEP_SH = """
-set -e
-flux quantum task --json > "$FLUX_QPU_LOOP_DIR/result.$FLUX_QPU_ITERATION.json"
-if [ "$FLUX_QPU_ITERATION" = "${1:-none}" ]; then exit 3; fi
-echo "$FLUX_QPU_ITERATION" > "$FLUX_QPU_LOOP_VALUE"
-cp "$FLUX_QPU_LOOP_DIR/programs/$FLUX_QPU_ITERATION.qasm" "$FLUX_QPU_NEXT_PROGRAM"
-"""
 
 # The same step, but step 0 does its work only once the file $1 exists (the test opens
 # the gate when what it waits for has happened).
