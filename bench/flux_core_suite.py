@@ -41,7 +41,8 @@ from benchlib import revision  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 OUT = REPO / "bench" / "out" / "flux_core_suite"
 WRAPPER = REPO / "bench" / "flux_core_broker.sh"
-FLUX_CORE_BUILD = Path(os.environ.get("FLUX_CORE_BUILD", "/work/build/flux-core"))
+# A configured flux-core v0.88.0 build tree (its t/ sharness suite), named by the caller.
+FLUX_CORE_BUILD = Path(os.environ.get("FLUX_CORE_BUILD", "flux-core"))
 
 # By area: submission and ingest, the job-manager and its jobtap plugins, job-info,
 # job-list, dependencies, memo and update, and the Python submit CLIs.
@@ -276,7 +277,10 @@ def main() -> int:
         (out / "flux_core_suite.txt").write_text(text)
         return 0
     if not (FLUX_CORE_BUILD / "t" / "Makefile").exists():
-        print(f"flux_core_suite: no configured flux-core build tree at {FLUX_CORE_BUILD}")
+        print(
+            f"flux_core_suite: no configured flux-core build tree at {FLUX_CORE_BUILD}; "
+            "set FLUX_CORE_BUILD to one (flux-core v0.88.0 after ./configure && make)"
+        )
         return 2
     rev = revision(REPO, ("jobtap", "src", "bench"))
     libtap = FLUX_CORE_BUILD / "src" / "common" / "libtap"
