@@ -24,6 +24,14 @@ chain
 chain-session
     the same with ``--session dedicated``: the service keeps one session for every
     step's task (``qpu.loop``).
+chain-braket, chain-hybrid (the Braket pair)
+    the chain on an emulated Braket QPU with the same busy queue (``local:garnet``,
+    the real amazon-braket-sdk): plain tasks, each through the public queue; and with
+    ``--session dedicated`` where the catalog names a hybrid job's role: the service runs
+    one Braket hybrid job for the loop (``--hybrid-startup`` seconds to start, its
+    instance billed ``--hybrid-price`` an hour, per second, while the loop lasts) and
+    every step's task carries its token and runs ahead of the public queue. Measured
+    as the others, plus the cost (the tasks' and the job's instance time).
 adaptive
     ``flux quantum loop submit --time-weight W`` (``--time-weight``, default the loop's
     default): each step decides what follows it, keeping its nodes for the next result
@@ -136,9 +144,22 @@ EXAMPLE = REPO / "examples" / "qaoa"
 BACKEND = "heron"
 BACKEND_ID = f"ibm_{BACKEND}"
 TARGET = f"ibm:{BACKEND}"
-ARMS = ("injob", "injob-session", "chain", "chain-session", "adaptive")
+ARMS = (
+    "injob",
+    "injob-session",
+    "chain",
+    "chain-session",
+    "chain-braket",
+    "chain-hybrid",
+    "adaptive",
+)
+BRAKET = "garnet"
+BRAKET_ARN = "arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet"
+BRAKET_TARGET = f"local:{BRAKET}"
+HYBRID_ROLE = "arn:aws:iam::123456789012:role/flux-quantum-hybrid"
 SHOT_SECONDS = 0.008
 PAIRS = (("chain", "injob"), ("chain-session", "injob-session"))
+HYBRID_PAIR = ("chain-hybrid", "chain-braket")
 # The adaptive arm's targets against the in-job loop: time to result within +2 %, idle
 # within 5 % of the in-job loop's.
 ADAPTIVE_TTR_MAX = 2.0
@@ -150,17 +171,24 @@ FILL_SECONDS = (10.0, 60.0)
 FILL_QUEUE = 4
 
 
+def on_braket(arm: str) -> bool:
+    """Whether the arm's device is the Braket QPU (else the IBM backend)."""
+    return arm in HYBRID_PAIR
+
+
 # -- the device and the vendor's clock ------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Device:
-    """The busy backend, in vendor seconds."""
+    """The busy backend (and its Braket twin), in vendor seconds."""
 
     queue_minutes: float
     job_seconds: float
     shots: int
     fast: float
+    hybrid_startup: float = 120.0
+    hybrid_price: float = 0.36
 
     @property
     def depth(self) -> int:
@@ -170,18 +198,36 @@ class Device:
     def run_seconds(self) -> float:
         return self.job_seconds + self.shots * SHOT_SECONDS
 
-    def scenario(self) -> Any:
-        from flux_quantum.emulator.ibm import IbmScenario
-
-        queue = {
+    def queue(self) -> dict[str, Any]:
+        return {
             "depth": self.depth,
             "arrival_rate": 1.0 / self.job_seconds,
             "service_time": self.job_seconds,
             "distribution": "fixed",
             "shot_time": SHOT_SECONDS,
         }
-        backend = {"name": BACKEND_ID, "qubits": 20, "queue": queue}
+
+    def scenario(self) -> Any:
+        from flux_quantum.emulator.ibm import IbmScenario
+
+        backend = {"name": BACKEND_ID, "qubits": 20, "queue": self.queue()}
         return IbmScenario.from_dict({"plan": "paid", "backends": [backend]})
+
+    def braket_scenario(self) -> Any:
+        """The Braket twin: an IQM-Garnet-like QPU with the same queue, hybrid jobs that
+        start in ``hybrid_startup`` seconds and bill ``hybrid_price`` an hour."""
+        from flux_quantum.emulator import Scenario
+
+        qpu = {
+            "arn": BRAKET_ARN,
+            "name": "Garnet",
+            "qubits": 20,
+            "cost": {"price": 0.00145, "unit": "shot", "task_price": 0.30},
+            "shots": [1, 20000],
+            "queue": self.queue(),
+        }
+        jobs = {"startup": self.hybrid_startup, "price_per_hour": self.hybrid_price}
+        return Scenario.from_dict({"devices": [qpu], "hybrid_jobs": jobs}, source="bench")
 
     def catalog(self) -> str:
         return (
@@ -191,6 +237,13 @@ class Device:
             # The drain prior in wall seconds (the service's clock) through a race.
             f"    slots: 1\n    properties: {{drain_seconds_per_task: "
             f"{self.job_seconds / self.fast:.6g}}}\n"
+            f"  - name: {BRAKET}\n    vendor: local\n    id: {BRAKET_ARN}\n    class: qpu\n"
+            "    qubits: 20\n    price: {per_task: 0.30, per_shot: 0.00145}\n"
+            f"    slots: 1\n    properties: {{drain_seconds_per_task: "
+            f"{self.job_seconds / self.fast:.6g}}}\n"
+            "vendors:\n"
+            f"  local: {{hybrid_role_arn: '{HYBRID_ROLE}', hybrid_price: {self.hybrid_price:g}, "
+            "hybrid_start_timeout: 600}\n"
         )
 
 
@@ -270,6 +323,18 @@ class Gear(threading.Thread):
                 ended = self.emulator.ibm.job_forecast(job).ended
                 if ended is not None:
                     self.clock.race(ended)
+            # The Braket pair: its tasks, and a hybrid job's start-up.
+            for task in self.emulator.task_arns():
+                if task in seen:
+                    continue
+                seen.add(task)
+                ended = self.emulator.task_forecast(task).ended
+                if ended is not None:
+                    self.clock.race(ended)
+            for job, starts in self.emulator.hybrid_job_starts().items():
+                if job not in seen:
+                    seen.add(job)
+                    self.clock.race(starts)
 
     def stop(self) -> None:
         self.done.set()
@@ -312,6 +377,8 @@ class Run:
     step_seconds: str = ""  # chains: each step's start -> finish, wall s
     best: float | None = None  # the optimiser's best expected cut
     evaluated: int = 0
+    cost: float = 0.0  # the Braket pair: the tasks' and the hybrid job's, dollars
+    hybrid_cost: float = 0.0  # of it the hybrid job's instance time
     error: str = ""
     cluster: str = "idle"
     plans: str = ""  # adaptive: each later step's plan (keep, early, give-back)
@@ -415,18 +482,29 @@ class Bench:
         from flux_quantum.job.consumer import shell_plugin_path
 
         self.work, self.args = work, args
-        self.device = Device(args.queue_minutes, args.job_seconds, args.shots, args.fast)
+        self.device = Device(
+            args.queue_minutes,
+            args.job_seconds,
+            args.shots,
+            args.fast,
+            args.hybrid_startup,
+            args.hybrid_price,
+        )
         for sub in ("conf", "out", "loops", "state"):
             (work / sub).mkdir()
         (work / "conf" / "quantum.toml").write_text(instance_config())
         self.catalog = work / "backends.yaml"
         self.catalog.write_text(self.device.catalog())
         self.clock = GearClock(args.fast)
-        self.emulator = Emulator(clock=self.clock, ibm=self.device.scenario()).start()
+        self.emulator = Emulator(
+            self.device.braket_scenario(), clock=self.clock, ibm=self.device.scenario()
+        ).start()
         self.port = int(self.emulator.url.rsplit(":", 1)[1])
         # What the service and the jobs inherit: QRMI's settings reaching the emulator's
-        # IBM side (the same port every run), where loops are registered.
+        # IBM side, and where the local vendor finds its Braket side (the same port every
+        # run), where loops are registered.
         os.environ.update(self.emulator.ibm_env())
+        os.environ["FLUX_QUANTUM_EMULATOR_URL"] = self.emulator.url
         os.environ["XDG_STATE_HOME"] = str(work / "state")
         builtin = subprocess.run(
             ["flux", "config", "builtin", "shell_pluginpath"], capture_output=True, text=True
@@ -480,6 +558,7 @@ class Bench:
         self.emulator.stop()
         self.clock = GearClock(self.args.fast)
         self.emulator = Emulator(
+            self.device.braket_scenario(),
             clock=self.clock,
             port=self.port,
             seed=seed,
@@ -569,10 +648,10 @@ class Bench:
             "quantum",
             "loop",
             "submit",
-            f"--qpu={TARGET}",
+            f"--qpu={BRAKET_TARGET if on_braket(run.arm) else TARGET}",
             f"--program={EXAMPLE / 'start.qasm'}",
             f"--shots={self.args.shots}",
-            *(["--session=dedicated"] if run.arm.endswith("session") else []),
+            *(["--session=dedicated"] if run.arm.endswith(("session", "hybrid")) else []),
             # the plain chains give every step's nodes back; adaptive decides each step
             f"--time-weight={self.args.time_weight if run.arm == 'adaptive' else 0:g}",
             "--maximize",
@@ -607,6 +686,23 @@ class Bench:
 
     # -- what a run measured
 
+    def _measure_braket(self, run: Run, calls: list[Any]) -> None:
+        """The Braket pair's sessions (hybrid jobs), calls and cost: the tasks' and each
+        hybrid job's instance time (the emulator's bill)."""
+        bill = self.emulator.report()["bill"]
+        jobs = [s for s in bill["sessions"] if s["mode"] == "hybrid"]
+        run.sessions_opened = len(jobs)
+        run.sessions_closed = sum(1 for s in jobs if s["state"] == "closed")
+        run.session_jobs = sum(len(s["jobs"]) for s in jobs)
+        run.calls = len(calls)
+        run.calls_create = sum(1 for c in calls if c.operation == "CreateQuantumTask")
+        run.calls_poll = sum(1 for c in calls if c.operation == "GetQuantumTask")
+        run.calls_session = sum(
+            1 for c in calls if c.operation in ("CreateJob", "GetJob", "CancelJob")
+        )
+        run.hybrid_cost = sum(float(s["cost"]) for s in jobs)
+        run.cost = float(bill["total"]) + run.hybrid_cost
+
     @staticmethod
     def _owners(
         run: Run, tasks: list[str], logs: list[list[Any]], holders: list[int]
@@ -639,8 +735,10 @@ class Bench:
         from flux.job import JobID
 
         ibm, clock = self.emulator.ibm, self.clock
-        tasks = ibm.job_ids()
-        lines = [ibm.job_timeline(t) for t in tasks]
+        braket = on_braket(run.arm)
+        tasks = self.emulator.task_arns() if braket else ibm.job_ids()
+        timeline = self.emulator.task_timeline if braket else ibm.job_timeline
+        lines = [timeline(t) for t in tasks]
         if any(line.ended is None for line in lines):
             raise RuntimeError("a task of the loop has not ended")
         pending = [(line.created, line.ended) for line in lines]
@@ -728,14 +826,17 @@ class Bench:
             run.in_place = sum(
                 1 for r in records if r.get("name") == "held" and r.get("outcome") == "in place"
             )
-        sessions = ibm.session_ids()
-        run.sessions_opened = len(sessions)
-        run.sessions_closed = sum(1 for s in sessions if ibm.session_state(s) == "closed")
-        run.session_jobs = sum(len(ibm.session_jobs(s)) for s in sessions)
-        run.calls = len(calls)
-        run.calls_create = sum(1 for c in calls if c.operation == "CreateJob")
-        run.calls_poll = sum(1 for c in calls if c.operation in ("GetJob", "ListJobs"))
-        run.calls_session = sum(1 for c in calls if "Session" in c.operation)
+        if braket:
+            self._measure_braket(run, calls)
+        else:
+            sessions = ibm.session_ids()
+            run.sessions_opened = len(sessions)
+            run.sessions_closed = sum(1 for s in sessions if ibm.session_state(s) == "closed")
+            run.session_jobs = sum(len(ibm.session_jobs(s)) for s in sessions)
+            run.calls = len(calls)
+            run.calls_create = sum(1 for c in calls if c.operation == "CreateJob")
+            run.calls_poll = sum(1 for c in calls if c.operation in ("GetJob", "ListJobs"))
+            run.calls_session = sum(1 for c in calls if "Session" in c.operation)
         best = state.get("best")
         run.best = float(best["value"]) if isinstance(best, dict) else None
         run.evaluated = int(state.get("evaluated") or 0)
@@ -797,6 +898,8 @@ def summarize(rows: list[Run]) -> dict[str, dict[str, Any]]:
             "node_wait_max": max(node_waits, default=float("nan")),
             "plans": {a: plans.count(a) for a in ("keep", "early", "give-back") if a in plans},
             "in_place": sum(r.in_place for r in case),
+            "cost": _median(case, "cost"),
+            "hybrid_cost": _median(case, "hybrid_cost"),
         }
     return table
 
@@ -890,6 +993,7 @@ def report(rows: list[Run], args: argparse.Namespace, wall: float) -> str:
             f"{_fmt(j['idle'])} node-s = {share:.1f} %  {verdict(share <= ADAPTIVE_IDLE_MAX)}",
         ]
     lines += break_even(table)
+    lines += hybrid_targets(table)
     bad = [r for r in rows if not r.error and r.tasks != r.k]
     open_sessions = [r for r in rows if not r.error and r.sessions_closed != r.sessions_opened]
     lines.append(
@@ -901,6 +1005,28 @@ def report(rows: list[Run], args: argparse.Namespace, wall: float) -> str:
         lines += ["", f"{len(errors)} runs failed:"]
         lines += [f"  {r.arm} repeat {r.repeat}: {r.error}" for r in errors[:10]]
     return "\n".join(lines)
+
+
+def hybrid_targets(table: dict[str, dict[str, Any]]) -> list[str]:
+    """The Braket pair: a hybrid job's priority against plain tasks in the public queue,
+    in time to result, node time held and what it costs."""
+    hybrid, plain = HYBRID_PAIR
+    if hybrid not in table or plain not in table:
+        return []
+    h, p = table[hybrid], table[plain]
+    change = (h["ttr"] / p["ttr"] - 1) * 100 if p["ttr"] > 0 else float("nan")
+    extra = h["cost"] - p["cost"]
+    return [
+        "",
+        "Braket: a hybrid job's priority against plain tasks on the busy QPU",
+        f"  time to result {_fmt(h['ttr'])} vs {_fmt(p['ttr'])} s = {change:+.1f} %; the "
+        f"later tasks' wait {_fmt(h['wait_later'])} vs {_fmt(p['wait_later'])} s; the first "
+        f"{_fmt(h['wait_first'])} vs {_fmt(p['wait_first'])} s (after the job started)",
+        f"  held node-s {_fmt(h['held'], 1)} vs {_fmt(p['held'], 1)}; cost "
+        f"${h['cost']:.2f} vs ${p['cost']:.2f} (+${extra:.2f}: the job's instance "
+        f"${h['hybrid_cost']:.4f}, the tasks as before)",
+        f"  shorter time to result: {verdict(change < 0)}",
+    ]
 
 
 def break_even(table: dict[str, dict[str, Any]]) -> list[str]:
@@ -943,7 +1069,10 @@ def header(args: argparse.Namespace, wall: float) -> str:
         f"device: emulated IBM backend (qrmi), public queue {args.queue_minutes:g} min of "
         f"{args.job_seconds:g} s jobs at utilisation 1, our jobs run "
         f"{args.job_seconds + args.shots * SHOT_SECONDS:g} s; dedicated sessions modelled "
-        f"(interactive TTL 60 s); clock x1 between tasks, x{args.fast:g} through each task\n"
+        f"(interactive TTL 60 s); its Braket twin (the Braket pair) the same queue, hybrid "
+        f"jobs starting in {getattr(args, 'hybrid_startup', Device.hybrid_startup):g} s at "
+        f"${getattr(args, 'hybrid_price', Device.hybrid_price):g}/h; clock x1 between tasks, "
+        f"x{args.fast:g} through each task and a hybrid job's start-up\n"
         f"service: --poll-min={args.poll_min:g} --scan-interval={args.scan_interval:g}; a "
         "shared 2-core machine: compare by ratios and medians\n"
         f"cluster: {cluster}"
@@ -976,6 +1105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queue-minutes", type=float, default=40.0, help="public queue (40)")
     parser.add_argument("--job-seconds", type=float, default=0.5, help="a background job (0.5)")
     parser.add_argument("--fast", type=float, default=1200.0, help="clock speed in a task")
+    parser.add_argument(
+        "--hybrid-startup", type=float, default=120.0, help="a hybrid job's start, s (120)"
+    )
+    parser.add_argument(
+        "--hybrid-price", type=float, default=0.36, help="its instance, $/h (0.36, assumed)"
+    )
     parser.add_argument("--poll-min", type=float, default=0.1, help="service's IBM poll (0.1)")
     parser.add_argument("--scan-interval", type=float, default=0.1, help="service scan (0.1)")
     parser.add_argument("--run-timeout", type=float, default=600.0)

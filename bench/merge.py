@@ -261,6 +261,29 @@ class Run:
         return f"{self.kind} N={self.jobs} {self.mode}"
 
 
+def failure(record: Mapping[str, Any] | None, log: list[events.Event], stderr: Path) -> str | None:
+    """Why a job is not done with exactly its own shots, naming the half that failed:
+    its record (what the job read and checked, ``--out``) or its finish status (how
+    Flux says it ended, from its eventlog ``log``); None when both say it is done."""
+    if record is None:
+        exception = events.first(log, "exception")
+        if exception is not None and events.first(log, "start") is None:
+            what = f"{exception.context.get('type')} exception: {exception.context.get('note')}"
+            return f"no record: it never ran: {what}"
+        return "no record: the job did not run, or did not get as far as reading its result"
+    if not record.get("ok"):
+        return f"its record: {record.get('why') or 'not ok'}"
+    finish = events.first(log, "finish")
+    if finish is None:
+        return "its record is ok, but its eventlog has no finish event (read before it ended)"
+    status = finish.context.get("status")
+    if status != 0:
+        lines = stderr.read_text(errors="replace").splitlines() if stderr.exists() else []
+        said = f"; its stderr ends: {lines[-1].strip()}" if lines else ""
+        return f"its record is ok, but it finished with wait status {status}{said}"
+    return None
+
+
 def overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
     return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
 
@@ -421,6 +444,10 @@ class Arm:
             "-t",
             "30m",
             "--job-name=merge{cc}",
+            # The broker's R is made up (a core a job, at least 64, on any machine): its
+            # cores are not this machine's, so the shell binds the job to none of them.
+            "-o",
+            "cpu-affinity=off",
             f"--output={out}/job{{cc}}.out",
             f"--error={out}/job{{cc}}.err",
             f"--setattr=qpu.device={self.device.name}",
@@ -485,19 +512,14 @@ class Arm:
             stamps = events.first_times(log)
             submits.append(stamps["submit"])
             out = self.work / "out" / f"job{j}.json"
-            record = json.loads(out.read_text()) if out.exists() else {}
-            finish = events.first(log, "finish")
-            ok = (
-                bool(record.get("ok"))
-                and finish is not None
-                and finish.context.get("status", 1) == 0
-            )
-            run.jobs_done += ok
-            run.jobs_failed += not ok
-            run.own_shots += bool(record.get("ok"))
-            if not ok and len(run.notes) < 3:
-                why = record.get("why") or "no record (the job did not run or read)"
+            record = json.loads(out.read_text()) if out.exists() else None
+            why = failure(record, log, self.work / "out" / f"job{j}.err")
+            run.jobs_done += why is None
+            run.jobs_failed += why is not None
+            run.own_shots += bool(record and record.get("ok"))
+            if why is not None and len(run.notes) < 3:
                 run.notes.append(f"job {j} ({jobids[j]}): {why}")
+            record = record or {}
             if events.SUBMIT in stamps:
                 helds.append(clock.at(stamps[events.SUBMIT]) - clock.at(stamps["submit"]))
             if events.RELEASE in stamps:

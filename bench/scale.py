@@ -49,6 +49,8 @@ vendor call per task per poll interval.
     python bench/scale.py            # full run: 1,000 jobs, 100 tasks (about 4 minutes)
     python bench/scale.py --quick    # 200 jobs, 20 tasks (about 1.5 minutes)
     python bench/scale.py --quick --stall 10   # queues stand still 10 s after adoption
+    python bench/scale.py --units 1000 --held-arm on --out bench/results/scale_10k
+        # the held arm: every job held 60 s, metrics on (or off): the exporter's cost
 
 Writes bench/results/scale.txt (the summary), scale.csv (one row per job) and scale.png
 (release lag histogram and CDF, when matplotlib is importable); ``--quick`` writes under
@@ -59,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import os
 import platform
@@ -856,6 +859,210 @@ def run(plan: Plan, out: Path | None, plot: bool, command: str) -> Result:
     return result
 
 
+# --- the held arm: the service's cost with every job held, metrics off or on ------------
+
+
+def held_arm(
+    plan: Plan, metrics: bool, label: str, scrape_every: float, out: Path | None
+) -> dict[str, Any]:
+    """The service (``flux quantum service run``) holding every job of the scenario for
+    ``plan.held_window`` seconds with the queues standing still (the emulator's clock is
+    never started), with ``[quantum.metrics]`` off or on. Measured: its CPU in the
+    window (% of one core); with metrics on, a scrape every ``scrape_every`` seconds
+    (wall time to the whole answer, its size), the reactor's CPU taking snapshots (the
+    exporter's own histogram) and the service's CPU per scrape (20 scrapes back to back
+    at the end). ``label`` names the arm in the results (``before``: the same arm run
+    with an older flux-quantum installed)."""
+    import urllib.request
+
+    import flux
+
+    from flux_quantum.cli.demo import Instance
+    from flux_quantum.cli.plugin import instance_config
+    from flux_quantum.emulator import Emulator, Scenario
+
+    result: dict[str, Any] = {"arm": label, "metrics": metrics, "jobs": plan.jobs}
+    with tempfile.TemporaryDirectory(prefix="fq-scale-arm-") as tmp:
+        work = Path(tmp)
+        (work / "conf").mkdir()
+        config = instance_config()
+        url = None
+        if metrics:
+            port = _free_port()
+            url = f"http://127.0.0.1:{port}/metrics"
+            config += f'\n[quantum.metrics]\nlisten = "127.0.0.1:{port}"\n'
+        (work / "conf" / "quantum.toml").write_text(config)
+        catalog = work / "backends.yaml"
+        catalog.write_text(catalog_text(plan))
+        emulator = Emulator(
+            Scenario.from_dict(scenario(plan), source="bench/scale.py"),
+            clock=ScaledClock(plan.speed),  # never started: the queues stand still
+        )
+        emulator.start()
+        inst = None
+        service: subprocess.Popen[bytes] | None = None
+        sampler: Sampler | None = None
+        try:
+            say(
+                f"bench/scale held arm '{label}': {plan.jobs} jobs, metrics {'on' if metrics else 'off'}"
+            )
+            inst = Instance(work, plan.size, [])
+            h = flux.Flux(inst.env["FLUX_URI"])
+            units, submit_s = submit_scenario(h, plan, work)
+            wait_until(f"{plan.jobs} held jobs", lambda: plugin_query(h)["held"] >= plan.jobs, 300)
+            cmd = [
+                "flux", "quantum", "service", "run",
+                f"--catalog={catalog}", f"--emulator-url={emulator.url}",
+                f"--poll-min={plan.poll_min:g}",
+            ]  # fmt: skip
+            t_start = time.time()
+            service, service_pid = start_service(cmd, inst, work / "service.log")
+            sampler = Sampler({"service": service_pid})
+            sampler.start()
+            come_up(h, plan)
+            wait_until("every task created", lambda: adoption_done(h, plan), 900, 1.0)
+            result["adopted_s"] = round(time.time() - t_start, 1)
+            say(
+                f"  every job adopted and every task created {result['adopted_s']:.0f}s after start"
+            )
+            time.sleep(10.0)  # the first polls and memos settle
+            t0 = time.time()
+            scrapes: list[tuple[float, int]] = []
+            while time.time() < t0 + plan.held_window:
+                if url is not None:
+                    scrapes.append(_scrape(urllib.request, url))
+                time.sleep(scrape_every)
+            t1 = time.time()
+            time.sleep(1.0)
+            result["cpu_pct"] = round(sampler.cpu_share("service", t0, t1), 2)
+            result["rss_kb"] = sampler.memory_at("service", t1)[0]
+            if url is not None:
+                result.update(_metrics_cost(urllib.request, url, service_pid, scrapes, t1 - t0))
+            status = service_status(h) or {}
+            result["held"] = status.get("jobs")
+            result["polls"] = (status.get("counters") or {}).get("polls")
+            say("  " + json.dumps(result))
+        finally:
+            if sampler is not None and sampler.is_alive():
+                sampler.stop()
+            if service is not None:
+                stop_service(service)
+            if inst is not None:
+                inst.run("flux", "cancel", "--all", check=False)
+                inst.stop()
+            emulator.stop()
+    result["date"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    result["flux_quantum"] = _git_version()
+    result["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    if out is not None:
+        path = out.parent / f"{out.name}_{label}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        say(f"wrote {path}")
+    return result
+
+
+def arms_summary(out: Path) -> str:
+    """The held arms' runs side by side (``<out>_<arm>_r<N>.json``), written to
+    ``<out>_arms.txt``: each arm's service CPU per run, and with metrics the scrapes and
+    the exporter's cost."""
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for path in sorted(out.parent.glob(f"{out.name}_*_r*.json")):
+        data = json.loads(path.read_text())
+        runs[data["arm"].rsplit("_r", 1)[0]].append(data)
+    lines = [
+        f"flux-quantum: bench/scale.py's held arm, {out.name}_<arm>_r<N>.json side by side",
+        "service CPU: % of one core over the window, every job held, the queues standing "
+        "still; the arms run interleaved (before, off, on), one instance each",
+        "",
+    ]
+    for arm, data in runs.items():
+        cpu = [d["cpu_pct"] for d in data]
+        lines.append(
+            f"{arm}: {len(data)} runs of {data[0]['jobs']} held jobs: service CPU "
+            + ", ".join(f"{c:.2f}" for c in cpu)
+            + f" % (mean {statistics.mean(cpu):.2f}, spread {max(cpu) - min(cpu):.2f}); "
+            + "VmRSS "
+            + ", ".join(f"{(d['rss_kb'] or 0) / 1024:.0f}" for d in data)
+            + " MB; load average after "
+            + ", ".join(f"{d['load_after'][0]:.1f}" for d in data)
+        )
+        for d in data:
+            if d.get("scrapes"):
+                lines.append(
+                    f"  {d['arm']}: {d['scrapes']} scrapes, one a second: p50 "
+                    f"{d['scrape_p50_ms']} ms, p99 {d['scrape_p99_ms']} ms, max "
+                    f"{d['scrape_max_ms']} ms ({d['scrape_bytes']} bytes); 20 back to back: "
+                    f"max {d['burst_max_ms']} ms; snapshot {d['snapshot_ms']} ms, page "
+                    f"{d.get('render_ms')} ms every 5 s; {d['cpu_per_scrape_ms']} ms of CPU "
+                    f"a scrape; exporter {d['exporter_cpu_pct_15s']} % of a core at a scrape "
+                    f"every 15 s, {d['exporter_cpu_pct_1s']} % at one a second"
+                )
+    text = "\n".join(lines) + "\n"
+    path = out.parent / f"{out.name}_arms.txt"
+    path.write_text(text)
+    return text
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _scrape(request: Any, url: str) -> tuple[float, int]:
+    """One scrape: seconds to the whole answer, and its size in bytes."""
+    t = time.perf_counter()
+    with request.urlopen(url, timeout=10) as rsp:
+        body = rsp.read()
+    return time.perf_counter() - t, len(body)
+
+
+def _metrics_cost(
+    request: Any, url: str, pid: int, scrapes: list[tuple[float, int]], window: float
+) -> dict[str, Any]:
+    """Scrape times, the snapshots' cost on the reactor, the CPU of one scrape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with request.urlopen(url, timeout=10) as rsp:
+        text = rsp.read().decode()
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    snap_sum = values.get("flux_qpu_metrics_snapshot_duration_seconds_sum", 0.0)
+    snap_count = values.get("flux_qpu_metrics_snapshot_duration_seconds_count", 0.0)
+    # The page rendered on the exporter's thread (older exporters rendered per scrape).
+    render_sum = values.get("flux_qpu_metrics_render_duration_seconds_sum", 0.0)
+    render_count = values.get("flux_qpu_metrics_render_duration_seconds_count", 0.0)
+    uptime = time.time() - values.get("flux_qpu_service_start_time_seconds", time.time())
+    c0 = proc_cpu_seconds(pid) or 0.0
+    burst = [_scrape(request, url) for _ in range(20)]
+    c1 = proc_cpu_seconds(pid) or 0.0
+    times = sorted(t for t, _ in scrapes)
+    per_scrape = (c1 - c0) / len(burst)
+    snap_pct = 100.0 * (snap_sum + render_sum) / uptime if uptime > 0 else float("nan")
+    return {
+        "scrapes": len(scrapes),
+        "scrape_p50_ms": round(1000 * percentile(times, 0.5), 1),
+        "scrape_p99_ms": round(1000 * percentile(times, 0.99), 1),
+        "scrape_max_ms": round(1000 * max(times), 1),
+        "scrape_bytes": scrapes[-1][1] if scrapes else None,
+        "burst_max_ms": round(1000 * max(t for t, _ in burst), 1),
+        "snapshots": int(snap_count),
+        "snapshot_ms": round(1000 * snap_sum / snap_count, 2) if snap_count else None,
+        "renders": int(render_count),
+        "render_ms": round(1000 * render_sum / render_count, 2) if render_count else None,
+        # Snapshots on the reactor and renderings on the exporter's thread.
+        "snapshot_cpu_pct": round(snap_pct, 3),
+        "cpu_per_scrape_ms": round(1000 * per_scrape, 1),
+        # What the exporter costs the service: its snapshots, and one scrape every 15 s
+        # (Prometheus' default interval) or every 1 s (this arm's).
+        "exporter_cpu_pct_15s": round(snap_pct + 100.0 * per_scrape / 15.0, 3),
+        "exporter_cpu_pct_1s": round(snap_pct + 100.0 * per_scrape, 3),
+        "window_s": round(window, 1),
+    }
+
+
 def _phase(p: dict[str, Any]) -> str:
     rates = " ".join(f"{r:.0f}" for r in p["batches"])
     return (
@@ -1335,6 +1542,22 @@ def main() -> int:
         help="keep the queues still until this many seconds after the service has "
         "created every task (a vendor queue stall; default 0: they run from its start)",
     )
+    parser.add_argument(
+        "--held-arm",
+        choices=("off", "on"),
+        help="instead of the full run: the service holding every job for --held-window "
+        "seconds with [quantum.metrics] off or on (its CPU; with metrics, the scrapes' "
+        "times and the exporter's cost); writes <out>_<label>.json",
+    )
+    parser.add_argument("--label", help="the held arm's name in its results (default: the arm)")
+    parser.add_argument(
+        "--arms-summary",
+        action="store_true",
+        help="write <out>_arms.txt from the held arms' <out>_<label>_r<N>.json, and stop",
+    )
+    parser.add_argument(
+        "--scrape-every", type=float, default=1.0, help="held arm: seconds between scrapes (1)"
+    )
     args = parser.parse_args()
     quick = args.quick
     plan = Plan(
@@ -1353,6 +1576,13 @@ def main() -> int:
     out = args.out
     if out is None:
         out = Path(tempfile.gettempdir()) / "fq-scale-quick" if quick else RESULTS / "scale"
+    if args.arms_summary:
+        say(arms_summary(args.out or RESULTS / "scale_10k"))
+        return 0
+    if args.held_arm is not None:
+        label = args.label or f"metrics_{args.held_arm}"
+        arm = held_arm(plan, args.held_arm == "on", label, args.scrape_every, args.out)
+        return 0 if arm.get("held") == plan.jobs else 1
     command = shlex.join(["python", "bench/scale.py", *sys.argv[1:]])
     result = run(plan, out, not args.no_plot, command)
     return 0 if result.ok else 1

@@ -37,6 +37,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # Both plugins include qpu_protocol.h from this directory.
 PLUGIN_SOURCE = HERE / "quantum.c"
+# The jobtap plugin's pure parsers, one concern a file; jobtap/fuzz/ links them too.
+PARSER_SOURCES = [HERE / "qpu_request.c", HERE / "qpu_payload.c", HERE / "qpu_config.c"]
 PLUGIN_FILE = "quantum.so"
 SHELL_PLUGIN_SOURCE = HERE / "shell_quantum.c"
 SHELL_PLUGIN_DIR = "shell"
@@ -116,6 +118,7 @@ def build(outdir: Path) -> tuple[Path | None, str]:
     ffi.set_source(
         "_flux_quantum_jobtap",
         f'#include "{PLUGIN_SOURCE.name}"',
+        sources=[str(path) for path in PARSER_SOURCES],
         include_dirs=[str(HERE), *flags.include_dirs],
         library_dirs=flags.library_dirs,
         libraries=flags.libraries,

@@ -56,25 +56,15 @@
 #include <flux/jobtap.h>
 #include <jansson.h>
 
+#include "qpu_config.h"
+#include "qpu_payload.h"
 #include "qpu_protocol.h"
+#include "qpu_request.h"
 
 #define PLUGIN_NAME        "quantum"
 #define AUX_JOB            "flux-quantum::job"
 #define EXCEPTION_TYPE     "qpu"
-#define MAX_SHORT_REQUEST  256
-#define MAX_EVENT_NAME     64
 #define EVENT_TOPIC_PREFIX "job.event." QPU_EVENT_PREFIX
-
-/* Released qpu jobs are scheduled ahead of ordinary work by default,
- * so a quantum result never waits for nodes (the two-queue problem the
- * other way round).  A negative value leaves priority alone.
- */
-#define DEFAULT_RELEASE_PRIORITY ((int64_t)FLUX_JOB_PRIORITY_MAX)
-
-struct quantum_config {
-    int64_t release_priority;
-    int max_held_per_user;
-};
 
 struct held_job;
 
@@ -190,76 +180,6 @@ static struct held_job *held_job_lookup (struct quantum_ctx *ctx,
     return flux_jobtap_job_aux_get (ctx->p, id, AUX_JOB);
 }
 
-/* Return attributes.system of a jobspec, or NULL.
- */
-static json_t *jobspec_system (json_t *jobspec)
-{
-    json_t *attrs = json_object_get (jobspec, "attributes");
-    return json_object_get (attrs, "system");
-}
-
-/* Check the part of a qpu request this plugin relies on.
- * Returns 0, or -1 with a user-facing message in errbuf.
- */
-static int check_request (json_t *system, char *errbuf, size_t len)
-{
-    json_t *qpu = json_object_get (system, QPU_REQUEST_ATTR);
-
-    if (json_object_get (system, QPU_TASK_ATTR)
-        || json_object_get (system, QPU_DEVICE_ATTR)
-        || json_object_get (system, QPU_INFO_ATTR)) {
-        snprintf (errbuf,
-                  len,
-                  QPU_SYSTEM_PREFIX QPU_TASK_ATTR ", " QPU_DEVICE_ATTR
-                  " and " QPU_INFO_ATTR " are set by flux-quantum at release "
-                  "and may not be given at submit");
-        return -1;
-    }
-    if (!qpu)
-        return 0;
-    if (json_is_string (qpu)) {
-        size_t n = json_string_length (qpu);
-        if (n == 0 || n > MAX_SHORT_REQUEST) {
-            snprintf (errbuf,
-                      len,
-                      "qpu must be a device name such as 'sv1', "
-                      "'braket:sv1' or 'any' (1 to %d characters)",
-                      MAX_SHORT_REQUEST);
-            return -1;
-        }
-        return 0;
-    }
-    if (json_is_object (qpu))
-        return 0;
-    snprintf (errbuf,
-              len,
-              "qpu must be a device name such as 'sv1', 'braket:sv1' or "
-              "'any', or a table given with --setattr=qpu.KEY=VALUE");
-    return -1;
-}
-
-/* Return the job a --dependency=qpu:JOBID job follows, 0 if none,
- * or -1 if the value is not a job id.
- */
-static int follow_target (json_t *system, flux_jobid_t *leader)
-{
-    json_t *deps = json_object_get (system, "dependencies");
-    json_t *dep;
-    size_t index;
-
-    *leader = 0;
-    json_array_foreach (deps, index, dep) {
-        const char *scheme = json_string_value (json_object_get (dep, "scheme"));
-        const char *value = json_string_value (json_object_get (dep, "value"));
-        if (!scheme || strcmp (scheme, QPU_DEPENDENCY_SCHEME) != 0)
-            continue;
-        if (!value || flux_job_id_parse (value, leader) < 0)
-            return -1;
-        return 0;
-    }
-    return 0;
-}
-
 static int count_held_for_user (struct quantum_ctx *ctx, uint32_t userid)
 {
     struct held_job *job;
@@ -292,8 +212,8 @@ static int validate_cb (flux_plugin_t *p,
                                 "jobspec", &jobspec,
                                 "userid", &userid) < 0)
         return flux_jobtap_reject_job (p, args, "quantum: cannot unpack job");
-    system = jobspec_system (jobspec);
-    if (check_request (system, errbuf, sizeof (errbuf)) < 0)
+    system = qpu_jobspec_system (jobspec);
+    if (qpu_check_request (system, errbuf, sizeof (errbuf)) < 0)
         return flux_jobtap_reject_job (p, args, "%s", errbuf);
     if (json_object_get (system, QPU_REQUEST_ATTR)
         && ctx->conf.max_held_per_user > 0
@@ -338,9 +258,9 @@ static int new_cb (flux_plugin_t *p,
         return flux_jobtap_error (p, args, "quantum: cannot unpack job.new");
     flux_jobid_t leader = 0;
 
-    system = jobspec_system (jobspec);
+    system = qpu_jobspec_system (jobspec);
     request = json_object_get (system, QPU_REQUEST_ATTR);
-    if (follow_target (system, &leader) < 0)
+    if (qpu_follow_target (system, &leader) < 0)
         leader = 0; /* rejected in job.dependency.qpu */
     if (!request && !leader)
         return 0;
@@ -498,7 +418,7 @@ static int dependency_cb (flux_plugin_t *p,
                                 "dependency",
                                   "value", &value) < 0)
         return flux_jobtap_reject_job (p, args, "quantum: cannot unpack dependency");
-    if (json_object_get (jobspec_system (jobspec), QPU_REQUEST_ATTR))
+    if (json_object_get (qpu_jobspec_system (jobspec), QPU_REQUEST_ATTR))
         return flux_jobtap_reject_job (p,
                                        args,
                                        "give either --setattr=qpu=... or "
@@ -766,34 +686,14 @@ static json_t *target_jobs (struct quantum_ctx *ctx,
         errno = EPROTO;
         return NULL;
     }
-    if ((id && ids) || (!id && !ids)) {
-        snprintf (errbuf, len, "give exactly one of 'id' or 'ids'");
-        errno = EPROTO;
+    if (!(list = qpu_target_ids (id, ids, errbuf, len)))
         return NULL;
-    }
-    if (id) {
-        if (!(list = json_pack ("[O]", id)))
-            goto nomem;
-    }
-    else if (json_is_array (ids) && json_array_size (ids) > 0)
-        list = json_incref (ids);
-    else {
-        snprintf (errbuf, len, "'ids' must be a non-empty array of job ids");
-        errno = EPROTO;
-        return NULL;
-    }
     if (!(targets = json_array ()))
-        goto nomem_list;
+        goto nomem;
     json_array_foreach (list, index, entry) {
         struct held_job *job;
-        flux_jobid_t jobid;
+        flux_jobid_t jobid = (flux_jobid_t)json_integer_value (entry);
 
-        if (!json_is_integer (entry)) {
-            snprintf (errbuf, len, "job ids must be integers");
-            errno = EPROTO;
-            goto error;
-        }
-        jobid = (flux_jobid_t)json_integer_value (entry);
         if (!(job = held_job_lookup (ctx, jobid)) || !job->on_list) {
             char idbuf[32];
             flux_job_id_encode (jobid, "f58", idbuf, sizeof (idbuf));
@@ -817,18 +717,13 @@ static json_t *target_jobs (struct quantum_ctx *ctx,
             goto error;
         }
         if (json_array_append (targets, entry) < 0)
-            goto nomem_targets;
+            goto nomem;
     }
     json_decref (list);
     return targets;
-nomem_targets:
-    json_decref (targets);
-nomem_list:
-    json_decref (list);
 nomem:
     snprintf (errbuf, len, "out of memory");
     errno = ENOMEM;
-    return NULL;
 error:
     json_decref (targets);
     json_decref (list);
@@ -843,10 +738,13 @@ static void list_cb (flux_t *h,
     struct quantum_ctx *ctx = arg;
     struct flux_msg_cred cred;
     struct held_job *job;
+    json_t *payload;
     json_t *jobs = NULL;
-    json_int_t seen = -1;
+    json_int_t seen;
+    char errbuf[256] = "";
 
-    if (flux_request_unpack (msg, NULL, "{s?I}", "generation", &seen) < 0
+    if (flux_request_unpack (msg, NULL, "o", &payload) < 0
+        || qpu_list_unpack (payload, &seen, errbuf, sizeof (errbuf)) < 0
         || flux_msg_get_cred (msg, &cred) < 0)
         goto error;
     if (seen >= 0 && (uint64_t)seen == ctx->generation) {
@@ -890,7 +788,7 @@ static void list_cb (flux_t *h,
 nomem:
     errno = ENOMEM;
 error:
-    if (flux_respond_error (h, msg, errno, NULL) < 0)
+    if (flux_respond_error (h, msg, errno, errbuf[0] ? errbuf : NULL) < 0)
         flux_log_error (h, "quantum: error responding to list");
     json_decref (jobs);
 }
@@ -966,26 +864,21 @@ static void records_cb (flux_t *h,
 {
     struct quantum_ctx *ctx = arg;
     struct flux_msg_cred cred;
+    json_t *payload;
     json_t *ids;
     json_t *entry;
     json_t *jobs = NULL;
     size_t index;
+    char errbuf[256] = "";
 
-    if (flux_request_unpack (msg, NULL, "{s:o}", "ids", &ids) < 0
+    if (flux_request_unpack (msg, NULL, "o", &payload) < 0
+        || qpu_records_unpack (payload, &ids, errbuf, sizeof (errbuf)) < 0
         || flux_msg_get_cred (msg, &cred) < 0)
         goto error;
-    if (!json_is_array (ids)) {
-        errno = EPROTO;
-        goto error;
-    }
     if (!(jobs = json_array ()))
         goto nomem;
     json_array_foreach (ids, index, entry) {
         json_t *o;
-        if (!json_is_integer (entry)) {
-            errno = EPROTO;
-            goto error;
-        }
         if (!(o = job_record (ctx,
                               cred,
                               (flux_jobid_t)json_integer_value (entry)))) {
@@ -1004,7 +897,7 @@ static void records_cb (flux_t *h,
 nomem:
     errno = ENOMEM;
 error:
-    respond_jobs (h, msg, "jobs", NULL, "");
+    respond_jobs (h, msg, "jobs", NULL, errbuf);
     json_decref (jobs);
 }
 
@@ -1080,51 +973,33 @@ static void release_cb (flux_t *h,
                         void *arg)
 {
     struct quantum_ctx *ctx = arg;
-    json_t *id = NULL;
-    json_t *ids = NULL;
-    json_t *info = NULL;
-    json_t *resources = NULL;
-    const char *task = NULL;
-    const char *device = NULL;
+    json_t *payload;
+    struct qpu_release_args req;
     json_t *targets = NULL;
     json_t *entry;
     size_t index;
     char errbuf[256] = "";
 
-    if (flux_request_unpack (msg,
-                             NULL,
-                             "{s?o s?o s?s s?s s?o s?o}",
-                             "id", &id,
-                             "ids", &ids,
-                             "task", &task,
-                             "device", &device,
-                             "info", &info,
-                             "resources", &resources) < 0)
-        goto error;
-    if (info && !json_is_object (info)) {
-        snprintf (errbuf, sizeof (errbuf), "'info' must be an object");
-        errno = EPROTO;
-        goto error;
-    }
-    /* A new resources section (e.g. adding the QPU vertex the task
-     * uses) goes to the scheduler with the released job.
-     */
-    if (resources
-        && (!json_is_array (resources) || json_array_size (resources) == 0)) {
-        snprintf (errbuf,
-                  sizeof (errbuf),
-                  "'resources' must be a non-empty jobspec resources array");
-        errno = EPROTO;
-        goto error;
-    }
-    if (!(targets = target_jobs (ctx, msg, id, ids, errbuf, sizeof (errbuf))))
+    if (flux_request_unpack (msg, NULL, "o", &payload) < 0
+        || qpu_release_unpack (payload, &req, errbuf, sizeof (errbuf)) < 0
+        || !(targets = target_jobs (ctx,
+                                    msg,
+                                    req.id,
+                                    req.ids,
+                                    errbuf,
+                                    sizeof (errbuf))))
         goto error;
     json_array_foreach (targets, index, entry) {
         flux_jobid_t jobid = (flux_jobid_t)json_integer_value (entry);
         struct held_job *job = held_job_lookup (ctx, jobid);
         if (!job || !job->on_list)
             continue; /* listed twice in 'ids' */
-        if (release_one (ctx, job, task, device, info, resources) < 0) {
+        if (release_one (ctx,
+                         job,
+                         req.task,
+                         req.device,
+                         req.info,
+                         req.resources) < 0) {
             snprintf (errbuf,
                       sizeof (errbuf),
                       "releasing job %ju failed: %s",
@@ -1147,22 +1022,21 @@ static void fail_cb (flux_t *h,
                      void *arg)
 {
     struct quantum_ctx *ctx = arg;
-    json_t *id = NULL;
-    json_t *ids = NULL;
-    const char *note;
+    json_t *payload;
+    struct qpu_fail_args req;
     json_t *targets = NULL;
     json_t *entry;
     size_t index;
     char errbuf[256] = "";
 
-    if (flux_request_unpack (msg,
-                             NULL,
-                             "{s?o s?o s:s}",
-                             "id", &id,
-                             "ids", &ids,
-                             "note", &note) < 0)
-        goto error;
-    if (!(targets = target_jobs (ctx, msg, id, ids, errbuf, sizeof (errbuf))))
+    if (flux_request_unpack (msg, NULL, "o", &payload) < 0
+        || qpu_fail_unpack (payload, &req, errbuf, sizeof (errbuf)) < 0
+        || !(targets = target_jobs (ctx,
+                                    msg,
+                                    req.id,
+                                    req.ids,
+                                    errbuf,
+                                    sizeof (errbuf))))
         goto error;
     json_array_foreach (targets, index, entry) {
         flux_jobid_t jobid = (flux_jobid_t)json_integer_value (entry);
@@ -1177,7 +1051,7 @@ static void fail_cb (flux_t *h,
                                          EXCEPTION_TYPE,
                                          0,
                                          "%s",
-                                         note) < 0) {
+                                         req.note) < 0) {
             snprintf (errbuf,
                       sizeof (errbuf),
                       "failing job %ju failed: %s",
@@ -1194,22 +1068,6 @@ error:
     json_decref (targets);
 }
 
-static bool valid_event_name (const char *name)
-{
-    size_t n = strlen (name);
-    size_t prefix = strlen (QPU_EVENT_PREFIX);
-
-    if (n <= prefix || n > MAX_EVENT_NAME
-        || strncmp (name, QPU_EVENT_PREFIX, prefix) != 0)
-        return false;
-    for (const char *c = name; *c; c++) {
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9')
-              || *c == '-'))
-            return false;
-    }
-    return true;
-}
-
 /* Post one qpu-* event, {id, name, context?} (a request of `event`, or
  * an item of `events`).  On error, errno is set and errbuf may say why.
  */
@@ -1219,48 +1077,21 @@ static int post_event (struct quantum_ctx *ctx,
                        char *errbuf,
                        size_t len)
 {
-    json_t *id = NULL;
-    const char *name;
-    json_t *context = NULL;
+    struct qpu_event_args event;
     json_t *targets;
     json_t *empty = NULL;
-    json_error_t error;
     int rc = -1;
 
-    if (json_unpack_ex (item,
-                        &error,
-                        0,
-                        "{s:o s:s s?o}",
-                        "id", &id,
-                        "name", &name,
-                        "context", &context) < 0) {
-        snprintf (errbuf, len, "%s", error.text);
-        errno = EPROTO;
+    if (qpu_event_unpack (item, &event, errbuf, len) < 0
+        || !(targets = target_jobs (ctx, msg, event.id, NULL, errbuf, len)))
         return -1;
-    }
-    if (!valid_event_name (name)) {
-        snprintf (errbuf,
-                  len,
-                  "event name must be '" QPU_EVENT_PREFIX "' followed by "
-                  "lower-case letters, digits or '-' (at most %d characters)",
-                  MAX_EVENT_NAME);
-        errno = EINVAL;
-        return -1;
-    }
-    if (context && !json_is_object (context)) {
-        snprintf (errbuf, len, "'context' must be an object");
-        errno = EPROTO;
-        return -1;
-    }
-    if (!(targets = target_jobs (ctx, msg, id, NULL, errbuf, len)))
-        return -1;
-    if (!context && !(empty = json_object ()))
+    if (!event.context && !(empty = json_object ()))
         errno = ENOMEM;
     else if (flux_jobtap_event_post_pack (ctx->p,
-                                          (flux_jobid_t)json_integer_value (id),
-                                          name,
+                                          (flux_jobid_t)json_integer_value (event.id),
+                                          event.name,
                                           "O",
-                                          context ? context : empty) == 0)
+                                          event.context ? event.context : empty) == 0)
         rc = 0;
     json_decref (targets);
     json_decref (empty);
@@ -1300,29 +1131,28 @@ static void events_cb (flux_t *h,
                        void *arg)
 {
     struct quantum_ctx *ctx = arg;
+    json_t *payload;
     json_t *items;
     json_t *item;
     json_t *errors = NULL;
     size_t index;
+    char errbuf[256] = "";
 
-    if (flux_request_unpack (msg, NULL, "{s:o}", "events", &items) < 0)
+    if (flux_request_unpack (msg, NULL, "o", &payload) < 0
+        || qpu_events_unpack (payload, &items, errbuf, sizeof (errbuf)) < 0)
         goto error;
-    if (!json_is_array (items)) {
-        errno = EPROTO;
-        goto error;
-    }
     if (!(errors = json_array ()))
         goto nomem;
     json_array_foreach (items, index, item) {
-        char errbuf[256] = "";
+        char why[256] = "";
         json_t *o;
 
-        if (post_event (ctx, msg, item, errbuf, sizeof (errbuf)) == 0)
+        if (post_event (ctx, msg, item, why, sizeof (why)) == 0)
             o = json_null ();
         else
             o = json_pack ("{s:i s:s}",
                            "errno", errno,
-                           "error", errbuf[0] ? errbuf : strerror (errno));
+                           "error", why[0] ? why : strerror (errno));
         if (!o || json_array_append_new (errors, o) < 0) {
             json_decref (o);
             goto nomem;
@@ -1334,73 +1164,8 @@ static void events_cb (flux_t *h,
 nomem:
     errno = ENOMEM;
 error:
-    respond_jobs (h, msg, "errors", NULL, "");
+    respond_jobs (h, msg, "errors", NULL, errbuf);
     json_decref (errors);
-}
-
-/*  Configuration: load arguments, e.g.
- *    flux jobtap load quantum.so release-priority=4294967295
- *  or conf = {...} in [job-manager] plugins.  Unknown keys and bad
- *  values make the load fail with a message naming the key.
- */
-static int parse_config (const char *s,
-                         struct quantum_config *conf,
-                         char *errbuf,
-                         size_t len)
-{
-    json_t *o = NULL;
-    json_error_t error;
-    const char *key;
-    json_t *value;
-    int rc = -1;
-
-    conf->release_priority = DEFAULT_RELEASE_PRIORITY;
-    conf->max_held_per_user = 0;
-    if (!s)
-        return 0;
-    if (!(o = json_loads (s, 0, &error)) || !json_is_object (o)) {
-        snprintf (errbuf, len, "quantum: cannot parse plugin configuration");
-        goto out;
-    }
-    json_object_foreach (o, key, value) {
-        json_int_t v;
-        if (strcmp (key, "release-priority") == 0) {
-            if (!json_is_integer (value)
-                || (v = json_integer_value (value)) < -1
-                || v > (json_int_t)FLUX_JOB_PRIORITY_MAX) {
-                snprintf (errbuf,
-                          len,
-                          "quantum: release-priority must be an integer "
-                          "from 0 to %ju, or -1 to leave priority alone",
-                          (uintmax_t)FLUX_JOB_PRIORITY_MAX);
-                goto out;
-            }
-            conf->release_priority = v;
-        }
-        else if (strcmp (key, "max-held-per-user") == 0) {
-            if (!json_is_integer (value)
-                || (v = json_integer_value (value)) < 0 || v > 1000000) {
-                snprintf (errbuf,
-                          len,
-                          "quantum: max-held-per-user must be an integer "
-                          "from 0 (no limit) to 1000000");
-                goto out;
-            }
-            conf->max_held_per_user = (int)v;
-        }
-        else {
-            snprintf (errbuf,
-                      len,
-                      "quantum: unknown configuration key '%s' (accepted: "
-                      "release-priority, max-held-per-user)",
-                      key);
-            goto out;
-        }
-    }
-    rc = 0;
-out:
-    json_decref (o);
-    return rc;
 }
 
 /* conf.update runs when the plugin is loaded: a failure here fails the
@@ -1415,7 +1180,7 @@ static int conf_update_cb (flux_plugin_t *p,
     struct quantum_config conf;
     char errbuf[256];
 
-    if (parse_config (flux_plugin_get_conf (p), &conf, errbuf, sizeof (errbuf))
+    if (qpu_parse_config (flux_plugin_get_conf (p), &conf, errbuf, sizeof (errbuf))
         < 0)
         return flux_jobtap_error (p, args, "%s", errbuf);
     ctx->conf = conf;
@@ -1464,7 +1229,7 @@ int flux_plugin_init (flux_plugin_t *p)
     if (!(ctx = calloc (1, sizeof (*ctx))))
         return -1;
     ctx->p = p;
-    ctx->conf.release_priority = DEFAULT_RELEASE_PRIORITY;
+    ctx->conf.release_priority = QPU_DEFAULT_RELEASE_PRIORITY;
     /* Start from the load time (microseconds x 1024), so a generation
      * seen from a plugin loaded earlier cannot match this one's unless
      * that one saw a million changes per millisecond since.
@@ -1482,6 +1247,13 @@ int flux_plugin_init (flux_plugin_t *p)
               0.,
               restore_cb,
               ctx)))
+        return -1;
+    /* At load (a job-manager restart, flux jobtap load), meet active jobs
+     * in reverse state order, then by id: a --dependency=qpu:JOBID
+     * follower comes after the job it follows (released or held), so its
+     * dependency check finds that job instead of logging an error.
+     */
+    if (flux_jobtap_set_load_sort_order (p, "-state") < 0)
         return -1;
     for (const struct flux_plugin_handler *h = tab; h->topic; h++) {
         if (flux_plugin_add_handler (p, h->topic, h->cb, ctx) < 0)

@@ -1,8 +1,11 @@
 """flux-accounting in a test instance, as a site runs it: its database, its service, its
-``mf_priority.so`` jobtap plugin and its periodic update cycle.
+``mf_priority.so`` jobtap plugin and its periodic update cycle; and its database alone
+for the unit tier, made by its own Python package (``fluxacct``, in flux-core's Python:
+``flux python``) with no instance.
 
 ``MISSING`` says, in one line, why the tests that need flux-accounting cannot run here
-(its commands or its plugin are not installed beside flux-core), or is None.
+(its commands or its plugin are not installed beside flux-core), or is None;
+``DATABASE_MISSING`` the same for the unit tier (``fluxacct`` and the update commands).
 ``plugins_config`` puts ``mf_priority.so`` before or after the quantum plugin in the
 instance's ``[job-manager] plugins``; ``Accounting`` drives the real ``flux account``
 commands against a database in the test's directory. Guests are submitted as another
@@ -12,13 +15,21 @@ flux-core's own tests do (a test instance accepts it from its owner).
 
 from __future__ import annotations
 
+import json
 import shutil
+import sqlite3
 import subprocess
 import time
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 
+from catalogs import catalog_of
 from fluxinstance import FluxInstance, quantum_config
+
+from flux_quantum.site.accounting import AccountingDatabase
+from flux_quantum.site.ledger import Ledger
+from flux_quantum.site.quota import Charge, QuotaConfig
 
 PLUGIN_NAME = "mf_priority.so"
 SIGN_AS = (
@@ -59,6 +70,70 @@ def missing() -> str | None:
 
 
 MISSING = missing()
+
+MAKE_DATABASE = """
+import json, sqlite3, sys
+from fluxacct.accounting import create_db, bank_subcommands, user_subcommands
+spec = json.loads(sys.argv[2])
+create_db.create_db(sys.argv[1])
+conn = sqlite3.connect(sys.argv[1])
+for bank, parent in spec["banks"]:
+    bank_subcommands.add_bank(conn, bank=bank, shares=1, parent_bank=parent)
+for name, uid, bank in spec["users"]:
+    user_subcommands.add_user(conn, username=name, bank=bank, uid=uid)
+conn.commit()
+"""
+
+
+def database_missing() -> str | None:
+    if shutil.which("flux") is None:
+        return "flux-accounting database tests SKIPPED: `flux` is not on PATH"
+    probe = subprocess.run(
+        ["flux", "python", "-c", "import fluxacct.accounting.create_db"],
+        capture_output=True,
+        text=True,
+    )
+    if (
+        probe.returncode != 0
+        or shutil.which("flux-account-update-usage") is None
+        and (
+            subprocess.run(
+                ["flux", "account-update-usage", "--help"], capture_output=True
+            ).returncode
+        )
+    ):
+        return (
+            "flux-accounting database tests SKIPPED: flux-accounting (v0.60.0: its Python "
+            "package fluxacct, `flux account-update-usage`) is not installed beside flux-core"
+        )
+    return None
+
+
+DATABASE_MISSING = database_missing()
+
+
+def make_database(
+    path: Path, banks: Sequence[tuple[str, str]], users: Sequence[tuple[str, int, str]]
+) -> Path:
+    """A flux-accounting database at ``path`` made by flux-accounting itself: ``banks``
+    as (name, parent; "" for the root), ``users`` as (name, uid, bank; the first bank of
+    a user is their default)."""
+    import json
+
+    spec = json.dumps({"banks": list(banks), "users": list(users)})
+    done = subprocess.run(
+        ["flux", "python", "-c", MAKE_DATABASE, str(path), spec], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def update_usage(path: Path, *steps: str) -> None:
+    """flux-accounting's own update of ``path`` (no instance needed): its usage and then
+    fair-share, or the commands named."""
+    for step in steps or ("account-update-usage", "account-update-fshare"):
+        done = subprocess.run(["flux", step, "-p", str(path)], capture_output=True, text=True)
+        assert done.returncode == 0, f"flux {step}: {done.stderr}"
 
 
 def plugins_config(order: str, **plugin_conf: int) -> str:
@@ -155,3 +230,56 @@ class Accounting:
             env={"FLUX_HANDLE_USERID": str(userid)},
             check=False,
         )
+
+
+# --- what the unit tests of the feed and the cycle share ------------------------------
+
+ALICE, BOB, CAROL, DAVE = 5011, 5012, 5014, 5015
+GARNET = catalog_of("garnet").get("garnet")
+NO_LIMITS = QuotaConfig()
+WEIGHT = 100.0  # usage per dollar
+
+
+def settle(ledger: Ledger, token: str, userid: int, user: str, bank: str | None, cost: float):
+    """A task of ``user`` in ``bank`` reserved and settled at ``cost``."""
+    charge = Charge.for_device(
+        GARNET, token=token, jobid=1, userid=userid, user=user, bank=bank, shots=100,
+        t=time.time(),
+    )  # fmt: skip
+    assert ledger.reserve(charge, NO_LIMITS).allowed
+    ledger.settle(token, cost, now=time.time())
+
+
+def classical_job(database: Path, jobid: int, userid: int, bank: str, t_run: float,
+                  t_inactive: float, nodes: int = 1) -> None:  # fmt: skip
+    """A finished job's row as ``flux account-fetch-job-records`` writes it."""
+    ranks = ",".join(str(r) for r in range(nodes))
+    resources = {
+        "version": 1,
+        "execution": {
+            "R_lite": [{"rank": f"0-{nodes - 1}" if nodes > 1 else "0",
+                        "children": {"core": "0-3"}}],
+            "nodelist": [f"node[0-{nodes - 1}]" if nodes > 1 else "node0"],
+            "starttime": t_run,
+            "expiration": t_inactive,
+        },
+    }  # fmt: skip
+    jobspec = {"version": 1, "attributes": {"system": {"bank": bank, "duration": 0}}}
+    with closing(sqlite3.connect(database)) as db:
+        db.execute(
+            "INSERT INTO jobs (id, userid, t_submit, t_run, t_inactive, ranks, R, jobspec,"
+            " project, bank, requested_duration, actual_duration)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, 0, ?)",
+            (jobid, userid, t_run, t_run, t_inactive, ranks, json.dumps(resources),
+             json.dumps(jobspec), bank, t_inactive - t_run),
+        )  # fmt: skip
+        db.commit()
+
+
+def associations(database: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """(user, bank): (job_usage, fairshare), flux-accounting's."""
+    db = AccountingDatabase(database)
+    try:
+        return {(a.user, a.bank): (a.job_usage, a.fairshare) for a in db.associations()}
+    finally:
+        db.close()

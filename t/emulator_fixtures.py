@@ -66,7 +66,7 @@ def manual_clock() -> ManualClock:
 
 @pytest.fixture
 def make_emulator(
-    monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock
+    monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, emulator_tier: None
 ) -> Iterator[Callable[..., Emulator]]:
     """Factory: ``make_emulator(scenario_dict_or_Scenario=None, seed=0)`` -> started emulator
     with the SDK pointed at it; the shared ``manual_clock`` drives it; stopped after the test."""

@@ -1,6 +1,8 @@
 """A real Flux instance for the flux tier: ``flux start --test-size=N`` in the
 background, driven from the test with FLUX_URI, stoppable and restartable on
-the same statedir."""
+the same statedir; and ``until``, how a flux test waits for what the instance (or the
+service in it) does next: polled, never a fixed sleep. A test that starts an instance
+must be marked ``flux`` (t/tiers.py fails it otherwise)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,19 @@ from flux_quantum.cli.plugin import instance_config
 
 START_TIMEOUT = 60.0
 ROLE_USER = 0x2
+
+
+def until(what: Callable[[], Any], timeout: float = 30.0, step: float = 0.1) -> Any:
+    """``what()``'s first true value, asked every ``step`` seconds; AssertionError
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(step)
 
 
 def quantum_config(**plugin_conf: int) -> str:

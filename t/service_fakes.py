@@ -3,10 +3,13 @@ scripted vendor, a manual clock and inline workers. They stand in for Flux, the 
 time and threads; the service's own code runs unchanged (``QuantumService`` and every
 part of it).
 
-``FakeFlux`` keeps held jobs and their eventlogs the way the quantum plugin and Flux do:
-the plugin's list shows held jobs only, release and fail are all-or-nothing over the ids
-given, posting an event to a job that is gone fails, and ``qpu-release`` is written by the
-"plugin" on release. ``ScriptedVendor`` runs a queue model on the manual clock (each
+``FakeFlux`` keeps held jobs and their eventlogs the way the quantum plugin and Flux do
+(t/test_fluxside.py runs the same cases against both): the plugin's list shows held jobs
+only, release and fail are all-or-nothing over the ids given, events go to held jobs and
+must be ``qpu-*`` ones (after the release only ``qpu-cost``, until the job ends),
+``held_records`` carry a job's ``qpu-*`` events only, memos and annotations go to active
+jobs only, ``session_jobs`` leaves out jobs that ended before ``since``, and
+``qpu-release`` is written by the "plugin" on release. ``ScriptedVendor`` runs a queue model on the manual clock (each
 device: tasks ahead at creation and a service time), returns the same task for a token
 it has seen (as Braket's clientToken does), records every call, and fails the calls a
 test scripts. It models Braket Direct windows (``add_window``): a task created with a
@@ -19,6 +22,7 @@ completions, as the clock advances.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,7 +35,8 @@ from flux_quantum.instance.plugin import HeldJob
 from flux_quantum.protocol import events
 from flux_quantum.protocol.jobspec import Released, ReleaseInfo
 from flux_quantum.service import QuantumService, ServiceOptions
-from flux_quantum.service.fluxside import ClusterView, JobRecord
+from flux_quantum.service.fluxside import AFTER_RELEASE, ClusterView, JobRecord
+from flux_quantum.service.meters import Meters
 from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import (
@@ -87,6 +92,7 @@ class FakeJob:
     t_run: float = 0.0
     annotations: dict[str, Any] = field(default_factory=dict)  # persistent memos
     ended: bool = False  # a released job that ran and finished (INACTIVE)
+    t_end: float | None = None  # when it left the instance (cancelled, failed, ended)
 
 
 def _outcome(call: Callable[..., Any], *args: Any) -> Exception | None:
@@ -139,12 +145,14 @@ class FakeFlux:
     def cancel(self, jobid: int) -> None:
         job = self.jobs[jobid]
         job.state = "cancelled"
+        job.t_end = self.clock()
         job.events.append(events.Event("clean", self.clock(), {}))
 
     def finish(self, jobid: int) -> None:
         """A released job ran and ended."""
         job = self.jobs[jobid]
         job.ended = True
+        job.t_end = self.clock()
         job.events.append(events.Event("clean", self.clock(), {}))
 
     def names(self, jobid: int) -> list[str]:
@@ -190,12 +198,30 @@ class FakeFlux:
         return {jobid: self.record(jobid) for jobid in ids}
 
     def held_records(self, ids: Sequence[int]) -> dict[int, JobRecord | None]:
-        return self.records(ids)
+        """As the plugin's ``records``: the jobspec and the ``qpu-*`` events only."""
+        out: dict[int, JobRecord | None] = {}
+        for jobid in ids:
+            job = self.jobs.get(jobid)
+            entries = [e.to_dict() for e in job.events] if job is not None else []
+            out[jobid] = (
+                None
+                if job is None
+                else JobRecord.from_lookup(jobid, entries, job.jobspec, qpu_only=True)
+            )
+        return out
 
     def post_event(self, jobid: int, name: str, context: Mapping[str, Any]) -> None:
+        """As the plugin: a ``qpu-*`` event to a held job; after the release only the
+        events the job-manager takes from the owner (``AFTER_RELEASE``), until the job
+        ends (then Flux says there is no such job)."""
         job = self.jobs.get(jobid)
-        if job is None or job.state in ("cancelled", "failed"):
-            raise CommandError(f"event: job {jobid} is not active")
+        if not name.startswith("qpu-"):
+            raise CommandError(f"event: event name must be 'qpu-*', got {name!r}")
+        if job is None or job.state != "held":
+            if name not in AFTER_RELEASE:
+                raise CommandError(f"event: job {jobid} is not held for a QPU")
+            if job is None or not self._active(job):
+                raise OSError(errno.ENOENT, f"job {jobid}: no such active job")
         job.events.append(events.Event(name, self.clock(), dict(context)))
         self.journal.append(("event", (jobid, name)))
 
@@ -207,8 +233,8 @@ class FakeFlux:
 
     def memo(self, jobid: int, memo: Mapping[str, Any]) -> None:
         job = self.jobs.get(jobid)
-        if job is None or job.state == "cancelled":
-            raise OSError(2, "no such job")
+        if job is None or not self._active(job):
+            raise OSError(errno.ENOENT, "no such job")
         job.memo.update(memo)
 
     def memos(self, items: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Exception | None]:
@@ -218,7 +244,7 @@ class FakeFlux:
     def annotate(self, jobid: int, memo: Mapping[str, Any]) -> None:
         job = self.jobs.get(jobid)
         if job is None or not self._active(job):
-            raise OSError(2, "no such job")
+            raise OSError(errno.ENOENT, "no such job")
         for key, value in memo.items():  # as Flux: a null value removes the key
             if value is None:
                 job.annotations.pop(key, None)
@@ -233,10 +259,13 @@ class FakeFlux:
         return {i for i in ids if i in self.jobs and self._active(self.jobs[i])}
 
     def session_jobs(self, userid: int, since: float) -> list[int]:
+        """``userid``'s jobs, active or ended after ``since``, naming a session."""
         return [
             j.id
             for j in self.jobs.values()
-            if j.userid == userid and j.annotations.get("qpu_session")
+            if j.userid == userid
+            and j.annotations.get("qpu_session")
+            and (j.t_end is None or j.t_end > since)
         ]
 
     def reservation_jobs(self) -> dict[int, tuple[str, int]]:
@@ -278,6 +307,7 @@ class FakeFlux:
         for job in self._take(ids, "fail"):
             job.state = "failed"
             job.note = note
+            job.t_end = self.clock()
             job.events.append(
                 events.Event(
                     "exception", self.clock(), {"type": "qpu", "severity": 0, "note": note}
@@ -857,6 +887,7 @@ class Harness:
         instance_owner: bool = True,
         vendor_names: Sequence[str] = ("local", "ibm"),
         session_keys: SessionKeys | None = None,
+        meters: Meters | None = None,
     ) -> None:
         """``site``: the site policy the service enforces; ``userid`` and
         ``instance_owner``: who the service runs as (a guest's own service: not the
@@ -864,7 +895,7 @@ class Harness:
         ``NoCredentials`` for the others, never the real vendor, whose answers would
         depend on the environment, the network and the wall clock); ``session_keys``: the
         service's kept session ids (in memory, handed to the restarted service as its
-        directory would be)."""
+        directory would be); ``meters``: the metrics' hooks (none by default)."""
         self.clock = clock or Clock()
         self.flux = flux or FakeFlux(self.clock)
         default = {"alpha": QueueModel(3), "beta": QueueModel(5), "solo": QueueModel(1)}
@@ -896,6 +927,7 @@ class Harness:
             site=site,
             instance_owner=instance_owner,
             session_keys=self.keys,
+            meters=meters,
         )
 
     def restart(self, options: ServiceOptions = FAST, site: SitePolicy | None = None) -> Harness:
@@ -941,6 +973,12 @@ class Harness:
 
     def state(self, jobid: int) -> str:
         return self.flux.jobs[jobid].state
+
+
+def at_front(device: str, **more: Any) -> dict[str, Any]:
+    """A job's ``qpu`` request for the local vendor's ``device``, released at the front
+    of its queue (``release_at`` 1)."""
+    return {"device": f"local:{device}", "release_at": 1, **more}
 
 
 def released_record(h: Harness, job: int) -> JobRecord:

@@ -55,7 +55,7 @@ BRAKET_DEVICES = """
 
 
 @pytest.fixture(scope="module")
-def emu():
+def emu(emulator_tier):
     with Emulator(clock=ManualClock()) as emulator:
         yield emulator
 
@@ -145,6 +145,7 @@ def test_backends_format_errors(tmp_path, emu, capsys):
     assert err.startswith("flux-quantum: ERROR: --format: unknown field '{colour}' (accepted: ")
 
 
+@pytest.mark.emulator
 def test_a_vendor_that_never_answers_is_bounded_by_the_timeout(tmp_path, capsys, monkeypatch):
     """A Braket that accepts connections and never answers (60 s late): its devices are
     UNREACHABLE and the command ends at --timeout, not when the vendor would answer.

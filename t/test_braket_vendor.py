@@ -82,7 +82,7 @@ def start(clock: ManualClock, *faults: dict) -> Emulator:
 
 
 @pytest.fixture
-def emu(clock):
+def emu(clock, emulator_tier):
     emulator = start(clock)
     yield emulator
     emulator.stop()
@@ -251,6 +251,7 @@ def test_idempotent_create_same_token_same_task(vendor, emu):
     assert len(emu.task_arns()) == 1
 
 
+@pytest.mark.emulator
 def test_create_retried_after_lost_answer_makes_one_task(clock, monkeypatch):
     # The first create is answered only after 1.5 s, past the 0.5 s read timeout: the
     # client gives up, our budget retries with the same clientToken, and when the slow
@@ -272,6 +273,7 @@ def test_create_retried_after_lost_answer_makes_one_task(clock, monkeypatch):
         emu.stop()
 
 
+@pytest.mark.emulator
 def test_throttling_is_retried_within_one_budget(clock, monkeypatch):
     fault = {"operation": "GetQuantumTask", "error": "ThrottlingException", "first": 2}
     emu = start(clock, fault)
@@ -292,6 +294,7 @@ def test_throttling_is_retried_within_one_budget(clock, monkeypatch):
         emu.stop()
 
 
+@pytest.mark.emulator
 def test_throttling_past_the_budget_raises_with_the_vendor_code(clock, monkeypatch):
     faults = [
         {"operation": op, "error": "ThrottlingException", "first": 10}
@@ -329,6 +332,7 @@ ERROR_CASES = [
 ]
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize(("code", "cls", "retryable"), ERROR_CASES)
 def test_each_braket_error_is_mapped(clock, monkeypatch, code, cls, retryable):
     fault = {"operation": "CreateQuantumTask", "error": code, "message": f"injected {code}"}
@@ -349,6 +353,7 @@ def test_each_braket_error_is_mapped(clock, monkeypatch, code, cls, retryable):
         emu.stop()
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize(
     ("code", "cls"),
     [("NoSuchKey", errors.NotFound), ("AccessDenied", errors.AccessDenied)],

@@ -193,7 +193,9 @@ def test_vendor_settings_are_checked():
         parse_catalog(base + "vendors:\n  braket: {bucket: x}\n", "b.yaml")
     assert str(info.value) == (
         "b.yaml: vendors.braket: unknown setting 'bucket' (accepted: s3_bucket, s3_prefix, "
-        "endpoint_url, s3_endpoint_url, profile)"
+        "endpoint_url, s3_endpoint_url, profile, events_queue, events_wait, events_poll, "
+        "events_silence, sqs_endpoint_url, hybrid_role_arn, hybrid_instance, hybrid_price, "
+        "hybrid_max_runtime, hybrid_start_timeout)"
     )
     with pytest.raises(CatalogError) as info:
         parse_catalog(base + "vendors:\n  dwave: {}\n", "b.yaml")

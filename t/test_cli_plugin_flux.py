@@ -291,14 +291,16 @@ def test_plugin_runs_in_fluxs_python_without_the_venv(plugin_env) -> None:
     assert found["modules"] == [
         "flux_quantum",
         "flux_quantum.errors",
+        "flux_quantum.protocol",
         "flux_quantum.protocol.jobspec",
         "flux_quantum.protocol.request",
     ]
     assert found["files"] == [
         str(PACKAGE / "__init__.py"),
         str(PACKAGE / "errors.py"),
-        str(PACKAGE / "protocol.py"),
-        str(PACKAGE / "request.py"),
+        str(PACKAGE / "protocol" / "__init__.py"),
+        str(PACKAGE / "protocol" / "jobspec.py"),
+        str(PACKAGE / "protocol" / "request.py"),
     ]
 
 

@@ -187,7 +187,7 @@ def catalog() -> Catalog:
 
 
 @pytest.fixture
-def emulator(clock):
+def emulator(clock, emulator_tier):
     emu = Emulator(clock=clock).start()
     yield emu
     emu.stop()

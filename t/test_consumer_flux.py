@@ -10,6 +10,7 @@ line (in a copy of the system initrc, set with ``conf.shell_initrc`` on every ra
 from __future__ import annotations
 
 import json
+import select
 import shutil
 import subprocess
 import sys
@@ -157,6 +158,14 @@ def running(cmd: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[st
             proc.wait()
 
 
+def first_line(proc: subprocess.Popen[str], timeout: float = 60.0) -> str:
+    """The first line ``proc`` writes on stderr (AssertionError after ``timeout``)."""
+    assert proc.stderr is not None
+    ready, _, _ = select.select([proc.stderr], [], [], timeout)
+    assert ready, f"nothing on stderr in {timeout:g}s"
+    return proc.stderr.readline()
+
+
 def env_rows(out: str) -> dict[str, list[str]]:
     rows = [line.split("|") for line in out.splitlines() if "|" in line]
     return {row[0]: row[1:] for row in rows}
@@ -295,12 +304,15 @@ def test_wait_outside_job_waits_for_release(inst, plugin, vendor, catalog, clock
     inst.wait_event(jobid, "dependency-add")
     cmd = ["flux", "quantum", "task", "--wait", "--interval", "0.1", "--timeout", "60", jobid]
     with running(cmd, {**inst.env, **job_env}) as waiter:
-        time.sleep(1.0)
+        # It has looked at the job, held, before the job is released (a fixed sleep
+        # could end before the command has started, on a busy machine).
+        seen = first_line(waiter)
         assert waiter.poll() is None, waiter.communicate()
         ref = create_task(vendor, catalog, "local-sv1", "outside-wait")
         release(inst, plugin, catalog, jobid, [ref])
         clock.advance(10)
         out, err = waiter.communicate(timeout=60)
+        err = seen + err
     assert waiter.returncode == 0, err
     assert "held (DEPEND), waiting for its quantum task" in err
     assert f"task:    {ref.task_id}" in out

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 from fluxinstance import FluxInstance
-from test_service_flux import Qpu, _catalog_text
+from qpu_setup import Qpu, catalog_text
 
 pytestmark = pytest.mark.flux
 
@@ -42,7 +42,7 @@ def inst(tmp_path_factory) -> Iterator[FluxInstance]:
 @pytest.fixture
 def qpu(inst: FluxInstance) -> Iterator[Qpu]:
     catalog = inst.workdir / "backends.yaml"
-    catalog.write_text(_catalog_text())
+    catalog.write_text(catalog_text())
     q = Qpu(inst, catalog)
     # What the emulator's env file exports: its stand-in AWS and IBM keys among them.
     q.job_env = {**q.job_env, **q.emu.env(), **q.emu.ibm_env()}
@@ -87,6 +87,7 @@ def submit_as_guest(qpu: Qpu, env: dict[str, str]) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.flux_security  # signs as the guest with flux.security
 def test_a_guests_job_with_keys_is_refused_at_submit_naming_them(qpu: Qpu) -> None:
     env = {**qpu.inst.env, **qpu.job_env}
     res = submit_as_guest(qpu, env)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_walkthroughs_flux import _no_emulator_left, blocks, commands, run_walkthrough
+from walkthrough import blocks, commands, no_emulator_left, run_walkthrough
 
 pytestmark = pytest.mark.flux
 
@@ -32,7 +32,7 @@ def walk(parts: list[str], scratch: Path, split: Callable[[str], list[str]] = co
     out = ANSI.sub("", run_walkthrough(parts, scratch, split))
     assert "\nleft: 0\n" in out, out
     assert "Traceback" not in out, out
-    _no_emulator_left(scratch)
+    no_emulator_left(scratch)
     return out
 
 
@@ -42,7 +42,7 @@ def ended_cleanly(out: str, scratch: Path) -> None:
     assert "qpu handler service 'qpu_handlers' stopped" in out, out
     assert "ERROR" not in out, out
     assert "\nleft: 0\n" in out, out
-    _no_emulator_left(scratch)
+    no_emulator_left(scratch)
 
 
 HEREDOC = re.compile(r"<<-?\s*'?(\w+)'?")
@@ -208,7 +208,7 @@ def test_ibm_quantum_on_the_emulator(tmp_path: Path) -> None:
     assert '"sessions_opened": 1' in out and '"sessions_closed": 1' in out, out
     assert "ERROR" not in out, out
     assert "\nleft: 0\n" in out, out
-    _no_emulator_left(tmp_path)
+    no_emulator_left(tmp_path)
 
 
 def test_a_reserved_window_on_the_emulator(tmp_path: Path) -> None:
@@ -289,4 +289,4 @@ def test_iqm_and_pasqal_on_the_emulator(tmp_path: Path) -> None:
     assert re.search(r"^\S+\s+root\s+-\s+pasqal-fresnel\s+1\s+\$", out, re.M), out
     assert "qpu handler service 'qpu_handlers' stopped" in out, out
     assert "ERROR" not in out, out
-    _no_emulator_left(tmp_path)
+    no_emulator_left(tmp_path)

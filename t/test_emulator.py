@@ -562,6 +562,7 @@ def test_slow_responses(make_emulator: MakeEmulator) -> None:
     assert emu.call_count("GetDevice") == 3
 
 
+@pytest.mark.emulator
 def test_stop_interrupts_slow_responses_and_joins_threads(manual_clock: ManualClock) -> None:
     scenario = Scenario.from_dict(
         {"extends": "default", "faults": [{"operation": "GetDevice", "delay": 30}]}
@@ -683,6 +684,7 @@ def _cli(*args: str, **kwargs) -> subprocess.Popen:
     )
 
 
+@pytest.mark.emulator
 def test_cli_serves_until_sigterm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env_file = tmp_path / "emulator.env"
     proc = _cli("--port", "0", "--env-file", str(env_file), "--seed", "3", "-v")
@@ -716,6 +718,7 @@ def test_cli_serves_until_sigterm(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "GetDevice arn:aws:braket:eu-north-1::device/qpu/iqm/Garnet 200" in err
 
 
+@pytest.mark.emulator
 def test_cli_in_the_background_returns_once_it_serves_and_stops_by_its_env_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

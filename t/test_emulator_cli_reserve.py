@@ -35,7 +35,7 @@ CATALOG = str(packaged_catalog_path())
 
 
 @pytest.fixture
-def emulator() -> Iterator[Emulator]:
+def emulator(emulator_tier: None) -> Iterator[Emulator]:
     """The default scenario on a wall clock running ``SPEED`` times real time."""
     emu = Emulator(clock=WallClock(speed=SPEED)).start()
     try:
@@ -104,6 +104,7 @@ def test_a_wall_clock_window_refused_in_one_sentence(fields: dict, words: str) -
     assert str(excinfo.value).startswith("reservation: field ") and words in str(excinfo.value)
 
 
+@pytest.mark.emulator
 def test_a_manual_clock_takes_no_wall_clock_window() -> None:
     with Emulator(clock=ManualClock()) as emu:
         with pytest.raises(ValueError, match="needs an emulator whose clock runs on the wall"):

@@ -272,6 +272,7 @@ def test_a_task_the_vendor_cancels_ends_cancelled_and_unbilled(
     assert report["faults"]["braket"] == {"cancel_task": 1}
 
 
+@pytest.mark.emulator
 def test_an_ibm_job_ibm_cancels_ends_cancelled(manual_clock: ManualClock) -> None:
     emu = ibm_emulator(manual_clock, {"operation": "CreateJob", "cancel_job": True})
     try:
@@ -291,6 +292,7 @@ def test_an_ibm_job_ibm_cancels_ends_cancelled(manual_clock: ManualClock) -> Non
 # -- IBM: reset, lost create, rate, results -----------------------------------------------------
 
 
+@pytest.mark.emulator
 def test_ibm_lost_create_makes_one_job_and_a_reset_is_an_error(manual_clock: ManualClock) -> None:
     emu = ibm_emulator(
         manual_clock,
@@ -309,6 +311,7 @@ def test_ibm_lost_create_makes_one_job_and_a_reset_is_an_error(manual_clock: Man
         emu.stop()
 
 
+@pytest.mark.emulator
 def test_ibm_fault_rate_is_seeded_per_seed(manual_clock: ManualClock) -> None:
     def pattern(seed: int) -> list[int]:
         scenario = IbmScenario.from_dict(
@@ -339,6 +342,7 @@ def test_ibm_fault_rate_is_seeded_per_seed(manual_clock: ManualClock) -> None:
     assert first != pattern(2)
 
 
+@pytest.mark.emulator
 def test_ibm_results_download_can_fail(manual_clock: ManualClock) -> None:
     emu = ibm_emulator(manual_clock, {"operation": "GetJobResults", "status": 500, "first": 1})
     try:
@@ -422,6 +426,7 @@ def test_failed_tasks_cost_nothing(make_emulator: MakeEmulator, manual_clock: Ma
     assert report["faults"]["braket"] == {"fail_task": 1}
 
 
+@pytest.mark.emulator
 def test_the_bill_of_an_ibm_job_and_its_session(manual_clock: ManualClock) -> None:
     emu = ibm_emulator(manual_clock)
     try:
@@ -452,6 +457,7 @@ def test_the_bill_of_an_ibm_job_and_its_session(manual_clock: ManualClock) -> No
         emu.stop()
 
 
+@pytest.mark.emulator
 def test_ibm_price_per_second_follows_the_plan(manual_clock: ManualClock) -> None:
     backends = [{"name": "b", "qubits": 3}]
     assert IbmScenario.from_dict({"backends": backends}).price_per_second == 1.60
@@ -494,6 +500,7 @@ def test_the_report_over_http_needs_no_credential_and_carries_none(
     assert emu.call_count() == 1  # the report is not a vendor call
 
 
+@pytest.mark.emulator
 def test_cli_report_prints_the_report_of_the_emulator_that_wrote_the_env_file(
     tmp_path: Path,
 ) -> None:

@@ -32,7 +32,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def emu(clock):
+def emu(clock, emulator_tier):
     emulator = start(clock)
     yield emulator
     emulator.stop()
@@ -198,6 +198,7 @@ def test_backends_configuration_and_properties(emu):
     }
 
 
+@pytest.mark.emulator
 def test_credentials_are_checked(clock):
     emu = start(clock, apikey="right-key", crn="crn:v1:site")
     try:
@@ -211,6 +212,7 @@ def test_credentials_are_checked(clock):
         emu.stop()
 
 
+@pytest.mark.emulator
 def test_a_token_outlives_an_emulator_restart_and_a_forged_one_is_refused(clock):
     """Tokens are signed like IAM's: a client holding one keeps working against an
     emulator restarted on the same scenario (fresh queues); a made-up one does not."""
@@ -240,6 +242,7 @@ def test_a_token_outlives_an_emulator_restart_and_a_forged_one_is_refused(clock)
         second.stop()
 
 
+@pytest.mark.emulator
 def test_paused_and_offline_backends(clock):
     emu = Emulator(
         clock=clock,
@@ -267,6 +270,7 @@ def test_paused_and_offline_backends(clock):
         emu.stop()
 
 
+@pytest.mark.emulator
 def test_faults_use_ibm_error_bodies(clock):
     emu = start(
         clock,
@@ -293,6 +297,7 @@ def test_faults_use_ibm_error_bodies(clock):
         emu.stop()
 
 
+@pytest.mark.emulator
 def test_open_plan_refuses_dedicated_sessions_only(clock):
     emu = start(clock, plan="open")
     try:

@@ -12,43 +12,13 @@ from typing import Any
 
 import pytest
 import qrmi
+from served_iqm import DEVICE, Served
 
 from flux_quantum.emulator import ManualClock, ScenarioError
-from flux_quantum.emulator.iqm import PREFIX, IqmScenario, IqmService
-from flux_quantum.emulator.server import HttpServer
-from flux_quantum.emulator.wire import Request, Response
+from flux_quantum.emulator.iqm import IqmScenario
 from flux_quantum.vendors.iqm_program import counts_from_measurements, run_request
 
-DEVICE = {"id": "garnet", "qubits": 5, "queue": {"depth": 2, "service_time": 10}}
 X_BOTH = "OPENQASM 3.0;\nqubit[2] q;\nbit[2] c;\nx q[0];\nx q[1];\nc = measure q;\n"
-
-
-class Served:
-    """An ``IqmService`` alone behind the emulator's HTTP server."""
-
-    def __init__(self, scenario: dict[str, Any], clock: ManualClock) -> None:
-        self.clock = clock
-        self.service = IqmService(IqmScenario.from_dict(scenario), clock)
-
-        def app(request: Request) -> Response:
-            if request.path.startswith(PREFIX + "/"):
-                return self.service.handle(request)
-            return Response(404)
-
-        self.server = HttpServer("127.0.0.1", 0, app)
-        self.server.start()
-        host, port = self.server.address
-        self.url = f"http://{host}:{port}"
-
-    def resource(self, device: str = "garnet", **extra: str) -> Any:
-        prefix = f"{device}_"
-        config = {
-            k[len(prefix) :]: v
-            for k, v in self.service.env(self.url).items()
-            if k.startswith(prefix)
-        }
-        config.update(extra)
-        return qrmi.QuantumResource.from_config(device, qrmi.ResourceType.IQMServer, config)
 
 
 @pytest.fixture
@@ -57,7 +27,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def serve(clock: ManualClock) -> Iterator[Any]:
+def serve(clock: ManualClock, emulator_tier: None) -> Iterator[Any]:
     started: list[Served] = []
 
     def make(**top: Any) -> Served:

@@ -246,7 +246,7 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path):
     clone (the one line added: the reader's ``cd``); about 4 minutes."""
     import re
 
-    from test_walkthroughs_flux import _no_emulator_left, blocks, run_walkthrough
+    from walkthrough import blocks, no_emulator_left, run_walkthrough
 
     found = blocks("## Run it on the emulator", QAOA / "README.md")
     assert len(found) == 3, found
@@ -267,4 +267,4 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path):
     assert len(exact) == 2 and min(exact) >= 0.95 * bound, out
     assert "qpu handler service 'qpu_handlers' stopped" in out, out
     assert "\nleft: 0\n" in out, out
-    _no_emulator_left(tmp_path)
+    no_emulator_left(tmp_path)

@@ -128,12 +128,17 @@ def test_released_job_is_allocated_a_vertex_of_its_device(inst, handle):
 
 
 def test_one_slot_device_holds_one_job_at_a_time(inst, handle):
-    jobs = [held(inst, "one", "sleep", "1") for _ in range(3)]
+    # Each job runs until the test has looked (a fixed sleep could end first on a busy
+    # machine), then the others run one after the other.
+    stop = inst.workdir / "stop-one-slot"
+    wait = f"while [ ! -e {stop} ]; do sleep 0.1; done"
+    jobs = [held(inst, "one", "sh", "-c", wait) for _ in range(3)]
     for jobid in jobs:
         release_for(inst, handle, jobid, "one")
     inst.wait_event(jobs[0], "start")
     assert [inst.state(j) for j in jobs[1:]] == ["SCHED", "SCHED"]
     assert "allocated" in inst.quantum("graph", "list", "-n", "-o", "{device} {alloc}").stdout
+    stop.touch()
     for jobid in jobs:
         inst.wait_event(jobid, "clean")
     spans = sorted((event_times(inst, j)["alloc"], event_times(inst, j)["free"]) for j in jobs)

@@ -10,6 +10,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import replace
 
 import pytest
 import qrmi
@@ -102,7 +103,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def emu(clock):
+def emu(clock, emulator_tier):
     emulator = start(clock)
     yield emulator
     emulator.stop()
@@ -148,6 +149,15 @@ def test_three_pubs_run_as_one_job_and_split_back_per_pub(emu, clock):
     single = ibm.results(alone)
     assert len(single) == 1 and single[0].counts == x0.counts
     assert single[0].raw["results"] == x0.raw["results"]
+
+
+def test_a_program_past_the_last_of_its_task_is_not_found(emu, clock):
+    ibm = vendor(emu, clock)
+    task = ibm.submit_set(LINE, [(X0, 100), (ZERO, 300)], "fq-past-1")
+    clock.advance(30 + 10 + 400 * 0.01)
+    assert ibm.result_of(replace(task, program=1)).counts == {"00": 300}
+    with pytest.raises(errors.NotFound, match="has 2 program"):
+        ibm.result_of(replace(task, program=2))
 
 
 def test_the_whole_job_is_billed_its_usage_seconds(emu, clock):
@@ -202,6 +212,7 @@ def test_the_emulator_refuses_a_job_over_the_executions_limit_with_ibm_s_error(e
     assert emu.ibm.job_ids() == []
 
 
+@pytest.mark.emulator
 def test_limits_at_and_over_a_scenario_s_bounds(clock):
     emu = start(clock, max_executions=1000, max_input_bytes=2000)
     try:
@@ -242,6 +253,7 @@ def test_the_vendor_refuses_a_set_over_ibm_s_limits_before_sending(emu, clock):
 # --- one job per token ----------------------------------------------------------------------
 
 
+@pytest.mark.emulator
 def test_a_set_whose_create_answer_was_lost_is_one_job_found_by_its_token(clock):
     emu = start(
         clock, [{"operation": "CreateJob", "reset": True, "after_commit": True, "calls": [1]}]

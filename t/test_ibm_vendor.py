@@ -88,7 +88,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def emu(clock):
+def emu(clock, emulator_tier):
     emulator = start(clock)
     yield emulator
     emulator.stop()
@@ -170,6 +170,7 @@ def test_lifecycle_counts_and_reattach(emu, clock):
     assert billed is not None and 0 < billed <= 10
 
 
+@pytest.mark.emulator
 def test_cancel_and_a_failed_job_with_its_reason(clock):
     emu = start(clock, [{"operation": "CreateJob", "fail_job": "readout drift", "calls": [2]}])
     try:
@@ -186,6 +187,7 @@ def test_cancel_and_a_failed_job_with_its_reason(clock):
         emu.stop()
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize(
     "fault, cls, code, retryable",
     [
@@ -218,6 +220,7 @@ def test_unknown_job_and_offline_backend(emu, clock):
         ibm.submit(CATALOG.get("down"), BELL, 10, "fq-d")
 
 
+@pytest.mark.emulator
 def test_throttling_is_retried_within_one_budget(clock):
     emu = start(clock, [{"operation": "GetJob", "status": 429, "first": 2}])
     try:
@@ -238,6 +241,7 @@ def test_throttling_is_retried_within_one_budget(clock):
         emu.stop()
 
 
+@pytest.mark.emulator
 def test_concurrent_polls_of_one_backend_all_answer(clock):
     """The service polls from several worker threads; qrmi's resource takes one at a time."""
     emu = start(clock, [{"operation": "GetJob", "delay": 0.3}])
@@ -303,6 +307,7 @@ def test_missing_credentials_say_which_variables_and_never_the_key(emu, clock):
 # --- exactly one job per token ---------------------------------------------------------------
 
 
+@pytest.mark.emulator
 def test_a_create_answered_with_an_error_after_it_landed_makes_one_job(clock):
     emu = start(
         clock, [{"operation": "CreateJob", "status": 503, "after_commit": True, "calls": [1]}]
@@ -349,6 +354,7 @@ IbmVendor(IbmSettings(settle=0), devices=catalog.devices, environ=env).submit(
 """
 
 
+@pytest.mark.emulator
 def test_exactly_one_job_per_request_across_a_kill_9(tmp_path: Path):
     """The service records the token and the time, creates, and is killed before it hears
     the job id (the emulator holds the answer). After the restart, find_task finds that
@@ -444,6 +450,7 @@ def test_cancel_closes_the_session_and_its_pending_jobs(emu, clock):
     ibm.close_session(session)  # releasing twice is harmless
 
 
+@pytest.mark.emulator
 def test_a_failed_job_s_session_is_released_too(clock):
     emu = start(clock, [{"operation": "CreateJob", "fail_job": "boom"}])
     try:
@@ -478,6 +485,7 @@ def test_after_a_restart_the_session_is_found_from_its_task_and_released(emu, cl
     assert emu.ibm.session_state(session.session_id) == "closed"
 
 
+@pytest.mark.emulator
 def test_the_open_plan_falls_back_to_batch_then_to_job_mode(clock):
     emu = start(clock, plan="open")
     try:

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from test_emulator_iqm import DEVICE, Served
+from served_iqm import DEVICE, Served
 
 from flux_quantum.catalog import Device, PriceModel
 from flux_quantum.emulator import ManualClock
@@ -35,7 +35,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def served(request, clock) -> Any:
+def served(request, clock, emulator_tier) -> Any:
     top = getattr(request, "param", {})
     served = Served({"devices": [DEVICE], **top}, clock)
     yield served
@@ -49,6 +49,7 @@ def vendor(served: Served, attempts: int = 1, **environ: str) -> IqmVendor:
     )
 
 
+@pytest.mark.emulator
 def test_probe_reads_queue_and_maintenance(clock):
     served = Served({"devices": [{**DEVICE, "paused": [[10, 20]]}]}, clock)
     try:
@@ -125,6 +126,7 @@ def test_cancel_a_waiting_job(served):
     assert v.poll(ref).state is TaskState.CANCELLED
 
 
+@pytest.mark.emulator
 def test_failed_job_says_why(clock):
     served = Served(
         {"devices": [DEVICE], "faults": [{"operation": "SubmitJob", "fail_job": "drift"}]}, clock
@@ -139,6 +141,7 @@ def test_failed_job_says_why(clock):
         served.server.stop()
 
 
+@pytest.mark.emulator
 def test_paused_device_refuses_then_the_same_token_creates_once(clock):
     served = Served({"devices": [{**DEVICE, "paused": [[0, 20]]}]}, clock)
     try:
@@ -153,6 +156,7 @@ def test_paused_device_refuses_then_the_same_token_creates_once(clock):
         served.server.stop()
 
 
+@pytest.mark.emulator
 def test_too_many_jobs_is_a_quota(clock):
     served = Served({"devices": [{**DEVICE, "max_slots": 1}]}, clock)
     try:
@@ -164,6 +168,7 @@ def test_too_many_jobs_is_a_quota(clock):
         served.server.stop()
 
 
+@pytest.mark.emulator
 def test_a_lost_create_is_never_made_twice(clock):
     lost = {
         "operation": "SubmitJob",

@@ -18,7 +18,6 @@ from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pgserver
 import pytest
 from catalogs import catalog_of
 
@@ -70,23 +69,9 @@ def charge(token: str, device=GARNET, user="alice", userid=1000, bank="chem", t=
     )
 
 
-# The ledger's contract on both backends: SQLite always, PostgreSQL where it is installed
-# (t/test_ledger_pg.py says once, loudly, when it is not).
-BACKENDS = ["sqlite"] + (["postgresql"] if pgserver.missing() is None else [])
-
-
-@pytest.fixture(params=BACKENDS)
-def ledger(request: pytest.FixtureRequest, tmp_path: Path):
-    if request.param == "sqlite":
-        target = tmp_path / "state" / "flux-quantum" / "ledger.db"
-        with Ledger(target) as opened:
-            yield opened
-        return
-    server = request.getfixturevalue("pg_server")
-    credentials = pgserver.credentials_file(tmp_path)
-    url = server.url(server.database())
-    with Ledger(url, cluster="test", credentials=str(credentials)) as opened:
-        yield opened
+# The ledger's contract on both backends: the ``ledger`` fixture (conftest.py) is SQLite
+# always, PostgreSQL where it is installed (t/test_ledger_pg.py says once, loudly, when
+# it is not).
 
 
 def test_reserve_settle_release(ledger: Ledger) -> None:
@@ -791,8 +776,9 @@ def test_a_bad_reservation_table_stops_the_site_policy_before_its_ledger(tmp_pat
 
 def test_an_old_ledger_is_migrated_and_its_rows_are_the_local_clusters(tmp_path: Path) -> None:
     """A ledger of the first schema (no windows, no clusters) opened by the service:
-    version 2, the schema_version table, its rows the configured cluster's, settled and
-    recovered as before; usage by cluster shows them."""
+    the current version (3: the usage fed to flux-accounting), the schema_version
+    table, its rows the configured cluster's, settled and recovered as before; usage by
+    cluster shows them."""
     old = tmp_path / "old.db"
     db = sqlite3.connect(old)
     db.executescript(OLD_SCHEMA)
@@ -814,15 +800,15 @@ def test_an_old_ledger_is_migrated_and_its_rows_are_the_local_clusters(tmp_path:
     site.close()
     with closing(sqlite3.connect(old)) as check:
         assert check.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
-            "2",
+            "3",
         )
         versions = check.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()
-        assert versions == [(1,), (2,)]
+        assert versions == [(1,), (2,), (3,)]
     # a ledger of a newer flux-quantum is refused with the sentence that says what to do
     with closing(sqlite3.connect(old)) as newer:
-        newer.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        newer.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
         newer.commit()
-    with pytest.raises(LedgerError, match="ledger schema 3 is newer than this flux-quantum"):
+    with pytest.raises(LedgerError, match="ledger schema 4 is newer than this flux-quantum"):
         Ledger(old)
 
 

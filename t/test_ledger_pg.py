@@ -196,7 +196,7 @@ def test_the_site_policy_opens_it_from_quantum_ledger(pg_server, shared, tmp_pat
         "SELECT version, note FROM schema_version ORDER BY version",
         shared.url.split("/")[-1].split("?")[0],
     )
-    assert [v for v, _ in versions] == [1, 2]
+    assert [v for v, _ in versions] == [1, 2, 3]
     # another currency is refused with the sentence that says what to do
     with pytest.raises(
         LedgerError, match="the ledger counts in USD but the catalog's currency is EUR"
@@ -234,8 +234,7 @@ def test_a_held_job_waits_for_a_stopped_server_and_runs_once_when_it_is_back(
     """The service on a real PostgreSQL ledger: the server stopped while a job is about
     to get its task, the job waits held with no task; started again, the task is
     created once and reserved once; a restart while the task runs loses nothing."""
-    from service_fakes import Harness
-    from test_policy_service import at_front
+    from service_fakes import Harness, at_front
 
     table = {"url": shared.url, "credentials": shared.credentials, "cluster": "alpha"}
     quota = {"limits": [{"user": "*", "period": "day", "spend": 10.0}]}

@@ -19,7 +19,7 @@ from typing import Any
 import pgserver
 import pytest
 from fluxinstance import FluxInstance, quantum_config
-from test_service_flux import FAST
+from qpu_setup import FAST
 
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.emulator.braket.scenario import Scenario

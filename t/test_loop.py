@@ -84,6 +84,7 @@ def test_journal_decoder_trusts_no_line() -> None:
         json.dumps({"name": "submitted", "iteration": "0", "jobid": 1}),
         json.dumps({"name": "ended", "iteration": 0, "outcome": "exploded", "reason": "x"}),
         json.dumps({"name": "unknown", "iteration": 0}),
+        json.dumps({"name": ["submitted"], "iteration": 0, "jobid": 1}),  # unhashable name
     ):
         assert decode_line(bad) is None
 

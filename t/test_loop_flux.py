@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 from fluxinstance import quantum_config
-from test_ibm_flux import Ibm
-from test_service_flux import _event_time
+from ibm_setup import Ibm
+from loop_setup import PROGRAM, STEP_SH
+from qpu_setup import event_time
 
 from flux_quantum.catalog import load_catalog
 from flux_quantum.emulator import Emulator, ScaledClock, Scenario
@@ -41,7 +42,6 @@ LONG_SHOTS = 20_000  # another user's task that keeps a device busy (0.05 s a sh
 
 # Program 0 measures |0>; each step flips the next program (X or not), so iteration k
 # measures k % 2 on every shot: the value a step reports shows which program ran.
-PROGRAM = "OPENQASM 3.0;\nqubit[1] q;\nbit[1] c;\nc[0] = measure q[0];\n"
 FLIP = "x q[0];\n"
 
 
@@ -108,13 +108,6 @@ step.next(program, value=value)
 
 # The step in shell (the environment contract): reads result k with flux quantum task,
 # reports k as its value and the same program again; exits 3 at iteration $1, if given.
-STEP_SH = """
-set -e
-flux quantum task --json > "$FLUX_QPU_LOOP_DIR/result.$FLUX_QPU_ITERATION.json"
-if [ "$FLUX_QPU_ITERATION" = "${1:-none}" ]; then exit 3; fi
-echo "$FLUX_QPU_ITERATION" > "$FLUX_QPU_LOOP_VALUE"
-cp "$FLUX_QPU_LOOP_DIR/programs/$FLUX_QPU_ITERATION.qasm" "$FLUX_QPU_NEXT_PROGRAM"
-"""
 
 # The same step, but step 0 does its work only once the file $1 exists (the test opens
 # the gate when what it waits for has happened).
@@ -255,9 +248,9 @@ def test_a_loop_runs_its_iterations_as_held_steps_one_task_each(world: World) ->
         # held in DEPEND with no node while its task waited: it left DEPEND, and got
         # its allocation, only after the emulator had ended the task
         ended = world.ended_at(task)
-        assert _event_time(world, job, "qpu-task") < ended
-        assert _event_time(world, job, "depend") >= ended
-        assert _event_time(world, job, "alloc") >= ended
+        assert event_time(world, job, "qpu-task") < ended
+        assert event_time(world, job, "depend") >= ended
+        assert event_time(world, job, "alloc") >= ended
         assert world.context(job, "qpu-ready")["tasks"][0]["why"] == "COMPLETED"
 
 
@@ -275,7 +268,7 @@ def test_the_service_killed_mid_loop_each_iteration_gets_exactly_one_task(world:
     world.kill_service()
     done = world.wait_loop(loop)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _event_time(world, first, "qpu-release") > killed_held
+    assert event_time(world, first, "qpu-release") > killed_held
     status = world.loop_status(loop)
     steps = status["steps"]
     assert [s["iteration"] for s in steps] == [0, 1, 2, 3]
@@ -408,7 +401,7 @@ def test_a_session_loop_rides_one_session_closed_after_the_loop(world: World) ->
         for c in world.emu.calls
         if c.target == session and c.operation in ("UpdateSession", "CloseSession")
     ]
-    assert closing and world.clock.wall(min(closing)) >= _event_time(world, status["job"], "finish")
+    assert closing and world.clock.wall(min(closing)) >= event_time(world, status["job"], "finish")
     counters = world.status()["counters"]
     assert (counters["sessions_opened"], counters["sessions_joined"]) == (1, 2)
     assert world.emu.call_count("CreateSession") == 1

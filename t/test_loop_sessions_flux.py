@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from flux.job import JobID
-from test_ibm_flux import Ibm
+from ibm_setup import Ibm
 
 pytestmark = pytest.mark.flux
 

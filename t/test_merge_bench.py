@@ -169,6 +169,30 @@ def test_the_ledger_s_sum_is_read_from_flux_quantum_usage_json() -> None:
     assert bench.ledger_total({}) == (0.0, 0) and bench.ledger_total(None) == (0.0, 0)
 
 
+def test_a_failed_job_s_note_names_the_half_that_failed(tmp_path) -> None:
+    from flux_quantum.protocol.events import Event
+
+    ran = [Event("submit", 1.0), Event("start", 2.0), Event("finish", 3.0, {"status": 0})]
+    ok = {"ok": True, "why": None}
+    stderr = tmp_path / "job0.err"
+    assert bench.failure(ok, ran, stderr) is None
+    assert bench.failure({"ok": False, "why": "90 shots, not 100"}, ran, stderr) == (
+        "its record: 90 shots, not 100"
+    )
+    stderr.write_text("flux-shell[0]: ERROR: something\n")
+    exited = [*ran[:2], Event("finish", 3.0, {"status": 256})]
+    assert bench.failure(ok, exited, stderr) == (
+        "its record is ok, but it finished with wait status 256; its stderr ends: "
+        "flux-shell[0]: ERROR: something"
+    )
+    assert "no finish event" in bench.failure(ok, ran[:2], stderr)
+    failed = [ran[0], Event("exception", 2.0, {"type": "qpu", "note": "create failed"})]
+    assert bench.failure(None, failed, stderr) == (
+        "no record: it never ran: qpu exception: create failed"
+    )
+    assert bench.failure(None, ran, stderr).startswith("no record: the job did not run")
+
+
 # --- the table ------------------------------------------------------------------------------
 
 
@@ -243,8 +267,8 @@ def test_a_miniature_merges_four_jobs_into_one_task_each_with_its_own_shots(tmp_
             arm.close()
     separate, merged = runs["separate"], runs["merged"]
     for r in (separate, merged):
-        assert r.error == "", r.error
-        assert (r.jobs_done, r.own_shots) == (4, 4), r.notes
+        assert r.error == "", (r.label, r.error)
+        assert (r.jobs_done, r.own_shots) == (4, 4), (r.label, r.notes)
         assert bench.ledger_agrees(r), (r.ledger, r.cost)
     assert (separate.tasks, separate.largest) == (4, 1)
     # One task of four unless the service's own pace split the burst (max_wait is 3 s of

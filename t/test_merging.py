@@ -886,7 +886,9 @@ def boto_braket(emu: Emulator):
 
 def braket_vendor(clock: ManualClock) -> BraketVendor:
     return BraketVendor(
-        BraketSettings(connect_timeout=2, read_timeout=2),
+        # A program set's create parses every program in the emulator: on a busy machine
+        # (the tests run on every core) that outlasts a 2 s read and the create is retried.
+        BraketSettings(connect_timeout=2, read_timeout=30),
         devices=CATALOG.devices,
         clock=lambda: clock.epoch.timestamp() + clock.now(),
         sleep=clock.advance,
@@ -948,6 +950,7 @@ def test_braket_s_layout_tag_bound_is_our_vendor_s(make_emulator, manual_clock):
         vendor.submit_set(CATALOG.get("line5"), [(ONE, s) for s in over], "tag-over")
 
 
+@pytest.mark.emulator
 def test_ibm_takes_every_batch_within_its_limits(manual_clock):
     scenario = IbmScenario.from_dict(
         {

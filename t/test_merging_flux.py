@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from catalogs import emulated_catalog
-from fluxinstance import FluxInstance, quantum_config
+from fluxinstance import FluxInstance, quantum_config, until
+from qpu_setup import FAST
 
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
 
@@ -60,15 +60,6 @@ print(json.dumps({"task": task.task_id, "program": task.ref().program,
 POLL = "GetQuantumTask"
 PRICE = {"per_task": 0.3, "per_shot": 0.001}
 FAIL_REASON = "calibration drifted; task aborted"
-FAST = (
-    "--poll-min=0.2",
-    "--poll-cold-max=1",
-    "--poll-max=2",
-    "--scan-interval=0.3",
-    "--device-check-interval=1",
-    "--cluster-interval=0.5",
-    "--retry-max=0.5",
-)
 
 
 def _qpu(name: str, depth: int, **more: Any) -> dict[str, Any]:
@@ -153,14 +144,7 @@ class Site:
         self.inst.wait_event(jobid, name, timeout=timeout)
 
     def until(self, what: Callable[[], Any], timeout: float = 40, step: float = 0.2) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = what()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(step)
+        return until(what, timeout, step)
 
     def read(self, jobid: str) -> dict[str, Any]:
         """What the job printed (its task, its place in it, its counts); it must end
@@ -248,9 +232,10 @@ def test_three_jobs_of_one_user_share_one_task_and_each_reads_its_own_counts(mak
     """q-merge has one slot: programs waiting in the pool take none and the merged task
     takes one, so all three are in it (a program that took a slot in the pool would
     leave the others waiting for it until its task is released, in tasks of their own)."""
-    site = make_site(slots=1)
+    site = make_site(slots=1, service=False)
     asked = {"zeros": 100, "ones": 200, "first": 300}
     jobs = {site.submit(p, shots): (p, shots) for p, shots in asked.items()}
+    site.start_service(*FAST)  # adopts the three together, whatever the submits took
     for jobid in jobs:
         site.wait_event(jobid, "qpu-task")
     task, key = _merged_members(site, jobs)
@@ -302,9 +287,10 @@ def test_a_job_that_opts_out_gets_its_own_task_beside_a_merged_pair(make_site):
     """Only the job decides here (see the module's docstring for across_users): the
     opted-out job's task is created at once under its own token, the other two wait in
     the pool and go out as one task."""
-    site = make_site()
+    site = make_site(service=False)
     alone = site.submit("first", 300, "qpu.merge=no")
     pair = {site.submit("zeros", 100): ("zeros", 100), site.submit("ones", 200): ("ones", 200)}
+    site.start_service(*FAST)  # adopts the three together, whatever the submits took
     for jobid in (alone, *pair):
         site.wait_event(jobid, "qpu-task")
     task, key = _merged_members(site, pair)
@@ -335,13 +321,14 @@ def test_a_cancelled_member_leaves_the_merged_task_running_for_the_others(make_s
     not cancelled, the two others are released and read their own counts (one through
     ``flux quantum task``, the command a job script would use), and the cancelled job
     still pays its share of what the vendor bills."""
-    site = make_site()
+    site = make_site(service=False)
     cli = ("flux", "quantum", "task", "--wait", "--json")
     jobs = {
         site.submit("zeros", 100): ("zeros", 100),
         site.submit("ones", 200): ("ones", 200),
         site.submit("first", 300, command=cli): ("first", 300),
     }
+    site.start_service(*FAST)  # adopts the three together, whatever the submits took
     for jobid in jobs:
         site.wait_event(jobid, "qpu-task")
     task, _ = _merged_members(site, jobs)
@@ -382,13 +369,14 @@ def test_a_failed_merged_task_fails_each_job_over_or_fails_it_as_it_asks(make_si
     nothing (``fail``) fails with the vendor's reason. Nothing is left held."""
     fault = {"fail_task": FAIL_REASON, "calls": [1]}
     scenario = {"devices": [_qpu("Merge", 3, faults=[fault]), _qpu("Other", 20)]}
-    site = make_site(scenario=scenario)
+    site = make_site(scenario=scenario, service=False)
     onward = ("qpu.failover=next", "qpu.class=qpu")
     movers = {
         site.submit("zeros", 100, *onward): ("zeros", 100),
         site.submit("ones", 200, *onward): ("ones", 200),
     }
     stayer = site.submit("first", 300)
+    site.start_service(*FAST)  # adopts the three together, whatever the submits took
     everyone = {**movers, stayer: ("first", 300)}
     for jobid in everyone:
         site.wait_event(jobid, "qpu-task")
@@ -480,8 +468,9 @@ def test_a_device_that_refuses_the_set_runs_each_job_alone(make_site):
     ValidationException): the service's limits cannot know that beforehand, so the set
     is refused once and each job's program goes alone, under a new token of its own."""
     scenario = {"devices": [_qpu("Merge", 3, program_sets=False)]}
-    site = make_site(scenario=scenario)
+    site = make_site(scenario=scenario, service=False)
     jobs = {site.submit(p, 100): (p, 100) for p in ("zeros", "ones", "first")}
+    site.start_service(*FAST)  # adopts the three together, whatever the submits took
     for jobid in jobs:
         site.until(lambda jobid=jobid: len(site.events(jobid, "qpu-submit")) == 2)
         site.wait_event(jobid, "qpu-task")

@@ -19,7 +19,7 @@ from flux_quantum.vendors.errors import AccessDenied, InvalidRequest, VendorUnav
 from flux_quantum.vendors.pasqal import PasqalSettings, PasqalVendor, access_of
 
 pytest.importorskip("qrmi")
-from test_emulator_pasqal import DEVICES, SEQUENCE, Served  # noqa: E402
+from served_pasqal import DEVICES, SEQUENCE, Served  # noqa: E402
 
 
 def device(name: str, qubits: int = 4, **properties: str) -> Device:
@@ -39,7 +39,7 @@ def serve(clock: ManualClock, faults=()) -> Served:
 
 
 @pytest.fixture
-def served(clock) -> Iterator[Served]:
+def served(clock, emulator_tier) -> Iterator[Served]:
     s = serve(clock)
     yield s
     s.server.stop()
@@ -133,6 +133,7 @@ def test_an_openqasm_program_is_refused_before_anything_is_sent(served, clock):
     assert served.service.job_ids() == []
 
 
+@pytest.mark.emulator
 def test_a_create_whose_answer_was_lost_is_found_not_made_twice(clock):
     s = serve(clock, [{"operation": "CreateBatch", "reset": True, "after_commit": True,
                        "calls": [1]}])  # fmt: skip

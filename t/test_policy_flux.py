@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from catalogs import emulated_catalog
 from fluxinstance import FluxInstance, quantum_config
-from test_service_flux import FAST, GHZ
+from qpu_setup import FAST, GHZ
 
 from flux_quantum.catalog import load_catalog
 from flux_quantum.emulator import Emulator, ManualClock, Scenario

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_fakes import OWNER, Clock, Harness, QueueModel, ScriptedVendor
+from service_fakes import OWNER, Clock, Harness, QueueModel, ScriptedVendor, at_front
 
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.protocol import events
@@ -116,10 +116,6 @@ def verdicts_of(h: Harness, job: int) -> dict[str, str]:
     """The qpu-select explanation's verdict per device."""
     candidates = h.flux.last(job, events.SELECT).explanation["candidates"]
     return {c["device"]: c["verdict"] for c in candidates}
-
-
-def at_front(device: str, **more: Any) -> dict[str, Any]:
-    return {"device": f"local:{device}", "release_at": 1, **more}
 
 
 # --- access -------------------------------------------------------------------------------

@@ -111,7 +111,9 @@ def braket_vendor(clock: ManualClock) -> BraketVendor:
     """The production Braket vendor, reaching the emulator through the environment the
     fixtures set (AWS_ENDPOINT_URL_*); retry sleeps advance emulated time."""
     return BraketVendor(
-        BraketSettings(connect_timeout=2, read_timeout=2),
+        # A program set's create parses every program in the emulator: on a busy machine
+        # (the tests run on every core) that outlasts a 2 s read and the create is retried.
+        BraketSettings(connect_timeout=2, read_timeout=30),
         devices=CATALOG.devices,
         clock=lambda: clock.epoch.timestamp() + clock.now(),
         sleep=clock.advance,

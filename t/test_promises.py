@@ -638,7 +638,7 @@ def test_a_bad_report_names_the_field(broken, message):
 
 
 @pytest.fixture
-def report_server() -> Iterator[str]:
+def report_server(emulator_tier: None) -> Iterator[str]:
     """A stand-in for the emulator's report endpoint (the format of SPEC A.2)."""
 
     class Handler(BaseHTTPRequestHandler):

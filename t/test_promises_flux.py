@@ -13,17 +13,16 @@ service started again settles it.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from catalogs import emulated_catalog
-from fluxinstance import FluxInstance, quantum_config
-from test_ibm_flux import Ibm
-from test_service_flux import BELL, FAST
+from fluxinstance import FluxInstance, quantum_config, until
+from ibm_setup import Ibm
+from qpu_setup import BELL, FAST
 
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
 from flux_quantum.emulator.emulator import SECRET_KEY
@@ -91,17 +90,6 @@ class Run:
             secrets=(SECRET_KEY,),
             **kw,
         )
-
-
-def until(what: Callable[[], Any], timeout: float = 30, step: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(step)
 
 
 @pytest.fixture

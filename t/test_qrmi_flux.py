@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 from fluxinstance import FluxInstance
-from test_service_flux import Qpu
+from ibm_setup import BELL
+from qpu_setup import FAST, Qpu
 
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.emulator.iqm import IqmScenario
@@ -32,14 +33,6 @@ from flux_quantum.emulator.pasqal import PasqalScenario
 pytestmark = pytest.mark.flux
 
 HERE = Path(__file__).parent
-BELL = """OPENQASM 3.0;
-include "stdgates.inc";
-qubit[2] q;
-bit[2] c;
-h q[0];
-cx q[0], q[1];
-c = measure q;
-"""
 PAUSE_AT, RESUME_AT = 5.0, 1000.0  # emulated seconds: qmaint's maintenance window
 IQM = {
     "devices": [
@@ -103,8 +96,6 @@ class Qrmi(Qpu):
         self.job_env = {**settings, "FLUX_QUANTUM_BACKENDS": str(self.catalog)}
 
     def start_service(self, *extra: str) -> None:
-        from test_service_flux import FAST
-
         self.inst.quantum("service", "start", f"--catalog={self.catalog}", *FAST, *extra)
 
     def status(self) -> dict[str, Any]:

@@ -99,6 +99,60 @@ def test_which_limits_apply() -> None:
     assert applicable(by_uid, charge(userid=1001)) == []
 
 
+# flux-accounting's tree: root -> sciences -> (chem, physics), root -> guests
+TREE = {
+    "root": frozenset({"root", "sciences", "chem", "physics", "guests"}),
+    "sciences": frozenset({"sciences", "chem", "physics"}),
+    "chem": frozenset({"chem"}),
+    "physics": frozenset({"physics"}),
+    "guests": frozenset({"guests"}),
+}
+
+
+def test_a_limit_on_a_parent_bank_counts_its_sub_banks() -> None:
+    quota = QuotaConfig.from_config(
+        {
+            "limits": [
+                {"bank": "sciences", "period": "day", "tasks": 2},
+                {"bank": "*", "period": "day", "spend": 10.0},
+                {"bank": "chem", "period": "day", "spend": 5.0},
+            ]
+        }
+    ).with_banks(TREE, "flux-accounting's database /db")
+    sciences, each, chem = quota.limits
+    physics = charge(GARNET, bank="physics")
+    # sciences counts a physics task as its own, with every bank under it
+    assert sciences.subject(physics) == "sciences"
+    assert sciences.banks(physics) == ("chem", "physics", "sciences")
+    # "*" is each bank on its own; a leaf bank is itself alone
+    assert (each.subject(physics), each.banks(physics)) == ("physics", ("physics",))
+    assert chem.subject(physics) is None
+    assert [limit.index for limit, _ in applicable(quota, physics)] == [1, 2]
+    assert applicable(quota, charge(GARNET, bank="guests"))[0][0].index == 2
+    decision = decide(physics, applicable(quota, physics), [Usage(3.5, 2), Usage(0.0, 0)])
+    assert not decision.allowed
+    assert decision.reason == (
+        "over quota: [quantum.quota] limit 1: bank sciences with its sub-banks, 2 tasks a"
+        " day; 2 tasks this day (2025-06-03)"
+    )
+    # without flux-accounting's tree a named bank is that bank alone, as before
+    plain = QuotaConfig.from_config({"limits": [{"bank": "sciences", "period": "day", "tasks": 2}]})
+    assert applicable(plain, physics) == []
+
+
+def test_a_limit_naming_a_bank_flux_accounting_does_not_have_is_refused() -> None:
+    quota = QuotaConfig.from_config(
+        {"limits": [{"user": "*", "period": "day", "tasks": 9},
+                    {"bank": "biology", "period": "day", "spend": 5.0}]}
+    )  # fmt: skip
+    with pytest.raises(QuotaConfigError) as refused:
+        quota.with_banks(TREE, "flux-accounting's database /var/lib/flux/FluxAccounting.db")
+    assert str(refused.value) == (
+        "[quantum.quota] limits[2].bank 'biology' is not a bank in flux-accounting's database"
+        " /var/lib/flux/FluxAccounting.db"
+    )
+
+
 def check(c: Charge, *used: Usage, job_spent: float = 0.0):
     return decide(c, applicable(SITE, c), list(used), job_spent)
 

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from catalogs import emulated_catalog
 from emulator_fixtures import point_sdk_at
-from fluxinstance import FluxInstance
+from fluxinstance import FluxInstance, until
+from qpu_setup import FAST
 
 from flux_quantum.emulator import Emulator, Scenario
 from flux_quantum.emulator.clock import WallClock
@@ -68,17 +69,6 @@ def _window(name: str, device: str, arn: str, start: float, end: float, **more: 
     return "\n".join(lines) + "\n"
 
 
-def until(what: Callable[[], Any], timeout: float = 60.0, step: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(step)
-
-
 class Site:
     """An instance whose configuration has a window opening soon on q-alpha and one
     that ended on q-delta, the emulator on the wall clock with the open one booked, and
@@ -116,13 +106,7 @@ class Site:
             "start",
             f"--catalog={self.catalog}",
             f"--emulator-url={self.emu.url}",
-            "--poll-min=0.2",
-            "--poll-cold-max=1",
-            "--poll-max=2",
-            "--scan-interval=0.3",
-            "--device-check-interval=1",
-            "--cluster-interval=0.5",
-            "--retry-max=0.5",
+            *FAST,
         )
 
     def submit(self, *args: str) -> str:
@@ -169,7 +153,7 @@ class Site:
 
 def bill_start(site: Site, task: str) -> float:
     """When the task started running, on the wall clock (the emulator's bill)."""
-    started = until(lambda: site.tasks()[task]["started"])
+    started = until(lambda: site.tasks()[task]["started"], timeout=60)
     return site.clock.wall(started)
 
 
@@ -198,7 +182,10 @@ def test_a_job_is_held_until_its_window_and_runs_in_it_and_ended_windows_fall_ba
     failing = site.submit("--setattr=qpu.reservation=w-past", "true")
 
     # Held for its window, with no task, saying why.
-    until(lambda: site.memo(held).get("qpu_state", "").startswith("waiting for reservation"))
+    until(
+        lambda: site.memo(held).get("qpu_state", "").startswith("waiting for reservation"),
+        timeout=60,
+    )
     assert "reservation w-now opens in" in site.memo(held)["qpu_state"]
     assert site.memo(held)["qpu_reservation"] == "w-now"
     names = [e["name"] for e in site.events(held)]
@@ -241,7 +228,7 @@ def test_a_job_is_held_until_its_window_and_runs_in_it_and_ended_windows_fall_ba
     assert (info["reservation"]["name"], info["reservation"]["arn"]) == ("w-now", NOW_ARN)
     assert info["reservation"]["end"] == pytest.approx(site.end, abs=1e-3)
     assert site.event(held, "alloc")["timestamp"] < bill_start(site, task)
-    bill = until(lambda: (t := site.tasks()[task])["state"] == "COMPLETED" and t)
+    bill = until(lambda: (t := site.tasks()[task])["state"] == "COMPLETED" and t, timeout=60)
     assert bill["reservation"] == NOW_ARN
     assert site.clock.at(site.start) - 0.01 <= bill["started"] < bill["ended"]
     assert bill["ended"] <= site.clock.at(site.end)

@@ -15,12 +15,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fluxinstance import FluxInstance
+from qpu_setup import AT_FRONT, BELL, CONSUMER, FAST, GHZ, SCENARIO, Qpu, catalog_text, event_time
 
 from flux_quantum.catalog import load_catalog
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
@@ -29,212 +29,6 @@ from flux_quantum.vendors.local import LocalVendor
 pytestmark = pytest.mark.flux
 
 REPO = Path(__file__).resolve().parent.parent
-
-BELL = """OPENQASM 3.0;
-bit[2] c;
-qubit[2] q;
-h q[0];
-cnot q[0], q[1];
-c = measure q;
-"""
-GHZ = """OPENQASM 3.0;
-bit[3] c;
-qubit[3] q;
-h q[0];
-cnot q[0], q[1];
-cnot q[1], q[2];
-c = measure q;
-"""
-
-# The contract the consumer side reads: attributes.system.qpu_task/qpu_device/qpu_info.
-CONSUMER = "flux job info $FLUX_JOB_ID jobspec | python3 -c " + (
-    '\'import json,sys; s=json.load(sys.stdin)["attributes"]["system"]; '
-    'print(s.get("qpu_task"), s.get("qpu_device"), json.dumps(s.get("qpu_info")))\''
-)
-
-
-def _qpu(name: str, **spec: Any) -> dict[str, Any]:
-    queue = spec.pop("queue", {})
-    return {
-        "arn": f"arn:aws:braket:us-east-1::device/qpu/emulator/{name}",
-        "name": name,
-        "qubits": 20,
-        "cost": {"price": 0.001, "unit": "shot", "task_price": 0.3},
-        "queue": {"service_time": 10.0, **queue},
-        **spec,
-    }
-
-
-SCENARIO: dict[str, Any] = {
-    "devices": [
-        _qpu("Alpha", queue={"depth": 4}),
-        _qpu("Beta", queue={"depth": 3}),
-        _qpu("Delta"),
-        _qpu("Epsilon", queue={"depth": 2}),
-        _qpu(
-            "Faulty",
-            queue={"service_time": 0.0},
-            faults=[{"fail_task": "calibration drifted; task aborted", "calls": [1]}],
-        ),
-        _qpu(
-            "Flaky",
-            queue={"depth": 1},
-            faults=[
-                {"operation": "CreateQuantumTask", "error": "ThrottlingException", "first": 3},
-                {"operation": "GetQuantumTask", "error": "ThrottlingException", "first": 4},
-            ],
-        ),
-        _qpu(
-            "Doomed",
-            queue={"depth": 5},
-            offline=[{"start": 15, "end": 100000, "reason": "MAINTENANCE", "accept_tasks": True}],
-        ),
-        _qpu("Slow", queue={"depth": 100}),
-        _qpu("Zeta", queue={"depth": 2}),
-        _qpu("Solo", queue={"depth": 2}),
-        {
-            "arn": "arn:aws:braket:::device/quantum-simulator/emulator/gamma",
-            "name": "gamma",
-            "qubits": 20,
-            "cost": {"price": 0.075, "unit": "minute"},
-            "queue": {"service_time": 1.0},
-        },
-    ]
-}
-
-_DRAIN = {"alpha": 10, "beta": 10, "delta": 10, "epsilon": 10, "faulty": 10, "flaky": 10}
-_DRAIN.update({"doomed": 10, "slow": 0.01, "zeta": 1})
-
-
-def _catalog_text() -> str:
-    lines = ["devices:"]
-    for spec in SCENARIO["devices"]:
-        name = spec["name"].lower()
-        sim = "quantum-simulator" in spec["arn"]
-        lines += [
-            f"  - name: q-{name}",
-            "    vendor: local",
-            f"    id: {spec['arn']}",
-            f"    class: {'simulator' if sim else 'qpu'}",
-            "    qubits: 20",
-            "    region: us-east-1",
-            "    price: {per_task: 0.3, per_shot: 0.001}",
-            f"    slots: {1 if name == 'solo' else 4}",
-            f"    properties: {{drain_seconds_per_task: {_DRAIN.get(name, 1)}}}",
-        ]
-    return "\n".join(lines) + "\n"
-
-
-# Released when the task is next to run: the tests step the vendor clock by hand.
-AT_FRONT = "--setattr=qpu.release_at=1"
-
-# Fast timings for tests (seconds of real time).
-FAST = (
-    "--poll-min=0.2",
-    "--poll-cold-max=1",
-    "--poll-max=2",
-    "--scan-interval=0.3",
-    "--device-check-interval=1",
-    "--cluster-interval=0.5",
-    "--retry-max=0.5",
-)
-
-
-class Qpu:
-    """One emulator (fresh queues) and the service pointed at it, in an instance."""
-
-    def __init__(self, inst: FluxInstance, catalog: Path) -> None:
-        import flux
-
-        self.inst = inst
-        self.catalog = catalog
-        self.clock = ManualClock()
-        self.emu = Emulator(Scenario.from_dict(SCENARIO), clock=self.clock).start()
-        self.handle = flux.Flux(inst.uri)
-        # What a job's consumer needs to reach the emulator and find the catalog.
-        self.job_env = {
-            "FLUX_QUANTUM_EMULATOR_URL": self.emu.url,
-            "FLUX_QUANTUM_BACKENDS": str(catalog),
-        }
-
-    def start_service(self, *extra: str) -> None:
-        self.inst.quantum(
-            "service",
-            "start",
-            f"--catalog={self.catalog}",
-            f"--emulator-url={self.emu.url}",
-            *FAST,
-            *extra,
-        )
-
-    def stop_service(self) -> None:
-        self.inst.quantum("service", "stop", check=False)
-
-    def advance(self, seconds: float) -> None:
-        self.clock.advance(seconds)
-
-    def submit(self, *args: str, at_front: bool = True) -> str:
-        """Submit with the job environment. These tests step the vendor clock by hand
-        to the front of the queue, so a job asking for a QPU gets ``AT_FRONT`` unless
-        the test names its own release point; ``at_front=False`` leaves the built-in
-        default (``done``)."""
-        asks = any(a.startswith("--setattr=qpu.") for a in args)
-        if asks and at_front and not any("qpu.release_at" in a for a in args):
-            args = (AT_FRONT, *args)
-        return self.inst.submit(*args, env=self.job_env)
-
-    def job(self, jobid: str) -> dict[str, Any]:
-        from flux.job import JobID
-
-        payload = {"id": int(JobID(jobid)), "attrs": ["state", "annotations"]}
-        return self.handle.rpc("job-list.list-id", payload).get()["job"]
-
-    def memo(self, jobid: str) -> dict[str, Any]:
-        return (self.job(jobid).get("annotations") or {}).get("user") or {}
-
-    def events(self, jobid: str) -> list[dict[str, Any]]:
-        return self.inst.eventlog(jobid)
-
-    def names(self, jobid: str) -> list[str]:
-        return [e["name"] for e in self.events(jobid)]
-
-    def context(self, jobid: str, name: str) -> dict[str, Any]:
-        found = [e for e in self.events(jobid) if e["name"] == name]
-        assert found, f"{jobid}: no {name} event in {self.names(jobid)}"
-        return found[-1]["context"]
-
-    def wait_event(self, jobid: str, name: str, timeout: float = 30) -> None:
-        self.inst.wait_event(jobid, name, timeout=timeout)
-
-    def until(self, what: Callable[[], Any], timeout: float = 30, step: float = 0.1) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = what()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(step)
-
-    def position(self, jobid: str, expected: int, timeout: float = 20) -> None:
-        self.until(lambda: self.memo(jobid).get("qpu_position") == expected, timeout)
-
-    def output(self, jobid: str) -> str:
-        self.wait_event(jobid, "clean", timeout=60)
-        return self.inst.run(["flux", "job", "attach", jobid], check=False).stdout
-
-    def close(self) -> None:
-        # Shown by pytest only when the test failed.
-        status = self.inst.quantum("service", "status", "--json", check=False)
-        print("service status:", status.stdout.strip() or status.stderr.strip())
-        dmesg = self.inst.run(["flux", "dmesg"], check=False).stdout.splitlines()
-        print("\n".join(line for line in dmesg if "qpu_handlers" in line)[-6000:])
-        calls = [(c.operation, c.status, c.error, round(c.t, 1)) for c in self.emu.calls]
-        print("emulator calls:", [c for c in calls if c[0] != "GetDevice"])
-        self.inst.run(["flux", "cancel", "--all"], check=False)
-        self.inst.run(["flux", "queue", "drain", "--timeout=30s"], check=False)
-        self.stop_service()
-        self.emu.stop()
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +41,7 @@ def inst(tmp_path_factory):
 @pytest.fixture
 def catalog(inst) -> Path:
     path = inst.workdir / "backends.yaml"
-    path.write_text(_catalog_text())
+    path.write_text(catalog_text())
     return path
 
 
@@ -796,7 +590,7 @@ def test_busy_instance_releases_early_and_the_released_job_overtakes(inst, qpu):
     assert qpu.memo(held)["qpu_position"] == 3  # released while its task still waits
     for jobid in (held, ordinary):
         qpu.wait_event(jobid, "clean", timeout=30)
-    start = {j: _event_time(qpu, j, "start") for j in (held, ordinary)}
+    start = {j: event_time(qpu, j, "start") for j in (held, ordinary)}
     assert start[held] < start[ordinary]
     assert qpu.context(held, "priority")["priority"] == 4294967295
 
@@ -821,10 +615,6 @@ def test_predict_releases_by_time_while_the_task_runs(inst, qpu):
     qpu.wait_event(jobid, "clean")
     status = lambda: json.loads(inst.quantum("service", "status", "--json").stdout)  # noqa: E731
     assert qpu.until(lambda: status()["startup"]["samples"] >= 1, timeout=10)
-
-
-def _event_time(qpu: Qpu, jobid: str, name: str) -> float:
-    return next(e["timestamp"] for e in qpu.events(jobid) if e["name"] == name)
 
 
 def test_instance_restart_mid_wait_reattaches(tmp_path, catalog):
@@ -868,7 +658,7 @@ def test_one_slot_device_never_has_two_tasks_in_flight(inst, qpu):
         # drive the emulated queue until this job is released
         qpu.until(lambda jobid=jobid: qpu.advance(5) or "qpu-release" in qpu.names(jobid))
     # [created, released] of the three tasks never overlap, in submit order
-    spans = [(_event_time(qpu, j, "qpu-task"), _event_time(qpu, j, "qpu-release")) for j in jobs]
+    spans = [(event_time(qpu, j, "qpu-task"), event_time(qpu, j, "qpu-release")) for j in jobs]
     assert spans[1][0] > spans[0][1] and spans[2][0] > spans[1][1]
     assert qpu.emu.call_count("CreateQuantumTask") == 3
 

@@ -14,11 +14,65 @@ HOSTS="node[0-2]"
 CORES="0-1"
 EMULATOR_URL=http://emulator:8080
 
-# --- users: the instance owner and two ordinary users -------------------------
+# --- users: the instance owner and three ordinary users ---------------------------
+# carol has an account and no flux-accounting association: her jobs are refused.
 useradd --system --user-group --home-dir /var/lib/flux --create-home --shell /bin/bash flux
 useradd --create-home --uid 1001 --shell /bin/bash alice
 useradd --create-home --uid 1002 --shell /bin/bash bob
+useradd --create-home --uid 1003 --shell /bin/bash carol
 install -d -o flux -g flux -m 0755 /run/flux /var/lib/flux
+
+# --- flux-accounting, built from its release source -----------------------------
+# (the public fluxrm/flux-sched images lack it): into flux-core's prefix, so that
+# its commands (flux account ...), its Python package and mf_priority.so are where
+# flux-core looks for them.
+FA_VERSION=$(cat "$CTX/flux-accounting.version")
+FLUX_PREFIX=$(dirname "$(dirname "$(command -v flux)")")
+mkdir -p /usr/src/flux-accounting
+tar -xzf "$CTX/flux-accounting.tar.gz" -C /usr/src/flux-accounting --strip-components=1
+(
+    cd /usr/src/flux-accounting
+    if [ ! -x configure ]; then
+        # An archive of the release tag: configure.ac takes the version from git.
+        sed -i "s|m4_esyscmd(\[git describe[^]]*\]))|[${FA_VERSION}])|" configure.ac
+        grep -q "^ *\[${FA_VERSION}\])" configure.ac
+        ./autogen.sh >/dev/null
+    fi
+    PYTHON=/usr/bin/python3 ./configure --prefix="$FLUX_PREFIX" --sysconfdir=/etc \
+        --localstatedir=/var >/dev/null
+    make -j2 >/dev/null
+    make install >/dev/null
+)
+rm -rf /usr/src/flux-accounting
+ldconfig
+flux account --help >/dev/null
+MF_PRIORITY=""
+for dir in $(flux config builtin jobtap_pluginpath | tr : ' '); do
+    [ -f "$dir/mf_priority.so" ] && MF_PRIORITY=$dir/mf_priority.so && break
+done
+test -n "$MF_PRIORITY"
+
+# Its database (where its commands look by default): a parent bank and two sub-banks
+# for alice and bob, bank shared for both (t/multiuser/test_merging.py), ops for the
+# owner, limits the suite never reaches (t/multiuser/test_accounting.py lowers
+# alice's). Made by flux-accounting's own code, as the owner who runs its service.
+FA_DB=/var/lib/flux/FluxAccounting.db
+runuser -u flux -- flux python - "$FA_DB" "$(id -u flux)" <<'PY'
+import sqlite3, sys
+from fluxacct.accounting import bank_subcommands, create_db, user_subcommands
+path, owner = sys.argv[1], int(sys.argv[2])
+create_db.create_db(path)
+conn = sqlite3.connect(path)
+for bank, parent in (("root", ""), ("physics", "root"), ("chemistry", "root"),
+                     ("shared", "root"), ("ops", "root")):
+    bank_subcommands.add_bank(conn, bank=bank, shares=1, parent_bank=parent)
+for user, uid, bank in (("alice", 1001, "physics"), ("alice", 1001, "shared"),
+                        ("bob", 1002, "chemistry"), ("bob", 1002, "shared"),
+                        ("flux", owner, "ops")):
+    user_subcommands.add_user(conn, username=user, bank=bank, uid=uid,
+                              max_running_jobs=100, max_active_jobs=1000)
+conn.commit()
+PY
 
 # --- flux-quantum in a venv of the image's python3 ------------------------------
 python3 -m venv "$VENV"
@@ -126,8 +180,11 @@ scheduling = "/etc/flux/system/graph.json"
 [sched-fluxion-qmanager]
 queue-policy = "easy"
 TOML
-# The jobtap plugin, the ingest validator and Fluxion's rv1 match format.
+# The jobtap plugins (flux-accounting's mf_priority.so first, the order that spares
+# priority events), the ingest validator and Fluxion's rv1 match format.
 "$FQ" config >"$CONF/quantum.toml"
+sed -i "s|^plugins = \[ |plugins = [ { load = \"$MF_PRIORITY\" }, |" "$CONF/quantum.toml"
+grep -q "mf_priority.so\" }, { load = \"$PLUGIN\"" "$CONF/quantum.toml"
 cat >>"$CONF/quantum.toml" <<TOML
 
 [quantum]
@@ -144,7 +201,22 @@ site = ["local", "pasqal:pasqal-fresnel-onprem"]
 devices = ["local-garnet"]
 across_users = ["shared"]
 max_wait = "20s"
+
+# flux-accounting's banks are the site's (the service reads its database, read-only),
+# and settled QPU spend counts in its fair-share: \$1 is a node-hour of usage, fed by
+# the update cycle (/etc/flux/system/cron.d/accounting).
+[quantum.accounting]
+db = "$FA_DB"
+qpu_weight = 3600.0
 TOML
+
+# flux-accounting's update cycle, with the QPU spend fed in its place, from flux cron
+# (node-start gives the broker this cron.directory, as flux.service does): every
+# five minutes here, where a site runs it hourly.
+mkdir -p /etc/flux/system/cron.d
+cat >/etc/flux/system/cron.d/accounting <<'CRON'
+*/5 * * * * flux quantum accounting update
+CRON
 
 # --- the site's vendor credentials: the instance owner's, 0600 -----------------
 # Marker values: the multi-user suite proves they appear nowhere else.
@@ -190,5 +262,6 @@ install -m 0644 "$HERE/relay.py" /usr/local/share/flux-quantum-image/relay.py
 echo 'export FLUX_URI=local:///run/flux/local' >/etc/profile.d/flux-uri.sh
 
 # What was configured, for the build log.
-cat "$CONF"/*.toml /etc/flux/modprobe/modprobe.d/flux-quantum.toml
+cat "$CONF"/*.toml /etc/flux/modprobe/modprobe.d/flux-quantum.toml /etc/flux/system/cron.d/*
 echo "plugin: $PLUGIN"
+echo "flux-accounting $FA_VERSION: $MF_PRIORITY, $FA_DB"

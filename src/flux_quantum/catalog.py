@@ -41,11 +41,30 @@ FLUX_CONFIG_KEY = "quantum.backends"
 DEFAULT_REGION = "us-east-1"
 DEFAULT_CURRENCY = "USD"
 
+# Braket's task events through the site's SQS queue, and a loop's hybrid job (Braket and
+# the emulator's Braket).
+EVENTS_SETTINGS = ("events_queue", "events_wait", "events_poll", "events_silence")
+HYBRID_SETTINGS = (
+    "hybrid_role_arn",
+    "hybrid_instance",
+    "hybrid_price",
+    "hybrid_max_runtime",
+    "hybrid_start_timeout",
+)
 # Settings each vendor accepts under the catalog's top-level ``vendors:`` mapping.
 VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        "braket": ("s3_bucket", "s3_prefix", "endpoint_url", "s3_endpoint_url", "profile"),
-        "local": ("url", "s3_bucket", "s3_prefix"),
+        "braket": (
+            "s3_bucket",
+            "s3_prefix",
+            "endpoint_url",
+            "s3_endpoint_url",
+            "profile",
+            *EVENTS_SETTINGS,
+            "sqs_endpoint_url",
+            *HYBRID_SETTINGS,
+        ),
+        "local": ("url", "s3_bucket", "s3_prefix", *EVENTS_SETTINGS, *HYBRID_SETTINGS),
         "ibm": ("channel", "instance", "endpoint", "iam_endpoint", "session_mode"),
         "iqm": ("endpoint",),
         "pasqal": ("base_url", "auth_endpoint", "project_id", "warden_url"),
@@ -428,6 +447,8 @@ def _parse_vendor_settings(value: Any, path: str) -> Mapping[str, Mapping[str, s
                     f"{path}: vendors.{vendor}: unknown setting {key!r} "
                     f"(accepted: {', '.join(accepted)})"
                 )
+            if isinstance(item, int | float) and not isinstance(item, bool):
+                item = str(item)  # a number of seconds (events_poll: 60), read by the vendor
             if not isinstance(item, str) or not item:
                 raise CatalogError(
                     f"{path}: vendors.{vendor}.{key} must be a non-empty string, "

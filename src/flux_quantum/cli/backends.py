@@ -49,7 +49,7 @@ DEFAULT_FIELDS = ("name", "vendor", "class", "qubits", "status", "queue", "price
 RIGHT_ALIGNED = ("qubits", "queue", "slots", "graph")
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     backends = sub.add_parser(
         "backends",
         help="list the catalog's QPU backends with their live status, queue and price",

@@ -37,7 +37,7 @@ def cmd_cli_plugin_path(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "cli-plugin-path",
         help="print the path of the CLI plugin that gives flux submit its --qpu options",

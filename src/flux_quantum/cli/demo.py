@@ -356,7 +356,7 @@ def _report(inst: Instance, jobid: str, t0: float, clock: Any) -> None:
     _say(f"saved {saved:.1f} node-seconds ({share:.0f}%); demo took {time.monotonic() - t0:.0f}s")
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
         help="run the co-scheduling demo on a throwaway instance (no credentials)",

@@ -46,7 +46,7 @@ from flux_quantum.errors import CommandError
 from flux_quantum.site import reservations
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "emulator",
         help="run a local Amazon Braket, IBM Quantum, IQM and Pasqal emulator (tests, demos)",
@@ -236,7 +236,7 @@ def _url_of(path: Path) -> str:
     raise CommandError(f"--env-file {path} names no emulator URL (no 'export {URL_KEY}=' line)")
 
 
-def fetch_report(url: str, timeout: float = REPORT_TIMEOUT) -> dict:
+def fetch_report(url: str, timeout: float = REPORT_TIMEOUT) -> dict[str, Any]:
     """The report of the emulator serving at ``url`` (loopback only)."""
     host = urlsplit(url).hostname or ""
     try:

@@ -22,7 +22,7 @@ LIST_DEFAULT = ("device", "slot", "status", "alloc", "vendor", "qubits")
 RIGHT_ALIGNED = ("slot", "qubits")
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "graph",
         help="QPU vertices in the Fluxion resource graph",

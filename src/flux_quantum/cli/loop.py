@@ -1,13 +1,14 @@
 """``flux quantum loop``: variational loops as chains of held steps.
 
 ``submit`` writes the loop's directory (``flux_quantum.job.loop``) and submits its first
-step; ``status`` lists loops (iteration, state, device, best value, spend) and, for
-one, its steps (with ``--steps``: what each step's predecessor decided for it, keep,
-early or give-back, and why, and what it waited for); ``cancel`` ends a loop and cancels
-its live step; ``wait`` returns when a loop ended (rc 0 when it converged or did its
-iterations); ``step`` is the command of every step job
-(``flux_quantum.job.steprun.run_step``). Each step is an ordinary Flux job named ``ID.K``
-with ``{user.qpu_loop}`` and ``{user.qpu_iteration}``.
+step; ``status`` lists loops (iteration, state, device, best value, spend), the vendor
+session their steps share and what it costs (an IBM session; a Braket hybrid job, its
+instance's price: its tasks run ahead of the public queue), and, for one, its steps (with
+``--steps``: what each step's predecessor decided for it, keep, early or give-back, and
+why, and what it waited for); ``cancel`` ends a loop and cancels its live step; ``wait``
+returns when a loop ended (rc 0 when it converged or did its iterations); ``step`` is the
+command of every step job (``flux_quantum.job.steprun.run_step``). Each step is an
+ordinary Flux job named ``ID.K`` with ``{user.qpu_loop}`` and ``{user.qpu_iteration}``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from flux_quantum.job.loop import (
     new_loop_id,
     resolve,
 )
+from flux_quantum.protocol import events
 from flux_quantum.selection.node_wait import duration_text
 from flux_quantum.site.quota import format_money
 
@@ -184,12 +186,56 @@ def _step_row(st: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _session(handle: Any, steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The vendor session the loop's steps share, as the step that opened it recorded it
+    (``qpu-session``: the mode asked for and in force, and why, with a hybrid job's
+    price), or None when no step asked for one."""
+    import flux.job
+
+    found = None
+    for step in steps:
+        try:
+            entry = flux.job.job_kvs_lookup(
+                handle, flux.job.JobID(step["job"]), keys=["eventlog"], decode=False
+            )
+        except (OSError, ValueError):
+            continue
+        record = events.last(events.parse_eventlog((entry or {}).get("eventlog")), events.SESSION)
+        session = events.decode(record) if record is not None else None
+        if not isinstance(session, events.Session):
+            continue
+        found = {
+            "device": session.device,
+            "requested": session.requested,
+            "mode": session.mode,
+            "fingerprint": session.fingerprint,
+            "reason": session.reason,
+        }
+        if session.joined is None:
+            break  # the step that opened it says why and what it costs
+    return found
+
+
+def _session_line(summary: dict[str, Any]) -> str | None:
+    session = summary.get("session")
+    if not session:
+        return None
+    if session["mode"] == "job":
+        what = f"no {session['requested']} session on {session['device']}"
+    else:
+        what = f"{session['mode']} session on {session['device']}"
+    return f"{summary['id']}: {what}" + (f": {session['reason']}" if session["reason"] else "")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from flux_quantum.job.loopsteps import describe
 
     loops = [resolve(name) for name in args.loops] if args.loops else known_loops()
     handle = _handle()
     summaries = [describe(handle, loop, waits=args.steps) for loop in loops]
+    for loop, summary in zip(loops, summaries, strict=True):
+        if loop.spec.request.get("session"):
+            summary["session"] = _session(handle, summary["steps"])
     if args.json:
         print(
             json.dumps(
@@ -202,6 +248,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     fmt = args.format or table.auto_format(rows, fields, right_aligned=("spent",), last="reason")
     for line in table.render(rows, fmt, FIELDS, header=not args.no_header):
         print(line)
+    for summary in summaries:
+        said = _session_line(summary)
+        if said is not None:
+            print(said)
     if args.steps:
         for s in summaries:
             print(f"\n{s['id']}: {s['directory']}")
@@ -248,7 +298,7 @@ def cmd_step(args: argparse.Namespace) -> int:
 # --- parsers -------------------------------------------------------------------------------
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "loop",
         help="variational loops as chains of held steps (submit, status, cancel, wait)",
@@ -273,7 +323,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--session",
         choices=("dedicated", "batch"),
-        help="one vendor session for the whole loop (IBM)",
+        help="one vendor session for the whole loop (IBM; on Braket a hybrid job, its "
+        "tasks ahead of the public queue, where the site set vendors.braket.hybrid_role_arn)",
     )
     s.add_argument("--policy", help="how the first task chooses among devices (with 'any')")
     s.add_argument("--failover", help="qpu.failover of every step")

@@ -23,9 +23,12 @@ SUBCOMMAND_MODULES = (
     "flux_quantum.cli.graph",
     "flux_quantum.cli.task",
     "flux_quantum.cli.usage",
+    "flux_quantum.cli.accounting",
     "flux_quantum.cli.reservations",
     "flux_quantum.cli.loop",
     "flux_quantum.cli.service",
+    "flux_quantum.cli.top",
+    "flux_quantum.cli.metrics",
     "flux_quantum.cli.demo",
 )
 

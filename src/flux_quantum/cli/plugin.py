@@ -259,7 +259,7 @@ def cmd_fail(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plugin-path", help="print the path of the built jobtap plugin")
     p.set_defaults(func=cmd_plugin_path)
 

@@ -60,7 +60,7 @@ DEFAULT_FIELDS = FIELDS[:12]  # and "who" last, unpadded
 RIGHT_ALIGNED = ("wait", "on_nodes", "tasks", "qpu_time", "util", "cost")
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "reservations",
         help="list the reserved QPU windows (Braket Direct) and what runs in them",

@@ -333,7 +333,7 @@ def _add_service_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=MODULE_NAME, help=f"service name (default {MODULE_NAME})")
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "service",
         help="start, stop or query the qpu handler service",

@@ -12,6 +12,7 @@ vendor task.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import shutil
@@ -195,7 +196,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                     ref,
                     timeout=remaining(),
                     poll_interval=args.interval,
-                    on_update=lambda s, label=label: progress.update(label, s),
+                    on_update=functools.partial(progress.update, label),
                 )
             else:
                 snapshot = _poll_once(vendor, ref)
@@ -214,7 +215,7 @@ def cmd_task(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "task",
         help="show a job's quantum task and, once done, its result",

@@ -4,7 +4,10 @@ This module only parses arguments, finds the ledger and formats rows the Flux wa
 (``-o FORMAT``, ``-n``, ``--json``). It never writes the ledger: inside an instance it
 asks the handler service's ``usage`` RPC (``qpu_handlers.usage``), which answers the
 instance owner with every row and anyone else with their own only; with ``--ledger
-FILE``, or when no service runs, the file's owner reads it read-only.
+FILE``, or when no service runs, the file's owner reads it read-only. With
+``--accounting`` each row also shows the spend fed to flux-accounting and the usage it
+became there (the ledger's), and flux-accounting's own job usage of the row's user and
+bank, read from its database (``[quantum.accounting] db``) read-only.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from flux_quantum.cli import table
-from flux_quantum.errors import CommandError
+from flux_quantum.errors import CommandError, FluxQuantumError
 from flux_quantum.protocol.request import RequestError, parse_duration
 from flux_quantum.site.ledger import (
     CONFIG_KEY,
@@ -55,8 +58,14 @@ FIELDS = (
     "released",
     "qpu_seconds",
     "share",
+    "fed",
+    "qpu_usage",
+    "job_usage",
 )
 DEFAULT_FIELDS = ("period", "user", "bank", "device", "tasks", "spent", "reserved", "total")
+# --accounting: the spend fed to flux-accounting, the usage it became there, and
+# flux-accounting's own job usage now (classical jobs and QPU spend together, decayed).
+ACCOUNTING_FIELDS = ("fed", "qpu_usage", "job_usage")
 # --by ...,reservation: a row per reserved window (its cost is the site's or its bank's
 # spend), its tasks' QPU time and their shares of its cost.
 WINDOW_FIELDS = (
@@ -66,12 +75,13 @@ WINDOW_FIELDS = (
     "qpu_seconds",
     "share",
 )
-RIGHT_ALIGNED = ("tasks", "spent", "reserved", "total", "released", "qpu_seconds", "share")
-MONEY = ("spent", "reserved", "total", "share")
+RIGHT_ALIGNED = FIELDS[FIELDS.index("tasks") :]
+MONEY = ("spent", "reserved", "total", "share", "fed")
+USAGE = ("qpu_usage", "job_usage")
 DEFAULTS: dict[str, Any] = {"reservation": "*", "cluster": "*", "qpu_seconds": 0.0, "share": 0.0}
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     usage = sub.add_parser(
         "usage",
         help="show QPU tasks and spend per period, user, bank and device",
@@ -106,6 +116,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=",".join(DEFAULT_GROUPS),
         help=f"comma-separated columns to group by, of {', '.join(GROUPS)} "
         f"(default {','.join(DEFAULT_GROUPS)})",
+    )
+    usage.add_argument(
+        "--accounting",
+        action="store_true",
+        help="with flux-accounting ([quantum.accounting]): the spend fed to it, the usage it "
+        "became there, and its own job usage of each row's user and bank",
     )
     usage.add_argument("--json", action="store_true", help="print JSON for machines")
     usage.add_argument(
@@ -189,6 +205,7 @@ def build_query(args: argparse.Namespace, now: float, zone: Any) -> UsageQuery:
         period=args.period,
         group_by=group_by,
         cluster=args.cluster,
+        accounting=args.accounting,
     )
 
 
@@ -261,14 +278,48 @@ def read_usage(explicit: str | None, query: UsageQuery) -> tuple[str, list[dict[
     return read_file(find_ledger(explicit), query)
 
 
+def with_job_usage(rows: list[dict[str, Any]], group_by: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``rows`` with flux-accounting's job usage now of each row's user and bank (its
+    database, read only: ``[quantum.accounting] db``), where it has that association,
+    bank or user; None (shown "-") elsewhere."""
+    from flux_quantum.site.accounting import AccountingConfig, AccountingDatabase
+
+    text = flux_output("config", "get", "--quiet", "--default={}", "quantum.accounting")
+    try:
+        config = AccountingConfig.from_config(json.loads(text) if text and text != "{}" else None)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    if config is None:
+        return [{**row, "job_usage": None} for row in rows]
+    try:
+        database = AccountingDatabase(config.db)
+    except FluxQuantumError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        out = []
+        for row in rows:
+            user = row.get("user") if "user" in group_by else None
+            bank = row.get("bank") if "bank" in group_by else None
+            known = user is not None or bank is not None
+            value = database.job_usage(user=user, bank=bank) if known else None
+            out.append({**row, "job_usage": value})
+        return out
+    finally:
+        database.close()
+
+
 def _shown(row: dict[str, Any], currency: str) -> dict[str, str]:
     """A row's fields as display strings (a service of an older flux-quantum sends no
     window fields)."""
     shown = {}
     for key in FIELDS:
         value = row.get(key, DEFAULTS.get(key))
-        if key in MONEY:
+        if key in ACCOUNTING_FIELDS and value is None:
+            shown[key] = "-"
+        elif key in MONEY:
             shown[key] = format_money(float(value or 0.0), currency)
+        elif key in USAGE:
+            shown[key] = f"{float(value or 0.0):.5g}"
         elif key == "qpu_seconds":
             shown[key] = f"{float(value or 0.0):.0f}"
         else:
@@ -280,6 +331,8 @@ def cmd_usage(args: argparse.Namespace) -> int:
     now = time.time()
     query = build_query(args, now, site_zone() if args.since or args.until else UTC)
     currency, rows = read_usage(args.ledger, query)
+    if args.accounting:
+        rows = with_job_usage(rows, query.group_by)
     if args.json:
         json.dump({"currency": currency, "rows": rows}, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -288,6 +341,8 @@ def cmd_usage(args: argparse.Namespace) -> int:
     columns = WINDOW_FIELDS if "reservation" in query.group_by else DEFAULT_FIELDS
     if "cluster" in query.group_by:
         columns = ("cluster", *columns)
+    if args.accounting:
+        columns = (*columns, *ACCOUNTING_FIELDS)
     fmt = args.format or table.auto_format(shown, columns, RIGHT_ALIGNED)
     for line in table.render(shown, fmt, FIELDS, header=not args.no_header):
         print(line)

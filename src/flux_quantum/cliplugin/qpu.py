@@ -53,7 +53,7 @@ from typing import Any
 try:
     from flux.cli.plugin import CLIPlugin
 except (ImportError, OSError):  # imported outside Flux (the unit tier): the functions work
-    CLIPlugin = object  # type: ignore[assignment,misc]
+    CLIPlugin = object
 
 PACKAGE = "flux_quantum"
 WARNED = "_flux_quantum_cli_plugin_warned"
@@ -156,8 +156,9 @@ def _qpu_subkey(key: str) -> str | None:
     return None
 
 
-def _option_settings(given: Mapping[str, object]) -> list[tuple[str, str, str]]:
-    """(label, table key, --setattr value text) for each qpu option given."""
+def _option_settings(given: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, table key, --setattr value text) for each qpu option given (``given``:
+    the options' argparse values, ``--qpu-opt``'s a list of strings)."""
     settings: list[tuple[str, str, str]] = []
     for option, dest, key, as_json in OPTIONS:
         value = given.get(dest)
@@ -200,8 +201,8 @@ def plan_setattr(entries: Sequence[str], given: Mapping[str, object]) -> list[st
 
     parsed = []
     for entry in entries:
-        key, sep, text = entry.partition("=")
-        parsed.append((entry, key, _qpu_subkey(key.removeprefix("^")), text if sep else None))
+        key, sep, rest = entry.partition("=")
+        parsed.append((entry, key, _qpu_subkey(key.removeprefix("^")), rest if sep else None))
     mixed = bool(options) or any(sub for _, _, sub, _ in parsed)
 
     planned: list[str] = []
@@ -311,7 +312,7 @@ class QpuOptions(CLIPlugin):
     """
 
     def __init__(self, prog: str, prefix: str | None = None) -> None:
-        super().__init__(prog, prefix=prefix)  # type: ignore[call-arg]
+        super().__init__(prog, prefix=prefix)
         if qpu_request is None:
             return
         for option, dest, _, _ in OPTIONS:

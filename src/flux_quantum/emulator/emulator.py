@@ -1,12 +1,14 @@
-"""The ``Emulator`` facade: one loopback server speaking Braket, S3, IBM Quantum, IQM and
-Pasqal, one call log.
+"""The ``Emulator`` facade: one loopback server speaking Braket, S3, SQS, IBM Quantum, IQM
+and Pasqal, one call log.
 
 This module owns the lifecycle of an emulator (start, stop, context manager), the environment
 a client needs to reach it, read access to its call log, and its report (the bill, calls and
 faults: ``report()``, also served at ``GET /_emulator/report``, a route of the emulator's own
 that needs no credential), and booking Braket Direct reservations while it runs
 (``add_reservation``, also ``POST /_emulator/reservations``, beside the report, which also
-takes a window on the wall clock and gives a reservation without one its ARN). It must
+takes a window on the wall clock and gives a reservation without one its ARN). Braket's
+task and device events go to an SQS queue it serves under ``/sqs`` (the scenario's
+``events.queue``), as a site's EventBridge rule would send them. It must
 never bind anything but IPv4 loopback, never leave a
 thread running after ``stop()``, never put a credential in a report, and never change what
 the scenario describes: everything it serves comes from the scenario, the clock and the seed.
@@ -41,6 +43,8 @@ from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.scenario import ScenarioError
 from flux_quantum.emulator.server import HttpServer, check_loopback
 from flux_quantum.emulator.side import Call
+from flux_quantum.emulator.sqs import PREFIX as SQS_PREFIX
+from flux_quantum.emulator.sqs import SqsService
 from flux_quantum.emulator.wire import Request, Response, json_response
 
 ACCESS_KEY = "flux-quantum-emulator"
@@ -76,6 +80,17 @@ class Emulator:
         self.seed = seed
         self._stop = threading.Event()
         self._service = BraketService(self.scenario, self.clock, seed, self._stop, on_call)
+        # SQS beside Braket (under /sqs): the queue Braket's events go to, as a site's
+        # EventBridge rule sends them; a long poll there sees what changed while it waits.
+        self.sqs = SqsService(
+            self.clock,
+            self.scenario.account,
+            seed,
+            self._stop,
+            on_call,
+            before_receive=self._service.publish_events,
+        )
+        self._service.publish_to(self.sqs.add_queue(self.scenario.events.queue))
         # IBM Quantum beside Braket, on the same port under /ibm (see the ibm package).
         self.ibm_scenario = ibm or IbmScenario.default()
         self.ibm = IbmService(self.ibm_scenario, self.clock, seed, self._stop, on_call)
@@ -103,6 +118,8 @@ class Emulator:
             return json_response(200, self.report())
         if request.path == RESERVATIONS_PATH and request.method == "POST":
             return self._book(request)
+        if _under(request.path, SQS_PREFIX):
+            return self.sqs.handle(request)
         if _under(request.path, IBM_PREFIX):
             return self.ibm.handle(request)
         if _under(request.path, IQM_PREFIX):
@@ -165,6 +182,21 @@ class Emulator:
     def bucket(self) -> str:
         return self.scenario.bucket
 
+    @property
+    def sqs_url(self) -> str:
+        """Where boto3's SQS client reaches the emulator (``AWS_ENDPOINT_URL_SQS``)."""
+        return self.url + SQS_PREFIX
+
+    @property
+    def events_queue(self) -> str:
+        """The name of the queue Braket's events go to (the scenario's ``events.queue``)."""
+        return self.scenario.events.queue
+
+    @property
+    def events_queue_url(self) -> str:
+        """That queue's URL, as GetQueueUrl gives it."""
+        return self.sqs.queue_url(self.url, self.events_queue)
+
     def env(self) -> dict[str, str]:
         """The environment that points the Braket SDK, boto3 and botocore at this emulator.
 
@@ -175,6 +207,7 @@ class Emulator:
             "AWS_ENDPOINT_URL_BRAKET": self.url,
             "BRAKET_ENDPOINT": self.url,
             "AWS_ENDPOINT_URL_S3": self.s3_url,
+            "AWS_ENDPOINT_URL_SQS": self.sqs_url,
             "AWS_ACCESS_KEY_ID": ACCESS_KEY,
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             "AWS_DEFAULT_REGION": self.scenario.region,
@@ -208,7 +241,13 @@ class Emulator:
     @property
     def calls(self) -> list[Call]:
         """Every request answered so far, Braket's and IBM's, by emulated time (a copy)."""
-        calls = self._service.calls + self.ibm.calls + self.iqm.calls + self.pasqal.calls
+        calls = [
+            *self._service.calls,
+            *self.sqs.calls,
+            *self.ibm.calls,
+            *self.iqm.calls,
+            *self.pasqal.calls,
+        ]
         return sorted(calls, key=lambda call: call.t)
 
     def call_count(self, operation: str | None = None, target: str | None = None) -> int:
@@ -221,6 +260,7 @@ class Emulator:
 
     def clear_calls(self) -> None:
         self._service.clear_calls()
+        self.sqs.clear_calls()
         self.ibm.clear_calls()
         self.iqm.clear_calls()
         self.pasqal.clear_calls()
@@ -236,6 +276,11 @@ class Emulator:
         """When a task was created, became next to run, started and ended (emulated
         seconds on this emulator's clock; see ``clock``)."""
         return self._service.task_timeline(task_arn)
+
+    def hybrid_job_starts(self) -> dict[str, float]:
+        """When each Braket hybrid job started, or will once its start-up is over
+        (emulated seconds on this emulator's clock), by ARN."""
+        return self._service.job_starts()
 
     def task_forecast(self, task_arn: str) -> TaskTimeline:
         """The milestones a task will reach if nothing but the background changes its
@@ -274,9 +319,12 @@ class Emulator:
         now = self.clock.now()
         braket_calls, braket_faults = self._service.counts()
         ibm_calls, ibm_faults = self.ibm.counts()
-        ibm_tasks, sessions = self.ibm.bill()
+        ibm_tasks, ibm_sessions = self.ibm.bill()
+        # A hybrid job is on the bill as a session: its instance time is its cost.
+        sessions = [*ibm_sessions, *self._service.bill_jobs()]
         iqm_calls, iqm_faults = self.iqm.counts()
         pasqal_calls, pasqal_faults = self.pasqal.counts()
+        sqs_calls, _ = self.sqs.counts()
         return report_document(
             tasks=[*self._service.bill(), *ibm_tasks, *self.iqm.bill()[0], *self.pasqal.bill()[0]],
             sessions=sessions,
@@ -285,6 +333,7 @@ class Emulator:
                 "ibm": ibm_calls,
                 "iqm": iqm_calls,
                 "pasqal": pasqal_calls,
+                "sqs": sqs_calls,
             },
             faults={
                 "braket": braket_faults,

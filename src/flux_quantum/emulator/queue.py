@@ -13,6 +13,10 @@ until none of its tasks has been waiting or running for ``idle_timeout`` seconds
 interactive TTL), ``max_time`` after its first start, or ``release``. A later task after
 that waits its turn again, and its start makes the device the dedication's once more.
 
+Priority use (a Braket hybrid job's tasks): a task submitted with ``priority`` goes ahead
+of every public task waiting, behind the priority tasks before it; it does not stop the
+task running, and the device is not held for it between tasks.
+
 Reserved use (Braket Direct): a ``Window`` books the device for ``[start, end)``. Its tasks
 never join the public queue (they have no position and no queue size counts them): they wait
 until the window opens, then run one at a time, first come first served, ahead of
@@ -241,6 +245,7 @@ class DeviceQueue:
         initial = spec.queue.depth + 1 if spec.queue.depth > 0 else 0
         self._waiting: deque[_Entry] = deque([initial] if initial else [])
         self._waiting_count = initial
+        self._priority = 0  # priority tasks at the head of ``_waiting``
         self._running: _Entry | None = None  # 0 for a background task, else our task id
         self._running_end = INF
         self._next_arrival = self._draw_arrival(0.0)
@@ -330,9 +335,11 @@ class DeviceQueue:
         dedication: Dedication | None = None,
         vendor_cancels: bool = False,
         window: str | None = None,
+        priority: bool = False,
     ) -> None:
         """Queue our task at time ``t`` (advances to ``t`` first); one of ``dedication``'s
-        tasks starts ahead of the others while the dedication holds the device. With
+        tasks starts ahead of the others while the dedication holds the device; a
+        ``priority`` one ahead of every public task waiting (a hybrid job's). With
         ``vendor_cancels`` the vendor cancels it when it would start: it ends CANCELLED
         (after the cancel latency) without running, and the device moves on. With
         ``window`` (a reserved window's name, not yet ended: ValueError otherwise) it waits
@@ -351,6 +358,11 @@ class DeviceQueue:
         )
         if window is not None:
             self._reserved[window].append(task_id)
+        elif priority:
+            self._waiting.insert(self._priority, task_id)
+            self._priority += 1
+            self._waiting_count += 1
+            self._mark_front()
         else:
             self._push(task_id)
         self.advance(t)  # an idle device starts it at once
@@ -440,6 +452,11 @@ class DeviceQueue:
         """Tasks waiting (not running) at ``t``, background and ours."""
         self.advance(t)
         return self._waiting_count
+
+    def priority_size(self, t: float) -> int:
+        """Of those, the priority tasks (a hybrid job's) at the head."""
+        self.advance(t)
+        return self._priority
 
     def status(self, t: float) -> DeviceStatus:
         return self.availability.status_at(t)
@@ -550,6 +567,8 @@ class DeviceQueue:
                 self._waiting[0] = entry - 1
             else:
                 self._waiting.popleft()
+                if self._priority:
+                    self._priority -= 1
             self._waiting_count -= 1
             self._mark_front()
         if isinstance(entry, str) and self._tasks[entry].vendor_cancels:
@@ -611,6 +630,8 @@ class DeviceQueue:
         index = self._waiting.index(task_id)
         del self._waiting[index]
         self._waiting_count -= 1
+        if index < self._priority:
+            self._priority -= 1
         # Merge the background counts that were on either side of the removed task.
         if 0 < index < len(self._waiting):
             before, after = self._waiting[index - 1], self._waiting[index]

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from flux_quantum.emulator.wire import Request, Response
@@ -133,7 +134,8 @@ class _Server(ThreadingHTTPServer):
         self._guard = threading.Lock()
         super().__init__(address, _Handler)
 
-    def process_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+    # A TCP server's requests are sockets (the base class's type also covers UDP's tuples).
+    def process_request(self, request: socket.socket, client_address: Any) -> None:  # type: ignore[override]
         thread = threading.Thread(
             target=self._run, args=(request, client_address), name="emulator-conn", daemon=True
         )
@@ -142,7 +144,7 @@ class _Server(ThreadingHTTPServer):
             self._conn_threads.add(thread)
         thread.start()
 
-    def _run(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+    def _run(self, request: socket.socket, client_address: Any) -> None:
         try:
             self.finish_request(request, client_address)
         except Exception:
@@ -158,7 +160,8 @@ class _Server(ThreadingHTTPServer):
         with self._guard:
             self._resets.add(connection)
 
-    def shutdown_request(self, request) -> None:  # type: ignore[no-untyped-def]
+    # A socket too (see process_request).
+    def shutdown_request(self, request: socket.socket) -> None:  # type: ignore[override]
         with self._guard:
             reset = request in self._resets
             self._resets.discard(request)
@@ -169,7 +172,7 @@ class _Server(ThreadingHTTPServer):
             request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.close_request(request)  # linger 0: the peer sees ECONNRESET
 
-    def handle_error(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+    def handle_error(self, request: object, client_address: Any) -> None:
         return None  # a broken connection must not print a traceback into the user's terminal
 
     def close_connections(self, deadline: float) -> None:

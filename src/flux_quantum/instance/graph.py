@@ -395,6 +395,8 @@ def _max_id(nodes: Iterable[Mapping[str, Any]]) -> int:
     for node in nodes:
         meta = node.get("metadata", {})
         for value in (node.get("id"), meta.get("uniq_id")):
+            if value is None:
+                continue
             try:
                 best = max(best, int(value))
             except (TypeError, ValueError):

@@ -9,6 +9,7 @@ package works on a machine without Flux.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -98,7 +99,7 @@ class PluginClient:
 
     def list_since(
         self, generation: int | None, known: Mapping[int, HeldJob] | None = None
-    ) -> tuple[list[HeldJob] | None, int | None]:
+    ) -> tuple[builtins.list[HeldJob] | None, int | None]:
         """Held jobs and the held set's generation; (None, generation) when the set has
         not moved since ``generation``. Jobs in ``known`` (by id) are reused as they are
         (a held job's request, submit time and leader never change). A plugin without
@@ -129,8 +130,8 @@ class PluginClient:
         task: str | None = None,
         device: str | None = None,
         info: Mapping[str, Any] | None = None,
-        resources: list[Any] | None = None,
-    ) -> list[int]:
+        resources: builtins.list[Any] | None = None,
+    ) -> builtins.list[int]:
         """Release held jobs: record task/device in the jobspec, drop the dependency.
 
         RESOURCES, if given, replaces the jobs' jobspec resources (e.g. to add
@@ -147,7 +148,7 @@ class PluginClient:
             payload["info"] = dict(info)
         return [int(i) for i in self._rpc("release", payload)["released"]]
 
-    def fail(self, ids: int | Iterable[int], note: str) -> list[int]:
+    def fail(self, ids: int | Iterable[int], note: str) -> builtins.list[int]:
         """End held jobs with a fatal ``qpu`` exception carrying NOTE."""
         payload = _job_ids(ids)
         payload["note"] = note
@@ -163,7 +164,7 @@ class PluginClient:
 
     def post_events(
         self, items: Iterable[tuple[int, str, Mapping[str, Any] | None]]
-    ) -> list[CommandError | None]:
+    ) -> builtins.list[CommandError | None]:
         """``post_event`` of many events: up to 256 in one ``events`` request, the
         requests pipelined (every one sent before the first answer is read), so 10,000
         events cost some forty messages and about one round trip. Events to one job are
@@ -203,7 +204,9 @@ class PluginClient:
                     out.append(_plugin_error("event", RpcError(number, error.get("error", ""))))
         return out
 
-    def _post_one_by_one(self, payloads: list[dict[str, Any]]) -> list[CommandError | None]:
+    def _post_one_by_one(
+        self, payloads: builtins.list[dict[str, Any]]
+    ) -> builtins.list[CommandError | None]:
         from flux_quantum.instance.rpc import pipelined
 
         return [
@@ -213,7 +216,7 @@ class PluginClient:
 
     RECORDS_CHUNK = 1000  # job ids per ``records`` request
 
-    def records(self, ids: Sequence[int]) -> dict[int, tuple[dict[str, Any], list[Any]]]:
+    def records(self, ids: Sequence[int]) -> dict[int, tuple[dict[str, Any], builtins.list[Any]]]:
         """The current jobspec and the qpu-* eventlog entries of the held jobs among
         ``ids`` whose history the plugin saw from their submission, by id, in a few
         pipelined requests. A job it leaves out (held before the plugin was loaded,

@@ -42,7 +42,7 @@ def pipelined(
     out: list[Any | RpcError] = []
     answer = ffi.new("char *[1]")
     for start in range(0, len(requests), window):
-        futures = []
+        futures: list[tuple[Any, RpcError | None]] = []  # (future, or the error making it)
         try:
             for topic, payload in requests[start : start + window]:
                 future = lib.flux_rpc(

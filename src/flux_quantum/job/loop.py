@@ -263,6 +263,8 @@ class LoopSpec:
 class LoopRecord(QpuEvent):
     """A journal line: ``{"name": ..., "t": ..., **context}``."""
 
+    iteration: int  # every record is about one step (declared by each record)
+
     def to_line(self, t: float) -> str:
         return json.dumps({"name": self.name, "t": t, **self.to_context()}, sort_keys=True)
 
@@ -375,7 +377,8 @@ def decode_line(line: str) -> LoopRecord | None:
         return None
     if not isinstance(data, dict):
         return None
-    cls = RECORDS.get(data.get("name"))  # type: ignore[arg-type]
+    name = data.get("name")
+    cls = RECORDS.get(name) if isinstance(name, str) else None
     if cls is None:
         return None
     record = cls.decode(data)
@@ -605,10 +608,15 @@ class StepReport:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepReport:
         value = data.get("value")
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            value = None
         reason = data.get("reason")
         return cls(
-            value=float(value) if ok else None,
+            value=None if value is None else float(value),
             done=data.get("done") is True,
             reason=reason if isinstance(reason, str) else None,
         )

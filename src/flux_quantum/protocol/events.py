@@ -126,6 +126,7 @@ def ends_hold(event: Event) -> bool:
 # --- the qpu-* events --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class QpuEvent:
     """Base of the records: ``name`` is the event name; fields are the context keys
     (``context_keys`` renames the ones that are Python keywords); None-valued optional
@@ -136,7 +137,7 @@ class QpuEvent:
 
     def to_context(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             value = getattr(self, f.name)
             if value is None or (value == () and f.default == ()):
                 continue
@@ -151,7 +152,7 @@ class QpuEvent:
         a value has the wrong type (an eventlog is read, never trusted)."""
         hints = _hints(cls)
         values: dict[str, Any] = {}
-        for f in fields(cls):  # type: ignore[arg-type]
+        for f in fields(cls):
             key = cls.context_keys.get(f.name, f.name)
             required = f.default is MISSING and f.default_factory is MISSING
             if key not in context:
@@ -631,7 +632,7 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
     for entry in events:
         event = Event.from_entry(entry)
         record = None if event is None else decode(event)
-        if record is None:
+        if event is None or record is None:
             continue
         if isinstance(record, Session):
             session, session_closed = record, False
@@ -686,7 +687,7 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
                 prog,
                 task=record.task,
                 device=record.device or prog.device,
-                queued_at=event.timestamp or None,  # type: ignore[union-attr]
+                queued_at=event.timestamp or None,
             )
         elif isinstance(record, Failover):
             if (

@@ -77,8 +77,12 @@ class ReleasedWindow:
     def decode(cls, value: Any) -> ReleasedWindow | None:
         if not isinstance(value, Mapping):
             return None
-        name, arn, end = _text(value.get("name")), _text(value.get("arn")), value.get("end")
-        if name is None or arn is None or _number(end) is None:
+        name, arn, end = (
+            _text(value.get("name")),
+            _text(value.get("arn")),
+            _number(value.get("end")),
+        )
+        if name is None or arn is None or end is None:
             return None
         return cls(name=name, arn=arn, end=float(end))
 

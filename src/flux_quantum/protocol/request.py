@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.protocol.jobspec import RELEASE_ATTRIBUTES
@@ -102,9 +103,9 @@ def _shown(value: object) -> str:
     """A user's value for a message: short, one line, spelled as JSON gave it to us."""
     if isinstance(value, str):
         text = repr(value)
-    elif _is_int(value) and abs(value) > 10**30:  # type: ignore[arg-type]
+    elif _is_int(value) and abs(value) > 10**30:
         # str() of a huge int is slow, and refused past 4300 digits.
-        text = f"an integer of {value.bit_length()} bits"  # type: ignore[attr-defined]
+        text = f"an integer of {value.bit_length()} bits"
     else:
         try:
             # JSON spelling (true, null, NaN, lists) because that is what --setattr parsed.
@@ -120,7 +121,7 @@ def _error(field: str, accepted: str, value: object) -> RequestError:
     return RequestError(field, f"{field} must be {accepted}, got {_shown(value)}")
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     # JSON true must not pass as 1.
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -130,13 +131,13 @@ def _as_float(value: object) -> float | None:
     if not (_is_int(value) or isinstance(value, float)):
         return None
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(value)
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
 
 
-def _is_name(value: object) -> bool:
+def _is_name(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and _NAME.fullmatch(value) is not None
 
 
@@ -166,7 +167,7 @@ def _check_choice(field: str, value: object, choices: tuple[str, ...]) -> str:
 
 def _check_name(field: str, value: object, what: str) -> str:
     if _is_name(value):
-        return value  # type: ignore[return-value]
+        return value
     raise _error(field, f"{what} with {_NAME_RULE}", value)
 
 
@@ -179,12 +180,12 @@ def _check_policy(value: object) -> str:
 
 
 def _check_shots(value: object) -> int:
-    if _is_int(value) and 1 <= value <= MAX_SHOTS:  # type: ignore[operator]
-        return value  # type: ignore[return-value]
+    if _is_int(value) and 1 <= value <= MAX_SHOTS:
+        return value
     raise _error("qpu.shots", f"an integer from 1 to {MAX_SHOTS}", value)
 
 
-def _is_path(item: object) -> bool:
+def _is_path(item: object) -> TypeGuard[str]:
     return (
         isinstance(item, str)
         and 0 < len(item) <= _MAX_PATH
@@ -196,7 +197,7 @@ def _is_path(item: object) -> bool:
 
 def _check_program(value: object) -> tuple[str, ...]:
     if _is_path(value):
-        return (value,)  # type: ignore[return-value]
+        return (value,)
     if isinstance(value, list | tuple) and value and all(_is_path(item) for item in value):
         return tuple(value)
     raise _error(
@@ -206,9 +207,9 @@ def _check_program(value: object) -> tuple[str, ...]:
 
 def _check_release_at(value: object) -> int | str:
     if value in (RELEASE_RUNNING, RELEASE_PREDICT, RELEASE_DONE):
-        return value  # type: ignore[return-value]
-    if _is_int(value) and value >= 0:  # type: ignore[operator]
-        return value  # type: ignore[return-value]
+        return value
+    if _is_int(value) and value >= 0:
+        return value
     accepted = (
         f"a queue position >= 0, '{RELEASE_RUNNING}', '{RELEASE_PREDICT}' or '{RELEASE_DONE}'"
     )
@@ -227,8 +228,8 @@ def _check_max_cost(value: object) -> float:
 
 
 def _check_min_qubits(value: object) -> int:
-    if _is_int(value) and value >= 1:  # type: ignore[operator]
-        return value  # type: ignore[return-value]
+    if _is_int(value) and value >= 1:
+        return value
     raise _error("qpu.min_qubits", "an integer >= 1", value)
 
 
@@ -504,7 +505,7 @@ def parse_request(value: object) -> QpuRequest:
         raise RequestError(
             f"qpu.{key}", f"qpu.{key} is unknown; the keys are {', '.join(TABLE_KEYS)}"
         )
-    fields: dict[str, object] = {}
+    fields: dict[str, Any] = {}  # each key's own type, checked by its _TABLE_FIELDS check
     if "device" in value:
         fields["vendor"], fields["device"] = _parse_target(value["device"], "qpu.device")
     # Checked in TABLE_KEYS order so the first error reported does not depend on the
@@ -516,7 +517,7 @@ def parse_request(value: object) -> QpuRequest:
                 accepted = f"'{fields['vendor']}' as in qpu.device {_shown(value['device'])}"
                 raise _error("qpu.vendor", accepted, checked)
             fields[name] = checked
-    return QpuRequest(**fields)  # type: ignore[arg-type]
+    return QpuRequest(**fields)
 
 
 def check_jobspec_attributes(system: Mapping[str, object]) -> QpuRequest | None:

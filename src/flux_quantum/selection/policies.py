@@ -279,10 +279,11 @@ class Explanation:
         return record
 
     def render_text(self) -> str:
+        header: tuple[str, ...]
         header = ("DEVICE", "VENDOR", "CLASS", "QUBITS", "STATUS", "QUEUE", "COST", "DRAIN", "WAIT")
         if self.program is not None:
             header += ("F1Q", "F2Q", "FRO", "SUCCESS")
-        rows = [header]
+        rows: list[tuple[str, ...]] = [header]
         for c in self.candidates:
             queue = "-" if c.queue_depth is None else f"{'>' if c.queue_capped else ''}"
             queue += "" if c.queue_depth is None else str(c.queue_depth)
@@ -403,9 +404,9 @@ def _runtime_reason(
     slots = slot_reason(device, snapshot, in_flight, named=False)
     if slots is not None:
         return slots
-    too_long = request.max_wait is not None and expected_wait is not None
-    if too_long and expected_wait > request.max_wait:  # type: ignore[operator]
-        wait, limit = _seconds(expected_wait), _seconds(request.max_wait)  # type: ignore[arg-type]
+    max_wait = request.max_wait
+    if max_wait is not None and expected_wait is not None and expected_wait > max_wait:
+        wait, limit = _seconds(expected_wait), _seconds(max_wait)
         return f"expected wait {wait} > max_wait {limit}"
     if request.min_fidelity is not None:
         if success is None:

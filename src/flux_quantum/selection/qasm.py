@@ -283,7 +283,9 @@ def _count_call(head: str, scope: _Scope, tally: _Tally) -> None:
 
 
 def _split_operands(text: str) -> list[str]:
-    operands, depth, current = [], 0, []
+    operands: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char in "[(":
             depth += 1

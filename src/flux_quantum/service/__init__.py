@@ -32,6 +32,7 @@ supervises that process. Where each concern lives:
 ``charges.py``       the site policy: access, reserve before create, settle at the end
 ``reservations.py``  reserved QPU time (Braket Direct): who waits, who is in, the guard
 ``face.py``          what users see: memos and status
+``meters.py``        the hooks the site's metrics hear (none by default: ``NoMeters``)
 ``taskread.py``      a released job's task read through the service, once per task
 ``state.py``         the records: units, programs, attempts (phases), members
 ``units.py``         the tracked units and their indexes, kept in step

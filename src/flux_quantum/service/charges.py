@@ -31,7 +31,9 @@ task's reservation) wait in order in ``backlog`` and are written when the ledger
 level, and again when it ends; ``status`` shows it (``ledger.unavailable``).
 
 Who asks is the job's owner as Flux knows it (the plugin's list: the job's userid) and
-the bank of its current jobspec, never anything else the user set. Without a site
+the bank of its current jobspec (where flux-accounting runs and the jobspec names none
+yet, the user's default bank in its database: ``SitePolicy.requester``), never anything
+else the user set. Without a site
 policy (``site=None``) every verb is a no-op. It never decides a limit itself (the
 deciders do) and never calls a vendor on the reactor thread.
 """
@@ -133,7 +135,7 @@ class Charges:
         # for it (in order), and when they are tried again.
         self.outage: str | None = None
         self.outage_since: float | None = None
-        self.backlog: list[tuple[str, Callable[[], None]]] = []
+        self.backlog: list[tuple[str, Callable[[], object]]] = []  # what, the write
         self.backlog_retry = Retries()
         self.backlog_due = 0.0
         self.held_for_ledger = 0  # reservations put off by an outage (a counter)
@@ -158,7 +160,7 @@ class Charges:
             self.outage = self.outage_since = None
             self.ctx.log(syslog.LOG_INFO, f"ledger: reachable again after {lasted:.0f}s")
 
-    def _later(self, what: str, write: Callable[[], None]) -> None:
+    def _later(self, what: str, write: Callable[[], object]) -> None:
         """Run ``write`` now, or after the writes already waiting for the ledger; kept
         in order until the ledger takes it."""
         if not self.backlog:
@@ -199,7 +201,8 @@ class Charges:
 
     def requester(self, unit: Unit) -> Requester:
         """The unit's owner (the job's userid, from Flux) and the bank of the current
-        jobspec of its first job."""
+        jobspec of its first job, else flux-accounting's default bank of that user
+        (held jobs included: the charge is reserved before the release)."""
         assert self.site is not None
         jobspec = next((m.jobspec for m in unit.jobs.values() if m.spec != "{}"), {})
         return self.site.requester(unit.userid, jobspec)

@@ -3,8 +3,8 @@
 ``ServiceContext`` holds the outside world (the Flux side, the vendors, the workers, the
 clock, the log), the catalog, the options and who the service runs as, all given at
 construction; the tracked units (``Units``, which keeps its own indexes); the counters;
-and the few verbs every part uses: post an event to a unit's jobs, get a vendor, ask for
-a rescan, note an error. It decides nothing.
+the hooks of the site's metrics (``Meters``); and the few verbs every part uses: post an
+event to a unit's jobs, get a vendor, ask for a rescan, note an error. It decides nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from flux_quantum.errors import CommandError
 from flux_quantum.protocol import events
 from flux_quantum.selection.policies import DrainEstimator
 from flux_quantum.service.fluxside import ClusterView, FluxSide
+from flux_quantum.service.meters import Meters, NoMeters
 from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.retry import RetryPolicy
 from flux_quantum.service.state import Counters, Member, Unit
@@ -51,6 +52,7 @@ class ServiceContext:
         userid: int | None = None,
         instance_owner: bool = True,
         module_name: str | None = MODULE_NAME,
+        meters: Meters | None = None,
     ) -> None:
         self.flux = flux
         self.catalog = catalog
@@ -60,7 +62,11 @@ class ServiceContext:
         # Deadlines of calls in workers (a probe of many devices) are timed on it.
         self.monotonic = monotonic
         self._log = log or (lambda level, msg: None)
-        self._vendors: dict[str, Vendor] = dict(vendors or {})
+        # What the site's monitoring hears of (``[quantum.metrics]``; none by default).
+        self.meters: Meters = meters or NoMeters()
+        self._vendors: dict[str, Vendor] = {
+            name: self.meters.vendor(name, vendor) for name, vendor in (vendors or {}).items()
+        }
         # Credentials stay with their owner. The instance owner's service acts on its
         # own jobs and on guests' jobs paid by the site's accounts; a guest's own
         # service (not the instance owner's) only on that guest's qpu.account=user jobs.
@@ -117,7 +123,7 @@ class ServiceContext:
                 retry=RetryBudget(attempts=3, base_delay=0.5, max_delay=4.0, deadline=20.0),
                 environ=environ,
             )
-            self._vendors[name] = vendor
+            vendor = self._vendors[name] = self.meters.vendor(name, vendor)
         return vendor
 
     def active_units(self) -> list[Unit]:

@@ -4,13 +4,15 @@ It owns the order in which the parts run and the queue of what is due when: ``ti
 (every ``options.tick`` seconds) scans for held jobs when due, runs a full pass of the
 time-only checks every ``scan_interval``, steps the attempts whose time came
 (``DueQueue``), and runs the periodic parts, each fenced on its own (one that raises is
-said once; the others go on): cluster view, device probes, settlements, cancels,
-sessions, start-up measurements. ``completions()`` hands finished worker calls back to
-their part, and ``step_soon()`` (after completions, and when a step falls due before
-the next tick) queues those attempts and steps what is due. The parts only say whose
-memo changed (``Face.changed``); the memos are sent here, once per unit, after the
-steps, after the completions and at the end of a tick (``Face.refresh``). All run on
-the reactor thread and never block. The parts, each given its collaborators here:
+said once; the others go on): cluster view, event feeds, device probes, settlements,
+cancels, sessions, start-up measurements, and last the site's metrics (``Meters``: a
+snapshot of the state for the exporter's thread, when one is due). ``completions()``
+hands finished worker calls back to their part, and ``step_soon()`` (after completions,
+and when a step falls due before the next tick) queues those attempts and steps what is
+due. The parts only say whose memo changed (``Face.changed``); the memos are sent here,
+once per unit, after the steps, after the completions and at the end of a tick
+(``Face.refresh``). All run on the reactor thread and never block. The parts, each given
+its collaborators here:
 
 - ``adoption``: discovery of held jobs, adoption and recovery from eventlogs
 - ``submission``: an attempt's program read, its device chosen (``selection``), its
@@ -24,6 +26,8 @@ the reactor thread and never block. The parts, each given its collaborators here
 - ``release``: the release rule applied (``flux_quantum.selection.release_point``
   decides) and the release call
 - ``devices``: device status and the Fluxion graph following it
+- ``events``: the vendors' event feeds (Braket's through the site's queue), one read at
+  a time each: an event makes its task's poll come now, never acts itself
 - ``face``: memos (marked changed by the parts, sent here) and status
 - ``sessions``: vendor sessions recorded, kept while a job may use them, always closed
 - ``charges``: the site's policy (access, the reservation before a create, the
@@ -54,6 +58,7 @@ from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import FluxSide, JobRecord
 from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.merges import Merges
+from flux_quantum.service.meters import Meters
 from flux_quantum.service.options import ServiceOptions
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.release import Release
@@ -65,6 +70,7 @@ from flux_quantum.service.state import Counters, Phase, Program, Unit
 from flux_quantum.service.submission import Submission
 from flux_quantum.service.tracking import Tracking
 from flux_quantum.service.units import Units
+from flux_quantum.service.vendor_events import VendorEvents
 from flux_quantum.service.workers import Workers
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import Vendor
@@ -89,6 +95,7 @@ class QuantumService:
         instance_owner: bool = True,
         module_name: str | None = MODULE_NAME,
         session_keys: SessionKeys | None = None,
+        meters: Meters | None = None,
     ) -> None:
         ctx = self.ctx = ServiceContext(
             flux,
@@ -102,6 +109,7 @@ class QuantumService:
             userid=userid,
             instance_owner=instance_owner,
             module_name=module_name,
+            meters=meters,
         )
         # Each part gets its collaborators here, in an order where each exists first.
         self.reservations = Reservations(ctx, site)
@@ -127,8 +135,17 @@ class QuantumService:
         self.selection = Selection(
             ctx, self.calls, self.face, self.outcomes, self.charges, self.reservations, self.merges
         )
+        self.devices = Devices(ctx, self.outcomes)
+        self.events = VendorEvents(ctx, self.calls, self.devices.probe_soon)
         self.tracking = Tracking(
-            ctx, self.calls, self.face, self.outcomes, self.release, self.charges, self.reservations
+            ctx,
+            self.calls,
+            self.face,
+            self.outcomes,
+            self.release,
+            self.charges,
+            self.reservations,
+            self.events,
         )
         self.submission = Submission(
             ctx,
@@ -154,7 +171,6 @@ class QuantumService:
             self.sessions,
             self.reservations,
         )
-        self.devices = Devices(ctx, self.outcomes)
         self.due = DueQueue(retry_after=options.tick)
         self.started = clock()
         self._scan_due = 0.0
@@ -228,6 +244,7 @@ class QuantumService:
             except Exception as exc:
                 ctx.cluster = None
                 ctx.log(syslog.LOG_DEBUG, f"cluster view unavailable: {exc}")
+        self._fenced("events", self.events.check, now)
         self._fenced("devices", self.devices.check, now)
         self._fenced("charges", self.charges.check, now)
         self._fenced("lookups", self.lookups.check, now)
@@ -237,6 +254,7 @@ class QuantumService:
         self._fenced("reservations", self.reservations.check, now)
         self._fenced("start-up", self.release.measure_startup, now)
         self._fenced("memos", self.face.refresh)
+        self._fenced("metrics", ctx.meters.tick, self, now)
 
     def _fenced(self, part: str, call: Callable[..., None], *args: Any) -> None:
         """Run one part; an exception is noted and logged once per part and message (the
@@ -338,9 +356,23 @@ class QuantumService:
         }
         # The site's reserved windows (a guest sees only their own jobs in them).
         out["reservations"] = self.reservations.status(ctx.clock(), userid)
+        # The devices probed and how many jobs wait on each (everyone's: a count), and
+        # the units that ended lately (a guest's own only): ``flux quantum top``.
+        held: dict[str, int] = {}
+        for unit in ctx.units:
+            _, _, device = self.face.held(unit)
+            if device is not None:
+                held[device] = held.get(device, 0) + len(unit.jobs)
+        out["devices"] = [
+            {**row, "held": held.get(row["device"], 0)} for row in self.devices.rows()
+        ]
+        out["recent"] = self.face.recent(userid)
         merge = self.merges.status()
         if merge is not None:
             out["merge"] = merge
+        feeds = self.events.status()
+        if feeds is not None and userid is None:
+            out["events"] = feeds
         if userid is None:
             out.update(
                 # Sessions kept for released jobs still running or a loop's steps, or

@@ -9,6 +9,7 @@ part never creates or releases anything.
 
 from __future__ import annotations
 
+import functools
 import math
 import syslog
 from typing import Any
@@ -79,7 +80,41 @@ class Devices:
                     ctx.estimator.observe(snapshot)
                     self.seen(watch.device, snapshot)
 
-            ctx.workers.submit(lambda v=vendor, d=device: v.probe(d), done)
+            ctx.workers.submit(functools.partial(vendor.probe, device), done)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Each catalog device the service has probed: its status, queue depth and
+        forecast wait (the depth at the drain it learned), as of the latest probe
+        (``status`` and the metrics: aggregates only, nobody's job)."""
+        ctx = self.ctx
+        out = []
+        for device in ctx.catalog.devices:
+            snap = ctx.device_snapshots.get(device.name)
+            if snap is None:
+                continue
+            depth = snap.queue_depth
+            drain = ctx.estimator.estimate(device).seconds_per_task
+            out.append(
+                {
+                    "device": device.name,
+                    "vendor": device.vendor,
+                    "status": snap.status.value,
+                    "available": snap.available,
+                    "queue_depth": depth,
+                    "forecast_wait": None if depth is None else round(depth * drain, 1),
+                    "probed_at": round(snap.t, 3),
+                }
+            )
+        return out
+
+    def probe_soon(self, name: str) -> bool:
+        """Probe device ``name`` at the next check rather than at its interval (a vendor
+        event says it changed); False when it is not watched or a probe is under way."""
+        watch = self.watches.get(name)
+        if watch is None or watch.busy:
+            return False
+        watch.due = min(watch.due, self.ctx.clock())
+        return True
 
     def seen(self, device: Device, snapshot: DeviceSnapshot) -> None:
         """What a probe said: graph status, and fail-over of tasks on a device gone."""

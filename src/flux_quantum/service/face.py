@@ -4,25 +4,46 @@ Two views, both computed from the tracked units and nothing else: the volatile m
 every held job (``flux jobs -o '{user.qpu_position}'``: device, task, queue position,
 expected wait, state), sent only when they change and once per step of the service (the
 parts say which units changed, ``changed``; the core has them sent, ``refresh``); and the
-answer to a ``status`` request (``flux quantum service status``), where a guest sees only
-their own units. It never calls a vendor and never decides anything.
+answer to a ``status`` request (``flux quantum service status``, ``flux quantum top``),
+where a guest sees only their own units and their own units that ended lately. It never
+calls a vendor and never decides anything.
 """
 
 from __future__ import annotations
 
 import syslog
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from flux_quantum.protocol.jobspec import POSITION_MEMO, WAIT_MEMO, HeldMemo, session_memo
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.reservations import Reservations
-from flux_quantum.service.state import Member, Phase, Unit
+from flux_quantum.service.state import Attempt, Member, Phase, Unit, UnitState
+from flux_quantum.vendors.base import DeviceStatus
 
 # Keys that move with every poll of a queue: sent at most every QUEUE_MEMO_INTERVAL
 # seconds per unit (any other change goes at once, and takes them along).
 QUEUE_KEYS = frozenset({POSITION_MEMO, WAIT_MEMO})
 QUEUE_MEMO_INTERVAL = 2.0
+# How many ended units ``status`` shows (``recent``: releases and failures).
+RECENT = 20
+# What a job's memo says while the site's ledger cannot take its reservation.
+LEDGER_WAIT = "the site's ledger is unavailable: no task is created before its reservation"
+# Why a held job waits, in a word (the metrics' label): what its first unfinished attempt
+# is doing.
+HELD_REASONS = (
+    "queued",  # its task is in the vendor's queue
+    "at_release_point",  # its task is there; the unit's other tasks are not yet
+    "selecting",  # a device is being chosen
+    "submitting",  # its task is being created
+    "merging",  # waiting to share one task with other jobs' programs
+    "reservation",  # waiting for its reserved window (Braket Direct)
+    "ledger",  # the site's ledger is unavailable: no task before its reservation
+    "device_paused",  # its device takes no work now
+    "no_device",  # no device fits now (all slots busy, none answers)
+    "retrying",  # a vendor call failed and is retried
+)
 
 
 class Face:
@@ -31,6 +52,8 @@ class Face:
         self.reservations = reservations
         # The units whose memo may have changed in this step, with the state to show.
         self._changed: dict[int, tuple[Unit, str | None]] = {}
+        # The last units that ended (released, failed, abandoned), newest last.
+        self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
 
     def memo_of(self, unit: Unit, state: str | None = None) -> dict[str, Any]:
         """The memo every job of the unit shows now."""
@@ -39,12 +62,12 @@ class Face:
         first_task = next((a.task.task_id for a in attempts if a.task is not None), None)
         waiting = [a for a in attempts if a.phase is not Phase.READY]
         # A vendor without positions (IBM): the estimated place stands in.
-        positions = [
+        places = [
             a.snapshot.position if a.snapshot.position is not None else a.estimated_position
             for a in (waiting or attempts)
             if a.snapshot is not None
-            and (a.snapshot.position is not None or a.estimated_position is not None)
         ]
+        positions = [place for place in places if place is not None]
         waits = [a.expected_wait for a in waiting if a.expected_wait is not None]
         holding = [a.retry.holding for a in waiting if a.retry.holding]
         if state is None:
@@ -170,6 +193,56 @@ class Face:
             except OSError as exc:
                 self.ctx.log(syslog.LOG_DEBUG, f"{member.id}: session memo failed: {exc}")
 
+    def held(self, unit: Unit) -> tuple[str, str, str | None]:
+        """Where the unit's jobs stand, in words from fixed lists: the phase of its first
+        unfinished attempt (or ``merging``), why they wait (``HELD_REASONS``) and that
+        attempt's device (None: not chosen yet)."""
+        attempts = unit.attempts()
+        attempt = next((a for a in attempts if a.phase is not Phase.READY), attempts[0])
+        device = attempt.device.name if attempt.device is not None else None
+        state = "merging" if attempt.pooled else attempt.phase.value
+        return state, self._reason(unit, attempt), device
+
+    def _reason(self, unit: Unit, attempt: Attempt) -> str:
+        holding = attempt.retry.holding
+        if attempt.pooled:
+            return "merging"
+        if holding is not None and holding.startswith(LEDGER_WAIT):
+            return "ledger"
+        if self.reservations.waiting_reason(unit) is not None:
+            return "reservation"
+        if holding is not None:
+            return "no_device" if attempt.wait_posted is not None else "retrying"
+        if attempt.phase is Phase.TRACK:
+            device = attempt.device
+            snap = self.ctx.device_snapshots.get(device.name) if device is not None else None
+            paused = snap is not None and snap.status is DeviceStatus.PAUSED
+            return "device_paused" if paused else "queued"
+        if attempt.phase is Phase.READY:
+            return "at_release_point"
+        return "selecting" if attempt.phase is Phase.SELECT else "submitting"
+
+    def ended(self, unit: Unit, state: UnitState, note: str | None = None) -> None:
+        """The unit was released, failed or abandoned: kept among the recent ones
+        ``status`` shows (its owner's and the instance owner's view only)."""
+        devices = sorted({a.device.name for a in unit.attempts() if a.device is not None})
+        self._recent.append(
+            {
+                "unit": unit.id,
+                "userid": unit.userid,
+                "jobs": sorted({*unit.jobs, *unit.released_jobs}),
+                "state": state.value,
+                "device": ",".join(devices) or None,
+                "t_submit": unit.t_submit,
+                "at": round(self.ctx.clock(), 3),
+                "note": note,
+            }
+        )
+
+    def recent(self, userid: int | None = None) -> list[dict[str, Any]]:
+        """The units that ended lately, newest first (only ``userid``'s when given)."""
+        return [r for r in reversed(self._recent) if userid is None or r["userid"] == userid]
+
     def units(self, userid: int | None = None) -> list[dict[str, Any]]:
         """The tracked units (only ``userid``'s when given), for ``status``."""
         out = []
@@ -181,6 +254,8 @@ class Face:
                     "unit": unit.id,
                     "userid": unit.userid,
                     "jobs": sorted(unit.jobs),
+                    "t_submit": unit.t_submit,
+                    "max_wait": unit.request.max_wait,
                     "request": unit.request.describe(),
                     "state": unit.state.value,
                     "tasks": [
@@ -197,6 +272,10 @@ class Face:
                             "expected_wait": None
                             if p.attempt.expected_wait is None
                             else round(p.attempt.expected_wait, 1),
+                            # When the expected wait was computed (its poll): a reader
+                            # counts down from there.
+                            "expected_at": p.attempt.snapshot.t if p.attempt.snapshot else None,
+                            "queued_at": p.attempt.queued_at,
                             "ready": p.attempt.ready_reason,
                             "waiting": p.attempt.retry.holding,
                         }

@@ -64,7 +64,9 @@ class Unknown:
     @property
     def key(self) -> str:
         """The token the vendor knows the create by (a merged task's key)."""
-        return self.billing.task.token
+        # Both makers of an entry set it (leave, Charges' orphans); unmerged, it is the token.
+        key = self.billing.task.token
+        return key if key is not None else self.billing.token
 
     @property
     def out(self) -> bool:

@@ -65,6 +65,7 @@ class Outcomes:
         if stranded and task is not None:
             self.cancels.cancel(task, what, unit=unit)
             attempt.cancelled = True
+        self.ctx.meters.task_ended(attempt, record.name)
         self.failover(unit, program, attempt.device.name, what)
 
     def failover(self, unit: Unit, program: Program, failed: str | None, what: str) -> None:
@@ -179,7 +180,7 @@ class Outcomes:
         if ids:
             self.fail_ids(ids, note)
         self.ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: failed: {note}")
-        self.finish(unit, UnitState.FAILED)
+        self.finish(unit, UnitState.FAILED, note)
 
     def fail_ids(self, ids: list[int], note: str) -> None:
         try:
@@ -199,11 +200,14 @@ class Outcomes:
                 self.cancels.cancel(task, "every job riding it is gone", unit=unit)
         self.finish(unit, UnitState.ABANDONED)
 
-    def finish(self, unit: Unit, state: UnitState) -> None:
-        """Stop tracking the unit; a released qpu.group stays joinable for a while."""
+    def finish(self, unit: Unit, state: UnitState, note: str | None = None) -> None:
+        """Stop tracking the unit; a released qpu.group stays joinable for a while.
+        ``note``: why it failed (shown among the recent outcomes)."""
         ctx = self.ctx
         why = {UnitState.ABANDONED: "every job riding it is gone"}.get(state, state.value)
         riders = [*unit.jobs, *unit.released_jobs]
+        self.face.ended(unit, state, note)
+        ctx.meters.unit_ended(unit, state)
         ctx.units.end(unit, state)
         self.sessions.unit_ended(unit, state, why)
         self.reservations.unit_ended(unit, state)

@@ -162,6 +162,7 @@ class QpuHandlers(BrokerModule):
         self.started_at = time.time()
         self._buffer = b""
         self._previous_errors, self._errors = self._errors, set()
+        assert self.proc.stdout is not None  # stdout=PIPE
         fd = self.proc.stdout.fileno()
         os.set_blocking(fd, False)
         import flux.constants
@@ -200,6 +201,7 @@ class QpuHandlers(BrokerModule):
         for raw in lines:
             self._line(raw.decode("utf-8", errors="replace").rstrip())
         if eof:
+            assert self._out_watcher is not None  # made with the child
             self._out_watcher.stop()
             self._reap()
 
@@ -209,6 +211,7 @@ class QpuHandlers(BrokerModule):
         if line == READY_LINE:
             self.state = RUNNING
             self.ready_at = time.time()
+            assert self.proc is not None  # its output is being read
             self.log.info(f"qpu handlers: service running (pid {self.proc.pid})")
             return
         level, message = _parse_line(line)
@@ -224,6 +227,7 @@ class QpuHandlers(BrokerModule):
 
     def _reap(self):
         """The child closed its output: collect its exit status (it may take a moment)."""
+        assert self.proc is not None  # cleared only once it is reaped or stopped
         status = self.proc.poll()
         if status is None:
             self._reap_timer = self.handle.timer_watcher_create(0.05, self._on_reap_timer)

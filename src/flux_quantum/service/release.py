@@ -106,7 +106,7 @@ class Release:
 
     def ready(self, unit: Unit, attempt: Attempt, reason: str) -> None:
         """The attempt reached its release point; release the unit if all did."""
-        attempt.ready(reason)
+        attempt.ready(reason, self.ctx.clock())
         if attempt.device is not None and attempt.task is not None:
             self.ctx.estimator.forget_task(attempt.device.name, attempt.task.task_id)
         self.maybe_release(unit)

@@ -4,7 +4,7 @@
 one service per instance owner), answers ``<name>.status`` (a guest sees only their own
 jobs) and ``<name>.usage`` (the site ledger's report: a guest gets only their own rows),
 and runs a ``QuantumService`` on the handle's reactor (``ServiceRunner``: a tick
-timer and the workers' pipe) until SIGTERM/SIGINT, or until its standard input closes
+timer and the workers' pipe; and the metrics exporter ``[quantum.metrics]`` asks for) until SIGTERM/SIGINT, or until its standard input closes
 when a supervisor started it (the broker module ``qpu_handlers``: if the supervisor goes,
 so does the service). Every reactor callback is fenced: an exception is logged, never
 raised into the reactor, and the same message repeated is logged once with a count.
@@ -40,6 +40,7 @@ from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.service.workers import VendorWorkers
 from flux_quantum.site.ledger import GuestError, serve_usage
 from flux_quantum.site.policy import SitePolicy
+from flux_quantum.vendors.braket.sdk import sdk
 from flux_quantum.vendors.relayed import SERVICE_SUFFIX
 
 READY_LINE = "@ready"
@@ -128,8 +129,12 @@ class ServiceRunner:
             catalog = load_catalog(options.catalog)
         except FluxQuantumError as exc:
             raise ServiceError(str(exc)) from exc
-        # The site's policy is the instance owner's: a guest's own service has none.
+        # The site's policy is the instance owner's: a guest's own service has none; nor
+        # does it export the site's metrics.
         self.site = site_policy(handle, catalog) if owner else None
+        self.metrics = (
+            instance_metrics(handle, catalog, log, ledger=self.site is not None) if owner else None
+        )
         self.workers = VendorWorkers(options.workers)
         self.reads = taskread.TaskReads(self.workers.submit)
         self.service = QuantumService(
@@ -142,6 +147,7 @@ class ServiceRunner:
             instance_owner=owner,
             module_name=module_name,
             session_keys=SessionKeys(session_keys_directory(handle, owner), log=_warning(log)),
+            meters=self.metrics.meters if self.metrics is not None else None,
         )
         self._fd = handle.fd_watcher_create(
             self.workers.fileno(), self._on_wake, events=flux.constants.FLUX_POLLIN
@@ -152,6 +158,12 @@ class ServiceRunner:
         self._soon = handle.timer_watcher_create(0.0, self._on_soon)
 
     def start(self) -> None:
+        if self.metrics is not None:
+            try:
+                self.metrics.start()
+            except OSError as exc:
+                # The jobs matter more than their metrics: run without, say it loudly.
+                self._log(syslog.LOG_ERR, f"metrics: cannot listen: {exc}; running without")
         self._fd.start()
         self._timer.start()
         catalog = self.service.catalog
@@ -171,6 +183,9 @@ class ServiceRunner:
         self.workers.stop()
         with contextlib.suppress(Exception):
             self.service.charges.close()
+        if self.metrics is not None:
+            with contextlib.suppress(Exception):
+                self.metrics.stop()
 
     def usage(self, msg: Any) -> dict[str, Any]:
         """The ``usage`` request: the caller's own rows, or everyone's for the owner.
@@ -236,9 +251,10 @@ class ServiceRunner:
                 self._log(syslog.LOG_ERR, f"qpu handlers: {text}")
 
 
-def site_policy(handle: Any, catalog: Catalog) -> SitePolicy:
-    """The site policy from the instance's ``[quantum]`` table and ``statedir``; a bad
-    table or an unusable ledger is a ServiceError naming the key or the file."""
+def instance_config(handle: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """The instance's ``[quantum]`` table (None: none) and its ``statedir`` (None: a
+    user's own instance, whose ledger goes to XDG_STATE_HOME); ServiceError when the
+    configuration cannot be read."""
     try:
         config = handle.rpc("config.get").get()
     except OSError as exc:
@@ -249,15 +265,39 @@ def site_policy(handle: Any, catalog: Catalog) -> SitePolicy:
     try:
         statedir = handle.attr_get("statedir") or None
     except OSError:
-        statedir = None  # a user's own instance: the ledger goes to XDG_STATE_HOME
+        statedir = None
+    return (quantum if isinstance(quantum, dict) else None), statedir
+
+
+def site_policy(handle: Any, catalog: Catalog) -> SitePolicy:
+    """The site policy from the instance's ``[quantum]`` table and ``statedir``; a bad
+    table or an unusable ledger is a ServiceError naming the key or the file."""
+    quantum, statedir = instance_config(handle)
     try:
         return SitePolicy.from_config(
-            quantum if isinstance(quantum, dict) else None,
+            quantum,
             currency=catalog.currency,
             statedir=statedir,
             owner=os.getuid(),
             # Each reserved window's device is checked against the catalog.
             devices={device.name: device for device in catalog.devices},
+        )
+    except (ValueError, FluxQuantumError) as exc:
+        raise ServiceError(str(exc)) from None
+
+
+def instance_metrics(handle: Any, catalog: Catalog, log: Log, *, ledger: bool) -> Any:
+    """The metrics exporter the instance's ``[quantum.metrics]`` asks for, or None (no
+    table: metrics off, and no metrics library is imported). A bad table is a
+    ServiceError naming the key."""
+    quantum, statedir = instance_config(handle)
+    if quantum is None or "metrics" not in quantum:
+        return None
+    from flux_quantum.metrics import MetricsExporter
+
+    try:
+        return MetricsExporter.from_config(
+            quantum, currency=catalog.currency, statedir=statedir, ledger=ledger, log=log
         )
     except (ValueError, FluxQuantumError) as exc:
         raise ServiceError(str(exc)) from None
@@ -293,11 +333,23 @@ def instance_owner(handle: Any) -> bool:
 
 
 def _warm_up() -> None:
+    """The SDK's modules the vendor uses, imported once through ``sdk`` (one thread at
+    a time: a create in another worker waits for them rather than racing into the
+    same import circle)."""
     try:
-        import braket.aws  # noqa: F401
-        import braket.ir.openqasm  # noqa: F401
+        for name in WARM_MODULES:
+            sdk(name)
     except ImportError:
         pass
+
+
+WARM_MODULES = (
+    "braket.aws",
+    "braket.ir.openqasm",
+    "braket.program_sets",
+    "braket.tasks",
+    "braket.schema_common",
+)
 
 
 def _caller(msg: Any, relayed: Any) -> int:

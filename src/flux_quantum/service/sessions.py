@@ -492,9 +492,9 @@ class Sessions:
         known |= recorded_here | set(self.leases)
         known |= {u.session.fingerprint for u in ctx.units if u.session is not None}
         unrecorded = [s for fp, s in self.keys.left().items() if fp not in known]
-        for session in unrecorded:
+        for opened in unrecorded:
             # Opened by a predecessor killed before any job recorded it: nothing needs it.
-            self.orphan(session, "no job recorded it before the service stopped")
+            self.orphan(opened, "no job recorded it before the service stopped")
         if found or unrecorded:
             ctx.log(
                 syslog.LOG_INFO,

@@ -92,6 +92,7 @@ class Attempt:
     estimated_position: int | None = None  # a vendor without positions (IBM): estimated
     last_poll: float = 0.0
     ready_reason: str | None = None
+    ready_at: float | None = None  # when it reached its release point (the release lag)
     # Its scheduling and its retry record.
     due: float = 0.0
     busy: bool = False
@@ -160,10 +161,11 @@ class Attempt:
         self.phase = Phase.TRACK
         self.due = 0.0
 
-    def ready(self, reason: str) -> None:
-        """TRACK -> READY: at its release point, for ``reason``."""
+    def ready(self, reason: str, at: float | None = None) -> None:
+        """TRACK -> READY: at its release point, for ``reason``, seen at ``at``."""
         self.phase = Phase.READY
         self.ready_reason = reason
+        self.ready_at = at
 
     def ended(self) -> None:
         """-> DONE: its unit was released, failed or abandoned."""

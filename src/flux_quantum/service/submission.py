@@ -33,7 +33,7 @@ from flux_quantum.protocol.events import MergeSlot
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
-from flux_quantum.service.face import Face
+from flux_quantum.service.face import LEDGER_WAIT, Face
 from flux_quantum.service.merges import Merges, merge_key
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.programs import DEFAULT_PROGRAM_NAME, ProgramError, read_counted
@@ -48,7 +48,6 @@ from flux_quantum.vendors.base import SessionOpening, TaskRef, Vendor
 from flux_quantum.vendors.errors import VendorError
 
 # Why a job waits held with no task while the site's ledger cannot be reached (its memo).
-LEDGER_WAIT = "the site's ledger is unavailable: no task is created before its reservation"
 
 
 class Submission:

@@ -205,11 +205,11 @@ class TaskReads:
         def done(value: Any, error: BaseException | None) -> None:
             results = value if error is None and isinstance(value, list) else []
             outcomes: dict[int, tuple[int, Any]] = {}
-            for place, result in enumerate(results):
-                mine = replace(ref, program=place)
-                outcomes[place], keep = self._outcome("result", mine, result, None)
+            for index, result in enumerate(results):
+                mine = replace(ref, program=index)
+                outcomes[index], keep = self._outcome("result", mine, result, None)
                 if keep:
-                    self._keep(("result", f"{ref.task_id}#{place}"), outcomes[place])
+                    self._keep(("result", f"{ref.task_id}#{index}"), outcomes[index])
             for waiter, answer_to in self._sets_waiting.pop(ref.task_id, []):
                 place = waiter.program
                 assert place is not None

@@ -12,8 +12,10 @@ failed or the vendor lost it, keeps the jobs held while the device is paused, po
 applies the release rule (the release point, the classical lead). A window's task
 (reserved QPU time) polled after a restart releases its jobs at once. Between polls
 ``watch`` checks the lead and ``qpu.max_wait``. Every poll runs in a worker through
-``AttemptCalls``. This part never creates a task, and never releases or fails a job
-itself: it hands over to ``Release`` and ``Outcomes``.
+``AttemptCalls``. Where the vendor's events are heard (``VendorEvents``), an event makes
+a task's poll come at once and the polls between events are a slow safety net
+(``VendorEvents.next_poll``). This part never creates a task, and never releases or
+fails a job itself: it hands over to ``Release`` and ``Outcomes``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from flux_quantum.service.outcomes import Outcomes, problem_base
 from flux_quantum.service.release import Release
 from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.state import Attempt, Phase, Program, Unit
+from flux_quantum.service.vendor_events import VendorEvents
 from flux_quantum.vendors.base import DeviceStatus, TaskRef, TaskSnapshot, TaskState, Vendor
 from flux_quantum.vendors.errors import NotFound
 
@@ -50,6 +53,7 @@ class Tracking:
         release: Release,
         charges: Charges,
         reservations: Reservations,
+        events: VendorEvents,
     ) -> None:
         self.ctx = ctx
         self.calls = calls
@@ -58,6 +62,7 @@ class Tracking:
         self.release = release
         self.charges = charges
         self.reservations = reservations
+        self.events = events
         # A merged task's last poll, by task id (when, what): its other jobs share it.
         self._polls: dict[str, tuple[float, TaskSnapshot]] = {}
         self._riders: dict[str, list[tuple[Unit, Program, Attempt]]] = {}  # a poll under way
@@ -243,7 +248,7 @@ class Tracking:
             ceiling = min(ctx.schedule.max_interval, ctx.options.device_check_interval)
             delay = min(attempt.poller.observe_unpositioned(snap, backlog), ceiling)
         if not self.release.polled(unit, attempt, snap, now, backlog):
-            attempt.due = now + delay
+            attempt.due = now + self.events.next_poll(attempt, unit.request.release_at, snap, delay)
         self.face.changed(unit)
 
     def _backlog(self, attempt: Attempt, snap: TaskSnapshot) -> Backlog | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import pwd
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 TABLE = "quantum.access"
 SELECTOR_KEYS = ("devices", "vendors", "classes")
@@ -201,11 +202,11 @@ class AccessRules:
     def decide(self, requester: Requester, device: DeviceFacts) -> AccessDecision:
         """May ``requester`` send tasks to ``device``?"""
         possible: list[tuple[bool, Rule | None]] = []
-        for rule in self.rules:
-            match = rule.matches(requester, device)
+        for candidate in self.rules:
+            match = candidate.matches(requester, device)
             if match is False:
                 continue
-            possible.append((rule.allow, rule))
+            possible.append((candidate.allow, candidate))
             if match is True:
                 break
         else:
@@ -258,14 +259,27 @@ def bank_of(system: Mapping[str, object]) -> str | None:
     return str(bank) if bank not in (None, "") else None
 
 
-def device_facts(devices: Iterable[object]) -> dict[str, DeviceFacts]:
-    """Facts of catalog devices (anything with ``name``, ``vendor``, ``device_class``),
-    by name and by vendor id, without importing the catalog module."""
+class CatalogDevice(Protocol):
+    """What ``device_facts`` reads of a catalog device (``catalog.Device``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def vendor(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def device_class(self) -> str: ...
+
+
+def device_facts(devices: Iterable[CatalogDevice]) -> dict[str, DeviceFacts]:
+    """Facts of catalog devices (anything with ``name``, ``vendor``, ``id``,
+    ``device_class``), by name and by vendor id, without importing the catalog module."""
     facts: dict[str, DeviceFacts] = {}
     for device in devices:
-        fact = DeviceFacts(device.name, device.vendor, device.device_class)  # type: ignore[attr-defined]
+        fact = DeviceFacts(device.name, device.vendor, device.device_class)
         facts[fact.name] = fact
-        facts.setdefault(device.id, fact)  # type: ignore[attr-defined]
+        facts.setdefault(device.id, fact)
     return facts
 
 

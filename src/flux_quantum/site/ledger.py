@@ -6,10 +6,18 @@ This module owns the ledger's interface (:class:`Ledger`, one for both backends)
 queries, written once in SQL both backends run: the atomic reserve-then-record of a
 charge against the quota (:meth:`Ledger.reserve`), the settlement of a task's actual cost
 (:meth:`Ledger.settle`) or its release when no task was created (:meth:`Ledger.release`),
-and the usage queries behind ``flux quantum usage`` (:meth:`Ledger.usage`, with
-:func:`restrict_to_caller` for guests). Each backend's connection, schema, migrations
-and locks are :mod:`flux_quantum.site.ledger_store`'s. Decisions come from
+the report behind ``flux quantum usage`` (:meth:`Ledger.usage` runs the statement of
+:mod:`flux_quantum.site.usage_report`, which also says who may ask for what), and what
+settled spend was fed to flux-accounting as usage (:meth:`Ledger.unfed`,
+:meth:`Ledger.open_feed`, :meth:`Ledger.close_feed`: ``flux quantum accounting``). Each
+backend's connection, schema, migrations and locks are
+:mod:`flux_quantum.site.ledger_store`'s. Decisions come from
 :mod:`flux_quantum.site.quota`; the ledger only measures and records.
+
+Fed once: a feed is recorded ``pending`` with the charges it takes (``charges.feed``)
+before its usage record is written to flux-accounting's database, and ``fed`` after;
+a charge already in a feed is never taken by another, and a pending feed is closed or
+dropped by the next run (its record is in flux-accounting's database, or it is not).
 
 Exactly once: a charge is keyed by its task's idempotency token (unique across
 instances: it holds the job's submit microseconds). Reserving a token that is already
@@ -81,7 +89,6 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from flux_quantum.errors import FluxQuantumError
 from flux_quantum.site.charge import TaskCharge
 from flux_quantum.site.ledger_store import (
     CONNECT_TIMEOUT,
@@ -109,33 +116,58 @@ from flux_quantum.site.quota import (
     decide,
     period_window,
 )
+from flux_quantum.site.usage_report import (
+    DEFAULT_GROUPS,
+    FED_AMOUNT,
+    GROUPS,
+    PERIOD_GROUPS,
+    SITE_USER,
+    SITE_USERID,
+    TASK_ROW,
+    GuestError,
+    UsageQuery,
+    UsageRow,
+    restrict_to_caller,
+    serve_usage,
+    usage_rows,
+    usage_statement,
+)
 
 __all__ = [
     "DEFAULT_CLUSTER",
+    "DEFAULT_GROUPS",
     "FILENAME",
+    "GROUPS",
+    "PERIOD_GROUPS",
     "SCHEMA_VERSION",
+    "SITE_USER",
+    "SITE_USERID",
     "SUBDIR",
+    "ChargeRecord",
+    "FeedRecord",
+    "GuestError",
     "LedgerConfig",
     "LedgerConfigError",
     "LedgerError",
     "LedgerUnavailable",
     "Ledger",
+    "Reservation",
+    "UsageQuery",
+    "UsageRow",
+    "restrict_to_caller",
+    "serve_usage",
 ]
 
 CONFIG_KEY = "quantum.ledger.path"
 URL_KEY = "quantum.ledger.url"
-SITE_USERID = -1  # the site's own rows: reserved windows it (or a bank) paid for
-SITE_USER = "(site)"
 WINDOW_TOKEN = "window:"  # + the reservation's ARN: one row per window
-GROUPS = ("period", "user", "bank", "device", "reservation", "cluster")
-DEFAULT_GROUPS = ("period", "user", "bank", "device")
-PERIOD_GROUPS = ("day", "month", "all")
 
 # What a charge counts: its actual cost once settled, its estimate while reserved.
 _AMOUNT = "CASE state WHEN 'reserved' THEN estimate ELSE cost END"
 _COUNTED = "state != 'released'"
-_TASK = f"userid != {SITE_USERID}"
+_TASK = TASK_ROW
 _IS_TASK = f"CASE WHEN {_TASK} THEN 1 ELSE 0 END"
+_CHUNK = 500  # tokens per statement (SQLite's limit on parameters is far above)
 
 
 # --- location ---------------------------------------------------------------------------
@@ -204,139 +236,24 @@ class ChargeRecord(TaskCharge):
 
 
 @dataclass(frozen=True)
-class UsageQuery:
-    """What ``flux quantum usage`` asks: filters, and how rows are grouped.
+class FeedRecord:
+    """One row of ``usage_feeds``: settled spend of one flux-accounting association
+    (``userid`` in ``bank``) fed as ``usage`` by a record ending at ``t_inactive``;
+    ``pending`` until the record is in flux-accounting's database."""
 
-    ``user`` matches a user name or a uid; ``userid`` only a uid (set for guests by
-    :func:`restrict_to_caller`). ``period`` groups by "day", "month" or "all";
-    ``reservation`` in ``group_by`` gives a row per reserved window (its cost, its
-    tasks, their QPU time and shares; "-": outside any window); ``cluster`` in it a row
-    per instance sharing the ledger, and ``cluster`` alone only that instance's rows.
-    """
-
-    user: str | None = None
-    userid: int | None = None
-    bank: str | None = None
-    since: float | None = None
-    until: float | None = None
-    period: str = "month"
-    group_by: tuple[str, ...] = DEFAULT_GROUPS
-    cluster: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The payload of the service's ``usage`` RPC (``cluster`` only when set: a
-        service of an older flux-quantum refuses no field it does not know)."""
-        return {
-            **({"cluster": self.cluster} if self.cluster is not None else {}),
-            "user": self.user,
-            "userid": self.userid,
-            "bank": self.bank,
-            "since": self.since,
-            "until": self.until,
-            "period": self.period,
-            "group_by": list(self.group_by),
-        }
-
-    @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> UsageQuery:
-        """Parse an RPC payload; ValueError names a bad field."""
-        if not isinstance(payload, Mapping):
-            raise ValueError("usage: the request must be a JSON object")
-        fields: dict[str, Any] = {}
-        for key, kind in (("user", str), ("bank", str), ("userid", int), ("cluster", str)):
-            value = payload.get(key)
-            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-                raise ValueError(f"usage: {key} must be a {kind.__name__}, got {value!r}")
-            fields[key] = value
-        for key in ("since", "until"):
-            value = payload.get(key)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float)
-            ):
-                raise ValueError(f"usage: {key} must be epoch seconds, got {value!r}")
-            fields[key] = None if value is None else float(value)
-        period = payload.get("period", "month")
-        if period not in PERIOD_GROUPS:
-            raise ValueError(f"usage: period must be one of {', '.join(PERIOD_GROUPS)}")
-        group_by = payload.get("group_by", list(DEFAULT_GROUPS))
-        if not isinstance(group_by, list) or not all(g in GROUPS for g in group_by):
-            raise ValueError(f"usage: group_by must list some of {', '.join(GROUPS)}")
-        return cls(period=period, group_by=tuple(group_by), **fields)
-
-
-@dataclass(frozen=True)
-class UsageRow:
-    period: str
-    user: str
+    id: int
+    cluster: str
+    userid: int
+    user: str | None
     bank: str
-    device: str
-    tasks: int  # created (reserved or settled), not released; the site's rows are not tasks
-    spent: float  # settled (a reserved window: its cost)
-    reserved: float  # reserved, not yet settled
-    released: int  # reservations whose task was never created
-    reservation: str = "*"  # the reserved window ("-": none; "*": not grouped by it)
-    qpu_seconds: float = 0.0  # tasks in a window: their QPU time
-    share: float = 0.0  # ... and their share of its cost
-    cluster: str = "*"  # the instance that wrote the rows ("*": not grouped by it)
-
-    @property
-    def total(self) -> float:
-        return self.spent + self.reserved
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "period": self.period,
-            "user": self.user,
-            "bank": self.bank,
-            "device": self.device,
-            "reservation": self.reservation,
-            # Only when grouped by it: the rows of a one-cluster report stay as they were.
-            **({"cluster": self.cluster} if self.cluster != "*" else {}),
-            "tasks": self.tasks,
-            "spent": round(self.spent, 6),
-            "reserved": round(self.reserved, 6),
-            "total": round(self.total, 6),
-            "released": self.released,
-            "qpu_seconds": round(self.qpu_seconds, 3),
-            "share": round(self.share, 6),
-        }
-
-
-class GuestError(FluxQuantumError):
-    """A guest asked for somebody else's usage."""
-
-
-def restrict_to_caller(query: UsageQuery, caller: int, owner: int) -> UsageQuery:
-    """The query a caller may run: the owner anything, a guest only their own rows.
-
-    The service calls this with the RPC's ``msg.userid`` before :meth:`Ledger.usage`.
-    """
-    if caller == owner:
-        return query
-    if query.userid is not None and query.userid != caller:
-        raise GuestError("a guest sees only their own usage (--user is for the instance owner)")
-    if query.user is not None and query.user != str(caller):
-        raise GuestError("a guest sees only their own usage (--user is for the instance owner)")
-    return UsageQuery(
-        user=None,
-        userid=caller,
-        bank=query.bank,
-        since=query.since,
-        until=query.until,
-        period=query.period,
-        group_by=query.group_by,
-        cluster=query.cluster,
-    )
-
-
-def serve_usage(ledger: Ledger, payload: Mapping[str, Any], caller: int, owner: int) -> dict:
-    """The service's ``usage`` RPC in one call: parse ``payload`` (``UsageQuery.to_dict``
-    form), restrict it to the caller's own rows unless the caller is the owner, query.
-    Raises ValueError (EINVAL) for a bad payload and GuestError (EPERM) for a guest who
-    asks for somebody else. The answer: ``{"currency": ..., "rows": [UsageRow...]}``."""
-    query = restrict_to_caller(UsageQuery.from_dict(payload), caller, owner)
-    rows = ledger.usage(query)
-    return {"currency": ledger.currency, "rows": [row.to_dict() for row in rows]}
+    spend: float
+    tasks: int
+    weight: float
+    usage: float
+    t_inactive: float
+    state: str
+    opened_at: float
+    fed_at: float | None
 
 
 # --- the ledger -------------------------------------------------------------------------
@@ -480,8 +397,10 @@ class Ledger:
                 where.append(f"userid = ? AND userid != {SITE_USERID}")
                 args.append(charge.userid)
             else:
-                where.append("bank = ?")
-                args.append(charge.bank)
+                # The limit's bank, with its sub-banks where flux-accounting says so.
+                banks = limit.banks(charge)
+                where.append(f"bank IN ({', '.join('?' for _ in banks)})")
+                args.extend(banks)
             for column, values in (
                 ("device", limit.only.devices),
                 ("vendor", limit.only.vendors),
@@ -516,7 +435,7 @@ class Ledger:
         """The locks a reservation takes: one per subject whose spend it measures."""
         keys = set()
         for limit, _window in limits:
-            keys.add(f"user:{charge.userid}" if limit.scope == "user" else f"bank:{charge.bank}")
+            keys.add(f"{limit.scope}:{limit.subject(charge)}")
         return sorted(keys)
 
     # -- the verbs
@@ -739,69 +658,98 @@ class Ledger:
     def usage(self, query: UsageQuery) -> list[UsageRow]:
         """Tasks and spend grouped by ``query.group_by`` (period, user, bank, device,
         reservation, cluster), of every cluster unless ``query.cluster`` names one."""
-        where, args = ["1 = 1"], []
-        if query.userid is not None:
-            where.append("userid = ?")
-            args.append(query.userid)
-        if query.user is not None:
-            where.append("(username = ? OR CAST(userid AS TEXT) = ?)")
-            args += [query.user, query.user]
-        if query.bank is not None:
-            where.append("bank = ?")
-            args.append(query.bank)
-        if query.cluster is not None:
-            where.append(f"{self._column('cluster')} = ?")
-            args.append(query.cluster)
-        if query.since is not None:
-            where.append("reserved_at >= ?")
-            args.append(query.since)
-        if query.until is not None:
-            where.append("reserved_at < ?")
-            args.append(query.until)
-        period = {"day": "day", "month": "month"}.get(query.period, "'all'")
-        reservation = self._column("reservation")
-        columns = {
-            "period": period,
-            "user": f"CASE WHEN userid = {SITE_USERID} THEN '{SITE_USER}'"
-            " ELSE COALESCE(username, CAST(userid AS TEXT)) END",
-            "bank": "COALESCE(bank, '-')",
-            "device": "device",
-            "reservation": f"COALESCE({reservation}, '-')",
-            "cluster": f"COALESCE({self._column('cluster')}, '{DEFAULT_CLUSTER}')",
-        }
-        keys = [columns[name] if name in query.group_by else "CAST('*' AS TEXT)" for name in GROUPS]
-        positions = ", ".join(str(i + 1) for i in range(len(GROUPS)))
-        sql = (
-            f"SELECT {', '.join(keys)},"
-            f" COALESCE(SUM(CASE WHEN state != 'released' AND {_TASK} THEN 1 ELSE 0 END), 0),"
-            f" COALESCE(SUM(CASE state WHEN 'settled' THEN cost ELSE 0 END), 0),"
-            f" COALESCE(SUM(CASE state WHEN 'reserved' THEN estimate ELSE 0 END), 0),"
-            f" COALESCE(SUM(CASE WHEN state = 'released' THEN 1 ELSE 0 END), 0),"
-            f" COALESCE(SUM({self._column('qpu_seconds')}), 0),"
-            f" COALESCE(SUM({self._column('share')}), 0)"
-            f" FROM charges WHERE {' AND '.join(where)}"
-            f" GROUP BY {positions} ORDER BY {positions}"
-        )
+        sql, args = usage_statement(query, self._columns)
         with self._lock:
             rows = self._rows(sql, args)
-        n = len(GROUPS)
-        return [
-            UsageRow(
-                period=str(r[0]),
-                user=str(r[1]),
-                bank=str(r[2]),
-                device=str(r[3]),
-                reservation=str(r[4]),
-                cluster=str(r[5]),
-                tasks=int(r[n]),
-                spent=float(r[n + 1]),
-                reserved=float(r[n + 2]),
-                released=int(r[n + 3]),
-                qpu_seconds=float(r[n + 4]),
-                share=float(r[n + 5]),
+        return usage_rows(query, rows)
+
+    # -- spend fed to flux-accounting as usage (flux quantum accounting)
+
+    def unfed(self) -> list[ChargeRecord]:
+        """This cluster's settled tasks whose spend no feed took yet: a user's (not the
+        site's), in a bank, costing something (or a share of a reserved window)."""
+        if "feed" not in self._columns:
+            return []
+        with self._lock:
+            rows = self._store.dicts(
+                f"SELECT * FROM charges WHERE state = 'settled' AND feed IS NULL AND {_TASK}"
+                f" AND bank IS NOT NULL AND {FED_AMOUNT} > 0 AND {self._own()} ORDER BY settled_at",
+                self._own_args(),
             )
-            for r in rows
-        ]
+        return [_record_of(row) for row in rows]
+
+    def open_feed(
+        self,
+        tokens: Sequence[str],
+        *,
+        userid: int,
+        user: str | None,
+        bank: str,
+        spend: float,
+        weight: float,
+        usage: float,
+        t_inactive: float,
+        now: float,
+    ) -> int | None:
+        """Record a pending feed of the charges of ``tokens`` (one association's), and
+        its number; None when one of them was fed meanwhile (nothing recorded)."""
+        with self._write([f"feed:{self.cluster}"]):
+            for start in range(0, len(tokens), _CHUNK):
+                chunk = tokens[start : start + _CHUNK]
+                marks = ", ".join("?" for _ in chunk)
+                free = self._one(
+                    f"SELECT COUNT(*) FROM charges WHERE feed IS NULL AND token IN ({marks})",
+                    chunk,
+                )
+                if int(free[0]) != len(chunk):
+                    return None
+            feed = int(
+                self._one(
+                    "INSERT INTO usage_feeds (cluster, userid, username, bank, spend, tasks,"
+                    " weight, usage, t_inactive, state, opened_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?) RETURNING id",
+                    (self.cluster, userid, user, bank, spend, len(tokens), weight, usage,
+                     t_inactive, now),
+                )[0]
+            )  # fmt: skip
+            for start in range(0, len(tokens), _CHUNK):
+                chunk = tokens[start : start + _CHUNK]
+                marks = ", ".join("?" for _ in chunk)
+                self._store.execute(
+                    f"UPDATE charges SET feed = ? WHERE token IN ({marks})", (feed, *chunk)
+                )
+            return feed
+
+    def close_feed(self, feed: int, *, now: float) -> None:
+        """A pending feed's record is in flux-accounting's database: it is fed."""
+        with self._write([f"feed:{self.cluster}"]):
+            self._store.execute(
+                "UPDATE usage_feeds SET state = 'fed', fed_at = ? WHERE id = ? AND state = 'pending'",
+                (now, feed),
+            )
+
+    def drop_feed(self, feed: int) -> None:
+        """A pending feed whose record never reached flux-accounting: its charges are
+        free for the next feed."""
+        with self._write([f"feed:{self.cluster}"]):
+            self._store.execute("UPDATE charges SET feed = NULL WHERE feed = ?", (feed,))
+            self._store.execute(
+                "DELETE FROM usage_feeds WHERE id = ? AND state = 'pending'", (feed,)
+            )
+
+    def feeds(self, *, state: str | None = None) -> list[FeedRecord]:
+        """This cluster's feeds, oldest first (``state``: only ``pending`` or ``fed``)."""
+        if "feed" not in self._columns:
+            return []
+        where, args = ["cluster = ?"], [self.cluster]
+        if state is not None:
+            where.append("state = ?")
+            args.append(state)
+        with self._lock:
+            rows = self._store.dicts(
+                f"SELECT * FROM usage_feeds WHERE {' AND '.join(where)} ORDER BY id", args
+            )
+        return [_feed_of(row) for row in rows]
 
 
 def _record_of(r: Mapping[str, Any]) -> ChargeRecord:
@@ -827,6 +775,24 @@ def _record_of(r: Mapping[str, Any]) -> ChargeRecord:
         qpu_seconds=_number(r.get("qpu_seconds")),
         share=_number(r.get("share")),
         cluster=r.get("cluster"),
+    )
+
+
+def _feed_of(r: Mapping[str, Any]) -> FeedRecord:
+    return FeedRecord(
+        id=int(r["id"]),
+        cluster=str(r["cluster"]),
+        userid=int(r["userid"]),
+        user=r["username"],
+        bank=str(r["bank"]),
+        spend=float(r["spend"]),
+        tasks=int(r["tasks"]),
+        weight=float(r["weight"]),
+        usage=float(r["usage"]),
+        t_inactive=float(r["t_inactive"]),
+        state=str(r["state"]),
+        opened_at=float(r["opened_at"]),
+        fed_at=_number(r["fed_at"]),
     )
 
 

@@ -19,6 +19,8 @@ refuses to go past):
 2. ``charges.cluster``: which instance wrote the row. A SQLite ledger migrated to it
    gives its existing rows the local cluster's name (the column's default there, so an
    older writer's INSERT gets it too).
+3. ``usage_feeds`` and ``charges.feed``: what settled spend was fed to flux-accounting
+   as usage (``flux quantum accounting``), and in which feed each charge went.
 
 Both stores migrate inside one write transaction (SQLite: BEGIN IMMEDIATE; PostgreSQL:
 an advisory lock on the schema taken first), so two services opening one ledger at once
@@ -61,7 +63,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from flux_quantum.errors import FluxQuantumError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FILENAME = "ledger.db"
 SUBDIR = "flux-quantum"
 BUSY_TIMEOUT = 5.0
@@ -272,7 +274,25 @@ CREATE TABLE IF NOT EXISTS charges (
                                        -- past the quota (a task found after a restart)
     reservation    TEXT,               -- the reserved window's name (its row and tasks)
     qpu_seconds    {real},             -- a window's task: its QPU time in the window
-    share          {real}              -- ... and its share of the window's cost
+    share          {real},             -- ... and its share of the window's cost
+    feed           {int}               -- the usage_feeds row that fed it to flux-accounting
+);
+"""
+_FEEDS = """
+CREATE TABLE IF NOT EXISTS usage_feeds (
+    id         {serial},               -- the feed's number (its usage record's job id)
+    cluster    TEXT NOT NULL,          -- the instance whose spend it fed
+    userid     {int} NOT NULL,         -- the flux-accounting association: user and bank
+    username   TEXT,
+    bank       TEXT NOT NULL,
+    spend      {real} NOT NULL,        -- settled spend fed (catalog currency)
+    tasks      {int} NOT NULL,
+    weight     {real} NOT NULL,        -- [quantum.accounting] qpu_weight then
+    usage      {real} NOT NULL,        -- the usage flux-accounting computes of its record
+    t_inactive {real} NOT NULL,        -- its record's t_inactive (when it ended)
+    state      TEXT NOT NULL CHECK (state IN ('pending', 'fed')),
+    opened_at  {real} NOT NULL,
+    fed_at     {real}
 );
 """
 _TABLES = """
@@ -293,13 +313,21 @@ _INDEXES = (
     "CREATE INDEX IF NOT EXISTS charges_device ON charges (device, state, settled_at)",
     "CREATE INDEX IF NOT EXISTS charges_reservation ON charges (reservation)",
     "CREATE INDEX IF NOT EXISTS charges_cluster ON charges (cluster, state)",
+    "CREATE INDEX IF NOT EXISTS charges_feed ON charges (feed)",
+    "CREATE INDEX IF NOT EXISTS usage_feeds_state ON usage_feeds (cluster, state)",
 )
 VERSION_NOTES = {
     1: "meta and charges (reservation, qpu_seconds, share)",
     2: "charges.cluster: the instance that wrote the row",
+    3: "usage_feeds and charges.feed: spend fed to flux-accounting as usage",
 }
-# Columns of version 1 added after its first release (a SQLite ledger may lack them).
-ADDED_COLUMNS = (("reservation", "TEXT"), ("qpu_seconds", "REAL"), ("share", "REAL"))
+# Columns added after version 1's first release (a SQLite ledger may lack them).
+ADDED_COLUMNS = (
+    ("reservation", "TEXT"),
+    ("qpu_seconds", "REAL"),
+    ("share", "REAL"),
+    ("feed", "INTEGER"),
+)
 
 
 class Store:
@@ -423,6 +451,9 @@ class SqliteStore(Store):
             if statement.strip():
                 self.db.execute(statement)  # not executescript: it would COMMIT
         self.db.execute(_CHARGES.format(int="INTEGER", real="REAL", cluster_default=cluster))
+        self.db.execute(
+            _FEEDS.format(serial="INTEGER PRIMARY KEY AUTOINCREMENT", int="INTEGER", real="REAL")
+        )
         have = self._table_columns()
         for column, kind in ADDED_COLUMNS:
             if column not in have:
@@ -606,8 +637,11 @@ class PostgresStore(Store):
             before = None if raw is None else int(raw)
         self.execute(_TABLES.format(real="DOUBLE PRECISION"))
         self.execute(_CHARGES.format(int="BIGINT", real="DOUBLE PRECISION", cluster_default=""))
+        self.execute(
+            _FEEDS.format(serial="BIGSERIAL PRIMARY KEY", int="BIGINT", real="DOUBLE PRECISION")
+        )
         for column, kind in ADDED_COLUMNS:
-            pg_kind = "DOUBLE PRECISION" if kind == "REAL" else kind
+            pg_kind = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT"}.get(kind, kind)
             self.execute(f"ALTER TABLE charges ADD COLUMN IF NOT EXISTS {column} {pg_kind}")
         for index in _INDEXES:
             self.execute(index)
@@ -685,5 +719,5 @@ class PostgresStore(Store):
 PG_COLUMNS = (
     "token", "cluster", "jobid", "userid", "username", "bank", "device", "vendor", "class",
     "shots", "estimate", "cost", "state", "reserved_at", "settled_at", "day", "month",
-    "task_id", "billed_seconds", "note", "reservation", "qpu_seconds", "share",
+    "task_id", "billed_seconds", "note", "reservation", "qpu_seconds", "share", "feed",
 )  # fmt: skip

@@ -52,6 +52,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeGuard
 
 from flux_quantum.site.access import checked_table, name_list, shown
 from flux_quantum.site.reservations import format_seconds
@@ -326,10 +327,12 @@ class Limits:
             and _count(total)
             and isinstance(shots, Sequence)
             and len(shots) == 2
-            and all(_count(s, low=0) for s in shots)
         ):
             return None
-        return cls.for_braket(executables, total, (shots[0], shots[1]))  # type: ignore[arg-type]
+        fewest, most = shots
+        if not (_count(fewest, low=0) and _count(most, low=0)):
+            return None
+        return cls.for_braket(executables, total, (fewest, most))
 
     @classmethod
     def for_ibm(
@@ -477,7 +480,7 @@ class Limits:
         }
 
 
-def _count(value: object, low: int = 1) -> bool:
+def _count(value: object, low: int = 1) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
@@ -553,12 +556,12 @@ def compatible(a: Candidate, b: Candidate, config: MergeConfig) -> str | None:
         if a.account == "user":
             return f"different users ({users}), each paying with their own account"
         if not config.users_may_share(a, b):
-            if config.across_users is False:
+            if not isinstance(config.across_users, frozenset):  # False (True: they may share)
                 return (
                     f"different users ({users}) and [{TABLE}] across_users = false: a task "
                     "holds the jobs of one user"
                 )
-            banks = ", ".join(sorted(config.across_users))  # type: ignore[arg-type]
+            banks = ", ".join(sorted(config.across_users))
             return (
                 f"different users ({users}) in banks {a.bank or 'unknown'} and "
                 f"{b.bank or 'unknown'}: [{TABLE}] across_users lets users share a task only "

@@ -1,11 +1,13 @@
 """The site's policy as the handler service asks it: who may use which device, what a
 task may cost, and what it did cost.
 
-This module owns only the glue between the service and four libraries: the access
+This module owns only the glue between the service and five libraries: the access
 rules (:mod:`flux_quantum.site.access`), the quota deciders (:mod:`flux_quantum.site.quota`), the
-ledger (:mod:`flux_quantum.site.ledger`) and the reserved windows
-(:mod:`flux_quantum.site.reservations`), built from the instance configuration's
-``[quantum]`` table. A reserved window is charged once, to the site or the bank that
+ledger (:mod:`flux_quantum.site.ledger`), the reserved windows
+(:mod:`flux_quantum.site.reservations`) and, where the site runs flux-accounting
+(``[quantum.accounting]``), its database read only (:mod:`flux_quantum.site.accounting`:
+a job's bank when its jobspec names none yet, the bank tree quota limits name), built
+from the instance configuration's ``[quantum]`` table. A reserved window is charged once, to the site or the bank that
 booked it (:meth:`SitePolicy.book_windows`); the tasks that run in it cost nothing and
 record their QPU time and share of it. Every method is meant for the service's reactor thread: none calls
 a vendor or sleeps; the ledger's writes are short transactions, on SQLite or on the
@@ -25,6 +27,7 @@ from flux_quantum.catalog import Device
 # Braket Direct windows; not the ledger's Reservation (a quota hold before a create).
 from flux_quantum.site import reservations as braket_direct
 from flux_quantum.site.access import AccessRules, DeviceFacts, Requester, bank_of, user_name
+from flux_quantum.site.accounting import AccountingConfig, AccountingDatabase
 from flux_quantum.site.accounts import SiteAccounts
 from flux_quantum.site.cost_shares import price_shares
 from flux_quantum.site.ledger import (
@@ -68,6 +71,9 @@ class SitePolicy:
     devices: Mapping[str, Device] = field(default_factory=dict)
     # Merged tasks ([quantum.merge]): None without the table (every job its own task).
     merge: MergeConfig | None = None
+    # flux-accounting's database ([quantum.accounting] db), read only: the banks' one
+    # source where the site runs it (None: banks are the jobspec's alone).
+    accounting: AccountingDatabase | None = None
 
     @classmethod
     def from_config(
@@ -90,29 +96,58 @@ class SitePolicy:
         access = AccessRules.from_config(table.get("access"))
         accounts = SiteAccounts.from_config(table.get("accounts"))
         quota = QuotaConfig.from_config(table.get("quota"))
+        accounting_config = AccountingConfig.from_config(table.get("accounting"))
         book = braket_direct.ReservationBook.from_config(table.get("reservations"), devices)
         merge_table = table.get("merge")
         merge = None if merge_table is None else MergeConfig.from_config(merge_table, devices)
+        accounting = None
+        if accounting_config is not None:
+            # Raises AccountingError naming the file; the quota's banks must be its banks.
+            accounting = AccountingDatabase(accounting_config.db)
+            try:
+                quota = quota.with_banks(
+                    accounting.banks().coverage(),
+                    f"flux-accounting's database {accounting_config.db}",
+                )
+            except ValueError:
+                accounting.close()
+                raise
+        try:
+            ledger = Ledger.from_config(
+                ledger_config, currency=currency, statedir=statedir, environ=environ
+            )
+        except BaseException:
+            if accounting is not None:
+                accounting.close()
+            raise
         return cls(
             access=access,
             accounts=accounts,
             owner=owner,
             quota=quota,
-            ledger=Ledger.from_config(
-                ledger_config, currency=currency, statedir=statedir, environ=environ
-            ),
+            ledger=ledger,
             reservations=book,
             devices=dict(devices or {}),
             merge=merge,
+            accounting=accounting,
         )
 
     def close(self) -> None:
         self.ledger.close()
+        if self.accounting is not None:
+            self.accounting.close()
 
     # -- before selection
 
     def requester(self, userid: int, jobspec: Mapping[str, Any]) -> Requester:
-        return Requester(userid, user_name(userid), job_bank(jobspec))
+        """Who asks: the job's user, and its bank: the current jobspec's, else (where
+        flux-accounting runs) the user's default bank in its database, which is what
+        its plugin writes into the jobspec (at job.new, or later for a job submitted
+        before the plugin knew the user): a job still held is charged to it too."""
+        bank = job_bank(jobspec)
+        if bank is None and self.accounting is not None:
+            bank = self.accounting.default_bank(userid)
+        return Requester(userid, user_name(userid), bank)
 
     def not_allowed(self, requester: Requester, devices: Iterable[Device]) -> dict[str, str]:
         """Devices the job may not use (or may not yet be known to be allowed), with the

@@ -32,6 +32,10 @@ is what was settled plus what is reserved and not yet settled; a settled task co
 what it really cost, which may exceed its estimate (a simulator that ran long), so a
 limit can be overrun by that difference but never by a new task.
 
+Where flux-accounting runs (``[quantum.accounting]``), bank limits name its banks and
+a limit on a parent bank counts its sub-banks too (:meth:`QuotaConfig.with_banks`, from
+the bank tree in its database); a limit naming a bank it does not have is refused.
+
 A task in a reserved window (Braket Direct, :mod:`flux_quantum.site.reservations`) is
 charged nothing (``Charge.reservation``: the window is paid whatever runs in it): no
 spend limit or job cap refuses it, task limits still count it. The window itself is
@@ -43,8 +47,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -166,6 +170,9 @@ class Limit:
     tasks: int | None = None
     name: str | None = None
     only: DeviceSelector = DeviceSelector()  # the devices it counts
+    # A named bank's limit where flux-accounting runs: the bank and its sub-banks (its
+    # tree in flux-accounting's database); None: the bank alone.
+    covers: frozenset[str] | None = None
 
     @property
     def label(self) -> str:
@@ -173,21 +180,36 @@ class Limit:
         return f"[{TABLE}] limit {self.index}{named}"
 
     def subject(self, charge: Charge) -> str | None:
-        """Whose usage this limit counts for ``charge`` (None: it does not apply)."""
+        """Whose usage this limit counts for ``charge`` (None: it does not apply): a
+        user's uid, or a bank's name (a named bank's for a charge to one of its
+        sub-banks)."""
         if self.scope == "bank":
-            if charge.bank is None or (self.who != EACH and self.who != charge.bank):
+            if charge.bank is None:
                 return None
-            return charge.bank
+            if self.who == EACH:
+                return charge.bank
+            if charge.bank == self.who or charge.bank in (self.covers or ()):
+                return self.who
+            return None
         if self.who not in (EACH, str(charge.userid), charge.user):
             return None
         return str(charge.userid)
+
+    def banks(self, charge: Charge) -> tuple[str, ...]:
+        """The banks whose rows a bank limit counts for ``charge``, sorted: the charge's
+        own bank (``*``), else the named bank with its sub-banks."""
+        if self.who == EACH or charge.bank is None:
+            return (charge.bank,) if charge.bank is not None else ()
+        return tuple(sorted(self.covers or {self.who}))
 
     def applies(self, charge: Charge) -> bool:
         device = DeviceFacts(charge.device, charge.vendor, charge.device_class)
         return self.subject(charge) is not None and self.only.match(device) is True
 
     def describe(self, charge: Charge, currency: str) -> str:
-        whose = charge.user or str(charge.userid) if self.scope == "user" else charge.bank
+        whose = charge.user or str(charge.userid) if self.scope == "user" else self.subject(charge)
+        if self.scope == "bank" and len(self.covers or ()) > 1:
+            whose = f"{whose} with its sub-banks"
         amounts = []
         if self.spend is not None:
             amounts.append(format_money(self.spend, currency))
@@ -231,6 +253,23 @@ class QuotaConfig:
             raise QuotaConfigError(f"[{TABLE}] limits must be a list of tables")
         limits = tuple(_parse_limit(entry, i) for i, entry in enumerate(entries, start=1))
         return cls(limits=limits, timezone=zone)
+
+    def with_banks(self, coverage: Mapping[str, frozenset[str]], source: str) -> QuotaConfig:
+        """The limits on the banks of ``source`` (flux-accounting's database, where it
+        runs): ``coverage`` maps each of its banks to itself and its sub-banks, so a
+        limit on a parent bank counts every bank under it. A limit naming a bank
+        ``source`` does not have is refused (QuotaConfigError, one sentence)."""
+        limits = []
+        for limit in self.limits:
+            if limit.scope != "bank" or limit.who == EACH:
+                limits.append(limit)
+                continue
+            if limit.who not in coverage:
+                raise QuotaConfigError(
+                    f"[{TABLE}] limits[{limit.index}].bank '{limit.who}' is not a bank in {source}"
+                )
+            limits.append(replace(limit, covers=frozenset(coverage[limit.who])))
+        return replace(self, limits=tuple(limits))
 
 
 def _parse_limit(entry: object, index: int) -> Limit:

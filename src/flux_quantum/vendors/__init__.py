@@ -67,8 +67,11 @@ def make_vendor(
         from flux_quantum.vendors.ibm import IbmSettings, IbmVendor
 
         overrides = {} if timeout is None else {"timeout": timeout}
-        settings = IbmSettings.from_catalog(catalog.settings("ibm"), **overrides)
-        return IbmVendor(settings, environ=environ, **common)
+        return IbmVendor(
+            IbmSettings.from_catalog(catalog.settings("ibm"), **overrides),
+            environ=environ,
+            **common,
+        )
     if name == "iqm":
         from flux_quantum.vendors.iqm import IqmSettings, IqmVendor
 

@@ -3,7 +3,8 @@
 Shaped like the Braket SDK's own objects (a device and a task with plain verbs), so
 that every vendor module (``braket``, ``local``, ``ibm``) looks the same to the policy,
 the handlers and the CLI. This module owns the records those verbs return
-(``DeviceSnapshot``, ``TaskRef``, ``TaskSnapshot``, ``TaskResult``), the abstract
+(``DeviceSnapshot``, ``TaskRef``, ``TaskSnapshot``, ``TaskResult``; a task's state is
+``task_state``'s, and a vendor's feed of state changes ``task_events``'), the abstract
 ``Vendor``, the vendor-neutral ``Calibration`` record, the one bounded retry loop
 (``RetryBudget``) and the one call wrapper (``TranslatedCalls``: a call under that loop,
 its errors translated by the vendor) that vendor modules make their calls through. It
@@ -20,10 +21,16 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flux_quantum.catalog import Device, PriceModel
 from flux_quantum.vendors.errors import NotFound, NotSupported, VendorError
+from flux_quantum.vendors.task_state import (
+    TaskState as TaskState,  # handed on: its records carry it
+)
+
+if TYPE_CHECKING:
+    from flux_quantum.vendors.task_events import EventSource
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -36,20 +43,6 @@ class DeviceStatus(StrEnum):
     OFFLINE = "OFFLINE"
     RETIRED = "RETIRED"
     UNREACHABLE = "UNREACHABLE"  # we could not ask (timeout, connection, credentials)
-
-
-class TaskState(StrEnum):
-    CREATED = "CREATED"
-    QUEUED = "QUEUED"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLING = "CANCELLING"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -391,7 +384,10 @@ class Vendor(abc.ABC):
         if not 0 <= task.program < len(results):
             raise NotFound(
                 f"task {task.task_id} has {len(results)} program(s), not a program "
-                f"#{task.program + 1}"
+                f"#{task.program + 1}",
+                vendor=self.name,
+                vendor_code="NotFound",
+                operation="result",
             )
         return results[task.program]
 
@@ -462,6 +458,12 @@ class Vendor(abc.ABC):
         raise NotSupported(
             f"{self.name} has no sessions", vendor=self.name, vendor_code="NotSupported"
         )
+
+    def event_source(self) -> EventSource | None:
+        """The feed of this vendor's task state changes the site set up (Braket's
+        events through a queue: ``flux_quantum.vendors.task_events``), or None: its
+        tasks are only polled. Pure: building the source calls nothing."""
+        return None
 
 
 @dataclass(frozen=True)

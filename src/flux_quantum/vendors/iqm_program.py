@@ -363,6 +363,15 @@ def _operands(text: str, regs: Mapping[str, tuple[int, int]], what: str) -> list
     return result
 
 
+def _measurement(statement: str) -> tuple[str, str] | None:
+    """(bits, qubits) of ``c = measure q`` or ``measure q -> c``; None for anything else."""
+    if assign := _MEASURE_ASSIGN.match(statement):
+        return assign.group(1), assign.group(2)
+    if arrow := _MEASURE_ARROW.match(statement):
+        return arrow.group(2), arrow.group(1)
+    return None
+
+
 def _statement(
     statement: str,
     builder: _Builder,
@@ -370,12 +379,9 @@ def _statement(
     cregs: Mapping[str, int],
     measures: dict[tuple[str, int], int],
 ) -> None:
-    assign = _MEASURE_ASSIGN.match(statement)
-    arrow = _MEASURE_ARROW.match(statement)
-    if assign or arrow:
-        target, source = (
-            (assign.group(1), assign.group(2)) if assign else (arrow.group(2), arrow.group(1))
-        )  # type: ignore[union-attr]
+    measured = _measurement(statement)
+    if measured is not None:
+        target, source = measured
         bits = _bit_operands(target, cregs)
         (qs,) = _operands(source, qregs, "qubit")
         if len(bits) != len(qs):

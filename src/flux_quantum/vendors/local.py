@@ -6,8 +6,10 @@ positions, cancel, results, faults) works with no AWS account, in the same proce
 real Braket devices. A device whose id names an IBM backend (``ibm_...``) is the
 emulator's IBM side instead, reached through the IBM vendor (QRMI) with the emulator's
 key: IBM's semantics (no queue position, sessions) with no IBM account. It owns only how the emulator is found: an ``Emulator`` object
-handed to it, the catalog's ``vendors.local.url`` or ``FLUX_QUANTUM_EMULATOR_URL``. It
-must never reach anything but the emulator and never change ``os.environ``.
+handed to it, the catalog's ``vendors.local.url`` or ``FLUX_QUANTUM_EMULATOR_URL``; the
+emulator's events queue (``vendors.local.events_queue``, its SQS under ``/sqs``) is read
+as Braket's. It must never reach anything but the emulator and never change
+``os.environ``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from flux_quantum.vendors.base import (
     VendorSession,
 )
 from flux_quantum.vendors.braket import BraketSettings, BraketVendor
+from flux_quantum.vendors.braket.hybrid_jobs import MODE as HYBRID
+from flux_quantum.vendors.braket.settings import BotoService, numeric_settings
 from flux_quantum.vendors.errors import VendorUnavailable
 from flux_quantum.vendors.ibm import IbmVendor
 from flux_quantum.vendors.ibm import emulator_settings as ibm_emulator_settings
@@ -39,6 +43,7 @@ ENV_URL = "FLUX_QUANTUM_EMULATOR_URL"
 # The emulator serves its path-style S3 under this prefix of its one port, the bucket
 # it writes results to by default, and accepts any credentials.
 S3_PREFIX = "/s3"
+SQS_PREFIX = "/sqs"
 DEFAULT_BUCKET = "amazon-braket-flux-quantum-emulator"
 CREDENTIALS = ("flux-quantum-emulator", "flux-quantum-emulator")
 REGION = "us-east-1"
@@ -58,6 +63,7 @@ def emulator_settings(url: str, bucket: str | None = None, **overrides: Any) -> 
         "region": REGION,
         "endpoint_url": url,
         "s3_endpoint_url": url + S3_PREFIX,
+        "sqs_endpoint_url": url + SQS_PREFIX,
         "s3_bucket": bucket or DEFAULT_BUCKET,
         "credentials": CREDENTIALS,
     }
@@ -101,6 +107,7 @@ class LocalVendor(BraketVendor):
             region=env.get("AWS_DEFAULT_REGION", REGION),
             endpoint_url=env["AWS_ENDPOINT_URL_BRAKET"],
             s3_endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+            sqs_endpoint_url=env["AWS_ENDPOINT_URL_SQS"],
             s3_bucket=env.get("AMZN_BRAKET_OUT_S3_BUCKET", DEFAULT_BUCKET),
             credentials=(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]),
             **kwargs.pop("settings_overrides", {}),
@@ -122,6 +129,10 @@ class LocalVendor(BraketVendor):
         overrides: dict[str, Any] = {}
         if settings.get("s3_prefix"):
             overrides["s3_prefix"] = settings["s3_prefix"]
+        for key in ("events_queue", "hybrid_role_arn", "hybrid_instance"):
+            if settings.get(key):
+                overrides[key] = settings[key]
+        overrides.update(numeric_settings(settings))
         if timeout is not None:
             overrides.update(connect_timeout=timeout, read_timeout=timeout)
         if not url:
@@ -251,20 +262,20 @@ class LocalVendor(BraketVendor):
         return ibm.submit_in(session, device, program_text, shots, token)
 
     def close_session(self, session: VendorSession) -> None:
-        if self.ibm is None:
+        if self.ibm is None or session.mode == HYBRID:
             return super().close_session(session)
         return self.ibm.close_session(session)
 
     def session_of(self, task: TaskRef) -> VendorSession | None:
         ibm = self._ibm_side(task.task_id)
-        return ibm.session_of(task) if ibm is not None else None
+        return ibm.session_of(task) if ibm is not None else super().session_of(task)
 
     def session_environment(self, session: VendorSession) -> dict[str, str]:
-        if self.ibm is None:
+        if self.ibm is None or session.mode == HYBRID:
             return super().session_environment(session)
         return self.ibm.session_environment(session)
 
-    def _client(self, service: str, region: str) -> Any:
+    def _client(self, service: BotoService, region: str) -> Any:
         self._require_emulator()
         return super()._client(service, region)
 

@@ -27,7 +27,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 TOKEN_MARK = "flux-quantum:"
 ACCEPTED = "Pasqal devices take Pulser sequences (the JSON of Sequence.to_abstract_repr())"
@@ -83,8 +83,8 @@ def parse(program_text: str) -> PulserSequence:
         if not channel.startswith("rydberg_global"):
             continue
         area += _area(op.get("amplitude"), f"operation #{i}")
-    name = doc.get("name") if isinstance(doc.get("name"), str) else ""
-    return PulserSequence(tuple(atoms), area, name)
+    name = doc.get("name")
+    return PulserSequence(tuple(atoms), area, name if isinstance(name, str) else "")
 
 
 def _area(waveform: Any, where: str) -> float:
@@ -117,7 +117,7 @@ def _area(waveform: Any, where: str) -> float:
     )
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

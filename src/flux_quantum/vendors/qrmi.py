@@ -20,11 +20,12 @@ write a setting's value into a message (they hold tokens and passwords).
 from __future__ import annotations
 
 import abc
+import functools
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
@@ -238,7 +239,7 @@ def no_reservation(vendor: str, reservation: str | None) -> None:
         )
 
 
-def _count(value: Any) -> bool:
+def _count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -522,7 +523,7 @@ class QrmiVendor(TranslatedCalls, Vendor):
         for device in self._devices.values():
             resource = self._resource(device)
             try:
-                self._call("status", task_id, lambda r=resource: r.task_status(task_id))
+                self._call("status", task_id, functools.partial(resource.task_status, task_id))
             except NotFound as exc:
                 last = exc
                 continue

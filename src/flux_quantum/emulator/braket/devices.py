@@ -67,6 +67,8 @@ class Devices:
             now = self.clock.now()
             status = queue.status(now)
             size = queue.queue_size(now)
+            priority = queue.priority_size(now)
+            size -= priority
         doc: dict[str, Any] = {
             "deviceArn": spec.arn,
             "deviceName": spec.name,
@@ -80,7 +82,11 @@ class Devices:
                     "queueSize": str(size) if size <= DEVICE_QUEUE_CAP else f">{DEVICE_QUEUE_CAP}",
                     "queuePriority": "Normal",
                 },
-                {"queue": "QUANTUM_TASKS_QUEUE", "queueSize": "0", "queuePriority": "Priority"},
+                {
+                    "queue": "QUANTUM_TASKS_QUEUE",
+                    "queueSize": str(priority),
+                    "queuePriority": "Priority",
+                },
                 {"queue": "JOBS_QUEUE", "queueSize": "0"},
             ],
         }

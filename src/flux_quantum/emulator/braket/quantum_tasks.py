@@ -3,8 +3,10 @@ and SearchQuantumTasks, and what Braket bills for each task.
 
 This module owns every quantum task created (its ``TaskRecord``, by ARN, and the ARN of
 each clientToken, ids drawn from the seed): a create checked (its fields, device and
-region, availability, reservation, shots and program set), simulated on the Braket local
-simulator outside the lock and submitted to its device's queue, a repeated clientToken
+region, availability, reservation, shots and program set; a ``jobToken`` of a running
+hybrid job on the device puts it ahead of the public queue, ``HybridJobs``), simulated
+on the Braket local simulator outside the lock and submitted to its device's queue, a
+repeated clientToken
 answered with its task (or ConflictException), a task described as GetQuantumTask and
 SearchQuantumTasks show it (status, queue position, times), cancelled, and billed. Its
 progress is its device's ``DeviceQueue``'s, its tags ``TaskTags``', the reservations
@@ -24,6 +26,7 @@ from typing import Any
 from flux_quantum.emulator.bill import BilledTask, braket_charge
 from flux_quantum.emulator.braket import search
 from flux_quantum.emulator.braket.devices import Devices
+from flux_quantum.emulator.braket.hybrid_jobs import HybridJobs
 from flux_quantum.emulator.braket.program_sets import (
     check_program_set,
     names_program_set,
@@ -75,8 +78,10 @@ class QuantumTasks:
         store: ObjectStore,
         seed: int,
         lock: threading.Lock,
+        hybrid: HybridJobs,
     ) -> None:
         self.scenario = devices.scenario
+        self._hybrid = hybrid
         self.clock = devices.clock
         self._devices = devices
         self._reservations = reservations
@@ -227,6 +232,8 @@ class QuantumTasks:
             now = self.clock.now()
             if reservation is not None:  # its window may have ended since the check
                 self._reservations.check(reservation, spec, now)
+            job_token = body.get("jobToken") if isinstance(body.get("jobToken"), str) else None
+            job = self._hybrid.priority(job_token, spec.arn, now)
             task_id = str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
             arn = f"arn:aws:braket:{region}:{self.scenario.account}:quantum-task/{task_id}"
             prefix = body["outputS3KeyPrefix"].rstrip("/")
@@ -249,6 +256,7 @@ class QuantumTasks:
                 reservation=reservation,
                 programs=len(programs),
                 executables=sum(program.executables for program in programs),
+                job_arn=job,
             )
             self._devices.queue(spec.arn).submit(
                 arn,
@@ -257,7 +265,10 @@ class QuantumTasks:
                 fails=fail_task is not None,
                 vendor_cancels=cancel_task,
                 window=reservation,
+                priority=job is not None,
             )
+            if job is not None:
+                self._hybrid.rode(job, arn)
             self._tasks[arn] = record
             self._tokens[token] = arn
             self._tags.add(arn, body.get("tags"))
@@ -307,7 +318,7 @@ class QuantumTasks:
             queue_info: dict[str, str] = {
                 "queue": "QUANTUM_TASKS_QUEUE",
                 "position": position,
-                "queuePriority": "Normal",
+                "queuePriority": "Priority" if task.job_arn else "Normal",
             }
         elif progress.status == "QUEUED" and task.reservation is not None:
             queue_info = {
@@ -349,6 +360,8 @@ class QuantumTasks:
             doc["numSuccessfulShots"] = task.shots
         if task.associations:
             doc["associations"] = [dict(a) for a in task.associations]
+        if task.job_arn:
+            doc["jobArn"] = task.job_arn
         return doc
 
     def cancel(self, arn: str, region: str) -> Response:

@@ -59,14 +59,19 @@ class ResultFiles:
                 metadata["endedAt"] = iso8601(timestamp(self.clock, progress.ended_at))
             spec = self._devices.spec(task.device_arn)
             started, ended = progress.started_at, progress.ended_at
-            if spec is not None and spec.type == "SIMULATOR" and None not in (started, ended):
+            if (
+                spec is not None
+                and spec.type == "SIMULATOR"
+                and started is not None
+                and ended is not None
+            ):
                 # What the managed simulators report and Braket bills (3 s minimum).
                 document.setdefault("additionalMetadata", {})["simulatorMetadata"] = {
                     "braketSchemaHeader": {
                         "name": "braket.task_result.simulator_metadata",
                         "version": "1",
                     },
-                    "executionDuration": execution_ms(started, ended),  # type: ignore[arg-type]
+                    "executionDuration": execution_ms(started, ended),
                 }
             when = timestamp(self.clock, progress.ended_at or now)
             body = json.dumps(document).encode()

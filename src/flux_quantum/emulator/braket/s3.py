@@ -49,8 +49,8 @@ class S3Call:
 def classify(request: Request) -> S3Call:
     """Name the S3 operation of a path-style request under ``/s3``."""
     parts = request.path[len(PREFIX) :].split("?")[0].lstrip("/")
-    bucket, _, raw_key = parts.partition("/")
-    bucket = unquote(bucket) or None
+    raw_bucket, _, raw_key = parts.partition("/")
+    bucket = unquote(raw_bucket) or None
     key = unquote(raw_key) or None
     method = request.method
     if bucket is None:
@@ -130,8 +130,8 @@ class ObjectStore:
         if call.operation == "PutObject":
             body = _decode_body(request)
             ctype = request.headers.get("content-type", "application/octet-stream")
-            obj = self.put(bucket, key or "", body, now, ctype)
-            return Response(200, b"", (("ETag", obj.etag),))
+            stored = self.put(bucket, key or "", body, now, ctype)
+            return Response(200, b"", (("ETag", stored.etag),))
         if not self.has_bucket(bucket):
             return s3_error(
                 "NoSuchBucket", 404, "The specified bucket does not exist", bucket, head

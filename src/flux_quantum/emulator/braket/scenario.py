@@ -74,6 +74,9 @@ BRAKET_OPERATIONS = (
     "CreateQuantumTask",
     "GetQuantumTask",
     "CancelQuantumTask",
+    "CreateJob",
+    "GetJob",
+    "CancelJob",
     "SearchQuantumTasks",
     "GetDevice",
     "SearchDevices",
@@ -235,12 +238,38 @@ class ReservationSpec:
 
 
 @dataclass(frozen=True)
+class EventsSpec:
+    """Braket's task and device events as EventBridge would route them to a site's SQS
+    queue ``queue`` (the emulator's SQS side): each one lost with probability ``lose``,
+    sent twice with ``duplicate`` (the copy up to ``late`` seconds later, so it can come
+    after the next state's event), each visible ``latency`` seconds after its change."""
+
+    queue: str = "braket-events"
+    lose: float = 0.0
+    duplicate: float = 0.0
+    late: float = 30.0
+    latency: float = 0.0
+
+
+@dataclass(frozen=True)
+class HybridJobsSpec:
+    """Braket hybrid jobs (CreateJob): a job waits ``startup`` seconds in its device's
+    jobs queue and instance start-up before it runs; its instance is billed
+    ``price_per_hour`` (per second) while it runs, its tasks as any task."""
+
+    startup: float = 60.0
+    price_per_hour: float = 0.115
+
+
+@dataclass(frozen=True)
 class Scenario:
     """Everything the emulator serves, immutable; build with ``from_yaml``/``from_dict``."""
 
     devices: tuple[DeviceSpec, ...]
     faults: tuple[Fault, ...] = ()
     reservations: tuple[ReservationSpec, ...] = ()
+    events: EventsSpec = EventsSpec()
+    hybrid_jobs: HybridJobsSpec = HybridJobsSpec()
     region: str = "us-east-1"
     account: str = "123456789012"
     bucket: str = "amazon-braket-flux-quantum-emulator"
@@ -385,7 +414,12 @@ _SCENARIO_KEYS = (
     "faults",
     "devices",
     "reservations",
+    "events",
+    "hybrid_jobs",
 )
+_HYBRID_KEYS = ("startup", "price_per_hour")
+_EVENTS_KEYS = ("queue", "lose", "duplicate", "late", "latency")
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _DEVICE_KEYS = (
     "arn",
     "name",
@@ -445,12 +479,40 @@ def _parse_scenario(data: Mapping[str, Any], source: str) -> Scenario:
         devices=tuple(devices),
         faults=faults,
         reservations=tuple(sorted(reservations, key=lambda r: (r.device, r.start))),
+        events=_parse_events(top.child("events")),
+        hybrid_jobs=_parse_hybrid_jobs(top.child("hybrid_jobs")),
         region=region or "us-east-1",
         account=top.string("account", "123456789012") or "123456789012",
         bucket=top.string("bucket", Scenario.bucket) or Scenario.bucket,
         strict_regions=top.boolean("strict_regions", True),
         max_simulated_qubits=top.integer("max_simulated_qubits", 20, low=1) or 20,
         source=source,
+    )
+
+
+def _parse_events(f: _Fields) -> EventsSpec:
+    f.reject_unknown(_EVENTS_KEYS)
+    default = EventsSpec()
+    queue = f.string("queue", default.queue) or default.queue
+    if not _QUEUE_NAME.fullmatch(queue):
+        f.fail("queue", f"must be an SQS queue name (1-80 of A-Z a-z 0-9 - _), got {queue!r}")
+    return EventsSpec(
+        queue=queue,
+        lose=f.number("lose", 0.0, high=1.0) or 0.0,
+        duplicate=f.number("duplicate", 0.0, high=1.0) or 0.0,
+        late=f.number("late", default.late, high=3600.0) or 0.0,
+        latency=f.number("latency", 0.0, high=3600.0) or 0.0,
+    )
+
+
+def _parse_hybrid_jobs(f: _Fields) -> HybridJobsSpec:
+    f.reject_unknown(_HYBRID_KEYS)
+    default = HybridJobsSpec()
+    startup = f.number("startup", default.startup, high=86400.0)
+    price = f.number("price_per_hour", default.price_per_hour)
+    return HybridJobsSpec(
+        startup=default.startup if startup is None else startup,
+        price_per_hour=default.price_per_hour if price is None else price,
     )
 
 
@@ -599,7 +661,7 @@ def _parse_device(raw: Any, source: str, index: int) -> DeviceSpec:
             value = c.number(key, None, high=1.0)
             if value is None:
                 c.fail(key, "is required (a fidelity between 0 and 1)")
-            figures[key] = float(value)  # type: ignore[arg-type]
+            figures[key] = float(value)
         spread = c.number("spread", 0.0, high=0.5) or 0.0
         calibration = CalibrationSpec(spread=spread, **figures)
 

@@ -2,14 +2,16 @@
 
 This module owns the Braket side as the client sees it: it routes every request the
 emulator does not give another side (the Braket rest-json operations CreateQuantumTask,
-GetQuantumTask, CancelQuantumTask, SearchQuantumTasks, GetDevice, SearchDevices and the
-tag operations, and, under ``/s3``, the minimal S3 that serves each task's result files
+GetQuantumTask, CancelQuantumTask, SearchQuantumTasks, GetDevice, SearchDevices, the
+tag operations and the hybrid jobs' CreateJob, GetJob and CancelJob, and, under ``/s3``, the minimal S3 that serves each task's result files
 once the task has ended), reads the request's region, counts the call against the
 scenario's faults (drawn from the seed) and answers with those that fire before or after
 the call is applied. What a call does is its collaborators': ``QuantumTasks`` (tasks),
 ``Devices`` (devices and their queues), ``TaskTags``, ``Reservations`` (Braket Direct),
+``HybridJobs``,
 ``ResultFiles`` and the ``ObjectStore``, all behind this side's one lock; the call log and
-the report's counts are the shared ``VendorSide``'s (``side``). It must never sleep while
+the report's counts are the shared ``VendorSide``'s (``side``); the task and device
+state changes go to the events queue it is given (``EventPublisher``). It must never sleep while
 holding its lock, never read the wall clock (time comes from the injected ``Clock``), and
 never answer with a shape botocore's braket 2019-09-01 model does not have.
 """
@@ -23,9 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledReservation, BilledTask
+from flux_quantum.emulator.bill import BilledReservation, BilledSession, BilledTask
 from flux_quantum.emulator.braket import s3
 from flux_quantum.emulator.braket.devices import Devices
+from flux_quantum.emulator.braket.event_publisher import EventPublisher
+from flux_quantum.emulator.braket.hybrid_jobs import HybridJobs
 from flux_quantum.emulator.braket.quantum_tasks import QuantumTasks
 from flux_quantum.emulator.braket.reservations import Reservations
 from flux_quantum.emulator.braket.result_files import ResultFiles
@@ -41,6 +45,7 @@ from flux_quantum.emulator.braket.wire import BraketRefusal, braket_error, json_
 from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.side import Call, Refusal, VendorSide
+from flux_quantum.emulator.sqs import MessageQueue
 from flux_quantum.emulator.wire import Request, Response, json_response
 
 _REGION = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
@@ -103,10 +108,39 @@ class BraketService(VendorSide[_Route, Fault]):
         # Braket Direct reservations (the scenario's, then those added while running).
         self._reservations = Reservations(self._devices, seed, self._lock)
         self._tags = TaskTags(self._lock)
+        self._hybrid = HybridJobs(self._devices, self.store, seed, self._lock)
         self._tasks = QuantumTasks(
-            self._devices, self._reservations, self._tags, self.store, seed, self._lock
+            self._devices,
+            self._reservations,
+            self._tags,
+            self.store,
+            seed,
+            self._lock,
+            self._hybrid,
         )
         self._results = ResultFiles(self._devices, self.store)
+        self._events: EventPublisher | None = None
+
+    # -- events -------------------------------------------------------------------------------
+
+    def publish_to(self, queue: MessageQueue) -> None:
+        """Send this side's task and device state changes to ``queue`` from now on (as a
+        site's EventBridge rule sends Braket's events to its SQS queue)."""
+        self._events = EventPublisher(self._tasks, self._devices, queue, self.seed, self._lock)
+
+    def publish_events(self) -> None:
+        """Send the state changes up to now not sent yet (``EventPublisher.publish``)."""
+        if self._events is not None:
+            self._events.publish()
+
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(calls by operation, fault effects by kind), with the events sent, lost and
+        sent twice among the effects."""
+        calls, effects = super().counts()
+        if self._events is not None:
+            with self._lock:
+                effects.update(self._events.counts)
+        return calls, effects
 
     # -- public views -------------------------------------------------------------------------
 
@@ -137,6 +171,14 @@ class BraketService(VendorSide[_Route, Fault]):
     def bill(self) -> list[BilledTask]:
         """Every task created so far, with what Braket charges for it now."""
         return self._tasks.bill()
+
+    def job_starts(self) -> dict[str, float]:
+        """When each hybrid job started, or will (emulated seconds), by ARN."""
+        return self._hybrid.starts()
+
+    def bill_jobs(self) -> list[BilledSession]:
+        """Every hybrid job, its instance time billed so far (as the bill's sessions)."""
+        return self._hybrid.bill()
 
     # -- dispatch -----------------------------------------------------------------------------
 
@@ -183,6 +225,15 @@ class BraketService(VendorSide[_Route, Fault]):
                 return json_response(201, {"quantumTaskArn": arn})
             case "GetQuantumTask":
                 return self._tasks.get(target, region)
+            case "CreateJob":
+                arn, new = self._hybrid.create(route.body, region)
+                if new:
+                    created.append(arn)
+                return json_response(201, {"jobArn": arn})
+            case "GetJob":
+                return self._hybrid.get(target)
+            case "CancelJob":
+                return self._hybrid.cancel(target)
             case "CancelQuantumTask":
                 return self._tasks.cancel(target, region)
             case "SearchQuantumTasks":
@@ -229,6 +280,17 @@ class BraketService(VendorSide[_Route, Fault]):
                 return _Route("CancelQuantumTask", arn, self._tasks.device_of(arn))
             if method == "GET":
                 return _Route("GetQuantumTask", rest, self._tasks.device_of(rest))
+        if method == "POST" and parts == ["job"]:
+            body = json_body(request, "CreateJob")
+            config = body.get("deviceConfig")
+            device = config.get("device") if isinstance(config, dict) else None
+            return _Route("CreateJob", None, device if isinstance(device, str) else None, body)
+        if head == "job" and rest:
+            if method == "PUT" and parts[-1] == "cancel" and len(parts) > 2:
+                arn = "/".join(parts[1:-1])
+                return _Route("CancelJob", arn, self._hybrid.device_of(arn))
+            if method == "GET":
+                return _Route("GetJob", rest, self._hybrid.device_of(rest))
         if method == "POST" and parts == ["quantum-tasks"]:
             return _Route("SearchQuantumTasks", body=json_body(request, "SearchQuantumTasks"))
         if method == "GET" and head == "device" and rest:
@@ -321,6 +383,7 @@ class BraketService(VendorSide[_Route, Fault]):
             now = self.clock.now()
             if call.operation in ("GetObject", "HeadObject", "ListObjectsV2"):
                 self._results.publish(self._tasks.records(), now)
+                self._hybrid.publish(now)
             return self.store.handle(request, call, timestamp(self.clock, now))
 
 

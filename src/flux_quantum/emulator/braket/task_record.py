@@ -35,6 +35,7 @@ class TaskRecord:
     reservation: str | None = None  # the reservation ARN among the associations
     programs: int = 0  # a program set's programs and executables (0: a single program)
     executables: int = 0
+    job_arn: str | None = None  # the hybrid job whose token it rode ahead of the queue
 
     def same_request(self, body: dict[str, Any]) -> bool:
         """Whether a create with the same clientToken asks for the same task."""

@@ -368,7 +368,8 @@ class IbmService(VendorSide[_Route, IbmFault]):
             raise refuse(1002, "the emulator runs circuits given as OpenQASM 3 strings only", 400)
         if len(pub) > 1 and pub[1] not in (None, [], {}):
             raise refuse(1002, "the emulator does not bind parameter values", 400)
-        options = params.get("options") if isinstance(params.get("options"), dict) else {}
+        options = params.get("options")
+        options = options if isinstance(options, dict) else {}
         shots = next(
             (s for s in (pub[2] if len(pub) > 2 else None, params.get("shots"),
                          options.get("default_shots")) if s is not None),
@@ -405,8 +406,9 @@ class IbmService(VendorSide[_Route, IbmFault]):
         try:
             limit = min(LIST_LIMIT, int(q("limit") or LIST_LIMIT))
             offset = int(q("offset") or 0)
-            after = parse_timestamp(q("created_after")) if q("created_after") else None
-            before = parse_timestamp(q("created_before")) if q("created_before") else None
+            created_after, created_before = q("created_after"), q("created_before")
+            after = parse_timestamp(created_after) if created_after else None
+            before = parse_timestamp(created_before) if created_before else None
         except ValueError as exc:
             raise refuse(1000, f"bad query parameter: {exc}", 400) from exc
         if limit < 1 or offset < 0:

@@ -11,6 +11,7 @@ holding the side's lock nor read the wall clock, and it cannot verify a munge cr
 
 from __future__ import annotations
 
+import builtins
 import json
 import threading
 import uuid
@@ -117,13 +118,13 @@ class PasqalWarden:
             docs = self._batches.local_documents(device, self.clock.now())
         return json_response(200, docs)
 
-    def logs(self, request: Request, args: list[str]) -> Response:
+    def logs(self, request: Request, args: builtins.list[str]) -> Response:
         self._job(request)
         return json_response(200, {"logs": ""})
 
-    def cancel(self, request: Request, args: list[str]) -> Response:
+    def cancel(self, request: Request, args: builtins.list[str]) -> Response:
         return self._batches.cancel(self._job(request), warden_error)
 
-    def specs(self, request: Request, args: list[str]) -> Response:
+    def specs(self, request: Request, args: builtins.list[str]) -> Response:
         spec = self._batches.device(request.segments(LOCAL_PREFIX)[0], "local")
         return json_response(200, {"specs": specs_document(spec)["specs"]})

@@ -9,12 +9,14 @@ One module a concern: ``vendor`` (``BraketVendor``: the verbs, the clients it ke
 idempotency by clientToken, the lookup by token tag), ``parsing`` (GetDevice and
 GetQuantumTask answers, result files, program set layouts, the clientToken and tags),
 ``calibration`` (device capabilities as a ``Calibration``), ``errors`` (Braket's codes
-as vendor errors) and ``settings`` (where the settings come from, the boto3 session and
-client config built from them). The names below are the ones other modules use.
+as vendor errors), ``settings`` (where the settings come from, the boto3 session and
+client config built from them) and ``event_queue`` (``BraketEventQueue``: Braket's task
+events from the site's SQS queue). The names below are the ones other modules use.
 """
 
 from flux_quantum.vendors.braket.calibration import read_calibration
 from flux_quantum.vendors.braket.errors import translate_error
+from flux_quantum.vendors.braket.event_queue import BraketEventQueue, read_event
 from flux_quantum.vendors.braket.parsing import (
     LAYOUT_TAG,
     PROGRAM_SET_ACTION,
@@ -41,6 +43,7 @@ __all__ = [
     "RESERVATION_ASSOCIATION",
     "TAG_VALUE_MAX",
     "TOKEN_TAG",
+    "BraketEventQueue",
     "BraketSettings",
     "BraketVendor",
     "client_token",
@@ -51,6 +54,7 @@ __all__ = [
     "in_execution_window",
     "parse_queue_count",
     "program_set_layout",
+    "read_event",
     "read_calibration",
     "reservation_of",
     "status_reason",

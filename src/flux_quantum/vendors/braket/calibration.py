@@ -74,8 +74,8 @@ def read_calibration(capabilities: object) -> Calibration | None:
         gate = next((by_type[k] for k in _ONE_QUBIT_TYPES if by_type.get(k) is not None), None)
         if gate is not None:
             one[str(qubit)] = gate
-        if by_type.get("READOUT") is not None:
-            readout[str(qubit)] = by_type["READOUT"]  # type: ignore[assignment]
+        if (read := by_type.get("READOUT")) is not None:
+            readout[str(qubit)] = read
     pairs = standardized.get("twoQubitProperties")
     for pair, properties in (pairs if isinstance(pairs, dict) else {}).items():
         entries = properties.get("twoQubitGateFidelity") if isinstance(properties, dict) else None

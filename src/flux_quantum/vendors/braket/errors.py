@@ -1,10 +1,11 @@
 """Braket's failures as ``flux_quantum.vendors.errors``: the one translation.
 
-This module owns the mapping of what boto3 and botocore raise on a Braket or S3 call (a
-``ClientError`` with Braket's or S3's error code, a timeout, a refused connection,
-missing credentials) to the project's vendor errors, with the code and Braket's message
-kept in the text. It must never retry, never call Braket, and never write a credential
-into a message: only Braket's own answer, the operation and its subject.
+This module owns the mapping of what boto3 and botocore raise on a Braket, S3 or SQS
+(the events queue) call (a ``ClientError`` with the service's error code, a timeout, a
+refused connection, missing credentials) to the project's vendor errors, with the code
+and the service's message kept in the text. It must never retry, never call Braket,
+and never write a credential into a message: only the service's own answer, the
+operation and its subject.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from flux_quantum.vendors.errors import (
 # What botocore raises that this module translates; anything else is not Braket's answer.
 TRANSLATED: tuple[type[BaseException], ...] = (ClientError, BotoCoreError)
 
-# Braket's error codes (botocore model 2019-09-01) and S3's, to our error classes.
+# Braket's error codes (botocore model 2019-09-01), S3's and SQS's, to our error classes.
 _ERROR_CLASSES: Mapping[str, type[VendorError]] = {
     "ThrottlingException": VendorThrottled,
     "TooManyRequestsException": VendorThrottled,
@@ -62,6 +63,12 @@ _ERROR_CLASSES: Mapping[str, type[VendorError]] = {
     "NoSuchBucket": NotFound,
     "ServiceQuotaExceededException": QuotaExceeded,
     "ConflictException": Conflict,
+    # SQS (the events queue): its JSON protocol keeps the old query codes in Code.
+    "AWS.SimpleQueueService.NonExistentQueue": NotFound,
+    "QueueDoesNotExist": NotFound,
+    "RequestThrottled": VendorThrottled,
+    "OverLimit": VendorThrottled,
+    "InvalidSecurity": AccessDenied,
 }
 
 
@@ -131,9 +138,9 @@ def name_first_failure(exc: ClientError) -> None:
     where = f"program {first.get('programIndex')}"
     if first.get("inputsIndex") is not None:
         where += f" inputs {first.get('inputsIndex')}"
-    errors = first.get("errors") if isinstance(first.get("errors"), list) else []
+    errors = first.get("errors")
     error = exc.response.setdefault("Error", {})
     message = str(error.get("Message") or "").rstrip(".")
-    detail = "; ".join(map(str, errors))
+    detail = "; ".join(map(str, errors)) if isinstance(errors, list) else ""
     if detail and detail not in message:  # Braket's message may already say it
         error["Message"] = f"{message} (first failure: {where}: {detail})"

@@ -7,6 +7,8 @@ the SDK's packages import one another in circles: two threads importing into the
 circle can see a module another thread is still initialising, or one it dropped from
 ``sys.modules`` (``KeyError: 'braket.default_simulator'`` from a merged task's create).
 ``sdk(name)`` imports under one lock; a module already imported costs a dictionary read.
+Every import of the SDK outside module level goes through it (the service's warm-up
+too, which imports them all in a worker at start).
 """
 
 from __future__ import annotations

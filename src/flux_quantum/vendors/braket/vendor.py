@@ -25,6 +25,13 @@ Decisions worth knowing:
   environment, so one process can talk to real Braket and to the emulator at once.
   ``AwsQuantumTask(arn)``/``AwsDevice`` are not used: they copy sessions and lose such
   clients.
+- Sessions: with ``hybrid_role_arn`` set, a loop's session is a Braket hybrid job
+  (``BraketHybridJobs``): its tasks carry the job's token and run ahead of the public
+  queue; without it, no sessions, as before.
+- Events: with ``events_queue`` set, ``event_source`` is the site's queue of Braket's
+  task events (``BraketEventQueue``), read through an SQS client built like the others
+  (same session, one attempt, the ``AWS_ENDPOINT_URL_SQS`` resolution or
+  ``sqs_endpoint_url``), in the queue's own region.
 - Heavy SDK modules (``braket.aws`` takes seconds to import) load only when a task is
   created or a result is read, so ``flux quantum backends`` stays quick.
 - Program sets (``submit_set``/``results``): the SDK's ``ProgramSet`` of OpenQASM
@@ -36,6 +43,7 @@ Decisions worth knowing:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -53,6 +61,7 @@ from flux_quantum.vendors.base import (
     DeviceSnapshot,
     DeviceStatus,
     RetryBudget,
+    SessionOpening,
     Sleep,
     TaskRef,
     TaskResult,
@@ -60,8 +69,11 @@ from flux_quantum.vendors.base import (
     TaskState,
     TranslatedCalls,
     Vendor,
+    VendorSession,
 )
 from flux_quantum.vendors.braket.errors import TRANSLATED, name_first_failure, translate_error
+from flux_quantum.vendors.braket.event_queue import BraketEventQueue
+from flux_quantum.vendors.braket.hybrid_jobs import BraketHybridJobs
 from flux_quantum.vendors.braket.parsing import (
     LAYOUT_TAG,
     RESERVATION_ASSOCIATION,
@@ -84,7 +96,13 @@ from flux_quantum.vendors.braket.parsing import (
     unreadable_set,
 )
 from flux_quantum.vendors.braket.sdk import sdk
-from flux_quantum.vendors.braket.settings import BraketSettings, boto_session, client_config
+from flux_quantum.vendors.braket.settings import (
+    BotoService,
+    BraketSettings,
+    boto_session,
+    client_config,
+    queue_region,
+)
 from flux_quantum.vendors.errors import (
     Conflict,
     DeviceOffline,
@@ -123,6 +141,17 @@ class BraketVendor(TranslatedCalls, Vendor):
         self._boto_session: boto3.session.Session | None = None
         self._clients: dict[tuple[str, str], Any] = {}
         self._aws_sessions: dict[str, Any] = {}
+        self._events: BraketEventQueue | None = None
+        # A loop's session: a hybrid job whose token puts its tasks ahead of the queue.
+        self.hybrid = BraketHybridJobs(
+            self.settings,
+            lambda: self.settings.results_bucket(self._environ),
+            self._client,
+            self._call,
+            vendor=self.name,
+            clock=clock,
+            sleep=sleep,
+        )
 
     # -- plumbing
 
@@ -132,7 +161,7 @@ class BraketVendor(TranslatedCalls, Vendor):
         from_arn = arn_region(arn) if arn else None
         return from_arn or self.settings.region or DEFAULT_REGION
 
-    def _client(self, service: str, region: str) -> Any:
+    def _client(self, service: BotoService, region: str) -> Any:
         """The boto3 client of ``service`` in ``region``, built once.
 
         One boto3 session serves every region, so service models load once; S3 is only
@@ -194,10 +223,26 @@ class BraketVendor(TranslatedCalls, Vendor):
         *,
         reservation: str | None = None,
     ) -> TaskRef:
+        return self._submit(device, program_text, shots, token, reservation=reservation)
+
+    def _submit(
+        self,
+        device: Device,
+        program_text: str,
+        shots: int,
+        token: str,
+        *,
+        reservation: str | None = None,
+        job_token: str | None = None,
+    ) -> TaskRef:
+        """CreateQuantumTask of one program; ``job_token``: a hybrid job's, ahead of the
+        public queue."""
         program = sdk("braket.ir.openqasm").Program
         request = self._create_request(
             device, token, shots, program(source=program_text).json(), reservation
         )
+        if job_token:
+            request["jobToken"] = job_token
         session = self._aws_session(device.region)
         arn = self._call(
             "CreateQuantumTask", device.name, lambda: session.create_quantum_task(**request)
@@ -305,7 +350,7 @@ class BraketVendor(TranslatedCalls, Vendor):
         with self._lock:
             session = self._aws_sessions.get(region)
             if session is None:
-                from braket.aws import AwsSession
+                AwsSession = sdk("braket.aws").AwsSession
 
                 # AwsSession insists that its boto3 session has the client's region.
                 session = AwsSession(
@@ -433,7 +478,7 @@ class BraketVendor(TranslatedCalls, Vendor):
             page = self._call(
                 "SearchQuantumTasks",
                 device.name,
-                lambda request=dict(request): braket.search_quantum_tasks(**request),
+                functools.partial(braket.search_quantum_tasks, **request),
             )
             for summary in page.get("quantumTasks") or []:
                 tags = summary.get("tags") if isinstance(summary, Mapping) else None
@@ -460,6 +505,50 @@ class BraketVendor(TranslatedCalls, Vendor):
         """One GetQuantumTask: it fails for a task that is not there (``attach``) and
         carries the status and queue position (``poll``)."""
         return task_snapshot(task, self._get_task(task.task_id), self._clock(), vendor=self.name)
+
+    # -- a loop's session: a hybrid job (``hybrid``)
+
+    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+        """A hybrid job on ``device`` (``hybrid_jobs``), whatever mode is asked, when the
+        settings name its role; else no session, as before."""
+        if not self.hybrid.enabled:
+            return super().open_session(device, mode)
+        return self.hybrid.open(device, mode or "dedicated")
+
+    def submit_in(
+        self, session: VendorSession, device: Device, program_text: str, shots: int, token: str
+    ) -> TaskRef:
+        self.hybrid.check(session)
+        _, job_token = self.hybrid.parts(session)
+        return self._submit(device, program_text, shots, token, job_token=job_token)
+
+    def close_session(self, session: VendorSession) -> None:
+        self.hybrid.check(session)
+        device = next((d for d in self._devices_by_arn.values() if d.name == session.device), None)
+        self.hybrid.close(session, device)
+
+    def session_of(self, task: TaskRef) -> VendorSession | None:
+        if not self.hybrid.enabled:
+            return None
+        return self.hybrid.session_of(self._get_task(task.task_id), task.device)
+
+    def session_environment(self, session: VendorSession) -> dict[str, str]:
+        self.hybrid.check(session)
+        return self.hybrid.environment(session)
+
+    def event_source(self) -> BraketEventQueue | None:
+        """The site's queue of Braket's task events (``vendors.braket.events_queue``),
+        or None when it names none; made once, calling nothing."""
+        queue = self.settings.events_queue
+        if not queue:
+            return None
+        with self._lock:
+            if self._events is None:
+                region = queue_region(queue) or self.settings.region or DEFAULT_REGION
+                self._events = BraketEventQueue(
+                    self.settings, lambda: self._client("sqs", region), self._call
+                )
+            return self._events
 
     def attach(self, task_id: str) -> TaskRef:
         data = self._get_task(task_id)

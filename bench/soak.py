@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""A week's soak, compressed: does anything grow while flux-quantum runs for days?
+
+This module owns the soak and its figures. It reuses bench/faults.py's machinery by
+import (the emulator's fault plan, the seeded mixed workload, the ``Arm`` that starts the
+emulator, a Flux instance with the plugin, validator, job-shell plugin and a site
+ledger, and the handler service under its supervisor, and that gathers the promise
+checker's findings), and adds only what a soak needs: one instance for the whole run,
+``--days`` simulated days one after the other, each a fresh seeded day of submissions
+(single jobs, fan-out groups, batches, variational loops, IBM sessions, failover=next,
+jobs cancelled while held; vendor faults of every kind at the plan's rates over the
+whole week) with task merging on (``[quantum.merge]``), and a sampler that records,
+every ``--sample`` seconds and at each day's end: the service's RSS, open file
+descriptors and threads, the broker's RSS (the job-manager and the plugin live in it),
+the ledger's size on disk, the content cache and KVS cache (``flux module stats
+content`` / ``kvs``) and the content store on disk. It never fixes what it finds.
+
+Time: the vendor clock runs at ``--speed``; a simulated day is ``86400 / speed`` wall
+seconds of arrivals (quick: x4320, a day in 20 s; full: x1440, a day in 60 s), then the
+day drains (every job ended, the service idle) before the day's figures are taken.
+Growth per day once warm: the least-squares slope of the end-of-day figures from day 2
+on, as a percentage of their mean (target <= 1 % a day for the service, the broker and
+the caches; the ledger and the content store hold the history by design and are
+reported per job). Nothing lost: the promise checker over the whole run, 0 violations.
+
+    python bench/soak.py --quick     # 3 days, < 5 min; files only with --out
+    python bench/soak.py             # 7 days -> bench/results/soak.{txt,json}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import revision, verdict  # noqa: E402
+from faults import (  # noqa: E402
+    PROMISE_NAMES,
+    Arm,
+    Broker,
+    JobPlan,
+    fault_plan,
+    violations_by_promise,
+    workload,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+DAY = 86400.0
+TARGET_PCT_PER_DAY = 1.0
+# Figures that must stay flat, and those that hold history by design.
+FLAT = ("service_rss_kb", "service_fds", "service_threads", "broker_rss_kb", "kvs_cache_kb")
+HISTORY = ("ledger_bytes", "content_store_bytes", "content_cache_bytes")
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """RSS (kB), threads and open descriptors of ``pid`` from /proc; {} when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return {
+        "rss_kb": int(fields["VmRSS"].split()[0]) if "VmRSS" in fields else 0,
+        "threads": int(fields.get("Threads", "0").strip() or 0),
+        "fds": fds,
+    }
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+class Sampler:
+    """Takes the soak's figures from a running arm, on demand and every ``every`` s."""
+
+    def __init__(self, arm: Arm, every: float) -> None:
+        self.arm, self.every = arm, every
+        self.samples: list[dict[str, Any]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.t0 = time.monotonic()
+
+    def start(self) -> Sampler:
+        self.thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self.stop.wait(self.every):
+            with contextlib.suppress(Exception):
+                self.take(day=None)
+
+    def take(self, day: int | None) -> dict[str, Any]:
+        arm = self.arm
+        status = arm.status() or {}
+        service = proc_status(int(status["pid"])) if status.get("pid") else {}
+        broker_pid = int(arm.broker.run("flux", "getattr", "broker.pid").stdout.strip())
+        broker = proc_status(broker_pid)
+        content = json.loads(arm.broker.run("flux", "module", "stats", "content").stdout)
+        kvs = json.loads(arm.broker.run("flux", "module", "stats", "kvs").stdout)
+        sample = {
+            "t": round(time.monotonic() - self.t0, 1),
+            "vendor_days": round((time.monotonic() - self.t0) * arm.args.speed / DAY, 3),
+            "day_end": day,
+            "service_pid": status.get("pid"),
+            "service_rss_kb": service.get("rss_kb"),
+            "service_fds": service.get("fds"),
+            "service_threads": service.get("threads"),
+            "broker_rss_kb": broker.get("rss_kb"),
+            "ledger_bytes": sum(
+                p.stat().st_size for p in arm.work.glob("ledger.db*") if p.is_file()
+            ),
+            "content_cache_bytes": content.get("size"),
+            "content_cache_count": content.get("count"),
+            "kvs_cache_kb": round(kvs.get("cache", {}).get("obj size total (MiB)", 0) * 1024, 1),
+            "content_store_bytes": tree_bytes(arm.broker.statedir),
+            "jobs": len(arm.jobids),
+        }
+        self.samples.append(sample)
+        return sample
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+
+def broker_kb_per_job(work: Path, qpu: bool, jobs: int, rounds: int = 4) -> float:
+    """The control: the broker's RSS growth per job, ``rounds`` of ``jobs`` jobs after a
+    warm-up round, in an instance of its own: ordinary jobs without the plugin (qpu
+    False), or qpu jobs the plugin holds and then releases in one request (qpu True). Equal
+    figures say the broker's growth is Flux keeping its inactive jobs, not the plugin."""
+    import flux
+
+    from flux_quantum.cli.plugin import instance_config
+    from flux_quantum.instance.plugin import PluginClient
+
+    (work / "conf").mkdir(parents=True)
+    (work / "conf" / "quantum.toml").write_text(instance_config() if qpu else "")
+    broker = Broker(work, os.environ, [])
+    broker.start()
+    try:
+        client = PluginClient(flux.Flux(broker.env["FLUX_URI"]))
+        pid = int(broker.run("flux", "getattr", "broker.pid").stdout)
+
+        def one_round(n: int) -> None:
+            qpu_args = ["--setattr=qpu=braket:sv1"] if qpu else []
+            broker.run("flux", "submit", f"--cc=1-{n}", "--quiet", *qpu_args, "true")
+            if qpu:
+                deadline = time.monotonic() + 120
+                held = [j.id for j in client.list()]
+                while len(held) < n and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    held = [j.id for j in client.list()]
+                client.release(held, task="arn:soak/control", device="sv1")
+            broker.run("flux", "queue", "idle", "--timeout=300s", timeout=360)
+
+        one_round(jobs)
+        before = proc_status(pid)["rss_kb"]
+        for _ in range(rounds):
+            one_round(jobs)
+        return (proc_status(pid)["rss_kb"] - before) / (rounds * jobs)
+    finally:
+        broker.stop()
+
+
+def growth_pct_per_day(values: list[float]) -> float | None:
+    """Least-squares slope of one value a day, as % of their mean; None below 2 days."""
+    if len(values) < 2 or not statistics.fmean(values):
+        return None
+    xs = list(range(len(values)))
+    mx, my = statistics.fmean(xs), statistics.fmean(values)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, values, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+    return 100.0 * slope / my
+
+
+def merge_table(speed: float) -> str:
+    # Held jobs on one device wait up to 10 vendor minutes to share a task.
+    return f'\n[quantum.merge]\nenabled = true\nmax_wait = "{600.0 / speed:.3f}s"\n'
+
+
+def day_plan(seed: int, day: int, jobs: int, window: float) -> tuple[JobPlan, ...]:
+    """Day ``day``'s submissions, numbered apart from every other day's (groups and
+    loops are named by index)."""
+    return tuple(
+        dataclasses.replace(job, index=day * 10_000 + job.index)
+        for job in workload(seed * 1000 + day, jobs, window)
+    )
+
+
+def report(result: dict[str, Any]) -> str:
+    ends = [s for s in result["samples"] if s["day_end"] is not None]
+    lines = [
+        f"soak of {result['revision']}: {result['days']} simulated days at vendor clock "
+        f"x{result['speed']:g} ({result['wall_s'] / 60:.1f} min of wall time), "
+        f"{result['submissions']} submissions, {result['qpu_jobs']} qpu jobs",
+        "",
+        f"{'day':>3} {'svc RSS kB':>10} {'fds':>4} {'thr':>4} {'broker RSS kB':>13} "
+        f"{'KVS cache kB':>12} {'content B':>10} {'ledger B':>10} {'store B':>10} {'jobs':>5}",
+    ]
+    for s in ends:
+        lines.append(
+            f"{s['day_end']:>3} {s['service_rss_kb'] or 0:>10} {s['service_fds'] or 0:>4} "
+            f"{s['service_threads'] or 0:>4} {s['broker_rss_kb'] or 0:>13} "
+            f"{s['kvs_cache_kb']:>12} {s['content_cache_bytes'] or 0:>10} "
+            f"{s['ledger_bytes']:>10} {s['content_store_bytes']:>10} {s['jobs']:>5}"
+        )
+    lines += ["", "growth per day once warm (day 2 on), least-squares slope / mean:"]
+    for key, pct in result["growth"].items():
+        shown = "n/a (fewer than 2 warm days)" if pct is None else f"{pct:+.2f} %/day"
+        ok = "" if pct is None else f"  ({verdict(pct <= TARGET_PCT_PER_DAY)})"
+        target = " target <= 1 %/day" if key in FLAT else " (history by design)"
+        lines.append(f"  {key:22} {shown}{ok if key in FLAT else ''}{target}")
+    per_job = result.get("history_bytes_per_job", {})
+    for key, value in per_job.items():
+        lines.append(f"  {key:22} {value:,.0f} bytes per job")
+    control = result.get("broker_kb_per_job_control") or {}
+    if control:
+        lines += ["", "broker RSS growth per job, control instances (Flux keeps inactive jobs):"]
+        lines += [f"  {key:30} {value:8.1f} kB per job" for key, value in control.items()]
+    lines += ["", "promises over the whole run (target 0 each):"]
+    for name, count in result["violations"].items():
+        lines.append(f"  {name:16} {'-' if count is None else count}")
+    if result["errors"]:
+        lines += ["", "campaign errors:", *[f"  {e}" for e in result["errors"][:20]]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 days, < 5 min")
+    parser.add_argument("--days", type=int, help="simulated days (7; quick 3)")
+    parser.add_argument("--jobs-per-day", type=int, help="submissions a day (24; quick 8)")
+    parser.add_argument("--speed", type=float, help="vendor clock speed (1440; quick 4320)")
+    parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
+    parser.add_argument("--drain", type=float, default=240.0, help="drain limit a day (s)")
+    parser.add_argument("--fault-scale", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--control", type=int, help="jobs a round of the broker control (100; quick 30; 0: none)"
+    )
+    parser.add_argument("--out", type=Path, help="results directory (full run: bench/results)")
+    args = parser.parse_args()
+    days = args.days or (3 if args.quick else 7)
+    per_day = args.jobs_per_day or (8 if args.quick else 24)
+    args.speed = args.speed or (4320.0 if args.quick else 1440.0)
+    args.window = DAY / args.speed  # the Arm's name for wall seconds of arrivals
+    rev = revision(REPO, ("jobtap", "src", "bench"))
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    work = Path(tempfile.mkdtemp(prefix="fq-soak-"))
+    plan = fault_plan(args.fault_scale, horizon=days * DAY)
+    arm = Arm("soak", work / "soak", args, plan, (), say)
+    started = time.monotonic()
+    sampler: Sampler | None = None
+    submissions = 0
+    try:
+        arm.setup()
+        # Task merging on for the whole run: the service reads [quantum.merge] at start.
+        conf = work / "soak" / "conf" / "quantum.toml"
+        conf.write_text(conf.read_text() + merge_table(args.speed))
+        arm.broker.run("flux", "config", "reload")
+        arm.broker.run("flux", "quantum", "service", "stop", check=False, timeout=60)
+        arm.start_service()
+        sampler = Sampler(arm, args.sample).start()
+        sampler.take(day=0)
+        for day in range(1, days + 1):
+            jobs = day_plan(args.seed, day, per_day, args.window)
+            submissions += len(jobs)
+            say(f"day {day}: {len(jobs)} submissions over {args.window:g} s")
+            arm.run(jobs)
+            sample = sampler.take(day=day)
+            say(
+                f"  end of day {day}: service RSS {sample['service_rss_kb']} kB, "
+                f"fds {sample['service_fds']}, broker RSS {sample['broker_rss_kb']} kB, "
+                f"ledger {sample['ledger_bytes']} B"
+            )
+        sampler.close()
+        arm.collect()
+    finally:
+        if sampler is not None:
+            sampler.close()
+        arm.close()
+    control_jobs = args.control if args.control is not None else (30 if args.quick else 100)
+    control = {}
+    if control_jobs:
+        say(f"broker control: {control_jobs} jobs a round, without and with the plugin")
+        control = {
+            "ordinary_jobs_without_plugin": broker_kb_per_job(work / "plain", False, control_jobs),
+            "qpu_jobs_held_and_released": broker_kb_per_job(work / "qpu", True, control_jobs),
+        }
+    ends = [s for s in sampler.samples if s["day_end"]] if sampler else []
+    warm = ends[1:]
+    growth = {
+        key: growth_pct_per_day([float(s[key] or 0) for s in warm]) for key in (*FLAT, *HISTORY)
+    }
+    jobs_run = max(1, len(arm.jobids))
+    history = (
+        {
+            key: (float(ends[-1][key] or 0) - float(sampler.samples[0][key] or 0)) / jobs_run
+            for key in ("ledger_bytes", "content_store_bytes")
+        }
+        if ends and sampler
+        else {}
+    )
+    result = {
+        "revision": rev,
+        "days": days,
+        "speed": args.speed,
+        "seconds_a_day": args.window,
+        "wall_s": round(time.monotonic() - started, 1),
+        "submissions": submissions,
+        "qpu_jobs": arm.result.qpu_jobs,
+        "drained": arm.result.drained,
+        "growth": growth,
+        "history_bytes_per_job": history,
+        "broker_kb_per_job_control": control,
+        "violations": violations_by_promise(arm.result.findings),
+        "faults": (arm.result.report or {}).get("faults") if arm.result.report else None,
+        "errors": arm.result.errors,
+        "samples": sampler.samples if sampler else [],
+    }
+    text = report(result)
+    print(text, end="")
+    out = args.out or (None if args.quick else RESULTS)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        stem = "soak_quick" if args.quick else "soak"
+        (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+        (out / f"{stem}.txt").write_text(text)
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        say(f"work directory kept: {work}")
+    lost = any(result["violations"].get(name) for name in PROMISE_NAMES)
+    flat = all(growth[k] is None or growth[k] <= TARGET_PCT_PER_DAY for k in FLAT)
+    return 0 if not lost and flat and arm.result.findings is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
