@@ -1,11 +1,12 @@
 """Flux tier: what follows a loop's step, decided by each step on a real instance.
 
-The world of ``test_loop_flux`` (a real instance of two cores, the real service, the
-emulator's Braket side at ``SPEED`` times the wall clock); the loop's steps ask for one
-core, another user's job holds the other one, and a job queued while step 0 works would
-take the core step 0 gives back, so the forecast wait for a step's nodes (that job's time
-limit: no job has finished yet to learn shares from) is known. Each step plans the next one with the default time weight
-(0.25: keep while the result is due within a fifth of the wait for nodes), or its own:
+The world of the loop tests (``loop_world.World``: a real instance of two cores, the real
+service, the emulator's Braket side at ``SPEED`` times the wall clock); the loop's steps
+ask for one core, another user's job holds the other one, and a job queued while step 0
+works would take the core step 0 gives back, so the forecast wait for a step's nodes
+(that job's time limit: no job has finished yet to learn shares from) is known. Each step
+plans the next one with the default time weight (0.25: keep while the result is due
+within a fifth of the wait for nodes), or its own:
 
 - a step keeps its nodes across a short vendor wait and runs the next iteration in
   place, when getting nodes back would cost far more (the queued job would hold the
@@ -25,8 +26,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_loop_flux import LONG_SHOTS, PROGRAM, World
-from test_service_flux import _event_time
+from loop_setup import PROGRAM
+from loop_world import LONG_SHOTS, World
+from qpu_setup import event_time
 
 pytestmark = pytest.mark.flux
 
@@ -89,7 +91,7 @@ def test_a_step_keeps_its_nodes_across_a_short_wait_and_runs_the_next_iteration_
     assert second["waits"]["nodes"] is None
     # step 0's job held its nodes until task 1 had ended, then ran iteration 1
     ended = world.ended_at(tasks[1])
-    assert _event_time(world, first["job"], "finish") > ended
+    assert event_time(world, first["job"], "finish") > ended
     text = steps_text(world, loop)
     assert "keep" in text and "in place" in text and f"{second['job']} (in {first['job']})" in text
 
@@ -126,7 +128,7 @@ def test_a_step_gives_its_nodes_back_and_its_successor_is_released_early(world: 
     assert second["waits"]["released"] == released and second["waits"]["task"] is None
     tasks = [s["task"] for s in status["steps"]]
     assert world.emu.task_arns() == [first_blocker, tasks[0], second_blocker, tasks[1]]
-    assert _event_time(world, second["job"], "qpu-release") < world.ended_at(tasks[1])
+    assert event_time(world, second["job"], "qpu-release") < world.ended_at(tasks[1])
     assert "alloc" in world.names(second["job"]) and second["waits"]["nodes"] > 0
     assert [s["value"] for s in status["steps"]] == [0.0, 1.0]
     text = steps_text(world, loop)

@@ -6,8 +6,17 @@ what happened (``site_steps.decisions``), and the new targets say met or MISSED.
 from __future__ import annotations
 
 import pytest
-import site_steps
-from test_site_summary import FACTOR, NODES, ORIGIN, arm, in_job_loop, site_bench, variational, wall
+from site_records import (
+    FACTOR,
+    NODES,
+    ORIGIN,
+    arm,
+    in_job_loop,
+    site_bench,
+    site_steps,
+    variational,
+    wall,
+)
 
 
 def plan(action: str, node_wait: float, vendor_wait: float, at: float) -> dict:

@@ -111,7 +111,8 @@ def follow(
     import flux.job
 
     jobid = int(flux.job.JobID(env["FLUX_JOB_ID"])) if env.get("FLUX_JOB_ID") else 0
-    k, extra = iteration, {}
+    k = iteration
+    extra: dict[str, str] = {}
     while True:
         rc = subprocess.call(list(command), env=iteration_environment(loop, k, env, extra))
         while True:
@@ -173,7 +174,8 @@ class StepRunner:
         self.refused = False  # Flux refused a step: the loop failed
 
     def run(self, iteration: int) -> int:
-        k, carrier, extra = iteration, None, {}
+        k, carrier = iteration, None
+        extra: dict[str, str] = {}
         while True:
             outcome = self._iteration(k, extra)
             if outcome is None:

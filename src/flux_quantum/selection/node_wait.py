@@ -262,22 +262,23 @@ def forecast_node_wait(
         else:
             profile.add(job.end(queue, quantile), job.cores)
     if given_back:
-        for job in queue.pending:
-            length = share * job.duration if job.duration > 0 else math.inf
-            if job.priority < priority and profile.earliest(job.cores, length) == now:
-                profile.take(now, length, job.cores)
+        for waiting in queue.pending:
+            length = share * waiting.duration if waiting.duration > 0 else math.inf
+            if waiting.priority < priority and profile.earliest(waiting.cores, length) == now:
+                profile.take(now, length, waiting.cores)
     ahead = [j for j in queue.pending if j.priority >= priority]
     reserved = 0
-    for job in ahead:
-        length = share * job.duration if job.duration > 0 else math.inf
-        if job.t_estimate is not None and math.isfinite(job.t_estimate):
-            start = max(now, job.t_estimate)
+    start: float | None
+    for waiting in ahead:
+        length = share * waiting.duration if waiting.duration > 0 else math.inf
+        if waiting.t_estimate is not None and math.isfinite(waiting.t_estimate):
+            start = max(now, waiting.t_estimate)
             reserved += 1
         else:
-            start = profile.earliest(job.cores, length)
+            start = profile.earliest(waiting.cores, length)
         if start is None or not math.isfinite(start):
             continue  # never fits, or only after a job without a limit: leave it out
-        profile.take(start, length, job.cores)
+        profile.take(start, length, waiting.cores)
     length = share * duration if duration > 0 else math.inf
     start = profile.earliest(cores, length)
     seconds = None if start is None or not math.isfinite(start) else max(0.0, start - now)

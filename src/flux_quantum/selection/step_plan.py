@@ -136,8 +136,10 @@ def step_of(jobspec: Mapping[str, Any]) -> tuple[float, float] | None:
     except ValueError:
         return None
     duration = system.get("duration") if isinstance(system, Mapping) else None
-    ok = isinstance(duration, int | float) and not isinstance(duration, bool) and duration > 0
-    return (weight, float(duration) if ok else 0.0) if weight > 0 else None
+    seconds = 0.0
+    if isinstance(duration, int | float) and not isinstance(duration, bool) and duration > 0:
+        seconds = float(duration)
+    return (weight, seconds) if weight > 0 else None
 
 
 def lead_quantile(weight: float) -> float:
@@ -209,8 +211,9 @@ class StepPlan:
     def from_dict(cls, data: Mapping[str, Any]) -> StepPlan:
         def number(key: str) -> float | None:
             value = data.get(key)
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-            return float(value) if ok else None
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return None
+            return float(value)
 
         return cls(
             action=StepAction(data["action"]),
@@ -226,18 +229,24 @@ class StepPlan:
 def plan_step(facts: StepFacts, weight: float) -> StepPlan:
     """Keep, release early or give back, and why (see the module's text). Pure."""
     node, vendor = facts.node_wait, facts.vendor
-    forecasts = {
-        "weight": weight,
-        "node_wait": node.seconds,
-        "vendor_wait": vendor.seconds,
-        "vendor_source": vendor.source,
-    }
+
+    def plan(action: StepAction, reason: str, bound: float = 0.0) -> StepPlan:
+        return StepPlan(
+            action,
+            reason,
+            weight=weight,
+            bound=bound,
+            node_wait=node.seconds,
+            vendor_wait=vendor.seconds,
+            vendor_source=vendor.source,
+        )
+
     if weight <= 0:
         why = "the loop's time weight is 0: its steps never hold nodes idle"
-        return StepPlan(StepAction.GIVE_BACK, f"give back: {why}", **forecasts)
+        return plan(StepAction.GIVE_BACK, f"give back: {why}")
     if node.seconds is None:
         why = f"the wait for nodes cannot be forecast: {node.describe()}"
-        return StepPlan(StepAction.GIVE_BACK, f"give back: {why}", **forecasts)
+        return plan(StepAction.GIVE_BACK, f"give back: {why}")
     # What getting nodes back costs: the wait in the queue, and a step's turnaround
     # (release -> running) even when they are free.
     back = node.seconds + facts.turnaround
@@ -257,7 +266,7 @@ def plan_step(facts: StepFacts, weight: float) -> StepPlan:
             f"{duration_text(node.seconds)} away (the forecast wait for its nodes)"
         )
     if back <= 0:
-        return StepPlan(other, elsewise, **forecasts)
+        return plan(other, elsewise)
     room = None
     if facts.time_left is not None:
         room = (facts.time_left - (facts.work or 0.0)) / LIMIT_MARGIN
@@ -268,28 +277,28 @@ def plan_step(facts: StepFacts, weight: float) -> StepPlan:
             f"{elsewise}; holding is worth up to {duration_text(hold_bound(back, weight))}"
             f" but the step's time limit leaves no room for it and one more iteration"
         )
-        return StepPlan(other, why, **forecasts)
+        return plan(other, why)
     limited = " (what the step's time limit leaves)" if room is not None and room <= bound else ""
     if vendor.seconds is None:
         if free:  # nothing says the result is near, and the nodes are free: no hold
-            return StepPlan(other, elsewise, **forecasts)
+            return plan(other, elsewise)
         why = (
             f"keep: no forecast of the next result; the nodes are held at most "
             f"{duration_text(bound)}{limited}, {share}"
         )
-        return StepPlan(StepAction.KEEP, why, bound=bound, **forecasts)
+        return plan(StepAction.KEEP, why, bound)
     if vendor.seconds <= bound:
         why = (
             f"keep: the next result is expected in {vendor.describe()}, within the "
             f"{duration_text(bound)} hold bound{limited} ({share}): holding the nodes "
             "costs less than getting them back"
         )
-        return StepPlan(StepAction.KEEP, why, bound=bound, **forecasts)
+        return plan(StepAction.KEEP, why, bound)
     why = (
         f"{elsewise}; the result is expected in {vendor.describe()}, past the "
         f"{duration_text(bound)} hold bound{limited} ({share})"
     )
-    return StepPlan(other, why, **forecasts)
+    return plan(other, why)
 
 
 @dataclass(frozen=True)
