@@ -63,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import revision, verdict  # noqa: E402
 from faults import (  # noqa: E402
     PROMISE_NAMES,
+    STATES_ACTIVE,
     Arm,
     Broker,
     JobPlan,
@@ -77,6 +78,9 @@ RESULTS = REPO / "bench" / "results"
 DAY = 86400.0
 TARGET_PCT_PER_DAY = 1.0
 STATE_INACTIVE = 64
+# The content cache's purge-target-size, flux-core's default (the soak keeps it): the
+# cache fills up to it, then drops its oldest clean entries.
+CONTENT_CACHE_TARGET = 16 * 2**20
 # Figures that must stay flat, and those that hold history by design.
 FLAT = (
     "service_rss_kb",
@@ -291,7 +295,7 @@ class Sampler:
         status = arm.status() or {}
         service = proc_status(int(status["pid"])) if status.get("pid") else {}
         fds = fd_kinds(int(status["pid"])) if status.get("pid") else {}
-        in_flux = arm.broker.run("flux", "jobs", "-A", "-n", "--format={id}").stdout.split()
+        in_flux = arm.jobs(STATES_ACTIVE | STATE_INACTIVE)  # what Flux keeps, purged or not
         broker_pid = int(arm.broker.run("flux", "getattr", "broker.pid").stdout.strip())
         broker = proc_status(broker_pid)
         content = json.loads(arm.broker.run("flux", "module", "stats", "content").stdout)
@@ -326,18 +330,24 @@ class Sampler:
         self.thread.join(timeout=30)
 
 
-def broker_kb_per_job(work: Path, qpu: bool, jobs: int, rounds: int = 4) -> float:
+def broker_kb_per_job(
+    work: Path, qpu: bool, jobs: int, rounds: int = 4, purge_age: float | None = None
+) -> float:
     """The control: the broker's RSS growth per job, ``rounds`` of ``jobs`` jobs after a
     warm-up round, in an instance of its own: ordinary jobs without the plugin (qpu
     False), or qpu jobs the plugin holds and then releases in one request (qpu True). Equal
-    figures say the broker's growth is Flux keeping its inactive jobs, not the plugin."""
+    figures say the broker's growth is Flux keeping its inactive jobs, not the plugin.
+    ``purge_age``: the job-manager purges inactive jobs older than that many seconds,
+    and each round waits until Flux keeps none."""
     import flux
 
     from flux_quantum.cli.plugin import instance_config
     from flux_quantum.instance.plugin import PluginClient
 
     (work / "conf").mkdir(parents=True)
-    (work / "conf" / "quantum.toml").write_text(instance_config() if qpu else "")
+    (work / "conf" / "quantum.toml").write_text(
+        purge_config(instance_config() if qpu else "", purge_age)
+    )
     broker = Broker(work, os.environ, [])
     broker.start()
     try:
@@ -355,6 +365,11 @@ def broker_kb_per_job(work: Path, qpu: bool, jobs: int, rounds: int = 4) -> floa
                     held = [j.id for j in client.list()]
                 client.release(held, task="arn:soak/control", device="sv1")
             broker.run("flux", "queue", "idle", "--timeout=300s", timeout=360)
+            deadline = time.monotonic() + (purge_age or 0) + 30
+            while purge_age is not None and time.monotonic() < deadline:
+                if not broker.run("flux", "jobs", "-a", "-A", "-n", "--format={id}").stdout.split():
+                    break
+                time.sleep(0.5)
 
         one_round(jobs)
         before = proc_status(pid)["rss_kb"]
@@ -458,12 +473,25 @@ def report(result: dict[str, Any]) -> str:
         ok = "" if pct is None else f"  ({verdict(pct <= TARGET_PCT_PER_DAY)})"
         target = " target <= 1 %/day" if key in FLAT else " (history by design)"
         lines.append(f"  {key:22} {shown}{ok if key in FLAT else ''}{target}")
+    full = result.get("content_cache_full")
+    if full:
+        pct = full["broker_rss_kb"]
+        shown = "n/a (fewer than 2 days)" if pct is None else f"{pct:+.2f} %/day"
+        lines.append(
+            f"  {'broker_rss_kb':22} {shown} from day {full['day']}, when the content cache "
+            f"reached its {full['target_bytes'] / 2**20:g} MiB purge target (said beside)"
+        )
+    else:
+        lines.append("  (the content cache did not reach its purge target in the run)")
     per_job = result.get("history_bytes_per_job", {})
     for key, value in per_job.items():
         lines.append(f"  {key:22} {value:,.0f} bytes per job")
     control = result.get("broker_kb_per_job_control") or {}
     if control:
-        lines += ["", "broker RSS growth per job, control instances (Flux keeps inactive jobs):"]
+        lines += [
+            "",
+            "broker RSS growth per job, control instances (_purged: inactive jobs purged):",
+        ]
         lines += [f"  {key:30} {value:8.1f} kB per job" for key, value in control.items()]
     lines += ["", "promises over the whole run (target 0 each):"]
     for name, count in result["violations"].items():
@@ -552,11 +580,35 @@ def main() -> int:
             "ordinary_jobs_without_plugin": broker_kb_per_job(work / "plain", False, control_jobs),
             "qpu_jobs_held_and_released": broker_kb_per_job(work / "qpu", True, control_jobs),
         }
+        if purge_age is not None:
+            # The same with the purge (2 s): what the broker keeps once Flux keeps no job.
+            control |= {
+                "ordinary_jobs_without_plugin_purged": broker_kb_per_job(
+                    work / "plain-purged", False, control_jobs, purge_age=2.0
+                ),
+                "qpu_jobs_held_and_released_purged": broker_kb_per_job(
+                    work / "qpu-purged", True, control_jobs, purge_age=2.0
+                ),
+            }
     ends = [s for s in sampler.samples if s["day_end"]] if sampler else []
     warm = ends[1:]
     growth = {
         key: growth_pct_per_day([float(s[key] or 0) for s in warm]) for key in (*FLAT, *HISTORY)
     }
+    # The content cache fills to its purge target (a cache, bounded), and the broker's
+    # RSS with it: the broker's slope from the first day it is full, said beside.
+    full = [s for s in ends if (s["content_cache_bytes"] or 0) >= 0.95 * CONTENT_CACHE_TARGET]
+    cache_full = (
+        {
+            "day": full[0]["day_end"],
+            "target_bytes": CONTENT_CACHE_TARGET,
+            "broker_rss_kb": growth_pct_per_day(
+                [float(s["broker_rss_kb"] or 0) for s in ends if s["day_end"] >= full[0]["day_end"]]
+            ),
+        }
+        if full
+        else None
+    )
     jobs_run = max(1, len(arm.jobids))
     history = (
         {
@@ -579,6 +631,7 @@ def main() -> int:
         "qpu_jobs": arm.result.qpu_jobs,
         "drained": arm.result.drained,
         "growth": growth,
+        "content_cache_full": cache_full,
         "history_bytes_per_job": history,
         "broker_kb_per_job_control": control,
         "violations": violations_by_promise(arm.result.findings),
