@@ -1,6 +1,7 @@
 """bench/soak.py's pure parts (unit tier, no Flux): the job-manager's purge written
 into the instance's ``[job-manager]`` table (or left out), the service's descriptors
-counted by kind, and the growth per day. The soak itself (``python bench/soak.py
+counted by kind, and the growth per day; and (flux tier) the job keeper against a real
+instance's purge, about 10 s. The soak itself (``python bench/soak.py
 --quick``, about 2 minutes on 2 cores) is left to people: the flux tier's budget is
 smaller."""
 
@@ -10,8 +11,11 @@ import importlib.util
 import os
 import socket
 import sys
+import time
 import tomllib
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
@@ -60,3 +64,43 @@ def test_growth_per_day_is_the_slope_over_the_mean() -> None:
     assert soak.growth_pct_per_day([100.0, 100.0, 100.0]) == 0.0
     assert soak.growth_pct_per_day([99.0, 100.0, 101.0]) == 1.0
     assert soak.growth_pct_per_day([100.0]) is None
+
+
+@pytest.mark.flux
+def test_the_keeper_keeps_an_ended_job_before_its_purge_and_counts_one_purged_first(
+    tmp_path: Path,
+) -> None:
+    """A real instance purging inactive jobs after 3 s: a job kept as soon as it ended
+    keeps its eventlog after the purge; a job the keeper saw while it ran and next looked
+    for after its purge is counted lost (the soak fails on it), not silently dropped."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "purge.toml").write_text(soak.purge_config("", 3.0))
+    broker = soak.Broker(tmp_path, os.environ, [])
+    broker.start()
+
+    def known() -> set[int]:
+        out = broker.run("flux", "jobs", "-a", "-A", "-n", "--format={id.dec}").stdout
+        return {int(jobid) for jobid in out.split()}
+
+    def submit(*command: str) -> int:
+        fluid = broker.run("flux", "submit", *command).stdout.strip()
+        return int(broker.run("flux", "job", "id", fluid).stdout)
+
+    try:
+        keeper = soak.JobKeeper(broker.env["FLUX_URI"], every=60.0)  # on demand only
+        ended = submit("true")
+        broker.run("flux", "job", "wait-event", str(ended), "clean")
+        keeper.keep()
+        assert ended in keeper.kept and not keeper.lost
+        running_id = submit("sleep", "1")
+        assert running_id in keeper.keep()  # seen while active, not kept
+        deadline = time.monotonic() + 60
+        while known() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not known(), "the job-manager did not purge the jobs"
+        keeper.keep()
+        assert keeper.lost == {running_id}
+        job = keeper.kept[ended]
+        assert job.state == "INACTIVE" and job.events[-1].name == "clean"
+    finally:
+        broker.stop()
