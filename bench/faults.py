@@ -103,6 +103,12 @@ if step is not None:
 """
 
 
+def is_qpu_name(name: str) -> bool:
+    """A job the campaign submitted with a qpu request, by its name (a pattern's job, or
+    a variational loop's)."""
+    return name.startswith(PATTERNS) or name.startswith("fq-loop-")
+
+
 # --- the vendors: devices, prices, faults ----------------------------------------------
 
 
@@ -1015,8 +1021,7 @@ class Arm:
         with contextlib.suppress(Exception):
             dmesg = self.broker.run("flux", "dmesg", check=False, timeout=30).stdout
             (self.work / f"dmesg-{self.broker.incarnation}.log").write_text(dmesg)
-        all_jobs = self.jobs(STATES_ACTIVE | 64)
-        res.qpu_jobs = sum(1 for j in all_jobs if self._is_qpu(j))
+        res.qpu_jobs = self.qpu_job_count()
         try:
             res.report = self.emulator.report()  # type: ignore[attr-defined]
         except AttributeError:
@@ -1032,15 +1037,30 @@ class Arm:
         except ImportError:
             res.errors.append("the promise checker flux_quantum.testing.promises is not available")
             return
-        facts = promises.gather(
+        res.findings = promises.check(self.gather_facts(texts)).to_dict()
+        res.evidence = self.evidence(res.findings.get("violations") or [], texts)
+
+    def qpu_job_count(self) -> int:
+        """The instance's jobs with a qpu request, as job-list knows them."""
+        return sum(1 for j in self.jobs(STATES_ACTIVE | 64) if self._is_qpu(j))
+
+    def gather_facts(self, texts: Mapping[str, str]) -> Any:
+        """What the promise checker judges: every job Flux knows, the emulator's bill,
+        the ledger and ``texts`` (``flux_quantum.testing.promises.gather``)."""
+        from flux_quantum.testing import promises
+
+        return promises.gather(
             uri=self.broker.env["FLUX_URI"],
             emulator_url=self.emulator.url,
             ledger=self.ledger,
             texts=texts,
             secrets=self.secrets,
         )
-        res.findings = promises.check(facts).to_dict()
-        res.evidence = self.evidence(res.findings.get("violations") or [], texts)
+
+    def eventlog_lines(self, jobid: int) -> list[str]:
+        """Job ``jobid``'s eventlog as ``flux job eventlog`` prints it."""
+        proc = self.broker.run("flux", "job", "eventlog", str(jobid), check=False)
+        return proc.stdout.splitlines()
 
     def evidence(
         self, violations: Sequence[Mapping[str, Any]], texts: Mapping[str, str]
@@ -1056,8 +1076,7 @@ class Arm:
             ids |= {str(j) for j in jobs}
             eventlogs = {}
             for jobid in jobs[:4]:
-                proc = self.broker.run("flux", "job", "eventlog", str(jobid), check=False)
-                eventlogs[str(jobid)] = proc.stdout.splitlines()[-40:]
+                eventlogs[str(jobid)] = self.eventlog_lines(jobid)[-40:]
             lines = [
                 f"{name}: {line}"
                 for name, text in texts.items()
@@ -1077,8 +1096,7 @@ class Arm:
             )
         except OSError:
             return False
-        name = str(job.get("name", ""))
-        return name.startswith(PATTERNS) or name.startswith("fq-loop-")
+        return is_qpu_name(str(job.get("name", "")))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -23,8 +23,24 @@ on, as a percentage of their mean (target <= 1 % a day for the service, the brok
 the caches; the ledger and the content store hold the history by design and are
 reported per job). Nothing lost: the promise checker over the whole run, 0 violations.
 
+Purging: the instance runs as a site runs one, its job-manager purging inactive jobs
+(``[job-manager] inactive-age-limit``, ``--purge-age``, one simulated day's wall time
+by default). Without it Flux keeps every inactive job (the job-manager's table, the KVS,
+the content cache) and the broker grows with the history, not with anything flux-quantum
+holds: ``--no-purge`` runs that arm again, and ``--control`` measures the per-job growth
+in instances of their own with and without the plugin. A purged job's eventlog is gone,
+so a ``JobKeeper`` reads every inactive job's records (eventlog, jobspec, memo, exec
+eventlog, name) once, as soon as job-list shows it inactive and long before its age
+reaches the limit (an inactive job's records no longer change), and the checker reads
+those kept records plus the live jobs; a job purged before it was kept is counted and
+fails the run. Descriptors: the service's are counted by kind, TCP connections (the
+HTTP connection pools to the vendors' endpoints, open or closed as requests come and go)
+apart from the rest (files, pipes, Unix sockets to the broker, event descriptors), whose
+count is the one a leak would grow.
+
     python bench/soak.py --quick     # 3 days, < 5 min; files only with --out
     python bench/soak.py             # 7 days -> bench/results/soak.{txt,json}
+    python bench/soak.py --no-purge  # the same without purging (Flux keeps every job)
 """
 
 from __future__ import annotations
@@ -39,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +63,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import revision, verdict  # noqa: E402
 from faults import (  # noqa: E402
     PROMISE_NAMES,
+    STATES_ACTIVE,
     Arm,
     Broker,
     JobPlan,
     fault_plan,
+    is_qpu_name,
     violations_by_promise,
     workload,
 )
@@ -58,9 +77,22 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 DAY = 86400.0
 TARGET_PCT_PER_DAY = 1.0
+STATE_INACTIVE = 64
+# The content cache's purge-target-size, flux-core's default (the soak keeps it): the
+# cache fills up to it, then drops its oldest clean entries.
+CONTENT_CACHE_TARGET = 16 * 2**20
 # Figures that must stay flat, and those that hold history by design.
-FLAT = ("service_rss_kb", "service_fds", "service_threads", "broker_rss_kb", "kvs_cache_kb")
+FLAT = (
+    "service_rss_kb",
+    "service_fds",
+    "service_fds_held",
+    "service_threads",
+    "broker_rss_kb",
+    "kvs_cache_kb",
+)
 HISTORY = ("ledger_bytes", "content_store_bytes", "content_cache_bytes")
+# Descriptor kinds (``fd_kinds``); "tcp" are the connection pools' sockets.
+FD_KINDS = ("tcp", "unix", "pipe", "anon", "file", "socket")
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -78,8 +110,165 @@ def proc_status(pid: int) -> dict[str, int]:
     }
 
 
+def _socket_inodes(pid: int, table: str, column: int) -> set[str]:
+    """The socket inodes of /proc/PID/net/TABLE (the process's network namespace)."""
+    try:
+        lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+    except OSError:
+        return set()
+    return {fields[column] for fields in (line.split() for line in lines) if len(fields) > column}
+
+
+def fd_kinds(pid: int) -> dict[str, int]:
+    """``pid``'s open descriptors by kind (``FD_KINDS``): TCP sockets (the HTTP
+    connection pools' connections to the vendors' endpoints), Unix sockets (the Flux
+    handles), pipes, anonymous inodes (eventfd, epoll, timerfd), files and other
+    sockets; {} when it is gone."""
+    tcp = _socket_inodes(pid, "tcp", 9) | _socket_inodes(pid, "tcp6", 9)
+    unix = _socket_inodes(pid, "unix", 6)
+    out = dict.fromkeys(FD_KINDS, 0)
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return {}
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inode = target[len("socket:[") : -1]
+            kind = "tcp" if inode in tcp else "unix" if inode in unix else "socket"
+        elif target.startswith("pipe:"):
+            kind = "pipe"
+        elif target.startswith("anon_inode:"):
+            kind = "anon"
+        else:
+            kind = "file"
+        out[kind] += 1
+    return out
+
+
 def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+class JobKeeper:
+    """Keeps every inactive job's records (the promise checker's ``JobFacts``, its exec
+    eventlog, its name) once, before the job-manager can purge the job: ``keep`` reads
+    the jobs job-list shows inactive and not yet kept, from its own thread every
+    ``every`` seconds and on demand. A job job-list showed once and no longer knows,
+    never kept, was purged first: it is counted in ``lost``."""
+
+    def __init__(self, uri: str, every: float) -> None:
+        self.uri, self.every = uri, every
+        self.kept: dict[int, Any] = {}  # jobid -> JobFacts
+        self.texts: dict[str, str] = {}  # the kept jobs' exec eventlogs
+        self.names: dict[int, str] = {}  # every job job-list showed -> its name
+        self.lost: set[int] = set()
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> JobKeeper:
+        self.thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self.stop.wait(self.every):
+            try:
+                self.keep()
+            except Exception as exc:  # said in the report; the next round tries again
+                self.errors.append(f"job keeper: {exc}")
+
+    def keep(self) -> list[int]:
+        """Read and keep the inactive jobs not kept yet; the ids of the jobs Flux knows."""
+        import flux
+
+        from flux_quantum.testing import promises
+
+        with self.lock:
+            payload = {"max_entries": 0, "attrs": ["state", "name"], "since": 0.0}
+            rows = flux.Flux(self.uri).rpc("job-list.list", payload).get()["jobs"]
+            known = {int(row["id"]): row for row in rows}
+            self.lost |= set(self.names) - set(known) - set(self.kept)
+            self.names.update({jobid: str(row.get("name", "")) for jobid, row in known.items()})
+            new = sorted(
+                jobid
+                for jobid, row in known.items()
+                if row.get("state") == STATE_INACTIVE and jobid not in self.kept
+            )
+            try:
+                batches = [new]
+                self._read(promises, new)
+            except ValueError:  # one of them purged meanwhile: one by one
+                batches = [[jobid] for jobid in new]
+                for batch in batches:
+                    try:
+                        self._read(promises, batch)
+                    except ValueError:
+                        self.lost |= set(batch)
+            return sorted(known)
+
+    def _read(self, promises: Any, ids: list[int]) -> None:
+        if not ids:
+            return
+        facts, texts = promises.read_jobs(self.uri, ids)
+        self.kept.update({job.jobid: job for job in facts})
+        self.texts.update(texts)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+
+
+class SoakArm(Arm):
+    """``faults.Arm`` whose promise checker reads the ``keeper``'s records of the jobs
+    that ended (purged or not) plus the live jobs Flux still shows, over the whole run."""
+
+    keeper: JobKeeper | None = None
+
+    def keep_jobs(self, every: float) -> JobKeeper:
+        self.keeper = JobKeeper(self.broker.env["FLUX_URI"], every).start()
+        return self.keeper
+
+    def qpu_job_count(self) -> int:
+        if self.keeper is None:
+            return super().qpu_job_count()
+        self.keeper.keep()
+        return sum(1 for name in self.keeper.names.values() if is_qpu_name(name))
+
+    def gather_facts(self, texts: Mapping[str, str]) -> Any:
+        if self.keeper is None:
+            return super().gather_facts(texts)
+        from flux_quantum.testing import promises
+
+        keeper = self.keeper
+        live = [jobid for jobid in keeper.keep() if jobid not in keeper.kept]
+        facts = promises.gather(
+            uri=self.broker.env["FLUX_URI"],
+            emulator_url=self.emulator.url,
+            ledger=self.ledger,
+            texts=texts,
+            secrets=self.secrets,
+            jobs=live,
+        )
+        kept = tuple(keeper.kept[jobid] for jobid in sorted(keeper.kept))
+        # The whole run (scope None): every task the vendor billed must be named by a
+        # job, kept or live, as in an unpurged instance.
+        return dataclasses.replace(
+            facts,
+            jobs=(*kept, *facts.jobs),
+            texts={**keeper.texts, **facts.texts},
+            scope=None,
+        )
+
+    def eventlog_lines(self, jobid: int) -> list[str]:
+        job = self.keeper.kept.get(jobid) if self.keeper is not None else None
+        if job is None:
+            return super().eventlog_lines(jobid)
+        return [json.dumps(event.to_dict()) for event in job.events]
 
 
 class Sampler:
@@ -105,6 +294,8 @@ class Sampler:
         arm = self.arm
         status = arm.status() or {}
         service = proc_status(int(status["pid"])) if status.get("pid") else {}
+        fds = fd_kinds(int(status["pid"])) if status.get("pid") else {}
+        in_flux = arm.jobs(STATES_ACTIVE | STATE_INACTIVE)  # what Flux keeps, purged or not
         broker_pid = int(arm.broker.run("flux", "getattr", "broker.pid").stdout.strip())
         broker = proc_status(broker_pid)
         content = json.loads(arm.broker.run("flux", "module", "stats", "content").stdout)
@@ -116,6 +307,8 @@ class Sampler:
             "service_pid": status.get("pid"),
             "service_rss_kb": service.get("rss_kb"),
             "service_fds": service.get("fds"),
+            "service_fds_held": sum(n for kind, n in fds.items() if kind != "tcp") if fds else None,
+            "service_fd_kinds": fds,
             "service_threads": service.get("threads"),
             "broker_rss_kb": broker.get("rss_kb"),
             "ledger_bytes": sum(
@@ -126,6 +319,8 @@ class Sampler:
             "kvs_cache_kb": round(kvs.get("cache", {}).get("obj size total (MiB)", 0) * 1024, 1),
             "content_store_bytes": tree_bytes(arm.broker.statedir),
             "jobs": len(arm.jobids),
+            "jobs_in_flux": len(in_flux),
+            "jobs_kept": len(arm.keeper.kept) if isinstance(arm, SoakArm) and arm.keeper else 0,
         }
         self.samples.append(sample)
         return sample
@@ -135,18 +330,24 @@ class Sampler:
         self.thread.join(timeout=30)
 
 
-def broker_kb_per_job(work: Path, qpu: bool, jobs: int, rounds: int = 4) -> float:
+def broker_kb_per_job(
+    work: Path, qpu: bool, jobs: int, rounds: int = 4, purge_age: float | None = None
+) -> float:
     """The control: the broker's RSS growth per job, ``rounds`` of ``jobs`` jobs after a
     warm-up round, in an instance of its own: ordinary jobs without the plugin (qpu
     False), or qpu jobs the plugin holds and then releases in one request (qpu True). Equal
-    figures say the broker's growth is Flux keeping its inactive jobs, not the plugin."""
+    figures say the broker's growth is Flux keeping its inactive jobs, not the plugin.
+    ``purge_age``: the job-manager purges inactive jobs older than that many seconds,
+    and each round waits until Flux keeps none."""
     import flux
 
     from flux_quantum.cli.plugin import instance_config
     from flux_quantum.instance.plugin import PluginClient
 
     (work / "conf").mkdir(parents=True)
-    (work / "conf" / "quantum.toml").write_text(instance_config() if qpu else "")
+    (work / "conf" / "quantum.toml").write_text(
+        purge_config(instance_config() if qpu else "", purge_age)
+    )
     broker = Broker(work, os.environ, [])
     broker.start()
     try:
@@ -164,6 +365,11 @@ def broker_kb_per_job(work: Path, qpu: bool, jobs: int, rounds: int = 4) -> floa
                     held = [j.id for j in client.list()]
                 client.release(held, task="arn:soak/control", device="sv1")
             broker.run("flux", "queue", "idle", "--timeout=300s", timeout=360)
+            deadline = time.monotonic() + (purge_age or 0) + 30
+            while purge_age is not None and time.monotonic() < deadline:
+                if not broker.run("flux", "jobs", "-a", "-A", "-n", "--format={id}").stdout.split():
+                    break
+                time.sleep(0.5)
 
         one_round(jobs)
         before = proc_status(pid)["rss_kb"]
@@ -186,6 +392,18 @@ def growth_pct_per_day(values: list[float]) -> float | None:
     return 100.0 * slope / my
 
 
+def purge_config(text: str, age: float | None) -> str:
+    """``text`` (the instance's TOML, whose ``[job-manager]`` table loads the plugin)
+    with the job-manager purging inactive jobs older than ``age`` wall seconds (None:
+    unchanged, Flux keeps every job)."""
+    if age is None:
+        return text
+    table = "[job-manager]\n"
+    if table not in text:
+        return text + f'\n{table}inactive-age-limit = "{age:g}s"\n'
+    return text.replace(table, f'{table}inactive-age-limit = "{age:g}s"\n', 1)
+
+
 def merge_table(speed: float) -> str:
     # Held jobs on one device wait up to 10 vendor minutes to share a task.
     return f'\n[quantum.merge]\nenabled = true\nmax_wait = "{600.0 / speed:.3f}s"\n'
@@ -200,35 +418,80 @@ def day_plan(seed: int, day: int, jobs: int, window: float) -> tuple[JobPlan, ..
     )
 
 
+def fd_lines(samples: list[dict[str, Any]]) -> list[str]:
+    """The service's descriptors by kind over every sample: the least and most of
+    each, and what ``held`` and ``tcp`` mean."""
+    kinds = [s["service_fd_kinds"] for s in samples if s.get("service_fd_kinds")]
+    if not kinds:
+        return []
+    spans = ", ".join(
+        f"{kind} {min(k[kind] for k in kinds)}..{max(k[kind] for k in kinds)}" for kind in FD_KINDS
+    )
+    return [
+        f"service descriptors by kind over {len(kinds)} samples (least..most): {spans}",
+        "  held = every descriptor but the TCP sockets (files, pipes, Unix sockets to the",
+        "  broker, event descriptors): what a leak grows. tcp = the HTTP connection pools'",
+        "  connections to the vendors' endpoints, opened and closed with the requests in",
+        "  flight when the sample is taken, bounded by the pools' size.",
+    ]
+
+
 def report(result: dict[str, Any]) -> str:
     ends = [s for s in result["samples"] if s["day_end"] is not None]
+    age = result.get("purge_age_s")
+    purged = (
+        "no purging (--no-purge): Flux keeps every inactive job"
+        if age is None
+        else f"inactive jobs purged after {age:g} s ([job-manager] inactive-age-limit); "
+        f"{result['jobs_kept']} jobs' records kept before their purge, "
+        f"{len(result['jobs_lost_to_purge'])} purged before kept (target 0)"
+    )
     lines = [
         f"soak of {result['revision']}: {result['days']} simulated days at vendor clock "
         f"x{result['speed']:g} ({result['wall_s'] / 60:.1f} min of wall time), "
         f"{result['submissions']} submissions, {result['qpu_jobs']} qpu jobs",
+        purged,
         "",
-        f"{'day':>3} {'svc RSS kB':>10} {'fds':>4} {'thr':>4} {'broker RSS kB':>13} "
-        f"{'KVS cache kB':>12} {'content B':>10} {'ledger B':>10} {'store B':>10} {'jobs':>5}",
+        f"{'day':>3} {'svc RSS kB':>10} {'fds':>4} {'held':>4} {'tcp':>4} {'thr':>4} "
+        f"{'broker RSS kB':>13} {'KVS cache kB':>12} {'content B':>10} {'ledger B':>10} "
+        f"{'store B':>10} {'jobs':>5} {'in Flux':>7}",
     ]
     for s in ends:
+        kinds = s.get("service_fd_kinds") or {}
         lines.append(
             f"{s['day_end']:>3} {s['service_rss_kb'] or 0:>10} {s['service_fds'] or 0:>4} "
+            f"{s.get('service_fds_held') or 0:>4} {kinds.get('tcp', 0):>4} "
             f"{s['service_threads'] or 0:>4} {s['broker_rss_kb'] or 0:>13} "
             f"{s['kvs_cache_kb']:>12} {s['content_cache_bytes'] or 0:>10} "
-            f"{s['ledger_bytes']:>10} {s['content_store_bytes']:>10} {s['jobs']:>5}"
+            f"{s['ledger_bytes']:>10} {s['content_store_bytes']:>10} {s['jobs']:>5} "
+            f"{s.get('jobs_in_flux', 0):>7}"
         )
+    lines += ["", *fd_lines(result["samples"])]
     lines += ["", "growth per day once warm (day 2 on), least-squares slope / mean:"]
     for key, pct in result["growth"].items():
         shown = "n/a (fewer than 2 warm days)" if pct is None else f"{pct:+.2f} %/day"
         ok = "" if pct is None else f"  ({verdict(pct <= TARGET_PCT_PER_DAY)})"
         target = " target <= 1 %/day" if key in FLAT else " (history by design)"
         lines.append(f"  {key:22} {shown}{ok if key in FLAT else ''}{target}")
+    full = result.get("content_cache_full")
+    if full:
+        pct = full["broker_rss_kb"]
+        shown = "n/a (fewer than 2 days)" if pct is None else f"{pct:+.2f} %/day"
+        lines.append(
+            f"  {'broker_rss_kb':22} {shown} from day {full['day']}, when the content cache "
+            f"reached its {full['target_bytes'] / 2**20:g} MiB purge target (said beside)"
+        )
+    else:
+        lines.append("  (the content cache did not reach its purge target in the run)")
     per_job = result.get("history_bytes_per_job", {})
     for key, value in per_job.items():
         lines.append(f"  {key:22} {value:,.0f} bytes per job")
     control = result.get("broker_kb_per_job_control") or {}
     if control:
-        lines += ["", "broker RSS growth per job, control instances (Flux keeps inactive jobs):"]
+        lines += [
+            "",
+            "broker RSS growth per job, control instances (_purged: inactive jobs purged):",
+        ]
         lines += [f"  {key:30} {value:8.1f} kB per job" for key, value in control.items()]
     lines += ["", "promises over the whole run (target 0 each):"]
     for name, count in result["violations"].items():
@@ -252,12 +515,21 @@ def main() -> int:
     parser.add_argument(
         "--control", type=int, help="jobs a round of the broker control (100; quick 30; 0: none)"
     )
+    parser.add_argument(
+        "--purge-age",
+        type=float,
+        help="inactive-age-limit, wall seconds (one simulated day's: 60; quick 20)",
+    )
+    parser.add_argument(
+        "--no-purge", action="store_true", help="keep every inactive job (Flux's default)"
+    )
     parser.add_argument("--out", type=Path, help="results directory (full run: bench/results)")
     args = parser.parse_args()
     days = args.days or (3 if args.quick else 7)
     per_day = args.jobs_per_day or (8 if args.quick else 24)
     args.speed = args.speed or (4320.0 if args.quick else 1440.0)
     args.window = DAY / args.speed  # the Arm's name for wall seconds of arrivals
+    purge_age = None if args.no_purge else (args.purge_age or args.window)
     rev = revision(REPO, ("jobtap", "src", "bench"))
 
     def say(text: str) -> None:
@@ -265,7 +537,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="fq-soak-"))
     plan = fault_plan(args.fault_scale, horizon=days * DAY)
-    arm = Arm("soak", work / "soak", args, plan, (), say)
+    arm = SoakArm("soak", work / "soak", args, plan, (), say)
     started = time.monotonic()
     sampler: Sampler | None = None
     submissions = 0
@@ -273,10 +545,12 @@ def main() -> int:
         arm.setup()
         # Task merging on for the whole run: the service reads [quantum.merge] at start.
         conf = work / "soak" / "conf" / "quantum.toml"
-        conf.write_text(conf.read_text() + merge_table(args.speed))
+        conf.write_text(purge_config(conf.read_text(), purge_age) + merge_table(args.speed))
         arm.broker.run("flux", "config", "reload")
         arm.broker.run("flux", "quantum", "service", "stop", check=False, timeout=60)
         arm.start_service()
+        # Kept well before the purge can take them (an inactive job's records are final).
+        arm.keep_jobs(min(5.0, (purge_age or args.window) / 4))
         sampler = Sampler(arm, args.sample).start()
         sampler.take(day=0)
         for day in range(1, days + 1):
@@ -295,6 +569,8 @@ def main() -> int:
     finally:
         if sampler is not None:
             sampler.close()
+        if arm.keeper is not None:
+            arm.keeper.close()
         arm.close()
     control_jobs = args.control if args.control is not None else (30 if args.quick else 100)
     control = {}
@@ -304,11 +580,35 @@ def main() -> int:
             "ordinary_jobs_without_plugin": broker_kb_per_job(work / "plain", False, control_jobs),
             "qpu_jobs_held_and_released": broker_kb_per_job(work / "qpu", True, control_jobs),
         }
+        if purge_age is not None:
+            # The same with the purge (2 s): what the broker keeps once Flux keeps no job.
+            control |= {
+                "ordinary_jobs_without_plugin_purged": broker_kb_per_job(
+                    work / "plain-purged", False, control_jobs, purge_age=2.0
+                ),
+                "qpu_jobs_held_and_released_purged": broker_kb_per_job(
+                    work / "qpu-purged", True, control_jobs, purge_age=2.0
+                ),
+            }
     ends = [s for s in sampler.samples if s["day_end"]] if sampler else []
     warm = ends[1:]
     growth = {
         key: growth_pct_per_day([float(s[key] or 0) for s in warm]) for key in (*FLAT, *HISTORY)
     }
+    # The content cache fills to its purge target (a cache, bounded), and the broker's
+    # RSS with it: the broker's slope from the first day it is full, said beside.
+    full = [s for s in ends if (s["content_cache_bytes"] or 0) >= 0.95 * CONTENT_CACHE_TARGET]
+    cache_full = (
+        {
+            "day": full[0]["day_end"],
+            "target_bytes": CONTENT_CACHE_TARGET,
+            "broker_rss_kb": growth_pct_per_day(
+                [float(s["broker_rss_kb"] or 0) for s in ends if s["day_end"] >= full[0]["day_end"]]
+            ),
+        }
+        if full
+        else None
+    )
     jobs_run = max(1, len(arm.jobids))
     history = (
         {
@@ -325,14 +625,18 @@ def main() -> int:
         "seconds_a_day": args.window,
         "wall_s": round(time.monotonic() - started, 1),
         "submissions": submissions,
+        "purge_age_s": purge_age,
+        "jobs_kept": len(arm.keeper.kept) if arm.keeper else 0,
+        "jobs_lost_to_purge": sorted(arm.keeper.lost) if arm.keeper else [],
         "qpu_jobs": arm.result.qpu_jobs,
         "drained": arm.result.drained,
         "growth": growth,
+        "content_cache_full": cache_full,
         "history_bytes_per_job": history,
         "broker_kb_per_job_control": control,
         "violations": violations_by_promise(arm.result.findings),
         "faults": (arm.result.report or {}).get("faults") if arm.result.report else None,
-        "errors": arm.result.errors,
+        "errors": arm.result.errors + (arm.keeper.errors if arm.keeper else []),
         "samples": sampler.samples if sampler else [],
     }
     text = report(result)
@@ -350,6 +654,7 @@ def main() -> int:
     else:
         say(f"work directory kept: {work}")
     lost = any(result["violations"].get(name) for name in PROMISE_NAMES)
+    lost = lost or bool(result["jobs_lost_to_purge"])
     flat = all(growth[k] is None or growth[k] <= TARGET_PCT_PER_DAY for k in FLAT)
     return 0 if not lost and flat and arm.result.findings is not None else 1
 
