@@ -1,5 +1,5 @@
-"""The ``Emulator`` facade: one loopback server speaking Braket, S3, SQS, IBM Quantum, IQM
-and Pasqal, one call log.
+"""The ``Emulator`` facade: one loopback server speaking Braket, S3, SQS, IBM Quantum (its cloud
+and an on-premises IBM Quantum System), IQM and Pasqal, one call log.
 
 This module owns the lifecycle of an emulator (start, stop, context manager), the environment
 a client needs to reach it, read access to its call log, and its report (the bill, calls and
@@ -34,6 +34,8 @@ from flux_quantum.emulator.clock import Clock, WallClock
 from flux_quantum.emulator.ibm import API as IBM_API
 from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
 from flux_quantum.emulator.ibm import IbmScenario, IbmService
+from flux_quantum.emulator.ibmqs import PREFIX as IBM_QS_PREFIX
+from flux_quantum.emulator.ibmqs import IbmQsScenario, IbmQsService
 from flux_quantum.emulator.iqm import PREFIX as IQM_PREFIX
 from flux_quantum.emulator.iqm import IqmScenario, IqmService
 from flux_quantum.emulator.pasqal import LOCAL_PREFIX as PASQAL_LOCAL_PREFIX
@@ -72,6 +74,7 @@ class Emulator:
         ibm: IbmScenario | None = None,
         iqm: IqmScenario | None = None,
         pasqal: PasqalScenario | None = None,
+        ibm_qs: IbmQsScenario | None = None,
     ) -> None:
         self.host = check_loopback(host)
         self.port = port
@@ -100,6 +103,11 @@ class Emulator:
         self.pasqal = PasqalService(
             pasqal or PasqalScenario.default(), self.clock, seed, self._stop, on_call
         )
+        # An on-premises IBM Quantum System (under /ibm-qs: its API, IAM and S3 bucket), as
+        # QRMI's IBMQuantumSystem resource reaches it (see the ibmqs package).
+        self.ibm_qs = IbmQsService(
+            ibm_qs or IbmQsScenario.default(), self.clock, seed, self._stop, on_call
+        )
         self._server: HttpServer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -124,6 +132,8 @@ class Emulator:
             return self.ibm.handle(request)
         if _under(request.path, IQM_PREFIX):
             return self.iqm.handle(request)
+        if _under(request.path, IBM_QS_PREFIX):
+            return self.ibm_qs.handle(request)
         if _under(request.path, PASQAL_PREFIX) or _under(request.path, PASQAL_LOCAL_PREFIX):
             return self.pasqal.handle(request)
         return self._service.handle(request)
@@ -219,6 +229,7 @@ class Emulator:
             **self.ibm_env(),
             **self.iqm.env(self.url),
             **self.pasqal.env(self.url),
+            **self.ibm_qs.env(self.url),
         }
 
     def ibm_env(self) -> dict[str, str]:
@@ -247,6 +258,7 @@ class Emulator:
             *self.ibm.calls,
             *self.iqm.calls,
             *self.pasqal.calls,
+            *self.ibm_qs.calls,
         ]
         return sorted(calls, key=lambda call: call.t)
 
@@ -264,6 +276,7 @@ class Emulator:
         self.ibm.clear_calls()
         self.iqm.clear_calls()
         self.pasqal.clear_calls()
+        self.ibm_qs.clear_calls()
 
     def device_arns(self) -> list[str]:
         return [spec.arn for spec in self.scenario.devices]
@@ -324,15 +337,23 @@ class Emulator:
         sessions = [*ibm_sessions, *self._service.bill_jobs()]
         iqm_calls, iqm_faults = self.iqm.counts()
         pasqal_calls, pasqal_faults = self.pasqal.counts()
+        qs_calls, qs_faults = self.ibm_qs.counts()
         sqs_calls, _ = self.sqs.counts()
         return report_document(
-            tasks=[*self._service.bill(), *ibm_tasks, *self.iqm.bill()[0], *self.pasqal.bill()[0]],
+            tasks=[
+                *self._service.bill(),
+                *ibm_tasks,
+                *self.iqm.bill()[0],
+                *self.pasqal.bill()[0],
+                *self.ibm_qs.bill(),
+            ],
             sessions=sessions,
             calls={
                 "braket": braket_calls,
                 "ibm": ibm_calls,
                 "iqm": iqm_calls,
                 "pasqal": pasqal_calls,
+                "ibm-quantum-system": qs_calls,
                 "sqs": sqs_calls,
             },
             faults={
@@ -340,6 +361,7 @@ class Emulator:
                 "ibm": ibm_faults,
                 "iqm": iqm_faults,
                 "pasqal": pasqal_faults,
+                "ibm-quantum-system": qs_faults,
             },
             now=now,
             reservations=self._service.bill_reservations(),

@@ -151,6 +151,32 @@ class Reader:
         """A non-empty string under ``key`` when given."""
         return self.text(f[key], f"{where}.{key}") if key in f else None
 
+    def effects(
+        self, f: Mapping[str, Any], where: str, ops: Sequence[str], create: str
+    ) -> dict[str, Any]:
+        """A fault's one effect (an HTTP error ``status``, a ``delay``, a ``reset`` or a
+        ``fail_job`` on the ``create`` operation; a delay may go with ``after_commit``),
+        its ``message`` and its call selection, as the keyword arguments of its fault."""
+        status = self.integer(f["status"], f"{where}.status", 400) if "status" in f else None
+        if status is not None and status > 599:
+            raise self.fail(f"{where}.status", f"must be an HTTP error status, got {status}")
+        delay = self.number(f.get("delay", 0.0), f"{where}.delay")
+        fail_job = self.optional(f, "fail_job", where)
+        flags = {key: self.flag(f, key, where) for key in ("after_commit", "reset")}
+        effects = [status is not None, delay > 0, fail_job is not None, flags["reset"]]
+        if sum(effects) != 1 and not (flags["after_commit"] and delay > 0 and sum(effects) == 2):
+            raise self.fail(where, "needs exactly one effect: status, delay, reset or fail_job")
+        if fail_job is not None and list(ops) != [create]:
+            raise self.fail(f"{where}.operation", f"must be {create} with fail_job")
+        return {
+            "status": status,
+            "message": self.optional(f, "message", where),
+            "delay": delay,
+            "fail_job": fail_job,
+            **flags,
+            **self.selection(f, where),
+        }
+
     def selection(self, f: Mapping[str, Any], where: str) -> dict[str, Any]:
         """A fault's call selection (``rate`` when given, ``calls``, ``first``, ``after``,
         ``every``, ``start``, ``end``), as the keyword arguments of its fault."""

@@ -35,6 +35,7 @@ ACCEPTED: dict[str, tuple[str, ...]] = {
     "ibm": (OPENQASM,),
     "iqm": (OPENQASM, IQM_JSON),
     "pasqal": (PULSER,),
+    "ibm-quantum-system": (OPENQASM,),
 }
 
 

@@ -142,6 +142,57 @@ class Creates:
         return create
 
 
+class AnsweredCreates:
+    """The tasks of a vendor whose API cannot be searched by the token a create carries
+    (IQM's, an IBM Quantum System's): a task is found again only by the id its create
+    answered. Keeps that answer per token, and the tokens whose create may have made a
+    task nobody saw (the answer was lost); for those, and for tokens this process never
+    created with, the outcome is unknown and ``lost`` says so (a ``Conflict``, not
+    retryable: creating again could run the program twice). Thread-safe."""
+
+    def __init__(self, lost: Callable[[str, str], Conflict]) -> None:
+        """``lost(subject, token)``: the error for a create of unknown outcome."""
+        self._lost = lost
+        self._lock = threading.Lock()
+        self._made: dict[str, TaskRef] = {}
+        self._unsure: set[str] = set()
+        self._creating = threading.local()
+
+    def creating(self, token: str) -> None:
+        """This thread is about to create with ``token`` (read by ``current``)."""
+        self._creating.token = token
+
+    def current(self) -> str | None:
+        """The token this thread last created with, or None."""
+        return getattr(self._creating, "token", None)
+
+    def made(self, token: str, ref: TaskRef) -> None:
+        with self._lock:
+            self._made[token] = ref
+            self._unsure.discard(token)
+
+    def unsure(self, token: str) -> None:
+        with self._lock:
+            self._unsure.add(token)
+
+    def find(self, subject: str, token: str) -> TaskRef | None:
+        """The task made with ``token``; None if no create with it may have made one."""
+        with self._lock:
+            made = self._made.get(token)
+            unsure = token in self._unsure
+        if made is None and unsure:
+            raise self._lost(subject, token)
+        return made
+
+    def known(self, subject: str, token: str) -> TaskRef:
+        """The task this process made with ``token``; ``lost`` for any other token."""
+        with self._lock:
+            made = self._made.get(token)
+        if made is None:
+            raise self._lost(subject, token)
+        return made
+
+
 def http_class(status: int) -> type[VendorError]:
     """Our error class for an HTTP status a vendor answered with."""
     if status == 429:
@@ -445,7 +496,12 @@ class QrmiVendor(TranslatedCalls, Vendor):
             lambda: resource.task_start(payload),
         )
         task_id = self._call("create", device.name, create)
-        return TaskRef(vendor=self.name, device=device.name, task_id=task_id, token=token)
+        ref = TaskRef(vendor=self.name, device=device.name, task_id=task_id, token=token)
+        self._created(token, ref)
+        return ref
+
+    def _created(self, token: str, ref: TaskRef) -> None:
+        """A create with ``token`` answered ``ref`` (default: nothing to keep)."""
 
     def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
         """The task an earlier create with ``token`` made on ``device`` at or after

@@ -70,7 +70,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledSession, BilledTask
+from flux_quantum.emulator.bill import BilledSession, BilledTask, timed_task
 from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.iqm.scenario import IqmDeviceSpec, IqmFault, IqmScenario
 from flux_quantum.emulator.iqm.wire import (
@@ -171,36 +171,14 @@ class IqmService(VendorSide[_Route, IqmFault]):
     def bill(self) -> tuple[list[BilledTask], list[BilledSession]]:
         """Every job so far: a completed one billed its run seconds x ``price_per_second``
         (credits, as IQM prices QPU time); IQM has no sessions."""
-        price = self.scenario.price_per_second
         with self._lock:
             now = self.clock.now()
-            tasks = []
-            for job in self._jobs.values():
-                progress = self._queues[job.device].progress(job.id, now)
-                state = progress.status if progress.status != "CANCELLING" else "CANCELLED"
-                seconds = None
-                if (
-                    state == "COMPLETED"
-                    and progress.started_at is not None
-                    and progress.ended_at is not None
-                ):
-                    seconds = round(progress.ended_at - progress.started_at, 3)
-                tasks.append(
-                    BilledTask(
-                        vendor="iqm",
-                        id=job.id,
-                        device=job.device,
-                        token=job.tag,
-                        state=state,
-                        shots=job.shots,
-                        billed_seconds=seconds,
-                        cost=(seconds or 0.0) * price,
-                        session=None,
-                        created=job.created_t,
-                        started=progress.started_at,
-                        ended=progress.ended_at,
-                    )
-                )
+            tasks = [
+                timed_task("iqm", job.id, job.device, job.tag, job.shots, job.created_t,
+                           self._queues[job.device].progress(job.id, now),
+                           self.scenario.price_per_second)
+                for job in self._jobs.values()
+            ]  # fmt: skip
         return tasks, []
 
     def env(self, url: str) -> dict[str, str]:
