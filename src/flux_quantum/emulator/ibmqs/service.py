@@ -48,7 +48,9 @@ server):
 
 Emulated (not checked against a live system): the error body of the API's models, the
 result document (IBM's plain SamplerV2 JSON for ``support_qiskit: false``, RuntimeEncoder
-JSON otherwise), a cancel of a finished job refused 409, estimator jobs refused 400 (the
+JSON otherwise), a create whose job id is already known refused 409 (QRMI's own retry
+resends a create whose answer was lost, with the same id), a cancel of a finished job
+refused 409, estimator jobs refused 400 (the
 emulator runs the sampler only), the bucket's SigV4 access key checked (not the
 signature).
 """
