@@ -7,44 +7,25 @@ from __future__ import annotations
 from typing import Any
 
 import qrmi
+from served_side import ServedSide
 
 from flux_quantum.emulator import ManualClock
 from flux_quantum.emulator.ibmqs import PREFIX, IbmQsScenario, IbmQsService
-from flux_quantum.emulator.server import HttpServer
-from flux_quantum.emulator.wire import Request, Response
 
 BACKEND = {"name": "ibm_kobe", "qubits": 5, "lanes": 2, "queue": {"depth": 1, "service_time": 10}}
 
 
-class Served:
+class Served(ServedSide):
     """An ``IbmQsService`` alone behind the emulator's HTTP server."""
 
     def __init__(self, scenario: dict[str, Any], clock: ManualClock) -> None:
         self.clock = clock
-        self.service = IbmQsService(IbmQsScenario.from_dict(scenario), clock)
-
-        def app(request: Request) -> Response:
-            if request.path.startswith(PREFIX + "/"):
-                return self.service.handle(request)
-            return Response(404)
-
-        self.server = HttpServer("127.0.0.1", 0, app)
-        self.server.start()
-        host, port = self.server.address
-        self.url = f"http://{host}:{port}"
+        super().__init__(IbmQsService(IbmQsScenario.from_dict(scenario), clock), PREFIX)
 
     def config(self, backend: str = "ibm_kobe", **extra: str) -> dict[str, str]:
-        """The env() settings of ``backend``, without the prefix (``from_config``'s keys),
-        with a job timeout (QRMI's create needs one)."""
-        prefix = f"{backend}_"
-        config = {
-            k[len(prefix) :]: v
-            for k, v in self.service.env(self.url).items()
-            if k.startswith(prefix)
-        }
-        config["QRMI_JOB_TIMEOUT_SECONDS"] = "600"
-        config.update(extra)
-        return config
+        """The backend's settings (``from_config``'s keys) with a job timeout (QRMI's
+        create needs one)."""
+        return {**super().config(backend), "QRMI_JOB_TIMEOUT_SECONDS": "600", **extra}
 
     def resource(self, backend: str = "ibm_kobe", **extra: str) -> Any:
         return qrmi.QuantumResource.from_config(

@@ -79,12 +79,13 @@ class IbmQuantumSystemVendor(QrmiVendor):
 
     name = "ibm-quantum-system"
     resource_type = "IBMQuantumSystem"
+    _answered: AnsweredCreates  # set in __init__: jobs are known only by their create
 
     def __init__(self, settings: IbmQuantumSystemSettings | None = None, **common: Any) -> None:
         """``common``: ``QrmiVendor``'s (devices, retry, clock, sleep, environ, name)."""
         super().__init__(settings or IbmQuantumSystemSettings({}), **common)
         self.settings: IbmQuantumSystemSettings
-        self._creates_answered = AnsweredCreates(self._unknown)
+        self._answered = AnsweredCreates(self._unknown)
         self._stopped: set[str] = set()  # jobs this process stopped (QRMI deleted them)
 
     # -- what QrmiVendor asks of a vendor
@@ -119,7 +120,7 @@ class IbmQuantumSystemVendor(QrmiVendor):
         if reason is not None:
             raise ValueError(f"{device.name} {reason}")
         body = sampler_input(program_text, shots, token)
-        self._creates_answered.creating(token)
+        self._answered.creating(token)
         return qrmi.Payload.QiskitPrimitive(input=body, program_id="sampler")
 
     def _results(self, task: TaskRef, value: str) -> list[TaskResult]:
@@ -141,14 +142,14 @@ class IbmQuantumSystemVendor(QrmiVendor):
 
     def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
         error = translate(exc, vendor=self.name, operation=operation, subject=subject)
-        token = self._creates_answered.current()
+        token = self._answered.current()
         if operation != "create" or token is None:
             return error
         text = "".join(str(exc).split())
         if '"status_code":409' in text:
             # QRMI's retry sent the create again with its own job id after an answer was
             # lost, and the API refused the duplicate: the first one made the job.
-            self._creates_answered.unsure(token)
+            self._answered.unsure(token)
             return self._unknown(subject, token)
         refused = error.vendor_code.startswith("HTTP4") or type(exc).__name__ in (
             "InvalidInputError",
@@ -157,14 +158,8 @@ class IbmQuantumSystemVendor(QrmiVendor):
             "EnvVarNotSetError",
         )
         if not refused:
-            self._creates_answered.unsure(token)
+            self._answered.unsure(token)
         return error
-
-    def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
-        return self._creates_answered.find(device.name, token)
-
-    def _created(self, token: str, ref: TaskRef) -> None:
-        self._creates_answered.made(token, ref)
 
     def _unknown(self, subject: str, token: str) -> Conflict:
         return Conflict(
@@ -178,11 +173,6 @@ class IbmQuantumSystemVendor(QrmiVendor):
         )
 
     # -- the interface
-
-    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
-        """The job this process created with ``token``; ``Conflict`` for a token it does
-        not know (see the module docstring)."""
-        return self._creates_answered.known(device.name, token)
 
     def cancel(self, task: TaskRef) -> None:
         super().cancel(task)

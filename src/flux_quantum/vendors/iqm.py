@@ -92,12 +92,13 @@ class IqmVendor(QrmiVendor):
 
     name = "iqm"
     resource_type = "IQMServer"
+    _answered: AnsweredCreates  # set in __init__: jobs are known only by their create
 
     def __init__(self, settings: IqmSettings | None = None, **common: Any) -> None:
         """``common``: ``QrmiVendor``'s (devices, retry, clock, sleep, environ, name)."""
         super().__init__(settings or IqmSettings(), **common)
         self.settings: IqmSettings
-        self._creates_answered = AnsweredCreates(self._unknown)
+        self._answered = AnsweredCreates(self._unknown)
 
     # -- what QrmiVendor asks of a vendor
 
@@ -122,7 +123,7 @@ class IqmVendor(QrmiVendor):
         import qrmi
 
         body = run_request(program_text, shots, device.qubits)
-        self._creates_answered.creating(token)
+        self._answered.creating(token)
         return qrmi.Payload.IQMServer(
             iqmjson=body, job_type="circuit", use_timeslot=False, tag=token
         )
@@ -164,9 +165,9 @@ class IqmVendor(QrmiVendor):
                 "ResourceNotFoundError",
                 "ConfigError",
             )
-            token = self._creates_answered.current()
+            token = self._answered.current()
             if not refused and token is not None:
-                self._creates_answered.unsure(token)
+                self._answered.unsure(token)
             if code == "HTTP409":
                 return DeviceOffline(
                     str(error), vendor=self.name, vendor_code=code, operation=operation
@@ -176,9 +177,6 @@ class IqmVendor(QrmiVendor):
                     str(error), vendor=self.name, vendor_code=code, operation=operation
                 )
         return error
-
-    def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
-        return self._creates_answered.find(device.name, token)
 
     def _unknown(self, subject: str, token: str) -> Conflict:
         return Conflict(
@@ -192,15 +190,6 @@ class IqmVendor(QrmiVendor):
         )
 
     # -- the interface
-
-    def _created(self, token: str, ref: TaskRef) -> None:
-        self._creates_answered.made(token, ref)
-
-    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
-        """The job this process created with ``token``; never None for a token it does not
-        know (IQM cannot be searched by tag, so the outcome of that create is unknown):
-        ``Conflict`` then (see the module docstring)."""
-        return self._creates_answered.known(device.name, token)
 
     def reports_positions(self, device: Device) -> bool:
         return True  # a waiting job's queue_position

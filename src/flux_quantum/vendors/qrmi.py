@@ -328,6 +328,8 @@ class QrmiVendor(TranslatedCalls, Vendor):
         # (device or backend, session id or None) -> its QRMI resource, built once.
         self._resources: dict[tuple[str, str | None], QrmiResource] = {}
         self._creates = Creates(clock)
+        # Set by a vendor whose API cannot be searched by token (``AnsweredCreates``).
+        self._answered: AnsweredCreates | None = None
 
     # -- what the subclass supplies
 
@@ -346,8 +348,9 @@ class QrmiVendor(TranslatedCalls, Vendor):
         """The task's results from ``task_result().value`` (ValueError: unreadable)."""
 
     def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
-        """The task a create with ``token`` made at or after ``since``, or None."""
-        return None
+        """The task a create with ``token`` made at or after ``since``, or None (default:
+        the one ``_answered`` kept, if the vendor keeps them)."""
+        return self._answered.find(device.name, token) if self._answered else None
 
     def _settle(self) -> float | None:
         """Seconds after a create's recorded start before ``find_task`` trusts a "not
@@ -501,12 +504,18 @@ class QrmiVendor(TranslatedCalls, Vendor):
         return ref
 
     def _created(self, token: str, ref: TaskRef) -> None:
-        """A create with ``token`` answered ``ref`` (default: nothing to keep)."""
+        """A create with ``token`` answered ``ref`` (kept in ``_answered``, if set)."""
+        if self._answered is not None:
+            self._answered.made(token, ref)
 
     def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
         """The task an earlier create with ``token`` made on ``device`` at or after
         ``since`` (epoch seconds, recorded before that create), or None. Raises
-        ``VendorUnavailable`` (retryable) before ``since`` plus the vendor's ``_settle``."""
+        ``VendorUnavailable`` (retryable) before ``since`` plus the vendor's ``_settle``.
+        A vendor with ``_answered`` knows only the tasks this process made: ``Conflict``
+        (its ``lost``) for any other token, never None."""
+        if self._answered is not None:
+            return self._answered.known(device.name, token)
         settle = self._settle()
         if settle is not None and (wait := since + settle - self._clock()) > 0:
             raise VendorUnavailable(

@@ -62,13 +62,13 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
 from flux_quantum.emulator.bill import BilledTask, timed_task
-from flux_quantum.emulator.clock import Clock, timestamp
+from flux_quantum.emulator.clock import Clock, iso, timestamp
 from flux_quantum.emulator.ibm.wire import bit_rows, braket_source, register_name, sampler_result
 from flux_quantum.emulator.ibmqs.scenario import IbmQsBackendSpec, IbmQsFault, IbmQsScenario
 from flux_quantum.emulator.ibmqs.wire import (
@@ -84,13 +84,12 @@ from flux_quantum.emulator.ibmqs.wire import (
     object_of,
     qs_error,
 )
-from flux_quantum.emulator.iqm.wire import iso
 from flux_quantum.emulator.queue import DeviceQueue
 from flux_quantum.emulator.scenario import DeviceQueueSpec
-from flux_quantum.emulator.side import Call, Refusal, VendorSide
+from flux_quantum.emulator.side import Call, JobRoute, JobSide, Refusal
 from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
 from flux_quantum.emulator.simulate import simulate as run_program
-from flux_quantum.emulator.wire import Request, Response, json_response
+from flux_quantum.emulator.wire import Request, Response, body_field, json_response
 
 DEFAULT_SHOTS = 4096
 TOKEN_LIFETIME = 3600
@@ -112,14 +111,6 @@ class QsJob:
     deleted: bool = False
 
 
-@dataclass(frozen=True)
-class _Route:
-    operation: str
-    handler: Callable[..., Response]
-    target: str | None = None
-    device: str | None = None
-
-
 def _queue_spec(spec: IbmQsBackendSpec) -> DeviceQueueSpec:
     """The shared queue model's view of a backend: paused periods start no job; a backend
     paused or offline for the whole run never serves."""
@@ -127,10 +118,9 @@ def _queue_spec(spec: IbmQsBackendSpec) -> DeviceQueueSpec:
     return DeviceQueueSpec.waiting_during(spec.queue_key, spec.name, spec.queue, down)
 
 
-class IbmQsService(VendorSide[_Route, IbmQsFault]):
+class IbmQsService(JobSide[IbmQsFault]):
     """The IBM Quantum System side's requests answered, from any number of server threads."""
 
-    _refusal = Refusal
     _draws = "ibm-qs-fault"
 
     def __init__(
@@ -141,8 +131,8 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
         stop: threading.Event | None = None,
         on_call: Callable[[Call], None] | None = None,
     ) -> None:
-        super().__init__(clock, seed, stop, on_call, faults=len(scenario.faults))
-        self.scenario = scenario
+        super().__init__(scenario, clock, seed, stop, on_call)
+        self.scenario: IbmQsScenario
         self._queues = {b.name: DeviceQueue(_queue_spec(b), seed) for b in scenario.backends}
         self._jobs: dict[str, QsJob] = {}
         self._objects: dict[tuple[str, str], bytes] = {}
@@ -195,39 +185,21 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _refused(self, request: Request, refusal: Refusal) -> _Route:
-        return _Route("Unknown", self._unknown)
-
-    def _faults_of(self) -> Sequence[IbmQsFault]:
-        return self.scenario.faults
-
-    def _fault_device(self, route: _Route) -> str | None:
-        return route.device
-
-    def _apply(
-        self, route: _Route, request: Request, faults: list[IbmQsFault], created: list[str]
-    ) -> Response:
+    def _authorize(self, route: JobRoute, request: Request) -> None:
         if route.operation in ("PutObject", "GetObject"):
             self._authorize_s3(request)
         elif route.operation not in ("IamToken", "Unknown"):
-            self._authorize(request)
-        if route.operation == "CreateJob":
-            failure = next((f.fail_job for f in faults if f.fail_job), None)
-            response = self._create(request, failure, created)
-            if created and failure:
-                self._count("fail_job")
-            return response
-        return route.handler(route, request)
+            self._authorize_api(request)
 
-    def _internal_error(self, route: _Route, message: str) -> Response:
+    def _internal_error(self, route: JobRoute, message: str) -> Response:
         return qs_error(500, "internal_error", message)
 
-    def _fault_error(self, fault: IbmQsFault, route: _Route) -> Response | None:
+    def _fault_error(self, fault: IbmQsFault, route: JobRoute) -> Response | None:
         if not fault.status:
             return None
         return qs_error(fault.status, f"http_{fault.status}", fault.message or "Injected fault.")
 
-    def _authorize(self, request: Request) -> None:
+    def _authorize_api(self, request: Request) -> None:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         with self._lock:
             known = token in self._tokens
@@ -241,18 +213,18 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
         if not auth.startswith(f"AWS4-HMAC-SHA256 Credential={self.scenario.access_key_id}/"):
             raise S3Refusal(403, "InvalidAccessKeyId", "The access key ID does not exist.")
 
-    def _route(self, request: Request) -> _Route:
+    def _route(self, request: Request) -> JobRoute:
         method, path = request.method, request.path
         if path == IAM_PATH and method == "POST":
-            return _Route("IamToken", self._iam)
+            return JobRoute("IamToken", self._iam)
         if path.startswith(S3 + "/"):
             parts = request.segments(S3)
             if len(parts) >= 2:
                 key = "/".join(parts[1:])
                 if method == "PUT":
-                    return _Route("PutObject", self._put_object, f"s3://{parts[0]}/{key}")
+                    return JobRoute("PutObject", self._put_object, f"s3://{parts[0]}/{key}")
                 if method == "GET":
-                    return _Route("GetObject", self._get_object, f"s3://{parts[0]}/{key}")
+                    return JobRoute("GetObject", self._get_object, f"s3://{parts[0]}/{key}")
             raise S3Refusal(404, "NoSuchKey", f"the emulator does not implement {method} {path}")
         if not path.startswith(API + "/v1/"):
             raise QsRefusal(404, "not_found", f"the emulator does not implement {method} {path}")
@@ -260,7 +232,7 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
         head, n = parts[0], len(parts)
         if head == "backends" and method == "GET":
             if n == 1:
-                return _Route("ListBackends", self._list_backends)
+                return JobRoute("ListBackends", self._list_backends)
             operation = {
                 None: "GetBackend",
                 "lanes": "GetBackendLanes",
@@ -268,35 +240,28 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
                 "properties": "GetBackendProperties",
             }.get(parts[2] if n == 3 else None if n == 2 else "-")
             if operation is not None:
-                return _Route(operation, self._backend, parts[1], parts[1])
+                return JobRoute(operation, self._backend, parts[1], parts[1])
         if head == "jobs":
             if n == 1:
                 if method == "GET":
-                    return _Route("ListJobs", self._list_jobs)
+                    return JobRoute("ListJobs", self._list_jobs)
                 if method == "POST":
-                    return _Route("CreateJob", self._unknown, None, self._backend_of(request))
+                    return JobRoute(
+                        "CreateJob", self._unknown, None, body_field(request, "backend")
+                    )
             job = parts[1] if n > 1 else ""
             with self._lock:
                 known = self._jobs.get(job)
             backend = known.backend if known else None
             if n == 2 and method == "GET":
-                return _Route("GetJob", self._get_job, job, backend)
+                return JobRoute("GetJob", self._get_job, job, backend)
             if n == 2 and method == "DELETE":
-                return _Route("DeleteJob", self._delete, job, backend)
+                return JobRoute("DeleteJob", self._delete, job, backend)
             if n == 3 and parts[2] == "cancel" and method == "POST":
-                return _Route("CancelJob", self._cancel, job, backend)
+                return JobRoute("CancelJob", self._cancel, job, backend)
         raise QsRefusal(404, "not_found", f"the emulator does not implement {method} {path}")
 
-    @staticmethod
-    def _backend_of(request: Request) -> str | None:
-        try:
-            body = json.loads(request.body or b"null")
-        except ValueError:
-            return None
-        backend = body.get("backend") if isinstance(body, dict) else None
-        return backend if isinstance(backend, str) else None
-
-    def _unknown(self, route: _Route, request: Request) -> Response:
+    def _unknown(self, route: JobRoute, request: Request) -> Response:
         raise QsRefusal(404, "not_found", "Not found.")
 
     def _spec(self, name: str | None) -> IbmQsBackendSpec:
@@ -307,7 +272,7 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
 
     # -- IAM and the bucket -----------------------------------------------------------------
 
-    def _iam(self, route: _Route, request: Request) -> Response:
+    def _iam(self, route: JobRoute, request: Request) -> Response:
         form = parse_qs(request.body.decode("utf-8", "replace"))
         grant = (form.get("grant_type") or [""])[0]
         apikey = (form.get("apikey") or [""])[0]
@@ -327,19 +292,19 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
         }
         return json_response(200, doc)
 
-    def _object_key(self, route: _Route) -> tuple[str, str]:
+    def _object_key(self, route: JobRoute) -> tuple[str, str]:
         bucket, _, key = (route.target or "").removeprefix("s3://").partition("/")
         if bucket != self.scenario.bucket:
             raise S3Refusal(404, "NoSuchBucket", f"The bucket {bucket} does not exist.")
         return bucket, key
 
-    def _put_object(self, route: _Route, request: Request) -> Response:
+    def _put_object(self, route: JobRoute, request: Request) -> Response:
         where = self._object_key(route)
         with self._lock:
             self._objects[where] = request.body
         return Response(200, b"", (("ETag", f'"{secrets.token_hex(16)}"'),))
 
-    def _get_object(self, route: _Route, request: Request) -> Response:
+    def _get_object(self, route: JobRoute, request: Request) -> Response:
         where = self._object_key(route)
         with self._lock:
             data = self._objects.get(where)
@@ -382,13 +347,13 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
             "locked": False,
         }
 
-    def _list_backends(self, route: _Route, request: Request) -> Response:
+    def _list_backends(self, route: JobRoute, request: Request) -> Response:
         now = self.clock.now()
         return json_response(
             200, {"backends": [self._backend_doc(b, now) for b in self.scenario.backends]}
         )
 
-    def _backend(self, route: _Route, request: Request) -> Response:
+    def _backend(self, route: JobRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         if route.operation == "GetBackend":
             return json_response(200, self._backend_doc(spec, self.clock.now()))
@@ -418,7 +383,9 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def _create(self, request: Request, failure: str | None, created: list[str]) -> Response:
+    def _create(
+        self, route: JobRoute, request: Request, failure: str | None, created: list[str]
+    ) -> Response:
         try:
             body = json.loads(request.body or b"null")
         except ValueError:
@@ -534,18 +501,18 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
             )
         return doc
 
-    def _list_jobs(self, route: _Route, request: Request) -> Response:
+    def _list_jobs(self, route: JobRoute, request: Request) -> Response:
         with self._lock:
             now = self.clock.now()
             jobs = [self._document(j, now) for j in self._jobs.values() if not j.deleted]
         return json_response(200, {"jobs": jobs})
 
-    def _get_job(self, route: _Route, request: Request) -> Response:
+    def _get_job(self, route: JobRoute, request: Request) -> Response:
         with self._lock:
             doc = self._document(self._job(route.target), self.clock.now())
         return json_response(200, doc)
 
-    def _cancel(self, route: _Route, request: Request) -> Response:
+    def _cancel(self, route: JobRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             now = self.clock.now()
@@ -557,7 +524,7 @@ class IbmQsService(VendorSide[_Route, IbmQsFault]):
             self._queues[job.backend].cancel(job.id, now)
         return Response(204)
 
-    def _delete(self, route: _Route, request: Request) -> Response:
+    def _delete(self, route: JobRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             now = self.clock.now()
