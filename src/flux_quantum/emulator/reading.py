@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import yaml
 
@@ -35,6 +35,28 @@ def load_yaml(path: str | Path, label: str) -> tuple[Any, str]:
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{label} scenario {path}: not valid YAML") from exc
     return (data if data is not None else {}), str(path)
+
+
+class ScenarioFile:
+    """A scenario class's ``from_yaml`` and ``default``: the class names itself in errors
+    with ``LABEL``, has its default as the plain dict ``DEFAULT`` and reads a dict with
+    its own ``from_dict``."""
+
+    LABEL: ClassVar[str]
+    DEFAULT: ClassVar[Mapping[str, Any]]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> Self:
+        raise NotImplementedError
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Self:
+        return cls.from_dict(*load_yaml(path, cls.LABEL))
+
+    @classmethod
+    def default(cls) -> Self:
+        """The built-in scenario (``DEFAULT``)."""
+        return cls.from_dict(cls.DEFAULT, source=f"<default {cls.LABEL} scenario>")
 
 
 class Reader:

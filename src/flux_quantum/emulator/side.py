@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from flux_quantum.emulator.clock import Clock
-from flux_quantum.emulator.wire import Request, Response, connection_reset
+from flux_quantum.emulator.wire import Request, Response, connection_reset, json_response
 
 
 @dataclass(frozen=True)
@@ -278,8 +278,9 @@ class JobSide(VendorSide[JobRoute, FaultT]):
     """A side of one vendor's job API (IQM's, an IBM Quantum System's, Felis's): its
     faults are its scenario's and select on the route's device; a request it cannot route
     is logged as ``Unknown``; its create (``_create_op``) may be failed by a ``fail_job``
-    fault, which ``_create`` is told. The subclass supplies ``_route``, ``_authorize``,
-    ``_create`` and the error shapes."""
+    fault, which ``_create`` is told; a job is read as its ``_document`` (``_get_job``).
+    The subclass supplies ``_route``, ``_authorize``, ``_create``, ``_job``,
+    ``_document`` and the error shapes."""
 
     _create_op: ClassVar[str] = "CreateJob"
 
@@ -316,6 +317,19 @@ class JobSide(VendorSide[JobRoute, FaultT]):
     ) -> Response:
         """Make the job (``failure``: it will fail with that message)."""
         raise NotImplementedError
+
+    def _job(self, job_id: str | None) -> Any:
+        """The job ``job_id`` (the side's refusal if it has none). Lock held."""
+        raise NotImplementedError
+
+    def _document(self, job: Any, now: float) -> dict[str, Any]:
+        """The job as the vendor's API answers it at ``now``. Lock held."""
+        raise NotImplementedError
+
+    def _get_job(self, route: JobRoute, request: Request) -> Response:
+        with self._lock:
+            doc = self._document(self._job(route.target), self.clock.now())
+        return json_response(200, doc)
 
     def _apply(
         self, route: JobRoute, request: Request, faults: list[FaultT], created: list[str]

@@ -38,11 +38,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from flux_quantum.emulator.reading import Reader, load_yaml
-from flux_quantum.emulator.scenario import BaseFault, QueueSpec
+from flux_quantum.emulator.reading import Reader, ScenarioFile
+from flux_quantum.emulator.scenario import JobFault, QueueSpec
 
 OPERATIONS = (
     "IamToken",
@@ -85,18 +84,23 @@ class IbmQsBackendSpec:
         return f"ibm-qs:{self.name}"
 
 
+IbmQsFault = JobFault  # the side's faults (see JobFault)
+
+
+# The default: one on-premises 5-qubit backend, two lanes, a short queue.
+DEFAULT_IBM_QS_SCENARIO: dict[str, Any] = {
+    "backends": [
+        {"name": "ibm_kobe", "qubits": 5, "lanes": 2, "queue": {"depth": 1, "service_time": 4.0}}
+    ],
+}
+
+
 @dataclass(frozen=True)
-class IbmQsFault(BaseFault):
-    """One injected fault: an HTTP error, a delay, a reset connection or a failed job."""
-
-    device: str | None = None
-    status: int | None = None
-    fail_job: str | None = None
-
-
-@dataclass(frozen=True)
-class IbmQsScenario:
+class IbmQsScenario(ScenarioFile):
     """Everything the IBM Quantum System side serves, immutable."""
+
+    LABEL = "IBM Quantum System"
+    DEFAULT = DEFAULT_IBM_QS_SCENARIO
 
     backends: tuple[IbmQsBackendSpec, ...]
     apikey: str = DEFAULT_APIKEY
@@ -112,15 +116,6 @@ class IbmQsScenario:
 
     def backend(self, name: str) -> IbmQsBackendSpec | None:
         return next((b for b in self.backends if b.name == name), None)
-
-    @classmethod
-    def default(cls) -> IbmQsScenario:
-        """One on-premises 5-qubit backend with a short queue."""
-        return cls.from_dict(DEFAULT_IBM_QS_SCENARIO, source="<default IBM Quantum System>")
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> IbmQsScenario:
-        return cls.from_dict(*load_yaml(path, "IBM Quantum System"))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> IbmQsScenario:
@@ -183,11 +178,3 @@ class _Reader(Reader):
         return IbmQsFault(
             operations=tuple(ops), device=device, **self.effects(f, where, ops, "CreateJob")
         )
-
-
-# The default: one on-premises 5-qubit backend, two lanes, a short queue.
-DEFAULT_IBM_QS_SCENARIO: dict[str, Any] = {
-    "backends": [
-        {"name": "ibm_kobe", "qubits": 5, "lanes": 2, "queue": {"depth": 1, "service_time": 4.0}}
-    ],
-}

@@ -507,11 +507,6 @@ class IbmQsService(JobSide[IbmQsFault]):
             jobs = [self._document(j, now) for j in self._jobs.values() if not j.deleted]
         return json_response(200, {"jobs": jobs})
 
-    def _get_job(self, route: JobRoute, request: Request) -> Response:
-        with self._lock:
-            doc = self._document(self._job(route.target), self.clock.now())
-        return json_response(200, doc)
-
     def _cancel(self, route: JobRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
