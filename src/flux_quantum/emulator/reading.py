@@ -13,13 +13,13 @@ every mistake it finds is one ``ScenarioError``: "<vendor> scenario <source>: <w
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import yaml
 
-from flux_quantum.emulator.scenario import DISTRIBUTIONS, QueueSpec, ScenarioError
+from flux_quantum.emulator.scenario import DISTRIBUTIONS, JobFault, QueueSpec, ScenarioError
 
 QUEUE_KEYS = ("depth", "arrival_rate", "service_time", "distribution", "shot_time")
 
@@ -198,6 +198,40 @@ class Reader:
             **flags,
             **self.selection(f, where),
         }
+
+    def devices_and_faults(
+        self,
+        top: Mapping[str, Any],
+        key: str,
+        read: Callable[[Any, int], Any],
+        operations: Sequence[str],
+        create: str,
+    ) -> tuple[list[Any], tuple[JobFault, ...]]:
+        """A job-API scenario's devices under ``key`` (each read by ``read``, named by its
+        ``name``, none twice) and its ``faults``, each a ``JobFault`` on one of
+        ``operations`` naming its device under the singular of ``key``."""
+        noun = key.removesuffix("s")
+        raw = self.listed(top.get(key), key, noun)
+        specs = [read(entry, i) for i, entry in enumerate(raw)]
+        names = [spec.name for spec in specs]
+        self.distinct(names, f"{key}[{{i}}].name", noun)
+        accepted = (
+            "operation", noun, "status", "message", "after_commit", "delay", "reset",
+            "fail_job", "calls", "first", "after", "every", "rate", "start", "end",
+        )  # fmt: skip
+        faults = []
+        for index, entry in enumerate(top.get("faults") or []):
+            where = f"faults[{index}]"
+            f = self.mapping(entry, where, accepted)
+            ops = self.operations(f, where, operations)
+            faults.append(
+                JobFault(
+                    operations=tuple(ops),
+                    device=self.target(f, noun, where, names),
+                    **self.effects(f, where, ops, create),
+                )
+            )
+        return specs, tuple(faults)
 
     def selection(self, f: Mapping[str, Any], where: str) -> dict[str, Any]:
         """A fault's call selection (``rate`` when given, ``calls``, ``first``, ``after``,

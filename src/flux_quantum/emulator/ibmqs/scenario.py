@@ -36,7 +36,7 @@ the pay-as-you-go rate of IBM's cloud (US$1.60 per QPU second) for comparison.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,11 +129,9 @@ class _Reader(Reader):
         texts = ("apikey", "crn", "access_key_id", "secret_access_key", "bucket", "region")
         accepted = (*texts, "price_per_second", "max_simulated_qubits", "backends", "faults")
         top = self.mapping(data, "(top level)", accepted)
-        raw = self.listed(top.get("backends"), "backends", "backend")
-        backends = [self.backend(entry, i) for i, entry in enumerate(raw)]
-        names = [b.name for b in backends]
-        self.distinct(names, "backends[{i}].name", "backend")
-        faults = tuple(self.fault(f, i, names) for i, f in enumerate(top.get("faults") or []))
+        backends, faults = self.devices_and_faults(
+            top, "backends", self.backend, OPERATIONS, "CreateJob"
+        )
         defaults = IbmQsScenario(backends=())
         values = {k: self.text(top.get(k, getattr(defaults, k)), k) for k in texts}
         return IbmQsScenario(
@@ -164,17 +162,4 @@ class _Reader(Reader):
             lanes=self.integer(d.get("lanes", 1), f"{where} lanes", low=1),
             status=self.choice(d.get("status", "online"), f"{where} status", STATUSES),
             paused=self.periods(d.get("paused", []), f"{where} paused"),
-        )
-
-    def fault(self, raw: Any, index: int, backends: Sequence[str]) -> IbmQsFault:
-        where = f"faults[{index}]"
-        accepted = (
-            "operation", "backend", "status", "message", "after_commit", "delay", "reset",
-            "fail_job", "calls", "first", "after", "every", "rate", "start", "end",
-        )  # fmt: skip
-        f = self.mapping(raw, where, accepted)
-        ops = self.operations(f, where, OPERATIONS)
-        device = self.target(f, "backend", where, backends)
-        return IbmQsFault(
-            operations=tuple(ops), device=device, **self.effects(f, where, ops, "CreateJob")
         )
