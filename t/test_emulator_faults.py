@@ -540,6 +540,7 @@ def test_cli_report_prints_the_report_of_the_emulator_that_wrote_the_env_file(
             "iqm": {},
             "pasqal": {},
             "ibm-quantum-system": {},
+            "alice-bob-felis": {},
         }
     finally:
         stopped = cli("--stop")

@@ -34,7 +34,7 @@ import yaml
 
 from flux_quantum.errors import FluxQuantumError
 
-VENDORS = ("braket", "ibm", "iqm", "pasqal", "ibm-quantum-system", "local")
+VENDORS = ("braket", "ibm", "iqm", "pasqal", "ibm-quantum-system", "alice-bob-felis", "local")
 DEVICE_CLASSES = ("qpu", "simulator")
 ENV_CATALOG = "FLUX_QUANTUM_BACKENDS"
 FLUX_CONFIG_KEY = "quantum.backends"
@@ -76,6 +76,7 @@ VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "s3_region",
             "job_timeout",
         ),
+        "alice-bob-felis": ("endpoint",),
     }
 )
 

@@ -101,6 +101,14 @@ def make_vendor(
             environ=environ,
             **common,
         )
+    if name == "alice-bob-felis":
+        from flux_quantum.vendors.felis import FelisSettings, FelisVendor
+
+        return FelisVendor(
+            FelisSettings.from_catalog(catalog.settings("alice-bob-felis")),
+            environ=environ,
+            **common,
+        )
     raise ValueError(f"unknown vendor {name!r}")
 
 
