@@ -534,7 +534,14 @@ def test_cli_report_prints_the_report_of_the_emulator_that_wrote_the_env_file(
             "reservations": [],
             "total": 0.0,
         }
-        assert report["faults"] == {"braket": {}, "ibm": {}, "iqm": {}, "pasqal": {}}
+        assert report["faults"] == {
+            "braket": {},
+            "ibm": {},
+            "iqm": {},
+            "pasqal": {},
+            "ibm-quantum-system": {},
+            "alice-bob-felis": {},
+        }
     finally:
         stopped = cli("--stop")
     assert stopped.returncode == 0, stopped.stderr

@@ -34,7 +34,7 @@ import yaml
 
 from flux_quantum.errors import FluxQuantumError
 
-VENDORS = ("braket", "ibm", "iqm", "pasqal", "local")
+VENDORS = ("braket", "ibm", "iqm", "pasqal", "ibm-quantum-system", "alice-bob-felis", "local")
 DEVICE_CLASSES = ("qpu", "simulator")
 ENV_CATALOG = "FLUX_QUANTUM_BACKENDS"
 FLUX_CONFIG_KEY = "quantum.backends"
@@ -68,6 +68,15 @@ VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "ibm": ("channel", "instance", "endpoint", "iam_endpoint", "session_mode"),
         "iqm": ("endpoint",),
         "pasqal": ("base_url", "auth_endpoint", "project_id", "warden_url"),
+        "ibm-quantum-system": (
+            "endpoint",
+            "iam_endpoint",
+            "s3_endpoint",
+            "s3_bucket",
+            "s3_region",
+            "job_timeout",
+        ),
+        "alice-bob-felis": ("endpoint",),
     }
 )
 

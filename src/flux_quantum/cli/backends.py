@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from flux_quantum.catalog import Catalog, Device
+from flux_quantum.catalog import VENDORS, Catalog, Device
 from flux_quantum.cli import table
 from flux_quantum.errors import CommandError
 from flux_quantum.protocol.request import RequestError, parse_request
@@ -64,9 +64,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="Python format string of fields: " + ", ".join(FIELDS) + " (e.g. '{name} {status}')",
     )
     backends.add_argument("-n", "--no-header", action="store_true", help="omit the header")
-    backends.add_argument(
-        "--vendor", choices=("braket", "ibm", "iqm", "pasqal", "local"), help="only this vendor"
-    )
+    backends.add_argument("--vendor", choices=VENDORS, help="only this vendor")
     backends.add_argument(
         "-a", "--all", action="store_true", help="also list RETIRED devices (hidden by default)"
     )

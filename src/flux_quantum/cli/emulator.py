@@ -38,7 +38,9 @@ from flux_quantum.cli import table
 from flux_quantum.emulator import Call, Emulator, Scenario, ScenarioError, WallClock
 from flux_quantum.emulator.bill import read_report
 from flux_quantum.emulator.braket.direct import book_wall
+from flux_quantum.emulator.felis import FelisScenario
 from flux_quantum.emulator.ibm import IbmScenario
+from flux_quantum.emulator.ibmqs import IbmQsScenario
 from flux_quantum.emulator.iqm import IqmScenario
 from flux_quantum.emulator.pasqal import PasqalScenario
 from flux_quantum.emulator.server import check_loopback
@@ -49,12 +51,13 @@ from flux_quantum.site import reservations
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "emulator",
-        help="run a local Amazon Braket, IBM Quantum, IQM and Pasqal emulator (tests, demos)",
+        help="run a local Amazon Braket, IBM Quantum, IQM, Pasqal and Felis emulator (tests, demos)",
         description=(
             "Serve Amazon Braket's API (and the S3 it writes results to) and IBM Quantum's "
             "(IAM and the Qiskit Runtime REST API, under /ibm), IQM's (the IQM Server API, "
-            "under /iqm) and Pasqal's (Pasqal Cloud under /pasqal, an on-premises warden "
-            "under /pasqal-local) on loopback, with emulated "
+            "under /iqm), Pasqal's (Pasqal Cloud under /pasqal, an on-premises warden "
+            "under /pasqal-local), an on-premises IBM Quantum System's (under /ibm-qs) and "
+            "Alice & Bob's Felis (under /felis) on loopback, with emulated "
             "queues, offline or paused periods and faults from scenarios. Prints the "
             "environment Braket and QRMI clients need, then runs until SIGTERM or SIGINT."
         ),
@@ -75,6 +78,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--pasqal-scenario", metavar="FILE", help="Pasqal scenario YAML (default: built-in)"
+    )
+    parser.add_argument(
+        "--ibm-qs-scenario",
+        metavar="FILE",
+        help="IBM Quantum System scenario YAML (default: built-in)",
+    )
+    parser.add_argument(
+        "--felis-scenario", metavar="FILE", help="Felis scenario YAML (default: built-in)"
     )
     parser.add_argument(
         "--speed", type=float, default=1.0, help="emulated seconds per real second (default 1)"
@@ -324,6 +335,8 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         ibm = IbmScenario.from_yaml(args.ibm_scenario) if args.ibm_scenario else None
         iqm = IqmScenario.from_yaml(args.iqm_scenario) if args.iqm_scenario else None
         pasqal = PasqalScenario.from_yaml(args.pasqal_scenario) if args.pasqal_scenario else None
+        ibm_qs = IbmQsScenario.from_yaml(args.ibm_qs_scenario) if args.ibm_qs_scenario else None
+        felis = FelisScenario.from_yaml(args.felis_scenario) if args.felis_scenario else None
     except ScenarioError as exc:
         raise CommandError(str(exc)) from exc
 
@@ -337,6 +350,8 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         ibm=ibm,
         iqm=iqm,
         pasqal=pasqal,
+        ibm_qs=ibm_qs,
+        felis=felis,
     )
     stop = threading.Event()
 
@@ -359,8 +374,10 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         print(
             f"flux-quantum-emulator: serving {len(scenario.devices)} Braket devices from "
             f"{scenario.source}, {len(emulator.ibm_scenario.backends)} IBM backends from "
-            f"{emulator.ibm_scenario.source}, {len(emulator.iqm.scenario.devices)} IQM and "
-            f"{len(emulator.pasqal.scenario.devices)} Pasqal devices at {emulator.url} "
+            f"{emulator.ibm_scenario.source}, {len(emulator.iqm.scenario.devices)} IQM, "
+            f"{len(emulator.pasqal.scenario.devices)} Pasqal, "
+            f"{len(emulator.ibm_qs.scenario.backends)} IBM Quantum System and "
+            f"{len(emulator.felis.scenario.targets)} Felis devices at {emulator.url} "
             f"(speed {args.speed:g}, seed "
             f"{args.seed}); "
             "stop with SIGTERM or Ctrl-C",

@@ -2,8 +2,9 @@
 
 This package owns the vendor emulator: one loopback HTTP server (``Emulator``) that speaks
 Braket's rest-json and a minimal S3 (``braket/``), IBM Quantum's IAM and Qiskit Runtime
-REST API (``ibm/``), the IQM Server API (``iqm/``) and Pasqal Cloud's API and an
-on-premises warden (``pasqal/``) well enough for the unmodified amazon-braket-sdk, boto3
+REST API (``ibm/``), the IQM Server API (``iqm/``), Pasqal Cloud's API and an
+on-premises warden (``pasqal/``), an on-premises IBM Quantum System's API, IAM and S3
+bucket (``ibmqs/``) and Alice & Bob's Felis API (``felis/``) well enough for the unmodified amazon-braket-sdk, boto3
 and qrmi, once pointed at it (``Emulator.env()``). Each vendor side is a package of the same
 shape: ``service`` (its requests routed, faulted and answered), ``scenario`` (what it
 serves, from YAML or a dict), ``wire`` (its paths and answer shapes) and the collaborators
@@ -21,7 +22,9 @@ vendor, and never block forever.
 from flux_quantum.emulator.braket import DeviceSpec, Fault, ReservationSpec, Scenario
 from flux_quantum.emulator.clock import Clock, ManualClock, ScaledClock, WallClock
 from flux_quantum.emulator.emulator import Emulator
+from flux_quantum.emulator.felis import FelisScenario
 from flux_quantum.emulator.ibm import IbmScenario
+from flux_quantum.emulator.ibmqs import IbmQsScenario
 from flux_quantum.emulator.iqm import IqmScenario
 from flux_quantum.emulator.pasqal import PasqalScenario
 from flux_quantum.emulator.scenario import QueueSpec, ScenarioError
@@ -33,6 +36,8 @@ __all__ = [
     "DeviceSpec",
     "Emulator",
     "Fault",
+    "FelisScenario",
+    "IbmQsScenario",
     "IbmScenario",
     "IqmScenario",
     "ManualClock",

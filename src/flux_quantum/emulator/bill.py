@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from flux_quantum.emulator.queue import TaskProgress
 from flux_quantum.emulator.scenario import Cost
 
 CURRENCY = "USD"
@@ -127,6 +128,39 @@ class BilledTask:
             row["programs"] = self.programs
             row["executables"] = self.executables
         return row
+
+
+def timed_task(
+    vendor: str,
+    task_id: str,
+    device: str,
+    token: str | None,
+    shots: int,
+    created: float,
+    progress: TaskProgress,
+    price_per_second: float,
+) -> BilledTask:
+    """A task billed by its QPU seconds (IQM's, Pasqal's, an IBM Quantum System's): a
+    completed one its run time x ``price_per_second``, any other nothing; a task being
+    cancelled is on the bill as CANCELLED."""
+    seconds = None
+    if progress.status == "COMPLETED" and progress.started_at is not None:
+        assert progress.ended_at is not None
+        seconds = round(progress.ended_at - progress.started_at, 3)
+    return BilledTask(
+        vendor=vendor,
+        id=task_id,
+        device=device,
+        token=token,
+        state="CANCELLED" if progress.status == "CANCELLING" else progress.status,
+        shots=shots,
+        billed_seconds=seconds,
+        cost=(seconds or 0.0) * price_per_second,
+        session=None,
+        created=created,
+        started=progress.started_at,
+        ended=progress.ended_at,
+    )
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ class OnWallClock(Protocol):
     def wall(self, emulated: float) -> float: ...
 
 
+def iso(moment: datetime) -> str:
+    """``moment`` as an ISO 8601 UTC text with microseconds and ``Z``."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def timestamp(clock: Clock, t: float) -> datetime:
     """The calendar date of emulated second ``t`` on ``clock``'s timeline."""
     return clock.epoch + timedelta(seconds=t)

@@ -1,5 +1,5 @@
-"""The ``Emulator`` facade: one loopback server speaking Braket, S3, SQS, IBM Quantum, IQM
-and Pasqal, one call log.
+"""The ``Emulator`` facade: one loopback server speaking Braket, S3, SQS, IBM Quantum (its cloud
+and an on-premises IBM Quantum System), IQM, Pasqal and Alice & Bob's Felis, one call log.
 
 This module owns the lifecycle of an emulator (start, stop, context manager), the environment
 a client needs to reach it, read access to its call log, and its report (the bill, calls and
@@ -31,9 +31,13 @@ from flux_quantum.emulator.braket.direct import (
 )
 from flux_quantum.emulator.braket.s3 import PREFIX as S3_PREFIX
 from flux_quantum.emulator.clock import Clock, WallClock
+from flux_quantum.emulator.felis import PREFIX as FELIS_PREFIX
+from flux_quantum.emulator.felis import FelisScenario, FelisService
 from flux_quantum.emulator.ibm import API as IBM_API
 from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
 from flux_quantum.emulator.ibm import IbmScenario, IbmService
+from flux_quantum.emulator.ibmqs import PREFIX as IBM_QS_PREFIX
+from flux_quantum.emulator.ibmqs import IbmQsScenario, IbmQsService
 from flux_quantum.emulator.iqm import PREFIX as IQM_PREFIX
 from flux_quantum.emulator.iqm import IqmScenario, IqmService
 from flux_quantum.emulator.pasqal import LOCAL_PREFIX as PASQAL_LOCAL_PREFIX
@@ -72,6 +76,8 @@ class Emulator:
         ibm: IbmScenario | None = None,
         iqm: IqmScenario | None = None,
         pasqal: PasqalScenario | None = None,
+        ibm_qs: IbmQsScenario | None = None,
+        felis: FelisScenario | None = None,
     ) -> None:
         self.host = check_loopback(host)
         self.port = port
@@ -100,6 +106,15 @@ class Emulator:
         self.pasqal = PasqalService(
             pasqal or PasqalScenario.default(), self.clock, seed, self._stop, on_call
         )
+        # An on-premises IBM Quantum System (under /ibm-qs: its API, IAM and S3 bucket), as
+        # QRMI's IBMQuantumSystem resource reaches it (see the ibmqs package).
+        self.ibm_qs = IbmQsService(
+            ibm_qs or IbmQsScenario.default(), self.clock, seed, self._stop, on_call
+        )
+        # Alice & Bob's Felis (under /felis), as QRMI's AliceBobFelis resource reaches it.
+        self.felis = FelisService(
+            felis or FelisScenario.default(), self.clock, seed, self._stop, on_call
+        )
         self._server: HttpServer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -124,6 +139,10 @@ class Emulator:
             return self.ibm.handle(request)
         if _under(request.path, IQM_PREFIX):
             return self.iqm.handle(request)
+        if _under(request.path, IBM_QS_PREFIX):
+            return self.ibm_qs.handle(request)
+        if _under(request.path, FELIS_PREFIX):
+            return self.felis.handle(request)
         if _under(request.path, PASQAL_PREFIX) or _under(request.path, PASQAL_LOCAL_PREFIX):
             return self.pasqal.handle(request)
         return self._service.handle(request)
@@ -219,6 +238,8 @@ class Emulator:
             **self.ibm_env(),
             **self.iqm.env(self.url),
             **self.pasqal.env(self.url),
+            **self.ibm_qs.env(self.url),
+            **self.felis.env(self.url),
         }
 
     def ibm_env(self) -> dict[str, str]:
@@ -247,6 +268,8 @@ class Emulator:
             *self.ibm.calls,
             *self.iqm.calls,
             *self.pasqal.calls,
+            *self.ibm_qs.calls,
+            *self.felis.calls,
         ]
         return sorted(calls, key=lambda call: call.t)
 
@@ -264,6 +287,8 @@ class Emulator:
         self.ibm.clear_calls()
         self.iqm.clear_calls()
         self.pasqal.clear_calls()
+        self.ibm_qs.clear_calls()
+        self.felis.clear_calls()
 
     def device_arns(self) -> list[str]:
         return [spec.arn for spec in self.scenario.devices]
@@ -324,15 +349,26 @@ class Emulator:
         sessions = [*ibm_sessions, *self._service.bill_jobs()]
         iqm_calls, iqm_faults = self.iqm.counts()
         pasqal_calls, pasqal_faults = self.pasqal.counts()
+        qs_calls, qs_faults = self.ibm_qs.counts()
+        felis_calls, felis_faults = self.felis.counts()
         sqs_calls, _ = self.sqs.counts()
         return report_document(
-            tasks=[*self._service.bill(), *ibm_tasks, *self.iqm.bill()[0], *self.pasqal.bill()[0]],
+            tasks=[
+                *self._service.bill(),
+                *ibm_tasks,
+                *self.iqm.bill()[0],
+                *self.pasqal.bill()[0],
+                *self.ibm_qs.bill(),
+                *self.felis.bill(),
+            ],
             sessions=sessions,
             calls={
                 "braket": braket_calls,
                 "ibm": ibm_calls,
                 "iqm": iqm_calls,
                 "pasqal": pasqal_calls,
+                "ibm-quantum-system": qs_calls,
+                "alice-bob-felis": felis_calls,
                 "sqs": sqs_calls,
             },
             faults={
@@ -340,6 +376,8 @@ class Emulator:
                 "ibm": ibm_faults,
                 "iqm": iqm_faults,
                 "pasqal": pasqal_faults,
+                "ibm-quantum-system": qs_faults,
+                "alice-bob-felis": felis_faults,
             },
             now=now,
             reservations=self._service.bill_reservations(),

@@ -13,13 +13,13 @@ every mistake it finds is one ``ScenarioError``: "<vendor> scenario <source>: <w
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import yaml
 
-from flux_quantum.emulator.scenario import DISTRIBUTIONS, QueueSpec, ScenarioError
+from flux_quantum.emulator.scenario import DISTRIBUTIONS, JobFault, QueueSpec, ScenarioError
 
 QUEUE_KEYS = ("depth", "arrival_rate", "service_time", "distribution", "shot_time")
 
@@ -35,6 +35,28 @@ def load_yaml(path: str | Path, label: str) -> tuple[Any, str]:
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{label} scenario {path}: not valid YAML") from exc
     return (data if data is not None else {}), str(path)
+
+
+class ScenarioFile:
+    """A scenario class's ``from_yaml`` and ``default``: the class names itself in errors
+    with ``LABEL``, has its default as the plain dict ``DEFAULT`` and reads a dict with
+    its own ``from_dict``."""
+
+    LABEL: ClassVar[str]
+    DEFAULT: ClassVar[Mapping[str, Any]]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> Self:
+        raise NotImplementedError
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Self:
+        return cls.from_dict(*load_yaml(path, cls.LABEL))
+
+    @classmethod
+    def default(cls) -> Self:
+        """The built-in scenario (``DEFAULT``)."""
+        return cls.from_dict(cls.DEFAULT, source=f"<default {cls.LABEL} scenario>")
 
 
 class Reader:
@@ -150,6 +172,66 @@ class Reader:
     def optional(self, f: Mapping[str, Any], key: str, where: str) -> str | None:
         """A non-empty string under ``key`` when given."""
         return self.text(f[key], f"{where}.{key}") if key in f else None
+
+    def effects(
+        self, f: Mapping[str, Any], where: str, ops: Sequence[str], create: str
+    ) -> dict[str, Any]:
+        """A fault's one effect (an HTTP error ``status``, a ``delay``, a ``reset`` or a
+        ``fail_job`` on the ``create`` operation; a delay may go with ``after_commit``),
+        its ``message`` and its call selection, as the keyword arguments of its fault."""
+        status = self.integer(f["status"], f"{where}.status", 400) if "status" in f else None
+        if status is not None and status > 599:
+            raise self.fail(f"{where}.status", f"must be an HTTP error status, got {status}")
+        delay = self.number(f.get("delay", 0.0), f"{where}.delay")
+        fail_job = self.optional(f, "fail_job", where)
+        flags = {key: self.flag(f, key, where) for key in ("after_commit", "reset")}
+        effects = [status is not None, delay > 0, fail_job is not None, flags["reset"]]
+        if sum(effects) != 1 and not (flags["after_commit"] and delay > 0 and sum(effects) == 2):
+            raise self.fail(where, "needs exactly one effect: status, delay, reset or fail_job")
+        if fail_job is not None and list(ops) != [create]:
+            raise self.fail(f"{where}.operation", f"must be {create} with fail_job")
+        return {
+            "status": status,
+            "message": self.optional(f, "message", where),
+            "delay": delay,
+            "fail_job": fail_job,
+            **flags,
+            **self.selection(f, where),
+        }
+
+    def devices_and_faults(
+        self,
+        top: Mapping[str, Any],
+        key: str,
+        read: Callable[[Any, int], Any],
+        operations: Sequence[str],
+        create: str,
+    ) -> tuple[list[Any], tuple[JobFault, ...]]:
+        """A job-API scenario's devices under ``key`` (each read by ``read``, named by its
+        ``name``, none twice) and its ``faults``, each a ``JobFault`` on one of
+        ``operations`` naming its device under the singular of ``key``."""
+        noun = key.removesuffix("s")
+        raw = self.listed(top.get(key), key, noun)
+        specs = [read(entry, i) for i, entry in enumerate(raw)]
+        names = [spec.name for spec in specs]
+        self.distinct(names, f"{key}[{{i}}].name", noun)
+        accepted = (
+            "operation", noun, "status", "message", "after_commit", "delay", "reset",
+            "fail_job", "calls", "first", "after", "every", "rate", "start", "end",
+        )  # fmt: skip
+        faults = []
+        for index, entry in enumerate(top.get("faults") or []):
+            where = f"faults[{index}]"
+            f = self.mapping(entry, where, accepted)
+            ops = self.operations(f, where, operations)
+            faults.append(
+                JobFault(
+                    operations=tuple(ops),
+                    device=self.target(f, noun, where, names),
+                    **self.effects(f, where, ops, create),
+                )
+            )
+        return specs, tuple(faults)
 
     def selection(self, f: Mapping[str, Any], where: str) -> dict[str, Any]:
         """A fault's call selection (``rate`` when given, ``calls``, ``first``, ``after``,

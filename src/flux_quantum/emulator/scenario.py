@@ -113,6 +113,17 @@ class BaseFault:
 
 
 @dataclass(frozen=True)
+class JobFault(BaseFault):
+    """A fault of a job-API side (``side.JobSide``): an HTTP error answered in the vendor's
+    shape (``status``), a delay, a reset connection, or a job created that later fails
+    with ``fail_job``; on the calls for one ``device`` (None: any)."""
+
+    device: str | None = None
+    status: int | None = None
+    fail_job: str | None = None
+
+
+@dataclass(frozen=True)
 class DeviceQueueSpec:
     """A device as the shared queue model reads it (``queue.QueuedDevice``) on the IBM, IQM
     and Pasqal sides: its key (``arn``: seeds the queue's draws), name, background load,

@@ -19,10 +19,10 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from flux_quantum.emulator.clock import Clock
-from flux_quantum.emulator.wire import Request, Response, connection_reset
+from flux_quantum.emulator.wire import Request, Response, connection_reset, json_response
 
 
 @dataclass(frozen=True)
@@ -261,3 +261,84 @@ class VendorSide(Generic[RouteT, FaultT]):
     def _count(self, *kinds: str) -> None:
         with self._lock:
             self._effects.update(kinds)
+
+
+@dataclass(frozen=True)
+class JobRoute:
+    """A resolved request of a ``JobSide``: its operation, the handler that answers it,
+    what it names (a job, an artifact) and the device it hits (faults select on that)."""
+
+    operation: str
+    handler: Callable[..., Response]
+    target: str | None = None
+    device: str | None = None
+
+
+class JobSide(VendorSide[JobRoute, FaultT]):
+    """A side of one vendor's job API (IQM's, an IBM Quantum System's, Felis's): its
+    faults are its scenario's and select on the route's device; a request it cannot route
+    is logged as ``Unknown``; its create (``_create_op``) may be failed by a ``fail_job``
+    fault, which ``_create`` is told; a job is read as its ``_document`` (``_get_job``).
+    The subclass supplies ``_route``, ``_authorize``, ``_create``, ``_job``,
+    ``_document`` and the error shapes."""
+
+    _create_op: ClassVar[str] = "CreateJob"
+
+    def __init__(
+        self,
+        scenario: Any,
+        clock: Clock,
+        seed: int,
+        stop: threading.Event | None,
+        on_call: Callable[[Call], None] | None,
+    ) -> None:
+        super().__init__(clock, seed, stop, on_call, faults=len(scenario.faults))
+        self.scenario = scenario
+
+    def _refused(self, request: Request, refusal: Refusal) -> JobRoute:
+        return JobRoute("Unknown", self._unknown)
+
+    def _unknown(self, route: JobRoute, request: Request) -> Response:
+        raise NotImplementedError
+
+    def _faults_of(self) -> Sequence[FaultT]:
+        faults: Sequence[FaultT] = self.scenario.faults
+        return faults
+
+    def _fault_device(self, route: JobRoute) -> str | None:
+        return route.device
+
+    def _authorize(self, route: JobRoute, request: Request) -> None:
+        """Refuse a request whose credentials are not the scenario's."""
+        raise NotImplementedError
+
+    def _create(
+        self, route: JobRoute, request: Request, failure: str | None, created: list[str]
+    ) -> Response:
+        """Make the job (``failure``: it will fail with that message)."""
+        raise NotImplementedError
+
+    def _job(self, job_id: str | None) -> Any:
+        """The job ``job_id`` (the side's refusal if it has none). Lock held."""
+        raise NotImplementedError
+
+    def _document(self, job: Any, now: float) -> dict[str, Any]:
+        """The job as the vendor's API answers it at ``now``. Lock held."""
+        raise NotImplementedError
+
+    def _get_job(self, route: JobRoute, request: Request) -> Response:
+        with self._lock:
+            doc = self._document(self._job(route.target), self.clock.now())
+        return json_response(200, doc)
+
+    def _apply(
+        self, route: JobRoute, request: Request, faults: list[FaultT], created: list[str]
+    ) -> Response:
+        self._authorize(route, request)
+        if route.operation != self._create_op:
+            return route.handler(route, request)
+        failure = next((f for f in (getattr(x, "fail_job", None) for x in faults) if f), None)
+        response = self._create(route, request, failure, created)
+        if created and failure:
+            self._count("fail_job")
+        return response

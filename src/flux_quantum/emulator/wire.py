@@ -53,6 +53,18 @@ def connection_reset() -> Response:
     return Response(0, error=RESET_ERROR, reset=True)
 
 
+def body_field(request: Request, key: str) -> str | None:
+    """The string ``key`` of the request's JSON object body, or None (no such field, or
+    no JSON object): what a side reads to know which device a create hits before it
+    checks the body."""
+    try:
+        body = json.loads(request.body or b"null")
+    except ValueError:
+        return None
+    value = body.get(key) if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def json_response(status: int, document: Any) -> Response:
     body = json.dumps(document, separators=(",", ":")).encode()
     return Response(status, body, (("Content-Type", "application/json"),))

@@ -23,7 +23,15 @@ from typing import Any, TypeGuard
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.protocol.jobspec import RELEASE_ATTRIBUTES
 
-VENDORS: tuple[str, ...] = ("braket", "ibm", "iqm", "pasqal", "local")
+VENDORS: tuple[str, ...] = (
+    "braket",
+    "ibm",
+    "iqm",
+    "pasqal",
+    "ibm-quantum-system",
+    "alice-bob-felis",
+    "local",
+)
 POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait", "max-fidelity")
 DEVICE_CLASSES: tuple[str, ...] = ("qpu", "simulator")
 FAILOVERS: tuple[str, ...] = ("fail", "next", "simulator")

@@ -90,6 +90,25 @@ def make_vendor(
             environ=environ,
             **common,
         )
+    if name == "ibm-quantum-system":
+        from flux_quantum.vendors.ibm_quantum_system import (
+            IbmQuantumSystemSettings,
+            IbmQuantumSystemVendor,
+        )
+
+        return IbmQuantumSystemVendor(
+            IbmQuantumSystemSettings.from_catalog(catalog.settings("ibm-quantum-system")),
+            environ=environ,
+            **common,
+        )
+    if name == "alice-bob-felis":
+        from flux_quantum.vendors.felis import FelisSettings, FelisVendor
+
+        return FelisVendor(
+            FelisSettings.from_catalog(catalog.settings("alice-bob-felis")),
+            environ=environ,
+            **common,
+        )
     raise ValueError(f"unknown vendor {name!r}")
 
 

@@ -30,7 +30,6 @@ IQM's refusals mean. It must never change ``os.environ``, never retry outside it
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -56,7 +55,7 @@ from flux_quantum.vendors.errors import (
     VendorUnavailable,
 )
 from flux_quantum.vendors.iqm_program import counts_from_measurements, run_request
-from flux_quantum.vendors.qrmi import QrmiVendor, translate
+from flux_quantum.vendors.qrmi import AnsweredCreates, QrmiVendor, translate
 
 SETTING_PREFIX = "QRMI_IQM_ISA_"
 DEFAULT_ENDPOINT = "https://resonance.meetiqm.com"
@@ -93,14 +92,13 @@ class IqmVendor(QrmiVendor):
 
     name = "iqm"
     resource_type = "IQMServer"
+    _answered: AnsweredCreates  # set in __init__: jobs are known only by their create
 
     def __init__(self, settings: IqmSettings | None = None, **common: Any) -> None:
         """``common``: ``QrmiVendor``'s (devices, retry, clock, sleep, environ, name)."""
         super().__init__(settings or IqmSettings(), **common)
         self.settings: IqmSettings
-        self._made: dict[str, TaskRef] = {}  # token -> the job a create answered
-        self._unsure: set[str] = set()  # tokens whose create may have made a job unseen
-        self._creating = threading.local()
+        self._answered = AnsweredCreates(self._unknown)
 
     # -- what QrmiVendor asks of a vendor
 
@@ -125,7 +123,7 @@ class IqmVendor(QrmiVendor):
         import qrmi
 
         body = run_request(program_text, shots, device.qubits)
-        self._creating.token = token
+        self._answered.creating(token)
         return qrmi.Payload.IQMServer(
             iqmjson=body, job_type="circuit", use_timeslot=False, tag=token
         )
@@ -167,10 +165,9 @@ class IqmVendor(QrmiVendor):
                 "ResourceNotFoundError",
                 "ConfigError",
             )
-            token = getattr(self._creating, "token", None)
+            token = self._answered.current()
             if not refused and token is not None:
-                with self._lock:
-                    self._unsure.add(token)
+                self._answered.unsure(token)
             if code == "HTTP409":
                 return DeviceOffline(
                     str(error), vendor=self.name, vendor_code=code, operation=operation
@@ -181,19 +178,9 @@ class IqmVendor(QrmiVendor):
                 )
         return error
 
-    def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
-        with self._lock:
-            made = self._made.get(token)
-            unsure = token in self._unsure
-        if made is not None:
-            return made
-        if unsure:
-            raise self._unknown(device, token)
-        return None
-
-    def _unknown(self, device: Device, token: str) -> Conflict:
+    def _unknown(self, subject: str, token: str) -> Conflict:
         return Conflict(
-            f"{self.name} create for {device.name} with tag {token} may have made a job whose "
+            f"{self.name} create for {subject} with tag {token} may have made a job whose "
             "answer was lost, and IQM's API cannot be searched by tag; not creating another: "
             f"look for tag {token} in IQM's job list",
             vendor=self.name,
@@ -203,31 +190,6 @@ class IqmVendor(QrmiVendor):
         )
 
     # -- the interface
-
-    def submit(
-        self,
-        device: Device,
-        program_text: str,
-        shots: int,
-        token: str,
-        *,
-        reservation: str | None = None,
-    ) -> TaskRef:
-        ref = super().submit(device, program_text, shots, token, reservation=reservation)
-        with self._lock:
-            self._made[token] = ref
-            self._unsure.discard(token)
-        return ref
-
-    def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
-        """The job this process created with ``token``; never None for a token it does not
-        know (IQM cannot be searched by tag, so the outcome of that create is unknown):
-        ``Conflict`` then (see the module docstring)."""
-        with self._lock:
-            made = self._made.get(token)
-        if made is not None:
-            return made
-        raise self._unknown(device, token)
 
     def reports_positions(self, device: Device) -> bool:
         return True  # a waiting job's queue_position

@@ -142,6 +142,57 @@ class Creates:
         return create
 
 
+class AnsweredCreates:
+    """The tasks of a vendor whose API cannot be searched by the token a create carries
+    (IQM's, an IBM Quantum System's): a task is found again only by the id its create
+    answered. Keeps that answer per token, and the tokens whose create may have made a
+    task nobody saw (the answer was lost); for those, and for tokens this process never
+    created with, the outcome is unknown and ``lost`` says so (a ``Conflict``, not
+    retryable: creating again could run the program twice). Thread-safe."""
+
+    def __init__(self, lost: Callable[[str, str], Conflict]) -> None:
+        """``lost(subject, token)``: the error for a create of unknown outcome."""
+        self._lost = lost
+        self._lock = threading.Lock()
+        self._made: dict[str, TaskRef] = {}
+        self._unsure: set[str] = set()
+        self._creating = threading.local()
+
+    def creating(self, token: str) -> None:
+        """This thread is about to create with ``token`` (read by ``current``)."""
+        self._creating.token = token
+
+    def current(self) -> str | None:
+        """The token this thread last created with, or None."""
+        return getattr(self._creating, "token", None)
+
+    def made(self, token: str, ref: TaskRef) -> None:
+        with self._lock:
+            self._made[token] = ref
+            self._unsure.discard(token)
+
+    def unsure(self, token: str) -> None:
+        with self._lock:
+            self._unsure.add(token)
+
+    def find(self, subject: str, token: str) -> TaskRef | None:
+        """The task made with ``token``; None if no create with it may have made one."""
+        with self._lock:
+            made = self._made.get(token)
+            unsure = token in self._unsure
+        if made is None and unsure:
+            raise self._lost(subject, token)
+        return made
+
+    def known(self, subject: str, token: str) -> TaskRef:
+        """The task this process made with ``token``; ``lost`` for any other token."""
+        with self._lock:
+            made = self._made.get(token)
+        if made is None:
+            raise self._lost(subject, token)
+        return made
+
+
 def http_class(status: int) -> type[VendorError]:
     """Our error class for an HTTP status a vendor answered with."""
     if status == 429:
@@ -277,6 +328,8 @@ class QrmiVendor(TranslatedCalls, Vendor):
         # (device or backend, session id or None) -> its QRMI resource, built once.
         self._resources: dict[tuple[str, str | None], QrmiResource] = {}
         self._creates = Creates(clock)
+        # Set by a vendor whose API cannot be searched by token (``AnsweredCreates``).
+        self._answered: AnsweredCreates | None = None
 
     # -- what the subclass supplies
 
@@ -295,8 +348,9 @@ class QrmiVendor(TranslatedCalls, Vendor):
         """The task's results from ``task_result().value`` (ValueError: unreadable)."""
 
     def _find(self, device: Device, token: str, since: float) -> TaskRef | None:
-        """The task a create with ``token`` made at or after ``since``, or None."""
-        return None
+        """The task a create with ``token`` made at or after ``since``, or None (default:
+        the one ``_answered`` kept, if the vendor keeps them)."""
+        return self._answered.find(device.name, token) if self._answered else None
 
     def _settle(self) -> float | None:
         """Seconds after a create's recorded start before ``find_task`` trusts a "not
@@ -445,12 +499,23 @@ class QrmiVendor(TranslatedCalls, Vendor):
             lambda: resource.task_start(payload),
         )
         task_id = self._call("create", device.name, create)
-        return TaskRef(vendor=self.name, device=device.name, task_id=task_id, token=token)
+        ref = TaskRef(vendor=self.name, device=device.name, task_id=task_id, token=token)
+        self._created(token, ref)
+        return ref
+
+    def _created(self, token: str, ref: TaskRef) -> None:
+        """A create with ``token`` answered ``ref`` (kept in ``_answered``, if set)."""
+        if self._answered is not None:
+            self._answered.made(token, ref)
 
     def find_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
         """The task an earlier create with ``token`` made on ``device`` at or after
         ``since`` (epoch seconds, recorded before that create), or None. Raises
-        ``VendorUnavailable`` (retryable) before ``since`` plus the vendor's ``_settle``."""
+        ``VendorUnavailable`` (retryable) before ``since`` plus the vendor's ``_settle``.
+        A vendor with ``_answered`` knows only the tasks this process made: ``Conflict``
+        (its ``lost``) for any other token, never None."""
+        if self._answered is not None:
+            return self._answered.known(device.name, token)
         settle = self._settle()
         if settle is not None and (wait := since + settle - self._clock()) > 0:
             raise VendorUnavailable(

@@ -211,32 +211,14 @@ class _Reader(Reader):
         f = self.mapping(raw, where, accepted)
         ops = self.operations(f, where, OPERATIONS)
         device = self.target(f, "device", where, devices)
-        status = self.integer(f["status"], f"{where}.status", 400) if "status" in f else None
-        if status is not None and status > 599:
-            raise self.fail(f"{where}.status", f"must be an HTTP error status, got {status}")
         error_code = self.optional(f, "error_code", where)
-        if error_code is not None and status is None:
+        if error_code is not None and "status" not in f:
             raise self.fail(f"{where}.error_code", "needs a status to answer with")
-        delay = self.number(f.get("delay", 0.0), f"{where}.delay")
-        fail_job = self.optional(f, "fail_job", where)
-        flags = {key: self.flag(f, key, where) for key in ("after_commit", "reset")}
-        effects = [status is not None, delay > 0, fail_job is not None, flags["reset"]]
-        if sum(effects) != 1 and not (flags["after_commit"] and delay > 0 and sum(effects) == 2):
-            raise self.fail(where, "needs exactly one effect: status, delay, reset or fail_job")
-        if fail_job is not None and ops != ["SubmitJob"]:
-            raise self.fail(f"{where}.operation", "must be SubmitJob with fail_job")
-        selection = self.selection(f, where)
         return IqmFault(
             operations=tuple(ops),
             device=device,
-            status=status,
             error_code=error_code,
-            message=self.optional(f, "message", where),
-            after_commit=flags["after_commit"],
-            delay=delay,
-            reset=flags["reset"],
-            fail_job=fail_job,
-            **selection,
+            **self.effects(f, where, ops, "SubmitJob"),
         )
 
 

@@ -66,12 +66,12 @@ import random
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledSession, BilledTask
-from flux_quantum.emulator.clock import Clock, timestamp
+from flux_quantum.emulator.bill import BilledSession, BilledTask, timed_task
+from flux_quantum.emulator.clock import Clock, iso, timestamp
 from flux_quantum.emulator.iqm.scenario import IqmDeviceSpec, IqmFault, IqmScenario
 from flux_quantum.emulator.iqm.wire import (
     API,
@@ -82,11 +82,10 @@ from flux_quantum.emulator.iqm.wire import (
     IqmRefusal,
     braket_source,
     iqm_error,
-    iso,
 )
 from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
 from flux_quantum.emulator.scenario import DeviceQueueSpec
-from flux_quantum.emulator.side import Call, Refusal, VendorSide
+from flux_quantum.emulator.side import Call, JobRoute, JobSide
 from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
 from flux_quantum.emulator.simulate import simulate as run_program
 from flux_quantum.emulator.wire import Request, Response, json_response
@@ -109,14 +108,6 @@ class IqmJob:
     failure: str | None = None
 
 
-@dataclass(frozen=True)
-class _Route:
-    operation: str
-    handler: Callable[..., Response]
-    target: str | None = None
-    device: str | None = None
-
-
 def _queue_spec(spec: IqmDeviceSpec) -> DeviceQueueSpec:
     """The shared queue model's view of a device: maintenance and offline periods stop it
     (and, checked here, refuse creates); a device down for the whole run never serves."""
@@ -124,11 +115,12 @@ def _queue_spec(spec: IqmDeviceSpec) -> DeviceQueueSpec:
     return DeviceQueueSpec.waiting_during(spec.queue_key, spec.id, spec.queue, down)
 
 
-class IqmService(VendorSide[_Route, IqmFault]):
+class IqmService(JobSide[IqmFault]):
     """The IQM side's requests answered, from any number of server threads."""
 
     _refusal = IqmRefusal
     _draws = "iqm-fault"
+    _create_op = "SubmitJob"
 
     def __init__(
         self,
@@ -138,8 +130,8 @@ class IqmService(VendorSide[_Route, IqmFault]):
         stop: threading.Event | None = None,
         on_call: Callable[[Call], None] | None = None,
     ) -> None:
-        super().__init__(clock, seed, stop, on_call, faults=len(scenario.faults))
-        self.scenario = scenario
+        super().__init__(scenario, clock, seed, stop, on_call)
+        self.scenario: IqmScenario
         self._queues = {d.id: DeviceQueue(_queue_spec(d), seed) for d in scenario.devices}
         self._qc_ids = {
             d.id: str(uuid.UUID(int=random.Random(f"{seed}:iqm-qc:{d.id}").getrandbits(128)))
@@ -171,36 +163,14 @@ class IqmService(VendorSide[_Route, IqmFault]):
     def bill(self) -> tuple[list[BilledTask], list[BilledSession]]:
         """Every job so far: a completed one billed its run seconds x ``price_per_second``
         (credits, as IQM prices QPU time); IQM has no sessions."""
-        price = self.scenario.price_per_second
         with self._lock:
             now = self.clock.now()
-            tasks = []
-            for job in self._jobs.values():
-                progress = self._queues[job.device].progress(job.id, now)
-                state = progress.status if progress.status != "CANCELLING" else "CANCELLED"
-                seconds = None
-                if (
-                    state == "COMPLETED"
-                    and progress.started_at is not None
-                    and progress.ended_at is not None
-                ):
-                    seconds = round(progress.ended_at - progress.started_at, 3)
-                tasks.append(
-                    BilledTask(
-                        vendor="iqm",
-                        id=job.id,
-                        device=job.device,
-                        token=job.tag,
-                        state=state,
-                        shots=job.shots,
-                        billed_seconds=seconds,
-                        cost=(seconds or 0.0) * price,
-                        session=None,
-                        created=job.created_t,
-                        started=progress.started_at,
-                        ended=progress.ended_at,
-                    )
-                )
+            tasks = [
+                timed_task("iqm", job.id, job.device, job.tag, job.shots, job.created_t,
+                           self._queues[job.device].progress(job.id, now),
+                           self.scenario.price_per_second)
+                for job in self._jobs.values()
+            ]  # fmt: skip
         return tasks, []
 
     def env(self, url: str) -> dict[str, str]:
@@ -215,42 +185,20 @@ class IqmService(VendorSide[_Route, IqmFault]):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _refused(self, request: Request, refusal: Refusal) -> _Route:
-        return _Route("Unknown", self._unknown)
-
-    def _faults_of(self) -> Sequence[IqmFault]:
-        return self.scenario.faults
-
-    def _fault_device(self, route: _Route) -> str | None:
-        return route.device
-
-    def _apply(
-        self, route: _Route, request: Request, faults: list[IqmFault], created: list[str]
-    ) -> Response:
-        if route.operation != "Unknown":
-            self._authorize(request)
-        if route.operation == "SubmitJob":
-            failure = next((f.fail_job for f in faults if f.fail_job), None)
-            response = self._submit(route, request, failure, created)
-            if created and failure:
-                self._count("fail_job")
-            return response
-        return route.handler(route, request)
-
-    def _internal_error(self, route: _Route, message: str) -> Response:
+    def _internal_error(self, route: JobRoute, message: str) -> Response:
         return iqm_error(500, message)
 
-    def _fault_error(self, fault: IqmFault, route: _Route) -> Response | None:
+    def _fault_error(self, fault: IqmFault, route: JobRoute) -> Response | None:
         if not fault.status:
             return None
         return iqm_error(fault.status, fault.message or "Injected fault.", fault.error_code)
 
-    def _authorize(self, request: Request) -> None:
+    def _authorize(self, route: JobRoute, request: Request) -> None:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or token != self.scenario.token:
             raise IqmRefusal(401, "Unauthorized: missing or invalid API token.", "unauthorized")
 
-    def _route(self, request: Request) -> _Route:
+    def _route(self, request: Request) -> JobRoute:
         method, path = request.method, request.path
         if not path.startswith(API + "/"):
             raise IqmRefusal(404, f"the emulator does not implement {method} {path}", "not_found")
@@ -259,33 +207,33 @@ class IqmService(VendorSide[_Route, IqmFault]):
         if head == "quantum-computers" and method == "GET" and n >= 2:
             qc = parts[1]
             if n == 2:
-                return _Route("GetQuantumComputer", self._qc, qc, qc)
+                return JobRoute("GetQuantumComputer", self._qc, qc, qc)
             if n == 4 and parts[2] == "artifacts":
-                return _Route("GetQcArtifact", self._qc_artifact, parts[3], qc)
+                return JobRoute("GetQcArtifact", self._qc_artifact, parts[3], qc)
         if head == "calibration-sets" and method == "GET" and n >= 3:
             qc = parts[1]
             if n == 3:
-                return _Route("GetCalibrationSet", self._calibration_set, parts[2], qc)
+                return JobRoute("GetCalibrationSet", self._calibration_set, parts[2], qc)
             if n == 4 and parts[3] == "dynamic-quantum-architecture":
-                return _Route("GetDynamicQuantumArchitecture", self._dqa, parts[2], qc)
+                return JobRoute("GetDynamicQuantumArchitecture", self._dqa, parts[2], qc)
             if n == 4 and parts[3] == "metrics":
-                return _Route("GetQualityMetrics", self._metrics, parts[2], qc)
+                return JobRoute("GetQualityMetrics", self._metrics, parts[2], qc)
         if head == "jobs":
             if n == 3 and method == "POST" and parts[2] != "cancel":
-                return _Route("SubmitJob", self._unknown, parts[2], parts[1])
+                return JobRoute("SubmitJob", self._unknown, parts[2], parts[1])
             job = parts[1] if n > 1 else ""
             with self._lock:
                 known = self._jobs.get(job)
             device = known.device if known else None
             if n == 2 and method == "GET":
-                return _Route("GetJob", self._get_job, job, device)
+                return JobRoute("GetJob", self._get_job, job, device)
             if n == 3 and parts[2] == "cancel" and method == "POST":
-                return _Route("CancelJob", self._cancel, job, device)
+                return JobRoute("CancelJob", self._cancel, job, device)
             if n == 4 and parts[2] == "artifacts" and method == "GET":
-                return _Route("GetJobArtifact", self._artifact, job, device)
+                return JobRoute("GetJobArtifact", self._artifact, job, device)
         raise IqmRefusal(404, f"the emulator does not implement {method} {path}", "not_found")
 
-    def _unknown(self, route: _Route, request: Request) -> Response:
+    def _unknown(self, route: JobRoute, request: Request) -> Response:
         raise IqmRefusal(404, "Not found.", "not_found")
 
     def _spec(self, qc: str | None) -> IqmDeviceSpec:
@@ -306,7 +254,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
             return "maintenance"
         return "online"
 
-    def _qc(self, route: _Route, request: Request) -> Response:
+    def _qc(self, route: JobRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         with self._lock:
             now = self.clock.now()
@@ -343,7 +291,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
         }
         return json_response(200, doc)
 
-    def _qc_artifact(self, route: _Route, request: Request) -> Response:
+    def _qc_artifact(self, route: JobRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         if route.target != "static-quantum-architectures":
             raise IqmRefusal(404, f"Artifact {route.target} not found.", "qc_artifact_not_found")
@@ -362,7 +310,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
             return default
         raise IqmRefusal(404, f"Calibration set {wanted} not found.", "calibration_set_not_found")
 
-    def _dqa(self, route: _Route, request: Request) -> Response:
+    def _dqa(self, route: JobRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         cal = self._calibration_id(spec, route.target)
         qubits = spec.qubit_names()
@@ -387,7 +335,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
         }
         return json_response(200, doc)
 
-    def _calibration_set(self, route: _Route, request: Request) -> Response:
+    def _calibration_set(self, route: JobRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         cal = self._calibration_id(spec, route.target)
         return json_response(
@@ -400,7 +348,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
             },
         )
 
-    def _metrics(self, route: _Route, request: Request) -> Response:
+    def _metrics(self, route: JobRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         cal = self._calibration_id(spec, route.target)
         rng = random.Random(f"{self.seed}:iqm-metrics:{spec.id}")
@@ -416,8 +364,8 @@ class IqmService(VendorSide[_Route, IqmFault]):
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def _submit(
-        self, route: _Route, request: Request, failure: str | None, created: list[str]
+    def _create(
+        self, route: JobRoute, request: Request, failure: str | None, created: list[str]
     ) -> Response:
         spec = self._spec(route.device)
         if route.target not in JOB_TYPES:
@@ -570,7 +518,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
             ]  # fmt: skip
         return doc
 
-    def _get_job(self, route: _Route, request: Request) -> Response:
+    def _get_job(self, route: JobRoute, request: Request) -> Response:
         wait = request.first("wait_until_terminal") == "true"
         limit = min(30.0, float(request.first("timeout_seconds") or 10))
         deadline = min(limit, self.scenario.long_poll) if wait else 0.0
@@ -589,7 +537,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
             response = Response(200, response.body, headers)
         return response
 
-    def _cancel(self, route: _Route, request: Request) -> Response:
+    def _cancel(self, route: JobRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             now = self.clock.now()
@@ -602,7 +550,7 @@ class IqmService(VendorSide[_Route, IqmFault]):
             doc = self._document(job, now)
         return json_response(200, doc)
 
-    def _artifact(self, route: _Route, request: Request) -> Response:
+    def _artifact(self, route: JobRoute, request: Request) -> Response:
         kind = request.segments(API)[3]
         with self._lock:
             job = self._job(route.target)

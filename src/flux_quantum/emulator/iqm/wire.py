@@ -3,7 +3,7 @@
 This module owns the IQM side's paths on the emulator (``PREFIX``, the API v1 under
 ``API``), the job types it takes, IQM Server's error body (``{"error_code", "message",
 "request_id"}``, ``iqm_error``) and ``IqmRefusal``, the job statuses IQM reports for the
-shared queue's (``STATUS``), IQM's timestamps, and the translation of an IQM circuit
+shared queue's (``STATUS``) and the translation of an IQM circuit
 (``prx``, ``cz``, ``measure``) into the OpenQASM 3 the Braket local simulator runs. It
 must never hold state or do I/O.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.emulator.iqm.scenario import ERROR_CODES
@@ -81,7 +80,3 @@ def braket_source(circuit: dict[str, Any]) -> tuple[str, list[tuple[str, list[in
                 measured += 1
     lines.append(f"bit[{max(1, measured)}] b;")
     return "\n".join(lines + body) + "\n", keys
-
-
-def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")

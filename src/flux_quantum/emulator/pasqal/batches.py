@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledSession, BilledTask
+from flux_quantum.emulator.bill import BilledSession, BilledTask, timed_task
 from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.pasqal.scenario import PasqalDeviceSpec, PasqalScenario
 from flux_quantum.emulator.pasqal.wire import (
@@ -86,29 +86,13 @@ class PasqalBatches:
         """Every batch so far; a completed one is billed its QPU seconds at the site rate."""
         with self._lock:
             now = self.clock.now()
-            tasks = []
-            for batch in self._batches.values():
-                progress = self._queues[batch.device].progress(batch.id, now)
-                seconds = None
-                if progress.status == "COMPLETED" and progress.started_at is not None:
-                    assert progress.ended_at is not None
-                    seconds = round(progress.ended_at - progress.started_at, 3)
-                tasks.append(
-                    BilledTask(
-                        vendor="pasqal",
-                        id=self.task_id(batch),
-                        device=batch.device,
-                        token=pasqal_program.token_of(batch.sequence),
-                        state=progress.status,
-                        shots=batch.runs,
-                        billed_seconds=seconds,
-                        cost=(seconds or 0.0) * self.scenario.site_price_per_second,
-                        session=None,
-                        created=batch.created_t,
-                        started=progress.started_at,
-                        ended=progress.ended_at,
-                    )
-                )
+            tasks = [
+                timed_task("pasqal", self.task_id(batch), batch.device,
+                           pasqal_program.token_of(batch.sequence), batch.runs, batch.created_t,
+                           self._queues[batch.device].progress(batch.id, now),
+                           self.scenario.site_price_per_second)
+                for batch in self._batches.values()
+            ]  # fmt: skip
         return tasks, []
 
     def waiting(self, spec: PasqalDeviceSpec) -> int:

@@ -1,0 +1,154 @@
+"""What the emulator's Alice & Bob Felis side serves: targets, their queues and faults.
+
+This module owns the Felis scenario format (YAML or a plain dict), its validation and the
+default scenario. It must never touch the network, the clock or any emulator state: a
+``FelisScenario`` is an immutable description, and every mistake in one is a
+``ScenarioError`` naming the file and the field in one sentence.
+
+Shape (every key but ``targets`` optional)::
+
+    username: emulator-felis         # the API key is base64("username:password"), sent
+    password: emulator-felis-secret  #   by QRMI as HTTP Basic credentials
+    price_per_second: 0.50           # US dollars per QPU second (no public list price)
+    targets:
+      - name: "QPU:1Q:BOSON_4A"      # Felis's target name; QRMI's resource id is
+        qubits: 1                    #   ab_qpu_1q_boson_4a (lower case, ':' -> '_')
+        queue: {depth: 2, service_time: 5}
+        instructions: [x, mz]        # the QIR calls it runs (default: GATES); another
+                                     #   fails the job's transpilation
+    faults:
+      - operation: CreateJob         # or a list; see OPERATIONS
+        target: "QPU:1Q:BOSON_4A"
+        status: 503                  # answered with Felis's error body ...
+        calls: [1]                   # ... on these matching calls (first/after/every,
+                                     #   rate, start/end in emulated seconds)
+      - operation: CreateJob
+        fail_job: "qubit lost"       # the job is created and its execution fails
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flux_quantum.emulator.reading import Reader, ScenarioFile
+from flux_quantum.emulator.scenario import JobFault, QueueSpec
+
+OPERATIONS = ("ListTargets", "CreateJob", "UploadInput", "GetJob", "CancelJob", "DownloadOutput")
+# The QIR calls a target runs unless the scenario lists its own (``felis_program.gates``
+# names, ``_adj`` for adjoints).
+GATES = (
+    "h", "x", "y", "z", "s", "s_adj", "t", "t_adj", "cnot", "cx", "cz", "swap",
+    "rx", "ry", "rz", "mz", "m", "reset",
+)  # fmt: skip
+DEFAULT_USERNAME = "emulator-felis"
+DEFAULT_PASSWORD = "emulator-felis-secret"
+DEFAULT_PRICE_PER_SECOND = 0.50
+_TARGET = re.compile(r"^[A-Z0-9]+:[A-Z0-9]+:[A-Z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class FelisTargetSpec:
+    """One emulated Felis target (a QPU or one of Alice & Bob's emulators)."""
+
+    name: str
+    qubits: int
+    queue: QueueSpec = QueueSpec()
+    instructions: tuple[str, ...] = GATES
+    max_shots: int = 100_000
+
+    @property
+    def resource_id(self) -> str:
+        """QRMI's resource id of the target (``EMU:6Q:PHYSICAL_CATS`` ->
+        ``ab_emu_6q_physical_cats``)."""
+        return "ab_" + self.name.replace(":", "_").lower()
+
+    @property
+    def queue_key(self) -> str:
+        return f"felis:{self.name}"
+
+
+FelisFault = JobFault  # the side's faults (see JobFault)
+
+
+# The default: a one-cat-qubit QPU with a queue, and the 6-qubit physical-cats emulator.
+DEFAULT_FELIS_SCENARIO: dict[str, Any] = {
+    "targets": [
+        {"name": "QPU:1Q:BOSON_4A", "qubits": 1, "instructions": ["x", "mz", "reset"],
+         "queue": {"depth": 2, "service_time": 6.0}},
+        {"name": "EMU:6Q:PHYSICAL_CATS", "qubits": 6, "queue": {"service_time": 1.0}},
+    ],
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FelisScenario(ScenarioFile):
+    """Everything the Felis side serves, immutable."""
+
+    LABEL = "Felis"
+    DEFAULT = DEFAULT_FELIS_SCENARIO
+
+    targets: tuple[FelisTargetSpec, ...]
+    username: str = DEFAULT_USERNAME
+    password: str = DEFAULT_PASSWORD
+    price_per_second: float = DEFAULT_PRICE_PER_SECOND
+    max_simulated_qubits: int = 20
+    faults: tuple[FelisFault, ...] = ()
+    source: str = "<dict>"
+
+    def target(self, name: str) -> FelisTargetSpec | None:
+        return next((t for t in self.targets if t.name == name), None)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> FelisScenario:
+        return _Reader("Felis", source).scenario(data)
+
+
+class _Reader(Reader):
+    """The scenario's own fields, read with the shared typed reads."""
+
+    def scenario(self, data: Mapping[str, Any]) -> FelisScenario:
+        accepted = (
+            "username", "password", "price_per_second", "max_simulated_qubits", "targets",
+            "faults",
+        )  # fmt: skip
+        top = self.mapping(data, "(top level)", accepted)
+        targets, faults = self.devices_and_faults(
+            top, "targets", self.target_spec, OPERATIONS, "CreateJob"
+        )
+        return FelisScenario(
+            targets=tuple(targets),
+            username=self.text(top.get("username", DEFAULT_USERNAME), "username"),
+            password=self.text(top.get("password", DEFAULT_PASSWORD), "password"),
+            price_per_second=self.number(
+                top.get("price_per_second", DEFAULT_PRICE_PER_SECOND), "price_per_second"
+            ),
+            max_simulated_qubits=self.integer(
+                top.get("max_simulated_qubits", 20), "max_simulated_qubits", low=1
+            ),
+            faults=faults,
+            source=self.source,
+        )
+
+    def target_spec(self, raw: Any, index: int) -> FelisTargetSpec:
+        where = f"targets[{index}]"
+        d = self.mapping(raw, where, ("name", "qubits", "queue", "instructions", "max_shots"))
+        name = self.text(d.get("name"), f"{where}.name")
+        if not _TARGET.match(name):
+            # QRMI turns the resource id's first two '_' into ':' (ab_emu_6q_physical_cats).
+            raise self.fail(f"{where}.name", f"must read KIND:SIZE:NAME in capitals, got {name!r}")
+        where = f"target {name!r}:"
+        instructions = d.get("instructions", list(GATES))
+        if not isinstance(instructions, list) or not instructions:
+            raise self.fail(f"{where} instructions", "must list at least one QIR call")
+        return FelisTargetSpec(
+            name=name,
+            qubits=self.integer(d.get("qubits", 1), f"{where} qubits", low=1),
+            queue=self.queue(d.get("queue", {}), where, service_time=2.0),
+            instructions=tuple(
+                self.choice(i, f"{where} instructions", GATES) for i in instructions
+            ),
+            max_shots=self.integer(d.get("max_shots", 100_000), f"{where} max_shots", low=1),
+        )
