@@ -135,12 +135,13 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchlib import PROGRAM, percentile, verdict
+from site_oracle import InJob, JobRow, report_lines
 from site_steps import Decision, Holding, StepPlanner, decision_lines, decisions, forecast_lines
 from workload import POPULAR_LIMITS, Trace, TraceJob, make_trace
 
@@ -1830,10 +1831,6 @@ def jobs_csv_name(stem: str) -> str:
     return f"{base}_jobs{quick}.csv"
 
 
-def _scaled(wall: float | None, factor: float) -> str:
-    return "" if wall is None else f"{wall * factor:.1f}"
-
-
 def write_csvs(
     summaries: list[Summary], runs: list[ArmRun], out: Path, stem: str, args: argparse.Namespace
 ) -> None:
@@ -1851,78 +1848,76 @@ def write_csvs(
                 }
             )
     with open(out / jobs_csv_name(stem), "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(
-            [
-                "share",
-                "arm",
-                "index",
-                "step",
-                "kind",
-                "pattern",
-                "device",
-                "nodes",
-                "runtime_s",
-                "submit_s",
-                "alloc_s",
-                "start_s",
-                "finish_s",
-                "idle_s",
-                "result_s",
-                "exception",
-                "app_calls",
-                "task_created_s",
-                "task_front_s",
-                "task_started_s",
-                "task_ended_s",
-                "release_why",
-                "release_s",
-                "seed",
-                "plan",
-                "plan_node_wait_s",
-                "plan_vendor_wait_s",
-                "held_s",
-                "hold",
-                "ran_in",
-            ]
-        )
+        writer = csv.DictWriter(f, fieldnames=[x.name for x in fields(JobRow)])
+        writer.writeheader()
         for run in runs:
+            writer.writerows(asdict(row) for row in job_rows(run))
 
-            def em(t: float | None, run: ArmRun = run) -> str:
-                return "" if t is None else f"{(t - run.origin) * run.factor:.1f}"
 
-            for r in run.records:
-                writer.writerow(
-                    [
-                        run.share,
-                        run.arm,
-                        r.index,
-                        r.step,
-                        r.kind,
-                        r.pattern,
-                        r.device,
-                        r.nodes,
-                        f"{r.runtime:.1f}",
-                        em(r.events.get("submit")),
-                        em(r.events.get("alloc")),
-                        em(r.events.get("start")),
-                        em(r.events.get("finish")),
-                        f"{sum(b - a for a, b, _ in r.idle) * run.factor:.1f}",
-                        em(r.t_result),
-                        r.exception,
-                        r.app_calls,
-                        *("" if t is None else f"{t:.1f}" for t in r.timeline),
-                        r.why,
-                        em(r.events.get("qpu-release")),
-                        run.seed,
-                        r.plan.get("action", ""),
-                        _scaled(r.plan.get("node_wait"), run.factor),
-                        _scaled(r.plan.get("vendor_wait"), run.factor),
-                        "" if r.hold is None else f"{(r.hold[1] - r.hold[0]) * run.factor:.1f}",
-                        "" if r.hold is None else r.hold[2],
-                        r.ran_in or "",
-                    ]
-                )
+def job_rows(run: ArmRun) -> list[JobRow]:
+    """The arm's jobs as rows of the jobs CSV (the day's seconds, to 0.1 s)."""
+
+    def em(t: float | None) -> float | None:
+        return None if t is None else round((t - run.origin) * run.factor, 1)
+
+    def scaled(wall: float | None) -> float | None:
+        return None if wall is None else round(wall * run.factor, 1)
+
+    def day(t: float | None) -> float | None:
+        return None if t is None else round(t, 1)
+
+    rows = []
+    for r in run.records:
+        created, front, started, ended = (day(t) for t in r.timeline)
+        rows.append(
+            JobRow(
+                share=run.share,
+                arm=run.arm,
+                index=r.index,
+                step=r.step,
+                kind=r.kind,
+                pattern=r.pattern,
+                device=r.device,
+                nodes=r.nodes,
+                runtime_s=round(r.runtime, 1),
+                submit_s=em(r.events.get("submit")),
+                alloc_s=em(r.events.get("alloc")),
+                start_s=em(r.events.get("start")),
+                finish_s=em(r.events.get("finish")),
+                idle_s=round(sum(b - a for a, b, _ in r.idle) * run.factor, 1),
+                result_s=em(r.t_result),
+                exception=r.exception,
+                app_calls=r.app_calls,
+                task_created_s=created,
+                task_front_s=front,
+                task_started_s=started,
+                task_ended_s=ended,
+                release_why=r.why,
+                release_s=em(r.events.get("qpu-release")),
+                seed=run.seed,
+                plan=r.plan.get("action", ""),
+                plan_node_wait_s=scaled(r.plan.get("node_wait")),
+                plan_vendor_wait_s=scaled(r.plan.get("vendor_wait")),
+                held_s=None if r.hold is None else round((r.hold[1] - r.hold[0]) * run.factor, 1),
+                hold="" if r.hold is None else r.hold[2],
+                ran_in=str(r.ran_in or ""),
+            )
+        )
+    return rows
+
+
+def oracle_lines(summaries: list[Summary], runs: list[ArmRun]) -> list[str]:
+    """The adaptive arm against hindsight and at other time weights
+    (``bench/site_oracle.py``), for the runs with a gated-done arm to hold it against."""
+    injob = {
+        (s.seed, s.share): InJob(s.var_done_median_s, s.var_done_p95_s, s.idle_later_node_h * 3600)
+        for s in summaries
+        if s.arm == "gated-done"
+    }
+    mine = [run for run in runs if run.arm in (ADAPTIVE, "gated-done")]
+    if not injob or not any(run.arm == ADAPTIVE for run in mine):
+        return []
+    return report_lines([row for run in mine for row in job_rows(run)], injob)
 
 
 def warm_up() -> None:
@@ -2079,6 +2074,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{max(s.loadavg for s in summaries):.2f}; at the end {loads[0]:.2f} {loads[1]:.2f} "
             f"{loads[2]:.2f}\n\n" + "\n".join(seeds_lines(summaries))
         )
+    oracle = oracle_lines(summaries, runs)
+    if oracle:
+        text += f"\n\n{'=' * 88}\n" + "\n".join(oracle)
     (out / f"{stem}.txt").write_text(text + "\n")
     write_csvs(summaries, runs, out, stem, args)
     say("")
