@@ -429,10 +429,11 @@ class JobRecord:
     # the job whose task was its last one
     current: int = 0
     last_task_job: int = 0
-    # adaptive arm: the plan the step before made for this step (StepPlan.to_dict() and
-    # "t", wall); how the step before held its nodes for it (wall from, to, outcome);
-    # the job that ran its iteration in place (its own job was cancelled unrun); the
-    # service's first expected wait for its task (wall time read, wall seconds)
+    # adaptive arm: the plan the step before made for this step (StepPlan.to_dict(),
+    # "t", wall, and "limit", the planning step's time limit, wall seconds); how the
+    # step before held its nodes for it (wall from, to, outcome); the job that ran its
+    # iteration in place (its own job was cancelled unrun); the service's first
+    # expected wait for its task (wall time read, wall seconds)
     plan: dict[str, Any] = field(default_factory=dict)
     hold: tuple[float, float, str] | None = None
     ran_in: int = 0
@@ -784,7 +785,8 @@ class App(threading.Thread):
                 step=k,
             )
             if plan is not None:
-                nxt.plan = {**plan.to_dict(), "t": now}
+                limit = self.step_limit(record) if self.step_limit else None
+                nxt.plan = {**plan.to_dict(), "t": now, "limit": limit}
                 self.unforecast.append(nxt)
             early = self.ledger.add(nxt)
             if "alloc" in early:  # the journal saw it before the record was filed
@@ -1901,6 +1903,8 @@ def job_rows(run: ArmRun) -> list[JobRow]:
                 held_s=None if r.hold is None else round((r.hold[1] - r.hold[0]) * run.factor, 1),
                 hold="" if r.hold is None else r.hold[2],
                 ran_in=str(r.ran_in or ""),
+                plan_s=em(r.plan.get("t")),
+                plan_limit_s=scaled(r.plan.get("limit")),
             )
         )
     return rows

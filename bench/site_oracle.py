@@ -109,6 +109,10 @@ class JobRow:
     held_s: float | None
     hold: str
     ran_in: str
+    # Since the committed site_adaptive day: when the plan was made and the step's time
+    # limit (the day's seconds); older CSVs have neither.
+    plan_s: float | None = None
+    plan_limit_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,7 @@ class Step:
     vendor_forecast: float | None = None
     work: float = 0.0
     turnaround: float = 0.0
+    time_left: float | None = None  # in the planning step's limit (None: not recorded)
 
     @property
     def keep_idle(self) -> float:
@@ -209,7 +214,8 @@ def loops_of(rows: Iterable[JobRow]) -> list[Loop]:
             if entered is not None and r.plan == "keep" and host and host.finish_s is not None:
                 entered = max(entered, host.finish_s)
             if r.step > 1 and r.plan:
-                later.append(_step(r, entered, 0.0 if math.isinf(fastest) else fastest, len(steps)))
+                quickest = 0.0 if math.isinf(fastest) else fastest
+                later.append(_step(r, host, entered, quickest, len(steps)))
             if entered is not None and r.start_s is not None:
                 fastest = min(fastest, max(0.0, r.start_s - entered))
         if any(s is None for s in later):
@@ -229,43 +235,38 @@ def _host(ran: list[JobRow], k: int) -> JobRow | None:
     return before[-1] if before else None
 
 
-def _step(r: JobRow, entered: float | None, turnaround: float, iterations: int) -> Step | None:
+def _step(
+    r: JobRow, host: JobRow | None, entered: float | None, turnaround: float, iterations: int
+) -> Step | None:
+    """Step ``r`` as the day had it (``host``: the step that planned it; ``entered``:
+    when it went into the queue); None when its task never ended."""
     if r.task_ended_s is None or r.submit_s is None:
         return None
-    vendor = r.task_ended_s - r.submit_s  # the plan is made, and the step submitted, then
-    work = r.runtime_s / max(1, iterations)
-    action = StepAction(r.plan)
-    held = r.nodes * (r.held_s or 0.0)
+    planned = r.submit_s if r.plan_s is None else r.plan_s  # submitted right after the plan
+    left = None
+    if r.plan_limit_s is not None and host is not None and host.start_s is not None:
+        left = max(0.0, host.start_s + r.plan_limit_s - planned)
     if r.alloc_s is not None and entered is not None:
-        return Step(
-            r.step,
-            r.nodes,
-            vendor,
-            max(0.0, r.alloc_s - entered),
-            True,
-            action,
-            idle=held,
-            delay=max(0.0, r.alloc_s - r.task_ended_s),
-            node_forecast=r.plan_node_wait_s,
-            vendor_forecast=r.plan_vendor_wait_s,
-            work=work,
-            turnaround=turnaround,
-        )
-    if r.ran_in:  # ran in place: never queued; its wait for nodes is the forecast
-        return Step(
-            r.step,
-            r.nodes,
-            vendor,
-            r.plan_node_wait_s or 0.0,
-            False,
-            action,
-            idle=held,
-            node_forecast=r.plan_node_wait_s,
-            vendor_forecast=r.plan_vendor_wait_s,
-            work=work,
-            turnaround=turnaround,
-        )
-    return None
+        queued, node, delay = True, max(0.0, r.alloc_s - entered), r.alloc_s - r.task_ended_s
+    elif r.ran_in:  # ran in place: it never queued; its wait for nodes is the forecast
+        queued, node, delay = False, r.plan_node_wait_s or 0.0, 0.0
+    else:
+        return None
+    return Step(
+        r.step,
+        r.nodes,
+        r.task_ended_s - planned,
+        node,
+        queued,
+        StepAction(r.plan),
+        idle=r.nodes * (r.held_s or 0.0),
+        delay=max(0.0, delay),
+        node_forecast=r.plan_node_wait_s,
+        vendor_forecast=r.plan_vendor_wait_s,
+        work=r.runtime_s / max(1, iterations),
+        turnaround=turnaround,
+        time_left=left,
+    )
 
 
 # --- the oracle --------------------------------------------------------------------------------
@@ -373,15 +374,18 @@ def _facts(s: Step, weight: float, forecast: float | None, time_left: float | No
 
 
 def day_plan(s: Step) -> StepPlan:
-    """The plan the rule makes on the day's facts at the day's weight (the CSV has no
-    time limits: none)."""
-    return plan_step(_facts(s, RECORDED_WEIGHT, s.node_forecast, None), RECORDED_WEIGHT)
+    """The plan the rule makes on the day's facts at the day's weight."""
+    facts = _facts(s, RECORDED_WEIGHT, s.node_forecast, s.time_left)
+    return plan_step(facts, RECORDED_WEIGHT)
 
 
 def no_room(s: Step) -> float | None:
-    """The time left in the step's limit as far as the day shows it: where the rule at
-    the day's weight would keep but the day's plan did not, the limit left no room for
-    the hold (less than the forecast vendor wait); else None (no limit)."""
+    """The time left in the planning step's limit: as recorded, else as far as the day
+    shows it: where the rule at the day's weight would keep but the day's plan did not,
+    the limit left no room for the hold (less than the forecast vendor wait); else
+    None (no limit)."""
+    if s.time_left is not None:
+        return s.time_left
     if s.action is StepAction.KEEP or day_plan(s).action is not StepAction.KEEP:
         return None
     return s.work + LIMIT_MARGIN * 0.99 * (s.vendor_forecast or 0.0)
@@ -441,14 +445,17 @@ def node_hours(node_seconds: float) -> str:
 @dataclass(frozen=True)
 class Verdicts:
     """One run (seed, share) of the adaptive arm: gated-done's figures, the arm's as run
-    (median, p95, idle), the oracle's within the budget (median, p95) and the sweep."""
+    (median, p95, idle), the oracle's within the budget and with no wait at all
+    (median, p95), and the sweeps."""
 
     seed: int
     share: float
     injob: InJob
     as_run: tuple[float, float, float]
     oracle: tuple[float, float]
-    sweep: tuple[Replay, ...]
+    floor: tuple[float, float]  # no result waiting for nodes: median, p95
+    sweep: tuple[Replay, ...]  # the rule replayed at WEIGHTS on the recorded forecasts
+    perfect: tuple[Replay, ...]  # on the observed waits for nodes
 
 
 def _pct(value: float, base: float) -> str:
@@ -513,7 +520,7 @@ def run_lines(
             f"    with no result waiting at all the loops take {gap / 3600:+.2f} h in all "
             f"against gated-done, {first / 3600:+.2f} h of it the first step's wait for nodes"
         )
-    sweep = []
+    sweeps: dict[bool, list[Replay]] = {False: [], True: []}
     for observed in (False, True):
         source = "observed waits for nodes" if observed else "recorded forecasts"
         lines.append(f"  the rule replayed on the {source} (estimates):")
@@ -522,8 +529,7 @@ def run_lines(
         )
         for w in WEIGHTS:
             r = replay(loops, w, observed)
-            if not observed:
-                sweep.append(r)
+            sweeps[observed].append(r)
             ok = (r.median <= injob.median_max(), r.p95 <= injob.p95_max(), r.idle <= budget)
             lines.append(
                 f"    {w:>5g} {r.keeps:>5} {r.same:>3}/{r.steps:<2} {node_hours(r.idle):>7} "
@@ -544,7 +550,10 @@ def run_lines(
                 f"({node_hours(sum(s.keep_idle for s in loop.steps))} node-h)"
             )
     as_run = (percentile(times, 0.5), percentile(times, 0.95), run_idle)
-    return lines, Verdicts(seed, share, injob, as_run, (med, p95), tuple(sweep))
+    no_wait = (percentile(floor, 0.5), percentile(floor, 0.95))
+    return lines, Verdicts(
+        seed, share, injob, as_run, (med, p95), no_wait, tuple(sweeps[False]), tuple(sweeps[True])
+    )
 
 
 def _share(idle: float, injob: InJob) -> str:
@@ -555,21 +564,34 @@ def _share(idle: float, injob: InJob) -> str:
 
 def seeds_lines(runs: Sequence[Verdicts]) -> list[str]:
     """Across seeds, per share: the medians of the seeds' figures (the targets hold
-    them): gated-done, the target, the arm as run, the oracle, the rule replayed."""
+    them): gated-done, the target, the arm as run, the oracle; the rule replayed."""
     n = len({v.seed for v in runs})
-    head = "".join(f" {'w ' + format(w, 'g'):>7}" for w in WEIGHTS)
+
+    def mid(values: Iterable[float]) -> float:
+        return statistics.median(values)
+
     lines = [
-        f"across the {n} seeds: medians of the seeds' figures (the targets hold these); "
-        "replay: on the recorded forecasts",
+        f"across the {n} seeds: medians of the seeds' figures (the targets hold these); oracle: "
+        "within the idle budget;",
+        "  no wait: no result waiting for nodes, whatever the idle",
         f"  {'share':>5} {'':<12} {'gated-done':>10} {'target':>7} {'as run':>7} {'oracle':>7}"
-        f" | replay{head}",
+        f" {'no wait':>7}",
+    ]
+    table = [
+        "the rule replayed at each weight (estimates), medians of the seeds: on the recorded "
+        "forecasts | on",
+        "  the observed waits for nodes (a perfect forecast of the queue)",
+        f"  {'share':>5} {'':<12}"
+        + "".join(f" {'w ' + format(w, 'g'):>7}" for w in WEIGHTS)
+        + " |"
+        + "".join(f" {'w ' + format(w, 'g'):>7}" for w in WEIGHTS),
     ]
     for share in sorted({v.share for v in runs}):
         mine = [v for v in runs if v.share == share]
         gd = InJob(
-            statistics.median(v.injob.median for v in mine),
-            statistics.median(v.injob.p95 for v in mine),
-            statistics.median(v.injob.later_idle for v in mine),
+            mid(v.injob.median for v in mine),
+            mid(v.injob.p95 for v in mine),
+            mid(v.injob.later_idle for v in mine),
         )
         rows = (
             ("median", gd.median, gd.median_max(), 0, lambda r: r.median, hours),
@@ -577,18 +599,23 @@ def seeds_lines(runs: Sequence[Verdicts]) -> list[str]:
             ("idle node-h", gd.later_idle, gd.budget, 2, lambda r: r.idle, node_hours),
         )
         for i, (what, base, most, k, of, show) in enumerate(rows):
-            run = statistics.median(v.as_run[k] for v in mine)
-            oracle = statistics.median(v.oracle[k] for v in mine) if k < 2 else math.nan
-            cells = "".join(
-                f" {show(statistics.median(of(v.sweep[j]) for v in mine)):>7}"
-                for j in range(len(WEIGHTS))
-            )
+            label = f"  {f'{share:.0%}' if i == 0 else '':>5} {what:<12}"
+            if k < 2:
+                cells = f"{show(mid(v.oracle[k] for v in mine)):>7} {show(mid(v.floor[k] for v in mine)):>7}"
+            else:
+                cells = f"{'0-' + show(most):>7} {'any':>7}"
             lines.append(
-                f"  {f'{share:.0%}' if i == 0 else '':>5} {what:<12} {show(base):>10} "
-                f"{show(most):>7} {show(run):>7} "
-                f"{(show(oracle) if k < 2 else '0-' + show(most)):>7} |       {cells}"
+                f"{label} {show(base):>10} {show(most):>7} "
+                f"{show(mid(v.as_run[k] for v in mine)):>7} {cells}"
             )
-    return lines
+            recorded = "".join(
+                f" {show(mid(of(v.sweep[j]) for v in mine)):>7}" for j in range(len(WEIGHTS))
+            )
+            perfect = "".join(
+                f" {show(mid(of(v.perfect[j]) for v in mine)):>7}" for j in range(len(WEIGHTS))
+            )
+            table.append(f"{label}{recorded} |{perfect}")
+    return [*lines, "", *table]
 
 
 @dataclass(frozen=True)

@@ -279,3 +279,26 @@ def test_site_writes_rows_the_oracle_reads_back(tmp_path: Path) -> None:
         writer.writerows(asdict(r) for r in rows)
     assert read_rows(path, JobRow) == rows
     assert [r.step for r in rows] == [1, 2, 3] and rows[1].submit_s == 1100.0
+
+
+def test_a_recorded_time_limit_caps_the_hold_at_every_weight() -> None:
+    rows = adaptive_rows()
+    rows[2] = replace(rows[2], plan_s=1590.0, plan_limit_s=900.0)
+    (one,) = site_oracle.loops_of(rows)
+    given = one.steps[1]
+    # Step 1 started at 1,000 s with a 900 s limit: 310 s left at the plan, at 1,590 s.
+    assert (given.time_left, given.vendor_wait) == (310.0, 1010.0)
+    s = step(
+        4,
+        vendor=300.0,
+        node=3600.0,
+        action=StepAction.KEEP,
+        delay=0.0,
+        node_forecast=3600.0,
+        vendor_forecast=300.0,
+    )
+    assert replay([loop(1, 0.0, s)], 8.0).keeps == 1
+    # 60 s of work and 1.2 x the hold must fit in what is left: 200 s holds no 300 s wait.
+    short = replace(s, work=60.0, time_left=200.0)
+    assert replay([loop(1, 0.0, short)], 8.0).keeps == 0
+    assert replay([loop(1, 0.0, replace(short, time_left=500.0))], 8.0).keeps == 1
