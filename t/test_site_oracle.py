@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from site_records import arm, chain_loop, site_bench, site_oracle
+from site_records import arm, chain_loop, in_job_loop, site_bench, site_oracle
 
 from flux_quantum.selection.step_plan import StepAction
 
@@ -302,3 +302,12 @@ def test_a_recorded_time_limit_caps_the_hold_at_every_weight() -> None:
     short = replace(s, work=60.0, time_left=200.0)
     assert replay([loop(1, 0.0, short)], 8.0).keeps == 0
     assert replay([loop(1, 0.0, replace(short, time_left=500.0))], 8.0).keeps == 1
+
+
+def test_site_prints_the_oracle_after_a_run_with_both_arms() -> None:
+    runs = [arm("gated-done", [in_job_loop()]), arm("adaptive", chain_loop())]
+    summaries = [site_bench.summarize(run)[0] for run in runs]
+    text = "\n".join(site_bench.oracle_lines(summaries, runs))
+    assert "seed 1, share 20%: 1 variational loops with their answer, 0 later steps" in text
+    assert "gated-done: median 0.83h" in text and "per loop" not in text
+    assert site_bench.oracle_lines(summaries[1:], runs[1:]) == []
