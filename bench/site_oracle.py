@@ -22,15 +22,20 @@ idle at most 5 % of the in-job loop's (gated-done), against whose median and p95
 +5 %) the times are held.
 
 ``replay`` puts ``step_plan.plan_step`` at another time weight on the recorded
-forecasts (the wait for nodes at weight 0.25's quantile: a higher weight forecasts at a
+forecasts (the wait for nodes at the day's weight's quantile: a higher weight forecasts at a
 higher quantile, which the day did not record) or on the observed wait for nodes (a
 perfect forecast of the queue), and estimates each step's outcome: a keep holds up to
 its bound (the result within it: in place; else it gives up and queues then), a release
 early or a give-back that the day also did keeps its recorded delay, one it did not
 waits C less the lead (early) or C (give-back). Estimates, all: a kept step changes the
-queue every other job saw, a step released at another moment meets another queue, and
-the steps' time limits, which can cap a hold, are not in the CSV (the replay leaves
-them out; it says how many recorded plans it reproduces at the day's weight).
+queue every other job saw, and a step released at another moment meets another queue.
+The planning step's time limit, which can cap a hold, and the plan's time are in the
+CSV since ``plan_s`` and ``plan_limit_s``; in an older one the plan's time is the
+step's submit (just after it), and a limit is inferred where the day shows it bound: a
+step the rule at the day's weight would keep but the day did not had no room for the
+hold (``no_room``). At the day's weight the replay gives the day's plans and figures
+back (its ``same`` column). Loops a step's exception ended are left out, as the site's
+summary leaves them out.
 
     python bench/site_oracle.py bench/results/site_adaptive_jobs.csv
 
@@ -71,7 +76,8 @@ P95_SLOWER = 0.05
 IDLE_SHARE = 0.05
 WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 REPO = Path(__file__).resolve().parent.parent
-RECORDED_WEIGHT = 0.25  # the weight the committed day's plans (and forecasts) were made at
+# The weight a plan was made at where the CSV does not say: the committed day's.
+RECORDED_WEIGHT = 0.25
 
 
 @dataclass(frozen=True)
@@ -109,10 +115,11 @@ class JobRow:
     held_s: float | None
     hold: str
     ran_in: str
-    # Since the committed site_adaptive day: when the plan was made and the step's time
-    # limit (the day's seconds); older CSVs have neither.
+    # Since the committed site_adaptive day: when the plan was made, the planning step's
+    # time limit (the day's seconds) and the weight it planned by; older CSVs have none.
     plan_s: float | None = None
     plan_limit_s: float | None = None
+    plan_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,7 @@ class Step:
     work: float = 0.0
     turnaround: float = 0.0
     time_left: float | None = None  # in the planning step's limit (None: not recorded)
+    weight: float = RECORDED_WEIGHT  # the day's: what its plan and forecasts were made at
 
     @property
     def keep_idle(self) -> float:
@@ -266,6 +274,7 @@ def _step(
         work=r.runtime_s / max(1, iterations),
         turnaround=turnaround,
         time_left=left,
+        weight=RECORDED_WEIGHT if r.plan_weight is None else r.plan_weight,
     )
 
 
@@ -375,8 +384,7 @@ def _facts(s: Step, weight: float, forecast: float | None, time_left: float | No
 
 def day_plan(s: Step) -> StepPlan:
     """The plan the rule makes on the day's facts at the day's weight."""
-    facts = _facts(s, RECORDED_WEIGHT, s.node_forecast, s.time_left)
-    return plan_step(facts, RECORDED_WEIGHT)
+    return plan_step(_facts(s, s.weight, s.node_forecast, s.time_left), s.weight)
 
 
 def no_room(s: Step) -> float | None:
@@ -489,7 +497,7 @@ def run_lines(
         f"  gated-done: median {hours(injob.median)}, p95 {hours(injob.p95)}, later idle "
         f"{node_hours(injob.later_idle)} node-h; targets median <= {hours(injob.median_max())}, "
         f"p95 <= {hours(injob.p95_max())}, idle <= {node_hours(budget)} node-h",
-        f"  as run (w {RECORDED_WEIGHT:g}): median {hours(percentile(times, 0.5))}, p95 "
+        f"  as run (w {_weights(steps)}): median {hours(percentile(times, 0.5))}, p95 "
         f"{hours(percentile(times, 0.95))}, idle {node_hours(run_idle)} node-h, results "
         f"waiting for nodes {hours(sum(s.delay for s in steps))}",
         f"  every step given back at its best moment (idle 0): median "
@@ -554,6 +562,10 @@ def run_lines(
     return lines, Verdicts(
         seed, share, injob, as_run, (med, p95), no_wait, tuple(sweeps[False]), tuple(sweeps[True])
     )
+
+
+def _weights(steps: Iterable[Step]) -> str:
+    return ", ".join(f"{w:g}" for w in sorted({s.weight for s in steps})) or "-"
 
 
 def _share(idle: float, injob: InJob) -> str:

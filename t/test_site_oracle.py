@@ -281,13 +281,14 @@ def test_site_writes_rows_the_oracle_reads_back(tmp_path: Path) -> None:
     assert [r.step for r in rows] == [1, 2, 3] and rows[1].submit_s == 1100.0
 
 
-def test_a_recorded_time_limit_caps_the_hold_at_every_weight() -> None:
+def test_a_recorded_time_limit_caps_the_hold_and_the_weight_is_the_plans() -> None:
     rows = adaptive_rows()
-    rows[2] = replace(rows[2], plan_s=1590.0, plan_limit_s=900.0)
+    rows[2] = replace(rows[2], plan_s=1590.0, plan_limit_s=900.0, plan_weight=1.0)
     (one,) = site_oracle.loops_of(rows)
-    given = one.steps[1]
+    kept, given = one.steps
     # Step 1 started at 1,000 s with a 900 s limit: 310 s left at the plan, at 1,590 s.
-    assert (given.time_left, given.vendor_wait) == (310.0, 1010.0)
+    assert (given.time_left, given.vendor_wait, given.weight) == (310.0, 1010.0, 1.0)
+    assert (kept.time_left, kept.weight) == (None, 0.25)  # not recorded: the day's
     s = step(
         4,
         vendor=300.0,
