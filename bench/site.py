@@ -85,7 +85,9 @@ per-iteration overhead (task k done -> iteration k's classical work running, wal
 seconds), what a release by prediction cost (jobs so released, the start-up lead they
 were released by, their idle within that lead and past it, released jobs' release ->
 run), vendor calls per hour and the service's CPU and memory; issue 19's targets for
-each chain against ``gated-done`` (MISSED where missed); a table
+each chain against ``gated-done`` (MISSED where missed); with both a gated-done and an
+adaptive arm, the adaptive steps against hindsight and at other time weights
+(``bench/site_oracle.py``); a table
 (``site.txt``), a CSV of the arms (``site.csv``) and of every job (``site_jobs.csv``),
 and plots (``site.png``: utilisation over the day per arm, idle node-hours by arm).
 
