@@ -85,7 +85,9 @@ per-iteration overhead (task k done -> iteration k's classical work running, wal
 seconds), what a release by prediction cost (jobs so released, the start-up lead they
 were released by, their idle within that lead and past it, released jobs' release ->
 run), vendor calls per hour and the service's CPU and memory; issue 19's targets for
-each chain against ``gated-done`` (MISSED where missed); a table
+each chain against ``gated-done`` (MISSED where missed); with both a gated-done and an
+adaptive arm, the adaptive steps against hindsight and at other time weights
+(``bench/site_oracle.py``); a table
 (``site.txt``), a CSV of the arms (``site.csv``) and of every job (``site_jobs.csv``),
 and plots (``site.png``: utilisation over the day per arm, idle node-hours by arm).
 
@@ -135,12 +137,13 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchlib import PROGRAM, percentile, verdict
+from site_oracle import IDLE_SHARE, MEDIAN_SLOWER, P95_SLOWER, InJob, JobRow, report_lines
 from site_steps import Decision, Holding, StepPlanner, decision_lines, decisions, forecast_lines
 from workload import POPULAR_LIMITS, Trace, TraceJob, make_trace
 
@@ -181,9 +184,9 @@ ADAPTIVE_ROOM_MAX = 3600.0
 # variational time to result median and p95 at most this much longer, its later-task
 # idle at most this share of the in-job loop's, the site's idle at most this share of
 # ungated's, ordinary jobs' mean wait no longer than the plain chain's.
-ADAPTIVE_TTR_MEDIAN_MAX = 0.02
-ADAPTIVE_TTR_P95_MAX = 0.05
-ADAPTIVE_LATER_IDLE_MAX = 0.05
+ADAPTIVE_TTR_MEDIAN_MAX = MEDIAN_SLOWER  # bench/site_oracle.py holds its oracle to them
+ADAPTIVE_TTR_P95_MAX = P95_SLOWER
+ADAPTIVE_LATER_IDLE_MAX = IDLE_SHARE
 ADAPTIVE_IDLE_MAX = 0.01
 HOLD_CHECK = 0.1  # wall seconds between reads of the service's forecast while a step holds
 SERVICE_ARMS = frozenset(RELEASE_AT)  # the arms whose hybrid jobs the handler service holds
@@ -428,10 +431,11 @@ class JobRecord:
     # the job whose task was its last one
     current: int = 0
     last_task_job: int = 0
-    # adaptive arm: the plan the step before made for this step (StepPlan.to_dict() and
-    # "t", wall); how the step before held its nodes for it (wall from, to, outcome);
-    # the job that ran its iteration in place (its own job was cancelled unrun); the
-    # service's first expected wait for its task (wall time read, wall seconds)
+    # adaptive arm: the plan the step before made for this step (StepPlan.to_dict(),
+    # "t", wall, and "limit", the planning step's time limit, wall seconds); how the
+    # step before held its nodes for it (wall from, to, outcome); the job that ran its
+    # iteration in place (its own job was cancelled unrun); the service's first
+    # expected wait for its task (wall time read, wall seconds)
     plan: dict[str, Any] = field(default_factory=dict)
     hold: tuple[float, float, str] | None = None
     ran_in: int = 0
@@ -783,7 +787,8 @@ class App(threading.Thread):
                 step=k,
             )
             if plan is not None:
-                nxt.plan = {**plan.to_dict(), "t": now}
+                limit = self.step_limit(record) if self.step_limit else None
+                nxt.plan = {**plan.to_dict(), "t": now, "limit": limit}
                 self.unforecast.append(nxt)
             early = self.ledger.add(nxt)
             if "alloc" in early:  # the journal saw it before the record was filed
@@ -1830,10 +1835,6 @@ def jobs_csv_name(stem: str) -> str:
     return f"{base}_jobs{quick}.csv"
 
 
-def _scaled(wall: float | None, factor: float) -> str:
-    return "" if wall is None else f"{wall * factor:.1f}"
-
-
 def write_csvs(
     summaries: list[Summary], runs: list[ArmRun], out: Path, stem: str, args: argparse.Namespace
 ) -> None:
@@ -1851,78 +1852,79 @@ def write_csvs(
                 }
             )
     with open(out / jobs_csv_name(stem), "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(
-            [
-                "share",
-                "arm",
-                "index",
-                "step",
-                "kind",
-                "pattern",
-                "device",
-                "nodes",
-                "runtime_s",
-                "submit_s",
-                "alloc_s",
-                "start_s",
-                "finish_s",
-                "idle_s",
-                "result_s",
-                "exception",
-                "app_calls",
-                "task_created_s",
-                "task_front_s",
-                "task_started_s",
-                "task_ended_s",
-                "release_why",
-                "release_s",
-                "seed",
-                "plan",
-                "plan_node_wait_s",
-                "plan_vendor_wait_s",
-                "held_s",
-                "hold",
-                "ran_in",
-            ]
-        )
+        writer = csv.DictWriter(f, fieldnames=[x.name for x in fields(JobRow)])
+        writer.writeheader()
         for run in runs:
+            writer.writerows(asdict(row) for row in job_rows(run))
 
-            def em(t: float | None, run: ArmRun = run) -> str:
-                return "" if t is None else f"{(t - run.origin) * run.factor:.1f}"
 
-            for r in run.records:
-                writer.writerow(
-                    [
-                        run.share,
-                        run.arm,
-                        r.index,
-                        r.step,
-                        r.kind,
-                        r.pattern,
-                        r.device,
-                        r.nodes,
-                        f"{r.runtime:.1f}",
-                        em(r.events.get("submit")),
-                        em(r.events.get("alloc")),
-                        em(r.events.get("start")),
-                        em(r.events.get("finish")),
-                        f"{sum(b - a for a, b, _ in r.idle) * run.factor:.1f}",
-                        em(r.t_result),
-                        r.exception,
-                        r.app_calls,
-                        *("" if t is None else f"{t:.1f}" for t in r.timeline),
-                        r.why,
-                        em(r.events.get("qpu-release")),
-                        run.seed,
-                        r.plan.get("action", ""),
-                        _scaled(r.plan.get("node_wait"), run.factor),
-                        _scaled(r.plan.get("vendor_wait"), run.factor),
-                        "" if r.hold is None else f"{(r.hold[1] - r.hold[0]) * run.factor:.1f}",
-                        "" if r.hold is None else r.hold[2],
-                        r.ran_in or "",
-                    ]
-                )
+def job_rows(run: ArmRun) -> list[JobRow]:
+    """The arm's jobs as rows of the jobs CSV (the day's seconds, to 0.1 s)."""
+
+    def em(t: float | None) -> float | None:
+        return None if t is None else round((t - run.origin) * run.factor, 1)
+
+    def scaled(wall: float | None) -> float | None:
+        return None if wall is None else round(wall * run.factor, 1)
+
+    def day(t: float | None) -> float | None:
+        return None if t is None else round(t, 1)
+
+    rows = []
+    for r in run.records:
+        created, front, started, ended = (day(t) for t in r.timeline)
+        rows.append(
+            JobRow(
+                share=run.share,
+                arm=run.arm,
+                index=r.index,
+                step=r.step,
+                kind=r.kind,
+                pattern=r.pattern,
+                device=r.device,
+                nodes=r.nodes,
+                runtime_s=round(r.runtime, 1),
+                submit_s=em(r.events.get("submit")),
+                alloc_s=em(r.events.get("alloc")),
+                start_s=em(r.events.get("start")),
+                finish_s=em(r.events.get("finish")),
+                idle_s=round(sum(b - a for a, b, _ in r.idle) * run.factor, 1),
+                result_s=em(r.t_result),
+                exception=r.exception,
+                app_calls=r.app_calls,
+                task_created_s=created,
+                task_front_s=front,
+                task_started_s=started,
+                task_ended_s=ended,
+                release_why=r.why,
+                release_s=em(r.events.get("qpu-release")),
+                seed=run.seed,
+                plan=r.plan.get("action", ""),
+                plan_node_wait_s=scaled(r.plan.get("node_wait")),
+                plan_vendor_wait_s=scaled(r.plan.get("vendor_wait")),
+                held_s=None if r.hold is None else round((r.hold[1] - r.hold[0]) * run.factor, 1),
+                hold="" if r.hold is None else r.hold[2],
+                ran_in=str(r.ran_in or ""),
+                plan_s=em(r.plan.get("t")),
+                plan_limit_s=scaled(r.plan.get("limit")),
+                plan_weight=r.plan.get("weight"),
+            )
+        )
+    return rows
+
+
+def oracle_lines(summaries: list[Summary], runs: list[ArmRun]) -> list[str]:
+    """The adaptive arm against hindsight and at other time weights
+    (``bench/site_oracle.py``), for the runs with a gated-done arm to hold it against."""
+    injob = {
+        (s.seed, s.share): InJob(s.var_done_median_s, s.var_done_p95_s, s.idle_later_node_h * 3600)
+        for s in summaries
+        if s.arm == "gated-done"
+    }
+    mine = [run for run in runs if run.arm in (ADAPTIVE, "gated-done")]
+    if not injob or not any(run.arm == ADAPTIVE for run in mine):
+        return []
+    return report_lines([row for run in mine for row in job_rows(run)], injob)
 
 
 def warm_up() -> None:
@@ -2079,6 +2081,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{max(s.loadavg for s in summaries):.2f}; at the end {loads[0]:.2f} {loads[1]:.2f} "
             f"{loads[2]:.2f}\n\n" + "\n".join(seeds_lines(summaries))
         )
+    oracle = oracle_lines(summaries, runs)
+    if oracle:
+        text += f"\n\n{'=' * 88}\n" + "\n".join(oracle)
     (out / f"{stem}.txt").write_text(text + "\n")
     write_csvs(summaries, runs, out, stem, args)
     say("")

@@ -20,6 +20,7 @@ site_bench = importlib.util.module_from_spec(_spec)
 sys.modules["site_bench"] = site_bench
 _spec.loader.exec_module(site_bench)
 site_steps = importlib.import_module("site_steps")  # bench/site_steps.py, on the path above
+site_oracle = importlib.import_module("site_oracle")  # bench/site_oracle.py
 
 JobRecord = site_bench.JobRecord
 FACTOR = 100.0  # emulated seconds per wall second
