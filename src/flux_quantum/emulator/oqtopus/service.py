@@ -288,7 +288,9 @@ class OqtopusService(JobSide[OqtopusFault]):
         try:
             document = unzipped(form.get("file", b""))
         except ValueError as exc:
-            raise OqtopusRefusal(400, f"The uploaded file is not a job input archive: {exc}")
+            raise OqtopusRefusal(
+                400, f"The uploaded file is not a job input archive: {exc}"
+            ) from None
         if name != "input.zip" or not isinstance(document, dict):
             raise OqtopusRefusal(400, f"The key {key} takes no upload.")
         with self._lock:
@@ -341,7 +343,11 @@ class OqtopusService(JobSide[OqtopusFault]):
                 400, f"job_type {body.get('job_type')!r} is not served: sampling only"
             )
         shots = body.get("shots")
-        if isinstance(shots, bool) or not isinstance(shots, int) or not 1 <= shots <= spec.max_shots:
+        if (
+            isinstance(shots, bool)
+            or not isinstance(shots, int)
+            or not 1 <= shots <= spec.max_shots
+        ):
             raise OqtopusRefusal(400, f"shots must be an integer from 1 to {spec.max_shots}")
         with self._lock:
             job = self._job(route.target)
@@ -395,7 +401,9 @@ class OqtopusService(JobSide[OqtopusFault]):
             return "failed"
         return STATUSES[self._queues[job.device].progress(job.id, now).status]
 
-    def _document(self, job: OqtopusJob, now: float, request: Request | None = None) -> dict[str, Any]:
+    def _document(
+        self, job: OqtopusJob, now: float, request: Request | None = None
+    ) -> dict[str, Any]:
         """The job as a ``JobsJob`` at ``now``, null properties left out (lock held)."""
         status = self._status_of(job, now)
         if status == "registered" or request is None:
