@@ -111,8 +111,9 @@ def test_catalog_backends_and_select(tmp_path: Path) -> None:
     select = blocks("## `flux quantum select`: which device a request would get, and why", catalog)
     assert len(backends) == 2 and len(select) == 1, (backends, select)
     out = walk([*backends, *select], tmp_path)
-    assert re.search(r"^sv1\s+braket simulator\s+34 ONLINE", out, re.M), out
+    assert re.search(r"^sv1\s+braket\s+simulator\s+34 ONLINE", out, re.M), out
     assert re.search(r"^fez\s+ibm\s+qpu\s+156 ONLINE", out, re.M), out
+    assert re.search(r"^oqtopus-anemone\s+oqtopus\s+qpu\s+64 ONLINE", out, re.M), out
     assert re.search(r"^local-maintenance\s+OFFLINE\s+0\s+MAINTENANCE$", out, re.M), out
     assert "UNREACHABLE" not in out, out
     assert re.search(r"^chosen: \S+$", out, re.M), out
