@@ -111,8 +111,9 @@ def test_catalog_backends_and_select(tmp_path: Path) -> None:
     select = blocks("## `flux quantum select`: which device a request would get, and why", catalog)
     assert len(backends) == 2 and len(select) == 1, (backends, select)
     out = walk([*backends, *select], tmp_path)
-    assert re.search(r"^sv1\s+braket simulator\s+34 ONLINE", out, re.M), out
+    assert re.search(r"^sv1\s+braket\s+simulator\s+34 ONLINE", out, re.M), out
     assert re.search(r"^fez\s+ibm\s+qpu\s+156 ONLINE", out, re.M), out
+    assert re.search(r"^oqtopus-anemone\s+oqtopus\s+qpu\s+64 ONLINE", out, re.M), out
     assert re.search(r"^local-maintenance\s+OFFLINE\s+0\s+MAINTENANCE$", out, re.M), out
     assert "UNREACHABLE" not in out, out
     assert re.search(r"^chosen: \S+$", out, re.M), out
@@ -289,4 +290,22 @@ def test_iqm_and_pasqal_on_the_emulator(tmp_path: Path) -> None:
     assert re.search(r"^\S+\s+root\s+-\s+pasqal-fresnel\s+1\s+\$", out, re.M), out
     assert "qpu handler service 'qpu_handlers' stopped" in out, out
     assert "ERROR" not in out, out
+    no_emulator_left(tmp_path)
+
+
+def test_oqtopus_on_the_emulator(tmp_path: Path) -> None:
+    found = blocks("#### Try OQTOPUS on the emulator", DOCS / "vendors.md")
+    assert len(found) == 2, found
+    stop = "flux quantum emulator --stop --env-file /tmp/fq/emulator.env"
+    assert f"then `{stop}` in your login shell" in (DOCS / "vendors.md").read_text()
+    out = run_walkthrough([*found, stop], tmp_path)
+    assert re.search(r"^oqtopus-anemone\s+oqtopus\s+.*ONLINE", out, re.M), out
+    assert re.search(r"^oqtopus-qulacs\s+oqtopus\s+.*ONLINE", out, re.M), out
+    # The job had no OQTOPUS token and printed its counts as JSON, read through the service.
+    reports = [json.loads(line) for line in out.splitlines() if line.startswith('{"id"')]
+    assert reports and reports[0]["tasks"][0]["state"] == "COMPLETED", out
+    assert set(reports[0]["tasks"][0]["counts"]) <= {"00", "11"}, out
+    assert sum(reports[0]["tasks"][0]["counts"].values()) == 1000, out
+    assert "ERROR" not in out, out
+    assert "\nleft: 0\n" in out, out
     no_emulator_left(tmp_path)

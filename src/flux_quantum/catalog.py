@@ -34,7 +34,9 @@ import yaml
 
 from flux_quantum.errors import FluxQuantumError
 
-VENDORS = ("braket", "ibm", "iqm", "pasqal", "ibm-quantum-system", "alice-bob-felis", "local")
+VENDORS = (
+    "braket", "ibm", "iqm", "pasqal", "ibm-quantum-system", "alice-bob-felis", "oqtopus", "local",
+)  # fmt: skip
 DEVICE_CLASSES = ("qpu", "simulator")
 ENV_CATALOG = "FLUX_QUANTUM_BACKENDS"
 FLUX_CONFIG_KEY = "quantum.backends"
@@ -77,6 +79,7 @@ VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "job_timeout",
         ),
         "alice-bob-felis": ("endpoint",),
+        "oqtopus": ("url",),
     }
 )
 

@@ -42,6 +42,7 @@ from flux_quantum.emulator.felis import FelisScenario
 from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.emulator.ibmqs import IbmQsScenario
 from flux_quantum.emulator.iqm import IqmScenario
+from flux_quantum.emulator.oqtopus import OqtopusScenario
 from flux_quantum.emulator.pasqal import PasqalScenario
 from flux_quantum.emulator.server import check_loopback
 from flux_quantum.errors import CommandError
@@ -51,13 +52,14 @@ from flux_quantum.site import reservations
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "emulator",
-        help="run a local Amazon Braket, IBM Quantum, IQM, Pasqal and Felis emulator (tests, demos)",
+        help="run a local Amazon Braket, IBM Quantum, IQM, Pasqal, Felis and OQTOPUS emulator (tests, demos)",
         description=(
             "Serve Amazon Braket's API (and the S3 it writes results to) and IBM Quantum's "
             "(IAM and the Qiskit Runtime REST API, under /ibm), IQM's (the IQM Server API, "
             "under /iqm), Pasqal's (Pasqal Cloud under /pasqal, an on-premises warden "
             "under /pasqal-local), an on-premises IBM Quantum System's (under /ibm-qs) and "
-            "Alice & Bob's Felis (under /felis) on loopback, with emulated "
+            "Alice & Bob's Felis (under /felis) and OQTOPUS Cloud's User API (under "
+            "/oqtopus) on loopback, with emulated "
             "queues, offline or paused periods and faults from scenarios. Prints the "
             "environment Braket and QRMI clients need, then runs until SIGTERM or SIGINT."
         ),
@@ -86,6 +88,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--felis-scenario", metavar="FILE", help="Felis scenario YAML (default: built-in)"
+    )
+    parser.add_argument(
+        "--oqtopus-scenario", metavar="FILE", help="OQTOPUS scenario YAML (default: built-in)"
     )
     parser.add_argument(
         "--speed", type=float, default=1.0, help="emulated seconds per real second (default 1)"
@@ -337,6 +342,9 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         pasqal = PasqalScenario.from_yaml(args.pasqal_scenario) if args.pasqal_scenario else None
         ibm_qs = IbmQsScenario.from_yaml(args.ibm_qs_scenario) if args.ibm_qs_scenario else None
         felis = FelisScenario.from_yaml(args.felis_scenario) if args.felis_scenario else None
+        oqtopus = (
+            OqtopusScenario.from_yaml(args.oqtopus_scenario) if args.oqtopus_scenario else None
+        )
     except ScenarioError as exc:
         raise CommandError(str(exc)) from exc
 
@@ -352,6 +360,7 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         pasqal=pasqal,
         ibm_qs=ibm_qs,
         felis=felis,
+        oqtopus=oqtopus,
     )
     stop = threading.Event()
 
@@ -377,7 +386,8 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
             f"{emulator.ibm_scenario.source}, {len(emulator.iqm.scenario.devices)} IQM, "
             f"{len(emulator.pasqal.scenario.devices)} Pasqal, "
             f"{len(emulator.ibm_qs.scenario.backends)} IBM Quantum System and "
-            f"{len(emulator.felis.scenario.targets)} Felis devices at {emulator.url} "
+            f"{len(emulator.felis.scenario.targets)} Felis and "
+            f"{len(emulator.oqtopus.scenario.devices)} OQTOPUS devices at {emulator.url} "
             f"(speed {args.speed:g}, seed "
             f"{args.seed}); "
             "stop with SIGTERM or Ctrl-C",
