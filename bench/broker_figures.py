@@ -6,9 +6,9 @@ so this reads two things beside it. The process's memory by kind (``/proc/PID/st
 and ``smaps``): anonymous memory (what ``malloc`` holds: the main heap and the threads'
 malloc arenas) apart from file-backed pages (the libraries), and the arenas' resident
 sizes. And each module's own account of what it keeps (``MODULE.stats-get``, what
-``flux module stats MODULE`` prints): the job-manager's active and inactive jobs and its
-journal, job-list's jobs by state, the KVS cache and the content cache, the scheduler's
-queues. A figure a module does not report is left out.
+``flux module stats MODULE`` prints): the job-manager's active and inactive jobs,
+job-list's jobs, the KVS cache and the content cache, the scheduler's queues; and the
+size of the KVS's job directories. A figure a module does not report is left out.
 """
 
 from __future__ import annotations
@@ -137,14 +137,13 @@ def _stats(handle: Any, module: str) -> dict[str, Any]:
 
 def module_figures(handle: Any) -> dict[str, int | float]:
     """What the broker's modules say they keep (their ``stats-get``), flat: the
-    job-manager's jobs and journal, job-list's jobs, the KVS and content caches, the
+    job-manager's jobs and journal listeners, job-list's jobs, the KVS and content caches, the
     content store's object count, the scheduler's queued and running jobs."""
     out: dict[str, int | float] = {}
     jm = _stats(handle, "job-manager")
     if jm:
         out["jm_active"] = int(jm.get("active_jobs", 0))
         out["jm_inactive"] = int(jm.get("inactive_jobs", 0))
-        out["jm_journal_events"] = int(jm.get("journal", {}).get("events", 0))
         out["jm_journal_listeners"] = int(jm.get("journal", {}).get("listeners", 0))
     jl = _stats(handle, "job-list").get("jobs", {})
     if jl:
@@ -171,13 +170,36 @@ def module_figures(handle: Any) -> dict[str, int | float]:
     return out
 
 
+def kvs_job_dirs(handle: Any) -> dict[str, int]:
+    """The KVS's job directories: ``job.AAAA`` holds one entry ``BBBB`` a quarter
+    second of job ids (a job's key is its id in four 16-bit parts, and the id starts
+    with its submission time in ms), and purging a job unlinks ``job.AAAA.BBBB.CCCC.DDDD``
+    only, leaving its parents: the entries of every ``job.AAAA`` together
+    (``kvs_job_dir_entries``), and the largest one's size as JSON (``kvs_job_dir_bytes``,
+    about the object every commit of one of its jobs writes anew)."""
+    from flux.constants import FLUX_KVS_READDIR
+
+    def listing(key: str) -> dict[str, Any]:
+        payload = {"key": key, "namespace": "primary", "flags": FLUX_KVS_READDIR}
+        try:
+            return dict(handle.rpc("kvs.lookup", payload).get()["val"]["data"])
+        except Exception:  # no job yet
+            return {}
+
+    dirs = [listing(f"job.{name}") for name in listing("job")]
+    return {
+        "kvs_job_dir_entries": sum(len(d) for d in dirs),
+        "kvs_job_dir_bytes": max((len(json.dumps(d)) for d in dirs), default=0),
+    }
+
+
 def broker_figures(handle: Any, arenas: bool = False) -> dict[str, Any]:
     """The broker behind ``handle``: its memory by kind (``mem_*``, kB), what its
     modules keep (``module_figures``) and, with ``arenas``, its malloc arenas by thread
     (``malloc_arenas``, kB; the broker stopped about a second for the read)."""
     pid = int(handle.attr_get("broker.pid"))
     memory = {f"mem_{key}": value for key, value in memory_kinds(pid).items()}
-    out: dict[str, Any] = memory | module_figures(handle)
+    out: dict[str, Any] = memory | module_figures(handle) | kvs_job_dirs(handle)
     if arenas:
         out["arenas_kb"] = malloc_arenas(pid)
     return out

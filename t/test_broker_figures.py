@@ -56,6 +56,12 @@ def test_a_brokers_modules_count_the_job_they_keep(tmp_path: Path) -> None:
         assert after["job_list_jobs"] == 1
         assert after["content_store_objects"] > before["content_store_objects"]
         assert after["content_cache_count"] > before["content_cache_count"]
+        assert before["kvs_job_dir_entries"] == 0 and after["kvs_job_dir_entries"] == 1
+        assert after["kvs_job_dir_bytes"] > 0
+        broker.run("flux", "job", "purge", "--force", "--num-limit=0")
+        purged = broker_figures.broker_figures(handle)
+        assert purged["jm_inactive"] == 0
+        assert purged["kvs_job_dir_entries"] == 1  # the purged job's parent is left
     finally:
         broker.stop()
 
