@@ -13,15 +13,27 @@ whole week) with task merging on (``[quantum.merge]``), and a sampler that recor
 every ``--sample`` seconds and at each day's end: the service's RSS, open file
 descriptors and threads, the broker's RSS (the job-manager and the plugin live in it),
 the ledger's size on disk, the content cache and KVS cache (``flux module stats
-content`` / ``kvs``) and the content store on disk. It never fixes what it finds.
+content`` / ``kvs``) and the content store on disk; and inside the broker
+(``broker_figures``): its memory by kind, what its modules say they keep, the KVS's job
+directories and, at each day's end, its malloc arenas by module thread (read by gdb).
+It never fixes what it finds.
+
+The plain-Flux control (``soak_mirror``, on unless ``--no-mirror``): an instance beside
+the soak's without the plugin, the validator, the shell plugin or the service, purging
+at the same age, into which each job of the soak's instance is copied as it appears
+(same jobspec, command ``true``), sampled with the same figures at the same moments.
 
 Time: the vendor clock runs at ``--speed``; a simulated day is ``86400 / speed`` wall
 seconds of arrivals (quick: x4320, a day in 20 s; full: x1440, a day in 60 s), then the
 day drains (every job ended, the service idle) before the day's figures are taken.
-Growth per day once warm: the least-squares slope of the end-of-day figures from day 2
-on, as a percentage of their mean (target <= 1 % a day for the service, the broker and
-the caches; the ledger and the content store hold the history by design and are
-reported per job). Nothing lost: the promise checker over the whole run, 0 violations.
+Growth per day once warm (``soak_growth``): the least-squares slope of the end-of-day
+figures from the warm day on, as a percentage of their mean (target <= 1 % a day for
+the service and the broker; the ledger and the content store hold the history by design
+and are reported per job). Warm is a rule of Flux's own: the day the plain-Flux
+control's broker stops growing (day 2 without a control, said so). The KVS cache, a
+cache of recently used objects, is judged by its bound (its highest value over the
+run's second half no higher than over the first). Nothing lost: the promise checker over
+the whole run, 0 violations.
 
 Purging: the instance runs as a site runs one, its job-manager purging inactive jobs
 (``[job-manager] inactive-age-limit``, ``--purge-age``, one simulated day's wall time
@@ -41,6 +53,7 @@ count is the one a leak would grow.
     python bench/soak.py --quick     # 3 days, < 5 min; files only with --out
     python bench/soak.py             # 7 days -> bench/results/soak.{txt,json}
     python bench/soak.py --no-purge  # the same without purging (Flux keeps every job)
+    python bench/soak.py --days 21 --control 0 --stem soak_21d  # -> soak_21d.{txt,json}
 """
 
 from __future__ import annotations
@@ -74,6 +87,7 @@ from faults import (  # noqa: E402
 )
 from soak_growth import analyse, day_ends, flat_verdicts  # noqa: E402
 from soak_mirror import Mirror, purge_config  # noqa: E402
+from soak_prune import JobDirPruner  # noqa: E402
 from soak_report import FD_KINDS, report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -409,6 +423,12 @@ def main() -> int:
         help="no plain-Flux control beside the soak (its jobs copied into an instance "
         "without the plugin)",
     )
+    parser.add_argument(
+        "--prune-job-dirs",
+        action="store_true",
+        help="unlink the KVS job directories purged jobs leave, as a real week's clock "
+        "would (see bench/soak_prune.py)",
+    )
     parser.add_argument("--out", type=Path, help="results directory (full run: bench/results)")
     parser.add_argument("--stem", help="results' file name (soak; quick soak_quick)")
     args = parser.parse_args()
@@ -428,6 +448,7 @@ def main() -> int:
     started = time.monotonic()
     sampler: Sampler | None = None
     mirror: Mirror | None = None
+    pruners: list[JobDirPruner] = []
     submissions = 0
     try:
         arm.setup()
@@ -442,6 +463,11 @@ def main() -> int:
         if not args.no_mirror:
             say("plain-Flux control: every job copied into an instance without the plugin")
             mirror = Mirror(work / "mirror", arm.broker.env["FLUX_URI"], purge_age, 1.0).start()
+        if args.prune_job_dirs:
+            say("job directories pruned as a real week's clock would (--prune-job-dirs)")
+            uris = [arm.broker.env["FLUX_URI"]]
+            uris += [mirror.broker.env["FLUX_URI"]] if mirror is not None else []
+            pruners = [JobDirPruner(uri, 5.0).start() for uri in uris]
         sampler = Sampler(arm, args.sample, mirror).start()
         sampler.take(day=0)
         for day in range(1, days + 1):
@@ -462,6 +488,8 @@ def main() -> int:
             sampler.close()
         if arm.keeper is not None:
             arm.keeper.close()
+        for pruner in pruners:
+            pruner.close()
         if mirror is not None:
             mirror.close()
         arm.close()
@@ -512,7 +540,10 @@ def main() -> int:
         "broker_kb_per_job_control": control,
         "violations": violations_by_promise(arm.result.findings),
         "faults": (arm.result.report or {}).get("faults") if arm.result.report else None,
-        "errors": arm.result.errors + (arm.keeper.errors if arm.keeper else []),
+        "errors": arm.result.errors
+        + (arm.keeper.errors if arm.keeper else [])
+        + [e for p in pruners for e in p.errors[:10]],
+        "job_dirs_unlinked": [p.unlinked for p in pruners] if pruners else None,
         "mirror": {"submitted": mirror.submitted, "errors": mirror.errors[:20]} if mirror else None,
         "samples": samples,
     }

@@ -187,6 +187,20 @@ def growth_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def job_dir_line(result: dict[str, Any]) -> list[str]:
+    unlinked = result.get("job_dirs_unlinked")
+    if unlinked is None:
+        return []
+    where = ", ".join(
+        f"{n:,} in the {name}"
+        for n, name in zip(unlinked, ("soak's instance", "control's"), strict=False)
+    )
+    return [
+        "KVS job directories pruned (--prune-job-dirs, what a real week's clock does: a new",
+        f"job.AAAA every 4.66 h): the entries purged jobs left unlinked, {where}",
+    ]
+
+
 def report(result: dict[str, Any]) -> str:
     ends = day_ends(result["samples"])
     first = [s for s in result["samples"] if s["day_end"] == 0]
@@ -203,6 +217,7 @@ def report(result: dict[str, Any]) -> str:
         f"x{result['speed']:g} ({result['wall_s'] / 60:.1f} min of wall time), "
         f"{result['submissions']} submissions, {result['qpu_jobs']} qpu jobs",
         purged,
+        *job_dir_line(result),
         "",
         f"{'day':>3} {'svc RSS kB':>10} {'fds':>4} {'held':>4} {'tcp':>4} {'thr':>4} "
         f"{'broker RSS kB':>13} {'KVS cache kB':>12} {'content B':>10} {'ledger B':>10} "
