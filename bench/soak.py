@@ -54,6 +54,9 @@ count is the one a leak would grow.
     python bench/soak.py             # 7 days -> bench/results/soak.{txt,json}
     python bench/soak.py --no-purge  # the same without purging (Flux keeps every job)
     python bench/soak.py --days 21 --control 0 --stem soak_21d  # -> soak_21d.{txt,json}
+    python bench/soak.py --days 21 --control 0 --prune-job-dirs --stem soak_21d_pruned
+                                     # the KVS job directories purged jobs leave unlinked
+                                     # in both instances, as a real week's clock does
 """
 
 from __future__ import annotations
