@@ -13,15 +13,27 @@ whole week) with task merging on (``[quantum.merge]``), and a sampler that recor
 every ``--sample`` seconds and at each day's end: the service's RSS, open file
 descriptors and threads, the broker's RSS (the job-manager and the plugin live in it),
 the ledger's size on disk, the content cache and KVS cache (``flux module stats
-content`` / ``kvs``) and the content store on disk. It never fixes what it finds.
+content`` / ``kvs``) and the content store on disk; and inside the broker
+(``broker_figures``): its memory by kind, what its modules say they keep, the KVS's job
+directories and, at each day's end, its malloc arenas by module thread (read by gdb).
+It never fixes what it finds.
+
+The plain-Flux control (``soak_mirror``, on unless ``--no-mirror``): an instance beside
+the soak's without the plugin, the validator, the shell plugin or the service, purging
+at the same age, into which each job of the soak's instance is copied as it appears
+(same jobspec, command ``true``), sampled with the same figures at the same moments.
 
 Time: the vendor clock runs at ``--speed``; a simulated day is ``86400 / speed`` wall
 seconds of arrivals (quick: x4320, a day in 20 s; full: x1440, a day in 60 s), then the
 day drains (every job ended, the service idle) before the day's figures are taken.
-Growth per day once warm: the least-squares slope of the end-of-day figures from day 2
-on, as a percentage of their mean (target <= 1 % a day for the service, the broker and
-the caches; the ledger and the content store hold the history by design and are
-reported per job). Nothing lost: the promise checker over the whole run, 0 violations.
+Growth per day once warm (``soak_growth``): the least-squares slope of the end-of-day
+figures from the warm day on, as a percentage of their mean (target <= 1 % a day for
+the service and the broker; the ledger and the content store hold the history by design
+and are reported per job). Warm is a rule of Flux's own: the day the plain-Flux
+control's broker stops growing (day 2 without a control, said so). The KVS cache, a
+cache of recently used objects, is judged by its bound (its highest value over the
+run's second half no higher than over the first). Nothing lost: the promise checker over
+the whole run, 0 violations.
 
 Purging: the instance runs as a site runs one, its job-manager purging inactive jobs
 (``[job-manager] inactive-age-limit``, ``--purge-age``, one simulated day's wall time
@@ -41,6 +53,10 @@ count is the one a leak would grow.
     python bench/soak.py --quick     # 3 days, < 5 min; files only with --out
     python bench/soak.py             # 7 days -> bench/results/soak.{txt,json}
     python bench/soak.py --no-purge  # the same without purging (Flux keeps every job)
+    python bench/soak.py --days 21 --control 0 --stem soak_21d  # -> soak_21d.{txt,json}
+    python bench/soak.py --days 21 --control 0 --prune-job-dirs --stem soak_21d_pruned
+                                     # the KVS job directories purged jobs leave unlinked
+                                     # in both instances, as a real week's clock does
 """
 
 from __future__ import annotations
@@ -50,7 +66,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import statistics
 import sys
 import tempfile
 import threading
@@ -60,7 +75,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import revision, verdict  # noqa: E402
+from benchlib import revision  # noqa: E402
+from broker_figures import broker_figures, tree_bytes  # noqa: E402
 from faults import (  # noqa: E402
     PROMISE_NAMES,
     STATES_ACTIVE,
@@ -72,27 +88,15 @@ from faults import (  # noqa: E402
     violations_by_promise,
     workload,
 )
+from soak_growth import analyse, day_ends, flat_verdicts  # noqa: E402
+from soak_mirror import Mirror, purge_config  # noqa: E402
+from soak_prune import JobDirPruner  # noqa: E402
+from soak_report import FD_KINDS, report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 DAY = 86400.0
-TARGET_PCT_PER_DAY = 1.0
 STATE_INACTIVE = 64
-# The content cache's purge-target-size, flux-core's default (the soak keeps it): the
-# cache fills up to it, then drops its oldest clean entries.
-CONTENT_CACHE_TARGET = 16 * 2**20
-# Figures that must stay flat, and those that hold history by design.
-FLAT = (
-    "service_rss_kb",
-    "service_fds",
-    "service_fds_held",
-    "service_threads",
-    "broker_rss_kb",
-    "kvs_cache_kb",
-)
-HISTORY = ("ledger_bytes", "content_store_bytes", "content_cache_bytes")
-# Descriptor kinds (``fd_kinds``); "tcp" are the connection pools' sockets.
-FD_KINDS = ("tcp", "unix", "pipe", "anon", "file", "socket")
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -147,10 +151,6 @@ def fd_kinds(pid: int) -> dict[str, int]:
             kind = "file"
         out[kind] += 1
     return out
-
-
-def tree_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
 
 class JobKeeper:
@@ -272,10 +272,11 @@ class SoakArm(Arm):
 
 
 class Sampler:
-    """Takes the soak's figures from a running arm, on demand and every ``every`` s."""
+    """Takes the soak's figures from a running arm, and the plain-Flux ``mirror``'s
+    broker beside it when there is one, on demand and every ``every`` s."""
 
-    def __init__(self, arm: Arm, every: float) -> None:
-        self.arm, self.every = arm, every
+    def __init__(self, arm: Arm, every: float, mirror: Mirror | None = None) -> None:
+        self.arm, self.every, self.mirror = arm, every, mirror
         self.samples: list[dict[str, Any]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -291,15 +292,16 @@ class Sampler:
                 self.take(day=None)
 
     def take(self, day: int | None) -> dict[str, Any]:
+        import flux
+
         arm = self.arm
         status = arm.status() or {}
         service = proc_status(int(status["pid"])) if status.get("pid") else {}
         fds = fd_kinds(int(status["pid"])) if status.get("pid") else {}
         in_flux = arm.jobs(STATES_ACTIVE | STATE_INACTIVE)  # what Flux keeps, purged or not
-        broker_pid = int(arm.broker.run("flux", "getattr", "broker.pid").stdout.strip())
-        broker = proc_status(broker_pid)
-        content = json.loads(arm.broker.run("flux", "module", "stats", "content").stdout)
-        kvs = json.loads(arm.broker.run("flux", "module", "stats", "kvs").stdout)
+        # At a day's end (every job ended), each broker's malloc arenas too.
+        arenas = day is not None
+        inside = broker_figures(flux.Flux(arm.broker.env["FLUX_URI"]), arenas)
         sample = {
             "t": round(time.monotonic() - self.t0, 1),
             "vendor_days": round((time.monotonic() - self.t0) * arm.args.speed / DAY, 3),
@@ -310,17 +312,19 @@ class Sampler:
             "service_fds_held": sum(n for kind, n in fds.items() if kind != "tcp") if fds else None,
             "service_fd_kinds": fds,
             "service_threads": service.get("threads"),
-            "broker_rss_kb": broker.get("rss_kb"),
+            "broker_rss_kb": inside.get("mem_rss"),
             "ledger_bytes": sum(
                 p.stat().st_size for p in arm.work.glob("ledger.db*") if p.is_file()
             ),
-            "content_cache_bytes": content.get("size"),
-            "content_cache_count": content.get("count"),
-            "kvs_cache_kb": round(kvs.get("cache", {}).get("obj size total (MiB)", 0) * 1024, 1),
+            "content_cache_bytes": inside.get("content_cache_bytes"),
+            "content_cache_count": inside.get("content_cache_count"),
+            "kvs_cache_kb": inside.get("kvs_cache_kb", 0.0),
             "content_store_bytes": tree_bytes(arm.broker.statedir),
             "jobs": len(arm.jobids),
             "jobs_in_flux": len(in_flux),
             "jobs_kept": len(arm.keeper.kept) if isinstance(arm, SoakArm) and arm.keeper else 0,
+            "broker": inside,
+            "control": self.mirror.figures(arenas) if self.mirror is not None else None,
         }
         self.samples.append(sample)
         return sample
@@ -380,30 +384,6 @@ def broker_kb_per_job(
         broker.stop()
 
 
-def growth_pct_per_day(values: list[float]) -> float | None:
-    """Least-squares slope of one value a day, as % of their mean; None below 2 days."""
-    if len(values) < 2 or not statistics.fmean(values):
-        return None
-    xs = list(range(len(values)))
-    mx, my = statistics.fmean(xs), statistics.fmean(values)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, values, strict=True)) / sum(
-        (x - mx) ** 2 for x in xs
-    )
-    return 100.0 * slope / my
-
-
-def purge_config(text: str, age: float | None) -> str:
-    """``text`` (the instance's TOML, whose ``[job-manager]`` table loads the plugin)
-    with the job-manager purging inactive jobs older than ``age`` wall seconds (None:
-    unchanged, Flux keeps every job)."""
-    if age is None:
-        return text
-    table = "[job-manager]\n"
-    if table not in text:
-        return text + f'\n{table}inactive-age-limit = "{age:g}s"\n'
-    return text.replace(table, f'{table}inactive-age-limit = "{age:g}s"\n', 1)
-
-
 def merge_table(speed: float) -> str:
     # Held jobs on one device wait up to 10 vendor minutes to share a task.
     return f'\n[quantum.merge]\nenabled = true\nmax_wait = "{600.0 / speed:.3f}s"\n'
@@ -416,89 +396,6 @@ def day_plan(seed: int, day: int, jobs: int, window: float) -> tuple[JobPlan, ..
         dataclasses.replace(job, index=day * 10_000 + job.index)
         for job in workload(seed * 1000 + day, jobs, window)
     )
-
-
-def fd_lines(samples: list[dict[str, Any]]) -> list[str]:
-    """The service's descriptors by kind over every sample: the least and most of
-    each, and what ``held`` and ``tcp`` mean."""
-    kinds = [s["service_fd_kinds"] for s in samples if s.get("service_fd_kinds")]
-    if not kinds:
-        return []
-    spans = ", ".join(
-        f"{kind} {min(k[kind] for k in kinds)}..{max(k[kind] for k in kinds)}" for kind in FD_KINDS
-    )
-    return [
-        f"service descriptors by kind over {len(kinds)} samples (least..most): {spans}",
-        "  held = every descriptor but the TCP sockets (files, pipes, Unix sockets to the",
-        "  broker, event descriptors): what a leak grows. tcp = the HTTP connection pools'",
-        "  connections to the vendors' endpoints, opened and closed with the requests in",
-        "  flight when the sample is taken, bounded by the pools' size.",
-    ]
-
-
-def report(result: dict[str, Any]) -> str:
-    ends = [s for s in result["samples"] if s["day_end"] is not None]
-    age = result.get("purge_age_s")
-    purged = (
-        "no purging (--no-purge): Flux keeps every inactive job"
-        if age is None
-        else f"inactive jobs purged after {age:g} s ([job-manager] inactive-age-limit); "
-        f"{result['jobs_kept']} jobs' records kept before their purge, "
-        f"{len(result['jobs_lost_to_purge'])} purged before kept (target 0)"
-    )
-    lines = [
-        f"soak of {result['revision']}: {result['days']} simulated days at vendor clock "
-        f"x{result['speed']:g} ({result['wall_s'] / 60:.1f} min of wall time), "
-        f"{result['submissions']} submissions, {result['qpu_jobs']} qpu jobs",
-        purged,
-        "",
-        f"{'day':>3} {'svc RSS kB':>10} {'fds':>4} {'held':>4} {'tcp':>4} {'thr':>4} "
-        f"{'broker RSS kB':>13} {'KVS cache kB':>12} {'content B':>10} {'ledger B':>10} "
-        f"{'store B':>10} {'jobs':>5} {'in Flux':>7}",
-    ]
-    for s in ends:
-        kinds = s.get("service_fd_kinds") or {}
-        lines.append(
-            f"{s['day_end']:>3} {s['service_rss_kb'] or 0:>10} {s['service_fds'] or 0:>4} "
-            f"{s.get('service_fds_held') or 0:>4} {kinds.get('tcp', 0):>4} "
-            f"{s['service_threads'] or 0:>4} {s['broker_rss_kb'] or 0:>13} "
-            f"{s['kvs_cache_kb']:>12} {s['content_cache_bytes'] or 0:>10} "
-            f"{s['ledger_bytes']:>10} {s['content_store_bytes']:>10} {s['jobs']:>5} "
-            f"{s.get('jobs_in_flux', 0):>7}"
-        )
-    lines += ["", *fd_lines(result["samples"])]
-    lines += ["", "growth per day once warm (day 2 on), least-squares slope / mean:"]
-    for key, pct in result["growth"].items():
-        shown = "n/a (fewer than 2 warm days)" if pct is None else f"{pct:+.2f} %/day"
-        ok = "" if pct is None else f"  ({verdict(pct <= TARGET_PCT_PER_DAY)})"
-        target = " target <= 1 %/day" if key in FLAT else " (history by design)"
-        lines.append(f"  {key:22} {shown}{ok if key in FLAT else ''}{target}")
-    full = result.get("content_cache_full")
-    if full:
-        pct = full["broker_rss_kb"]
-        shown = "n/a (fewer than 2 days)" if pct is None else f"{pct:+.2f} %/day"
-        lines.append(
-            f"  {'broker_rss_kb':22} {shown} from day {full['day']}, when the content cache "
-            f"reached its {full['target_bytes'] / 2**20:g} MiB purge target (said beside)"
-        )
-    else:
-        lines.append("  (the content cache did not reach its purge target in the run)")
-    per_job = result.get("history_bytes_per_job", {})
-    for key, value in per_job.items():
-        lines.append(f"  {key:22} {value:,.0f} bytes per job")
-    control = result.get("broker_kb_per_job_control") or {}
-    if control:
-        lines += [
-            "",
-            "broker RSS growth per job, control instances (_purged: inactive jobs purged):",
-        ]
-        lines += [f"  {key:30} {value:8.1f} kB per job" for key, value in control.items()]
-    lines += ["", "promises over the whole run (target 0 each):"]
-    for name, count in result["violations"].items():
-        lines.append(f"  {name:16} {'-' if count is None else count}")
-    if result["errors"]:
-        lines += ["", "campaign errors:", *[f"  {e}" for e in result["errors"][:20]]]
-    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
@@ -523,7 +420,20 @@ def main() -> int:
     parser.add_argument(
         "--no-purge", action="store_true", help="keep every inactive job (Flux's default)"
     )
+    parser.add_argument(
+        "--no-mirror",
+        action="store_true",
+        help="no plain-Flux control beside the soak (its jobs copied into an instance "
+        "without the plugin)",
+    )
+    parser.add_argument(
+        "--prune-job-dirs",
+        action="store_true",
+        help="unlink the KVS job directories purged jobs leave, as a real week's clock "
+        "would (see bench/soak_prune.py)",
+    )
     parser.add_argument("--out", type=Path, help="results directory (full run: bench/results)")
+    parser.add_argument("--stem", help="results' file name (soak; quick soak_quick)")
     args = parser.parse_args()
     days = args.days or (3 if args.quick else 7)
     per_day = args.jobs_per_day or (8 if args.quick else 24)
@@ -540,6 +450,8 @@ def main() -> int:
     arm = SoakArm("soak", work / "soak", args, plan, (), say)
     started = time.monotonic()
     sampler: Sampler | None = None
+    mirror: Mirror | None = None
+    pruners: list[JobDirPruner] = []
     submissions = 0
     try:
         arm.setup()
@@ -551,7 +463,15 @@ def main() -> int:
         arm.start_service()
         # Kept well before the purge can take them (an inactive job's records are final).
         arm.keep_jobs(min(5.0, (purge_age or args.window) / 4))
-        sampler = Sampler(arm, args.sample).start()
+        if not args.no_mirror:
+            say("plain-Flux control: every job copied into an instance without the plugin")
+            mirror = Mirror(work / "mirror", arm.broker.env["FLUX_URI"], purge_age, 1.0).start()
+        if args.prune_job_dirs:
+            say("job directories pruned as a real week's clock would (--prune-job-dirs)")
+            uris = [arm.broker.env["FLUX_URI"]]
+            uris += [mirror.broker.env["FLUX_URI"]] if mirror is not None else []
+            pruners = [JobDirPruner(uri, 5.0).start() for uri in uris]
+        sampler = Sampler(arm, args.sample, mirror).start()
         sampler.take(day=0)
         for day in range(1, days + 1):
             jobs = day_plan(args.seed, day, per_day, args.window)
@@ -571,6 +491,10 @@ def main() -> int:
             sampler.close()
         if arm.keeper is not None:
             arm.keeper.close()
+        for pruner in pruners:
+            pruner.close()
+        if mirror is not None:
+            mirror.close()
         arm.close()
     control_jobs = args.control if args.control is not None else (30 if args.quick else 100)
     control = {}
@@ -590,32 +514,16 @@ def main() -> int:
                     work / "qpu-purged", True, control_jobs, purge_age=2.0
                 ),
             }
-    ends = [s for s in sampler.samples if s["day_end"]] if sampler else []
-    warm = ends[1:]
-    growth = {
-        key: growth_pct_per_day([float(s[key] or 0) for s in warm]) for key in (*FLAT, *HISTORY)
-    }
-    # The content cache fills to its purge target (a cache, bounded), and the broker's
-    # RSS with it: the broker's slope from the first day it is full, said beside.
-    full = [s for s in ends if (s["content_cache_bytes"] or 0) >= 0.95 * CONTENT_CACHE_TARGET]
-    cache_full = (
-        {
-            "day": full[0]["day_end"],
-            "target_bytes": CONTENT_CACHE_TARGET,
-            "broker_rss_kb": growth_pct_per_day(
-                [float(s["broker_rss_kb"] or 0) for s in ends if s["day_end"] >= full[0]["day_end"]]
-            ),
-        }
-        if full
-        else None
-    )
+    samples = sampler.samples if sampler else []
+    analysis = analyse(samples)
+    ends = day_ends(samples)
     jobs_run = max(1, len(arm.jobids))
     history = (
         {
-            key: (float(ends[-1][key] or 0) - float(sampler.samples[0][key] or 0)) / jobs_run
+            key: (float(ends[-1][key] or 0) - float(samples[0][key] or 0)) / jobs_run
             for key in ("ledger_bytes", "content_store_bytes")
         }
-        if ends and sampler
+        if ends
         else {}
     )
     result = {
@@ -630,21 +538,24 @@ def main() -> int:
         "jobs_lost_to_purge": sorted(arm.keeper.lost) if arm.keeper else [],
         "qpu_jobs": arm.result.qpu_jobs,
         "drained": arm.result.drained,
-        "growth": growth,
-        "content_cache_full": cache_full,
+        **analysis,
         "history_bytes_per_job": history,
         "broker_kb_per_job_control": control,
         "violations": violations_by_promise(arm.result.findings),
         "faults": (arm.result.report or {}).get("faults") if arm.result.report else None,
-        "errors": arm.result.errors + (arm.keeper.errors if arm.keeper else []),
-        "samples": sampler.samples if sampler else [],
+        "errors": arm.result.errors
+        + (arm.keeper.errors if arm.keeper else [])
+        + [e for p in pruners for e in p.errors[:10]],
+        "job_dirs_unlinked": [p.unlinked for p in pruners] if pruners else None,
+        "mirror": {"submitted": mirror.submitted, "errors": mirror.errors[:20]} if mirror else None,
+        "samples": samples,
     }
     text = report(result)
     print(text, end="")
     out = args.out or (None if args.quick else RESULTS)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        stem = "soak_quick" if args.quick else "soak"
+        stem = args.stem or ("soak_quick" if args.quick else "soak")
         (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
         (out / f"{stem}.txt").write_text(text)
     if not args.keep:
@@ -655,7 +566,7 @@ def main() -> int:
         say(f"work directory kept: {work}")
     lost = any(result["violations"].get(name) for name in PROMISE_NAMES)
     lost = lost or bool(result["jobs_lost_to_purge"])
-    flat = all(growth[k] is None or growth[k] <= TARGET_PCT_PER_DAY for k in FLAT)
+    flat = all(ok is not False for ok in flat_verdicts(result).values())
     return 0 if not lost and flat and arm.result.findings is not None else 1
 
 

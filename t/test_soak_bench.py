@@ -1,6 +1,6 @@
 """bench/soak.py's pure parts (unit tier, no Flux): the job-manager's purge written
 into the instance's ``[job-manager]`` table (or left out), the service's descriptors
-counted by kind, and the growth per day; and (flux tier) the job keeper against a real
+counted by kind; and (flux tier) the job keeper against a real
 instance's purge, about 10 s. The soak itself (``python bench/soak.py
 --quick``, about 2 minutes on 2 cores) is left to people: the flux tier's budget is
 smaller."""
@@ -58,12 +58,6 @@ def test_descriptors_are_counted_by_kind_and_a_new_pipe_or_socket_shows() -> Non
     assert after["unix"] == before["unix"] + 2
     assert after["tcp"] == before["tcp"]
     assert soak.fd_kinds(2**22 + 12345) == {}  # no such process
-
-
-def test_growth_per_day_is_the_slope_over_the_mean() -> None:
-    assert soak.growth_pct_per_day([100.0, 100.0, 100.0]) == 0.0
-    assert soak.growth_pct_per_day([99.0, 100.0, 101.0]) == 1.0
-    assert soak.growth_pct_per_day([100.0]) is None
 
 
 @pytest.mark.flux
