@@ -1,5 +1,5 @@
 """The ``Emulator`` facade: one loopback server speaking Braket, S3, SQS, IBM Quantum (its cloud
-and an on-premises IBM Quantum System), IQM, Pasqal and Alice & Bob's Felis, one call log.
+and an on-premises IBM Quantum System), IQM, Pasqal, Alice & Bob's Felis and IonQ, one call log.
 
 This module owns the lifecycle of an emulator (start, stop, context manager), the environment
 a client needs to reach it, read access to its call log, and its report (the bill, calls and
@@ -38,6 +38,8 @@ from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
 from flux_quantum.emulator.ibm import IbmScenario, IbmService
 from flux_quantum.emulator.ibmqs import PREFIX as IBM_QS_PREFIX
 from flux_quantum.emulator.ibmqs import IbmQsScenario, IbmQsService
+from flux_quantum.emulator.ionq import PREFIX as IONQ_PREFIX
+from flux_quantum.emulator.ionq import IonqScenario, IonqService
 from flux_quantum.emulator.iqm import PREFIX as IQM_PREFIX
 from flux_quantum.emulator.iqm import IqmScenario, IqmService
 from flux_quantum.emulator.pasqal import LOCAL_PREFIX as PASQAL_LOCAL_PREFIX
@@ -78,6 +80,7 @@ class Emulator:
         pasqal: PasqalScenario | None = None,
         ibm_qs: IbmQsScenario | None = None,
         felis: FelisScenario | None = None,
+        ionq: IonqScenario | None = None,
     ) -> None:
         self.host = check_loopback(host)
         self.port = port
@@ -115,6 +118,10 @@ class Emulator:
         self.felis = FelisService(
             felis or FelisScenario.default(), self.clock, seed, self._stop, on_call
         )
+        # IonQ (under /ionq), as its own client ionq-core reaches it.
+        self.ionq = IonqService(
+            ionq or IonqScenario.default(), self.clock, seed, self._stop, on_call
+        )
         self._server: HttpServer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -143,6 +150,8 @@ class Emulator:
             return self.ibm_qs.handle(request)
         if _under(request.path, FELIS_PREFIX):
             return self.felis.handle(request)
+        if _under(request.path, IONQ_PREFIX):
+            return self.ionq.handle(request)
         if _under(request.path, PASQAL_PREFIX) or _under(request.path, PASQAL_LOCAL_PREFIX):
             return self.pasqal.handle(request)
         return self._service.handle(request)
@@ -240,6 +249,7 @@ class Emulator:
             **self.pasqal.env(self.url),
             **self.ibm_qs.env(self.url),
             **self.felis.env(self.url),
+            **self.ionq.env(self.url),
         }
 
     def ibm_env(self) -> dict[str, str]:
@@ -270,6 +280,7 @@ class Emulator:
             *self.pasqal.calls,
             *self.ibm_qs.calls,
             *self.felis.calls,
+            *self.ionq.calls,
         ]
         return sorted(calls, key=lambda call: call.t)
 
@@ -289,6 +300,7 @@ class Emulator:
         self.pasqal.clear_calls()
         self.ibm_qs.clear_calls()
         self.felis.clear_calls()
+        self.ionq.clear_calls()
 
     def device_arns(self) -> list[str]:
         return [spec.arn for spec in self.scenario.devices]
@@ -351,6 +363,7 @@ class Emulator:
         pasqal_calls, pasqal_faults = self.pasqal.counts()
         qs_calls, qs_faults = self.ibm_qs.counts()
         felis_calls, felis_faults = self.felis.counts()
+        ionq_calls, ionq_faults = self.ionq.counts()
         sqs_calls, _ = self.sqs.counts()
         return report_document(
             tasks=[
@@ -360,6 +373,7 @@ class Emulator:
                 *self.pasqal.bill()[0],
                 *self.ibm_qs.bill(),
                 *self.felis.bill(),
+                *self.ionq.bill(),
             ],
             sessions=sessions,
             calls={
@@ -369,6 +383,7 @@ class Emulator:
                 "pasqal": pasqal_calls,
                 "ibm-quantum-system": qs_calls,
                 "alice-bob-felis": felis_calls,
+                "ionq": ionq_calls,
                 "sqs": sqs_calls,
             },
             faults={
@@ -378,6 +393,7 @@ class Emulator:
                 "pasqal": pasqal_faults,
                 "ibm-quantum-system": qs_faults,
                 "alice-bob-felis": felis_faults,
+                "ionq": ionq_faults,
             },
             now=now,
             reservations=self._service.bill_reservations(),
