@@ -718,7 +718,9 @@ class IbmLikeVendor(ScriptedVendor):
         snap = super().poll(task)
         return TaskSnapshot(task, snap.state, None, message=snap.message, t=snap.t)
 
-    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+    def open_session(
+        self, device: Device, mode: str | None = None, *, cost_limit: float | None = None
+    ) -> SessionOpening:
         requested = mode or "dedicated"
         self._call("open_session", requested)
         used, reason = requested, None

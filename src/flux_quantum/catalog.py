@@ -34,7 +34,16 @@ import yaml
 
 from flux_quantum.errors import FluxQuantumError
 
-VENDORS = ("braket", "ibm", "iqm", "pasqal", "ibm-quantum-system", "alice-bob-felis", "local")
+VENDORS = (
+    "braket",
+    "ibm",
+    "iqm",
+    "pasqal",
+    "ibm-quantum-system",
+    "alice-bob-felis",
+    "ionq",
+    "local",
+)
 DEVICE_CLASSES = ("qpu", "simulator")
 ENV_CATALOG = "FLUX_QUANTUM_BACKENDS"
 FLUX_CONFIG_KEY = "quantum.backends"
@@ -77,6 +86,7 @@ VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "job_timeout",
         ),
         "alice-bob-felis": ("endpoint",),
+        "ionq": ("endpoint",),
     }
 )
 

@@ -30,6 +30,7 @@ VENDORS: tuple[str, ...] = (
     "pasqal",
     "ibm-quantum-system",
     "alice-bob-felis",
+    "ionq",
     "local",
 )
 POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait", "max-fidelity")

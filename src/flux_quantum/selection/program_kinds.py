@@ -41,6 +41,7 @@ ACCEPTED: dict[str, tuple[str, ...]] = {
     "pasqal": (PULSER,),
     "ibm-quantum-system": (OPENQASM,),
     "alice-bob-felis": (QIR,),
+    "ionq": (OPENQASM,),
 }
 
 

@@ -358,7 +358,7 @@ class IonqService(JobSide[IonqFault]):
         rows = result.get("measurements") or []
         width = len(result.get("measuredQubits") or [])
         noise = body.get("noise")
-        flip = NOISE_MODELS.get(noise.get("model"), 0.0) if isinstance(noise, dict) else 0.0
+        flip = NOISE_MODELS.get(str(noise.get("model")), 0.0) if isinstance(noise, dict) else 0.0
         draw = random.Random(f"{self.seed}:ionq-noise:{noise and noise.get('seed')}:{source}")
         tally: Counter[str] = Counter()
         for row in rows:

@@ -44,13 +44,13 @@ class IonqSession:
             raise IonqRefusal(400, "settings must be an object")
         count = settings.get("job_count_limit")
         duration = settings.get("duration_limit_min")
-        for name, value in (("job_count_limit", count), ("duration_limit_min", duration)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
+        for name, bound in (("job_count_limit", count), ("duration_limit_min", duration)):
+            if bound is not None and (
+                isinstance(bound, bool) or not isinstance(bound, int) or bound < 1
             ):
                 raise IonqRefusal(400, f"settings.{name} must be an integer >= 1")
         limit = settings.get("cost_limit")
-        value, unit = None, "usd"
+        cost: float | None = None
         if limit is not None:
             value = limit.get("value") if isinstance(limit, Mapping) else None
             unit = limit.get("unit", "usd") if isinstance(limit, Mapping) else None
@@ -58,8 +58,8 @@ class IonqSession:
                 raise IonqRefusal(400, "settings.cost_limit.value must be a number > 0")
             if unit != "usd":
                 raise IonqRefusal(400, "settings.cost_limit.unit must be usd")
-            value = float(value)
-        return cls(session_id, backend, now, count, value, "usd", duration)
+            cost = float(value)
+        return cls(session_id, backend, now, count, cost, "usd", duration)
 
     def ended(self, now: float) -> bool:
         if self.ended_t is not None and self.ended_t <= now:
@@ -78,21 +78,19 @@ class IonqSession:
     def admit(self, backend: str, cost: float, now: float, billed: Mapping[str, bool]) -> None:
         """Refuse a job of ``cost`` on ``backend`` the session cannot take (IonQRefusal)."""
         if self.ended(now):
-            raise IonqRefusal(400, f"Session {self.id} has ended and takes no more jobs.")
+            raise IonqRefusal(400, "The session has ended and takes no more jobs.")
         if backend != self.backend:
-            raise IonqRefusal(
-                400, f"Session {self.id} is on {self.backend}; the job targets {backend}."
-            )
+            raise IonqRefusal(400, f"The session is on {self.backend}; the job targets {backend}.")
         if self.job_count_limit is not None and len(self.jobs) >= self.job_count_limit:
             raise IonqRefusal(
                 400,
-                f"Session {self.id} has reached its job count limit of {self.job_count_limit}.",
+                f"The session has reached its job count limit of {self.job_count_limit}.",
             )
         spent = self.spent(billed)
         if self.cost_limit is not None and spent + cost > self.cost_limit + 1e-9:
             raise IonqRefusal(
                 400,
-                f"Session {self.id} cost limit exceeded: the job would cost ${cost:.2f} and "
+                f"Session cost limit exceeded: the job would cost ${cost:.2f} and "
                 f"the session has ${spent:.2f} of its ${self.cost_limit:.2f} limit spent.",
             )
 
