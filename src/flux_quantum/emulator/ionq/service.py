@@ -58,6 +58,7 @@ from typing import Any
 
 from flux_quantum.emulator.bill import BilledTask, timed_task
 from flux_quantum.emulator.clock import Clock, iso, timestamp
+from flux_quantum.emulator.ibm.wire import braket_source
 from flux_quantum.emulator.ionq.scenario import (
     NOISE_MODELS,
     IonqBackendSpec,
@@ -341,7 +342,8 @@ class IonqService(JobSide[IonqFault]):
     ) -> tuple[dict[str, int], int, tuple[str, str] | None]:
         """The job's counts (qubit 0 first) and measured width, or why it fails at once."""
         try:
-            source = openqasm(str(body.get("type")), body.get("input"))
+            # OpenQASM 3 as IonQ takes it (stdgates.inc's names) in the simulator's dialect.
+            source = braket_source(openqasm(str(body.get("type")), body.get("input")))
         except CircuitError as exc:
             raise IonqRefusal(400, f"input: {exc}.") from None
         action = json.dumps({"braketSchemaHeader": {"name": OPENQASM_PROGRAM, "version": "1"},
