@@ -190,8 +190,6 @@ class IonqVendor(TranslatedCalls, Vendor):
         status = getattr(exc, "status_code", None)
         code = f"HTTP{status}" if status is not None else type(exc).__name__
         message = f"{self.name} {operation} for {subject}: {text}"
-        if status is not None:
-            message += f" (IonQ {code})"
         kinds: list[tuple[type[BaseException], type[VendorError]]] = [
             (RateLimitError, VendorThrottled),
             (ServerError, VendorUnavailable),
