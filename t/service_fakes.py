@@ -642,6 +642,7 @@ class IbmLikeVendor(ScriptedVendor):
     def __init__(self, clock: Clock, queues: Mapping[str, QueueModel], journal: list) -> None:
         super().__init__(clock, queues, journal)
         self.sessions: dict[str, dict[str, Any]] = {}
+        self.cost_limits: list[float | None] = []  # what each open_session was given
         self.session_ids = itertools.count(1)
         self.open_plan = False
         self.lose_answers = 0
@@ -723,6 +724,7 @@ class IbmLikeVendor(ScriptedVendor):
     ) -> SessionOpening:
         requested = mode or "dedicated"
         self._call("open_session", requested)
+        self.cost_limits.append(cost_limit)
         used, reason = requested, None
         if self.open_plan and requested == "dedicated":
             used = "batch"
