@@ -541,6 +541,7 @@ def test_cli_report_prints_the_report_of_the_emulator_that_wrote_the_env_file(
             "pasqal": {},
             "ibm-quantum-system": {},
             "alice-bob-felis": {},
+            "ionq": {},
         }
     finally:
         stopped = cli("--stop")
