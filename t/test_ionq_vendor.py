@@ -196,3 +196,21 @@ def test_headroom_is_the_cap_or_the_tightest_spend_limit_left():
     assert headroom(2.0, decision) == 2.0
     assert headroom(5.0, QuotaDecision(True, "")) == 5.0
     assert headroom(None, QuotaDecision(True, "")) is None
+
+
+def test_a_create_retried_after_its_answer_was_lost_makes_no_second_job(clock, emulator_tier):
+    served = Served(
+        {"backends": BACKENDS,
+         "faults": [{"operation": "CreateJob", "reset": True, "after_commit": True, "calls": [1]}]},
+        clock,
+    )  # fmt: skip
+    try:
+        v = IonqVendor(
+            devices=[ARIA], environ=served.service.env(served.url),
+            retry=RetryBudget(attempts=3), sleep=lambda s: None,
+        )  # fmt: skip
+        task = v.submit(ARIA, BELL, 10, "tok-lost-answer")
+        assert served.service.job_ids() == [task.task_id]  # found by its token, not made again
+        assert [c.operation for c in served.service.calls].count("CreateJob") == 1
+    finally:
+        served.server.stop()

@@ -20,6 +20,9 @@ message.
 - Status: IonQ gives no queue length, only ``average_queue_time``; with the device's
   ``drain_seconds_per_task`` property the probe turns it into a queue depth (that time
   over the drain), else it gives none. A job's place in the queue is never given.
+- Idempotency: IonQ's create is not; a create this process sent before (retried after
+  a lost answer) first looks for a job carrying its token on the backend, and so does the
+  service's lookup after a restart (``find_task``).
 - Results: IonQ's probabilities (a state's decimal integer, qubit 0 its least
   significant bit) times the shots, as counts with qubit 0 first.
 """
@@ -123,6 +126,7 @@ class IonqVendor(TranslatedCalls, Vendor):
         self._lock = threading.Lock()
         self._client: AuthenticatedClient | None = None
         self._secrets: set[str] = set()  # session ids: never in a message
+        self._tried: dict[str, float] = {}  # token -> when its first create was sent
         self.translated = (ionq_core.IonQError,)
 
     # -- plumbing
@@ -312,17 +316,28 @@ class IonqVendor(TranslatedCalls, Vendor):
             self._secrets.add(session.session_id)
             body["session_id"] = session.session_id
         payload = CircuitJobCreationPayload.from_dict(body)
-        answer = self._call(
-            "create_job", device.name, lambda: create_job.sync(client=self.client(), body=payload)
-        )
-        if answer is None:
-            raise VendorUnavailable(
-                f"{self.name} create_job for {device.name}: IonQ gave no job",
-                vendor=self.name,
-                vendor_code="NoAnswer",
-                operation="create_job",
-            )
-        return TaskRef(self.name, device.name, answer.id, token)
+
+        def create() -> TaskRef:
+            # IonQ's create is not idempotent: a token this process sent before (a retry
+            # after a lost answer) is looked for among the backend's jobs first.
+            with self._lock:
+                again = token in self._tried
+                since = self._tried.setdefault(token, self._clock())
+            if again:
+                found = self.find_task(device, token, since=since)
+                if found is not None:
+                    return found
+            answer = create_job.sync(client=self.client(), body=payload)
+            if answer is None:
+                raise VendorUnavailable(
+                    f"{self.name} create_job for {device.name}: IonQ gave no job",
+                    vendor=self.name,
+                    vendor_code="NoAnswer",
+                    operation="create_job",
+                )
+            return TaskRef(self.name, device.name, answer.id, token)
+
+        return self._call("create_job", device.name, create)
 
     def _job(self, task_id: str, subject: str) -> Any:
         from ionq_core.api.default import get_job
