@@ -642,6 +642,7 @@ class IbmLikeVendor(ScriptedVendor):
     def __init__(self, clock: Clock, queues: Mapping[str, QueueModel], journal: list) -> None:
         super().__init__(clock, queues, journal)
         self.sessions: dict[str, dict[str, Any]] = {}
+        self.cost_limits: list[float | None] = []  # what each open_session was given
         self.session_ids = itertools.count(1)
         self.open_plan = False
         self.lose_answers = 0
@@ -718,9 +719,12 @@ class IbmLikeVendor(ScriptedVendor):
         snap = super().poll(task)
         return TaskSnapshot(task, snap.state, None, message=snap.message, t=snap.t)
 
-    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+    def open_session(
+        self, device: Device, mode: str | None = None, *, cost_limit: float | None = None
+    ) -> SessionOpening:
         requested = mode or "dedicated"
         self._call("open_session", requested)
+        self.cost_limits.append(cost_limit)
         used, reason = requested, None
         if self.open_plan and requested == "dedicated":
             used = "batch"

@@ -90,7 +90,7 @@ def test_price_models():
         ({"qubits": ...}, "device 'sv1': qubits is required"),
         (
             {"vendor": "dwave"},
-            "device 'sv1': vendor must be one of braket, ibm, iqm, pasqal, ibm-quantum-system, alice-bob-felis, oqtopus, local, got 'dwave'",
+            "device 'sv1': vendor must be one of braket, ibm, iqm, pasqal, ibm-quantum-system, alice-bob-felis, oqtopus, ionq, local, got 'dwave'",
         ),
         (
             {"class_": "annealer"},
@@ -200,7 +200,7 @@ def test_vendor_settings_are_checked():
     with pytest.raises(CatalogError) as info:
         parse_catalog(base + "vendors:\n  dwave: {}\n", "b.yaml")
     assert str(info.value) == (
-        "b.yaml: vendors: unknown vendor 'dwave' (accepted: braket, ibm, iqm, pasqal, ibm-quantum-system, alice-bob-felis, oqtopus, local)"
+        "b.yaml: vendors: unknown vendor 'dwave' (accepted: braket, ibm, iqm, pasqal, ibm-quantum-system, alice-bob-felis, oqtopus, ionq, local)"
     )
     catalog = parse_catalog(base + "vendors:\n  local: {url: 'http://127.0.0.1:1'}\n", "b.yaml")
     assert catalog.settings("local")["url"] == "http://127.0.0.1:1"

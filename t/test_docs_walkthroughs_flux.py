@@ -309,3 +309,23 @@ def test_oqtopus_on_the_emulator(tmp_path: Path) -> None:
     assert "ERROR" not in out, out
     assert "\nleft: 0\n" in out, out
     no_emulator_left(tmp_path)
+
+
+def test_ionq_on_the_emulator(tmp_path: Path) -> None:
+    found = blocks("### Try it: IonQ on the emulator", DOCS / "vendors.md")
+    assert len(found) == 3, found
+    out = run_walkthrough(found, tmp_path)
+    # The example catalog's IonQ devices listed ONLINE through ionq-core.
+    for name in ("ionq-aria", "ionq-forte", "ionq-simulator", "ionq-simulator-aria"):
+        assert re.search(rf"^{name}\s+ionq\s+(qpu|simulator)\s+\d+\s+ONLINE\b", out, re.M), out
+    # Two jobs completed with their counts; the session job over its cost limit failed.
+    results = re.findall(r"^\S+ (COMPLETED|FAILED)$", out, re.M)
+    assert results == ["COMPLETED", "COMPLETED", "FAILED"], out
+    aria, noisy = dict.fromkeys(re.findall(r'"counts": \{([^}]*)\}', out))  # each printed twice
+    assert set(re.findall(r'"(\d+)"', aria)) == {"00", "11"}, out
+    assert {"01", "10"} & set(re.findall(r'"(\d+)"', noisy)), out
+    assert (
+        "Session cost limit exceeded: the job would cost $3.30 and the session has $0.00 of "
+        "its $1.00 limit spent." in out
+    ), out
+    ended_cleanly(out, tmp_path)

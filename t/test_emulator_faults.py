@@ -542,6 +542,7 @@ def test_cli_report_prints_the_report_of_the_emulator_that_wrote_the_env_file(
             "ibm-quantum-system": {},
             "alice-bob-felis": {},
             "oqtopus": {},
+            "ionq": {},
         }
     finally:
         stopped = cli("--stop")

@@ -15,6 +15,7 @@ from service_fakes import CATALOG, FAST, Harness, QueueModel
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.protocol import events
 from flux_quantum.service.sessionkeys import SessionKeys
+from flux_quantum.site.policy import SitePolicy
 
 FEZ = "ibm:fez"
 
@@ -143,6 +144,23 @@ def test_a_session_is_recorded_ridden_kept_while_the_job_runs_then_closed():
     h.flux.finish(job)
     h.until(lambda: not h.ibm.open_sessions())
     assert h.service.counters.sessions_closed == 1 and h.ibm.count("close_session") == 1
+
+
+def test_a_session_is_given_the_jobs_budget_as_its_cost_limit(tmp_path):
+    # No site policy: the job's qpu.max_cost; without one, no limit.
+    h = Harness()
+    capped = h.flux.submit(ibm(release_at="running", session="dedicated", max_cost=7.5))
+    h.until(lambda: h.state(capped) == "released")
+    free = h.flux.submit(ibm(release_at="running", session="batch"))
+    h.until(lambda: h.state(free) == "released")
+    assert h.ibm.cost_limits == [7.5, None]
+    # A spend quota with less left than the cap: what the quota has left.
+    ledger = {"path": str(tmp_path / "ledger.db")}
+    quota = {"limits": [{"user": "*", "period": "day", "spend": 5.0}]}
+    h = Harness(site=SitePolicy.from_config({"ledger": ledger, "quota": quota}))
+    job = h.flux.submit(ibm(release_at="running", session="dedicated", max_cost=7.5))
+    h.until(lambda: h.state(job) == "released")
+    assert h.ibm.cost_limits == [5.0]
 
 
 def test_a_cancelled_held_job_closes_its_session():

@@ -42,8 +42,8 @@ FORMS = "qpu must be 'any', DEVICE, VENDOR:DEVICE or VENDOR:any, got "
 DEV_FORMS = "qpu.device must be 'any', DEVICE, VENDOR:DEVICE or VENDOR:any, got "
 NAME = f"qpu must be 'any' or a device named with {RULE}, got "
 DEV_NAME = f"qpu.device must be 'any' or a device named with {RULE}, got "
-VENDOR_PART = "must be VENDOR:DEVICE with a VENDOR from braket, ibm, iqm, pasqal, ibm-quantum-system, alice-bob-felis, oqtopus, local, got "
-VENDOR = "qpu.vendor must be one of braket, ibm, iqm, pasqal, ibm-quantum-system, alice-bob-felis, oqtopus, local, got "
+VENDOR_PART = "must be VENDOR:DEVICE with a VENDOR from braket, ibm, iqm, pasqal, ibm-quantum-system, alice-bob-felis, oqtopus, ionq, local, got "
+VENDOR = "qpu.vendor must be one of braket, ibm, iqm, pasqal, ibm-quantum-system, alice-bob-felis, oqtopus, ionq, local, got "
 POLICY = "qpu.policy must be one of explicit, min-cost, min-queue, min-wait, max-fidelity, got "
 SHOTS = "qpu.shots must be an integer from 1 to 100000, got "
 PROGRAM = (
@@ -789,16 +789,19 @@ def test_vendor_credentials_in_the_submit_environment_are_named():
             "AWS_ACCESS_KEY_ID": "AKIA",  # an id, not a secret
             "ibm_kingston_QRMI_IBM_QCS_IAM_APIKEY": "y",
             "QRMI_JOB_ACQUISITION_TOKEN": "z",
+            "IONQ_API_KEY": "k",
+            "IONQ_API_URL": "https://api.ionq.co/v0.4",  # where, not a secret
         }
     }
     names = credential_variables(system)
     assert names == [
         "AWS_SECRET_ACCESS_KEY",
+        "IONQ_API_KEY",
         "QRMI_JOB_ACQUISITION_TOKEN",
         "ibm_kingston_QRMI_IBM_QCS_IAM_APIKEY",
     ]
     message = credential_refusal(names)
-    assert "--env=-AWS_SECRET_ACCESS_KEY --env=-QRMI_JOB_ACQUISITION_TOKEN" in message
+    assert "--env=-AWS_SECRET_ACCESS_KEY --env=-IONQ_API_KEY --env=-QRMI_JOB" in message
     assert "x" not in message.split("holds")[0]  # names only, never values
     assert credential_variables({"environment": {"HOME": "/h"}}) == []
     assert credential_variables({}) == []

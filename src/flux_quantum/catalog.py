@@ -35,7 +35,8 @@ import yaml
 from flux_quantum.errors import FluxQuantumError
 
 VENDORS = (
-    "braket", "ibm", "iqm", "pasqal", "ibm-quantum-system", "alice-bob-felis", "oqtopus", "local",
+    "braket", "ibm", "iqm", "pasqal", "ibm-quantum-system", "alice-bob-felis", "oqtopus", "ionq",
+    "local",
 )  # fmt: skip
 DEVICE_CLASSES = ("qpu", "simulator")
 ENV_CATALOG = "FLUX_QUANTUM_BACKENDS"
@@ -80,6 +81,7 @@ VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         ),
         "alice-bob-felis": ("endpoint",),
         "oqtopus": ("url",),
+        "ionq": ("endpoint",),
     }
 )
 

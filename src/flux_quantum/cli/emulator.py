@@ -41,6 +41,7 @@ from flux_quantum.emulator.braket.direct import book_wall
 from flux_quantum.emulator.felis import FelisScenario
 from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.emulator.ibmqs import IbmQsScenario
+from flux_quantum.emulator.ionq import IonqScenario
 from flux_quantum.emulator.iqm import IqmScenario
 from flux_quantum.emulator.oqtopus import OqtopusScenario
 from flux_quantum.emulator.pasqal import PasqalScenario
@@ -52,14 +53,14 @@ from flux_quantum.site import reservations
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "emulator",
-        help="run a local Amazon Braket, IBM Quantum, IQM, Pasqal, Felis and OQTOPUS emulator (tests, demos)",
+        help="run a local Amazon Braket, IBM Quantum, IQM, Pasqal, Felis, OQTOPUS and IonQ emulator (tests, demos)",
         description=(
             "Serve Amazon Braket's API (and the S3 it writes results to) and IBM Quantum's "
             "(IAM and the Qiskit Runtime REST API, under /ibm), IQM's (the IQM Server API, "
             "under /iqm), Pasqal's (Pasqal Cloud under /pasqal, an on-premises warden "
             "under /pasqal-local), an on-premises IBM Quantum System's (under /ibm-qs) and "
-            "Alice & Bob's Felis (under /felis) and OQTOPUS Cloud's User API (under "
-            "/oqtopus) on loopback, with emulated "
+            "Alice & Bob's Felis (under /felis), OQTOPUS Cloud's User API (under /oqtopus) and "
+            "IonQ's (under /ionq) on loopback, with emulated "
             "queues, offline or paused periods and faults from scenarios. Prints the "
             "environment Braket and QRMI clients need, then runs until SIGTERM or SIGINT."
         ),
@@ -91,6 +92,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--oqtopus-scenario", metavar="FILE", help="OQTOPUS scenario YAML (default: built-in)"
+    )
+    parser.add_argument(
+        "--ionq-scenario", metavar="FILE", help="IonQ scenario YAML (default: built-in)"
     )
     parser.add_argument(
         "--speed", type=float, default=1.0, help="emulated seconds per real second (default 1)"
@@ -345,6 +349,7 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         oqtopus = (
             OqtopusScenario.from_yaml(args.oqtopus_scenario) if args.oqtopus_scenario else None
         )
+        ionq = IonqScenario.from_yaml(args.ionq_scenario) if args.ionq_scenario else None
     except ScenarioError as exc:
         raise CommandError(str(exc)) from exc
 
@@ -361,6 +366,7 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         ibm_qs=ibm_qs,
         felis=felis,
         oqtopus=oqtopus,
+        ionq=ionq,
     )
     stop = threading.Event()
 
@@ -385,9 +391,10 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
             f"{scenario.source}, {len(emulator.ibm_scenario.backends)} IBM backends from "
             f"{emulator.ibm_scenario.source}, {len(emulator.iqm.scenario.devices)} IQM, "
             f"{len(emulator.pasqal.scenario.devices)} Pasqal, "
-            f"{len(emulator.ibm_qs.scenario.backends)} IBM Quantum System and "
-            f"{len(emulator.felis.scenario.targets)} Felis and "
-            f"{len(emulator.oqtopus.scenario.devices)} OQTOPUS devices at {emulator.url} "
+            f"{len(emulator.ibm_qs.scenario.backends)} IBM Quantum System, "
+            f"{len(emulator.felis.scenario.targets)} Felis, "
+            f"{len(emulator.oqtopus.scenario.devices)} OQTOPUS and "
+            f"{len(emulator.ionq.scenario.backends)} IonQ devices at {emulator.url} "
             f"(speed {args.speed:g}, seed "
             f"{args.seed}); "
             "stop with SIGTERM or Ctrl-C",

@@ -1,12 +1,13 @@
 """A local vendor emulator for tests, demos and benchmarks: real wire protocols, emulated queues.
 
-This package owns the vendor emulator: one loopback HTTP server (``Emulator``) that speaks
-Braket's rest-json and a minimal S3 (``braket/``), IBM Quantum's IAM and Qiskit Runtime
-REST API (``ibm/``), the IQM Server API (``iqm/``), Pasqal Cloud's API and an
+This package owns the vendor emulator: one loopback HTTP server (``Emulator``) that
+speaks Braket's rest-json and a minimal S3 (``braket/``), IBM Quantum's IAM and Qiskit
+Runtime REST API (``ibm/``), the IQM Server API (``iqm/``), Pasqal Cloud's API and an
 on-premises warden (``pasqal/``), an on-premises IBM Quantum System's API, IAM and S3
-bucket (``ibmqs/``), Alice & Bob's Felis API (``felis/``) and OQTOPUS Cloud's User API
-(``oqtopus/``) well enough for the unmodified amazon-braket-sdk, boto3
-qrmi and oqtopus-client, once pointed at it (``Emulator.env()``). Each vendor side is a package of the same
+bucket (``ibmqs/``), Alice & Bob's Felis API (``felis/``), OQTOPUS Cloud's User API
+(``oqtopus/``) and IonQ's API v0.4 (``ionq/``) well enough for the unmodified
+amazon-braket-sdk, boto3, qrmi, oqtopus-client and ionq-core, once pointed at it
+(``Emulator.env()``). Each vendor side is a package of the same
 shape: ``service`` (its requests routed, faulted and answered), ``scenario`` (what it
 serves, from YAML or a dict), ``wire`` (its paths and answer shapes) and the collaborators
 its service owns. What the sides share stays here: ``side`` (route, run, log and count a
@@ -26,6 +27,7 @@ from flux_quantum.emulator.emulator import Emulator
 from flux_quantum.emulator.felis import FelisScenario
 from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.emulator.ibmqs import IbmQsScenario
+from flux_quantum.emulator.ionq import IonqScenario
 from flux_quantum.emulator.iqm import IqmScenario
 from flux_quantum.emulator.oqtopus import OqtopusScenario
 from flux_quantum.emulator.pasqal import PasqalScenario
@@ -41,6 +43,7 @@ __all__ = [
     "FelisScenario",
     "IbmQsScenario",
     "IbmScenario",
+    "IonqScenario",
     "IqmScenario",
     "ManualClock",
     "OqtopusScenario",

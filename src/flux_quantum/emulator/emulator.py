@@ -1,5 +1,6 @@
 """The ``Emulator`` facade: one loopback server speaking Braket, S3, SQS, IBM Quantum (its cloud
-and an on-premises IBM Quantum System), IQM, Pasqal, Alice & Bob's Felis and OQTOPUS, one call log.
+and an on-premises IBM Quantum System), IQM, Pasqal, Alice & Bob's Felis, OQTOPUS and IonQ, one
+call log.
 
 This module owns the lifecycle of an emulator (start, stop, context manager), the environment
 a client needs to reach it, read access to its call log, and its report (the bill, calls and
@@ -38,6 +39,8 @@ from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
 from flux_quantum.emulator.ibm import IbmScenario, IbmService
 from flux_quantum.emulator.ibmqs import PREFIX as IBM_QS_PREFIX
 from flux_quantum.emulator.ibmqs import IbmQsScenario, IbmQsService
+from flux_quantum.emulator.ionq import PREFIX as IONQ_PREFIX
+from flux_quantum.emulator.ionq import IonqScenario, IonqService
 from flux_quantum.emulator.iqm import PREFIX as IQM_PREFIX
 from flux_quantum.emulator.iqm import IqmScenario, IqmService
 from flux_quantum.emulator.oqtopus import PREFIX as OQTOPUS_PREFIX
@@ -81,6 +84,7 @@ class Emulator:
         ibm_qs: IbmQsScenario | None = None,
         felis: FelisScenario | None = None,
         oqtopus: OqtopusScenario | None = None,
+        ionq: IonqScenario | None = None,
     ) -> None:
         self.host = check_loopback(host)
         self.port = port
@@ -122,6 +126,10 @@ class Emulator:
         self.oqtopus = OqtopusService(
             oqtopus or OqtopusScenario.default(), self.clock, seed, self._stop, on_call
         )
+        # IonQ (under /ionq), as its own client ionq-core reaches it.
+        self.ionq = IonqService(
+            ionq or IonqScenario.default(), self.clock, seed, self._stop, on_call
+        )
         self._server: HttpServer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -152,6 +160,8 @@ class Emulator:
             return self.felis.handle(request)
         if _under(request.path, OQTOPUS_PREFIX):
             return self.oqtopus.handle(request)
+        if _under(request.path, IONQ_PREFIX):
+            return self.ionq.handle(request)
         if _under(request.path, PASQAL_PREFIX) or _under(request.path, PASQAL_LOCAL_PREFIX):
             return self.pasqal.handle(request)
         return self._service.handle(request)
@@ -250,6 +260,7 @@ class Emulator:
             **self.ibm_qs.env(self.url),
             **self.felis.env(self.url),
             **self.oqtopus.env(self.url),
+            **self.ionq.env(self.url),
         }
 
     def ibm_env(self) -> dict[str, str]:
@@ -281,6 +292,7 @@ class Emulator:
             *self.ibm_qs.calls,
             *self.felis.calls,
             *self.oqtopus.calls,
+            *self.ionq.calls,
         ]
         return sorted(calls, key=lambda call: call.t)
 
@@ -301,6 +313,7 @@ class Emulator:
         self.ibm_qs.clear_calls()
         self.felis.clear_calls()
         self.oqtopus.clear_calls()
+        self.ionq.clear_calls()
 
     def device_arns(self) -> list[str]:
         return [spec.arn for spec in self.scenario.devices]
@@ -364,6 +377,7 @@ class Emulator:
         qs_calls, qs_faults = self.ibm_qs.counts()
         felis_calls, felis_faults = self.felis.counts()
         oqtopus_calls, oqtopus_faults = self.oqtopus.counts()
+        ionq_calls, ionq_faults = self.ionq.counts()
         sqs_calls, _ = self.sqs.counts()
         return report_document(
             tasks=[
@@ -374,6 +388,7 @@ class Emulator:
                 *self.ibm_qs.bill(),
                 *self.felis.bill(),
                 *self.oqtopus.bill(),
+                *self.ionq.bill(),
             ],
             sessions=sessions,
             calls={
@@ -384,6 +399,7 @@ class Emulator:
                 "ibm-quantum-system": qs_calls,
                 "alice-bob-felis": felis_calls,
                 "oqtopus": oqtopus_calls,
+                "ionq": ionq_calls,
                 "sqs": sqs_calls,
             },
             faults={
@@ -394,6 +410,7 @@ class Emulator:
                 "ibm-quantum-system": qs_faults,
                 "alice-bob-felis": felis_faults,
                 "oqtopus": oqtopus_faults,
+                "ionq": ionq_faults,
             },
             now=now,
             reservations=self._service.bill_reservations(),

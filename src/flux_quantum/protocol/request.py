@@ -31,6 +31,7 @@ VENDORS: tuple[str, ...] = (
     "ibm-quantum-system",
     "alice-bob-felis",
     "oqtopus",
+    "ionq",
     "local",
 )
 POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait", "max-fidelity")
@@ -567,7 +568,14 @@ def check_jobspec_attributes(system: Mapping[str, object]) -> QpuRequest | None:
 # the KVS keeps and the instance owner and admins can read: a QPU job carrying one is
 # refused at submit, so that the credential never enters the instance.
 CREDENTIAL_VARIABLES = frozenset(
-    {"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "QISKIT_IBM_TOKEN"}
+    {
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "QISKIT_IBM_TOKEN",
+        "IONQ_API_KEY",
+        "IONQ_SESSION_ID",
+    }
 )
 CREDENTIAL_SUFFIXES = ("_IAM_APIKEY", "QRMI_JOB_ACQUISITION_TOKEN", "_QRMI_IBM_QCS_SESSION_ID")
 

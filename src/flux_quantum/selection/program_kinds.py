@@ -42,6 +42,7 @@ ACCEPTED: dict[str, tuple[str, ...]] = {
     "ibm-quantum-system": (OPENQASM,),
     "alice-bob-felis": (QIR,),
     "oqtopus": (OPENQASM,),
+    "ionq": (OPENQASM,),
 }
 
 

@@ -59,6 +59,7 @@ from flux_quantum.site import reservations
 from flux_quantum.site.access import Requester
 from flux_quantum.site.ledger import ChargeRecord, LedgerUnavailable
 from flux_quantum.site.policy import SitePolicy
+from flux_quantum.site.quota import headroom
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
 from flux_quantum.vendors.errors import NotFound
 
@@ -294,6 +295,7 @@ class Charges:
         if not reservation.allowed:
             return reservation.decision.reason
         attempt.reserved = True
+        attempt.budget = headroom(request.max_cost, reservation.decision)
         if recovering and attempt.task is not None:
             self.attach(attempt)
         self.show(unit.id, list(unit.jobs))

@@ -92,11 +92,15 @@ class Sessions:
 
     # -- in a vendor worker
 
-    def open(self, vendor: Vendor, device: Device, mode: str) -> SessionOpening:
+    def open(
+        self, vendor: Vendor, device: Device, mode: str, *, cost_limit: float | None = None
+    ) -> SessionOpening:
         """Open a session on ``device`` and keep its id before anything records it (a
-        worker's call). A session whose id cannot be kept is closed at once, and the
-        tasks run as single jobs."""
-        opening = vendor.open_session(device, mode)
+        worker's call). ``cost_limit``: what the job may still spend (its ``qpu.max_cost``,
+        a loop's budget left, its tightest quota), for a vendor that enforces it. A
+        session whose id cannot be kept is closed at once, and the tasks run as single
+        jobs."""
+        opening = vendor.open_session(device, mode, cost_limit=cost_limit)
         session = opening.session
         if session is None:
             return opening

@@ -66,6 +66,9 @@ class Attempt:
     window: Reservation | None = None
     submit_posted: bool = False  # the token is in the eventlog
     reserved: bool = False  # its estimate is reserved in the site's ledger
+    # What the job may still spend, as its reservation saw it (``quota.headroom``): a
+    # session it opens gets it as its cost limit. None: no cap and no spend limit known.
+    budget: float | None = None
     since: float | None = None  # taken before the create (qpu-submit): find_task's window
     ahead: int | None = None  # the device's pending count seen before the create
     look_first: bool = False  # token recorded by an earlier service: find before creating

@@ -241,10 +241,11 @@ class Submission:
                     attempt.due = ctx.clock() + ctx.options.tick
                     return
                 mode = unit.request.session
+                budget = attempt.budget if attempt.budget is not None else unit.request.max_cost
                 self.calls.call(
                     unit,
                     program,
-                    lambda: self.sessions.open(vendor, device, mode),
+                    lambda: self.sessions.open(vendor, device, mode, cost_limit=budget),
                     self._session_opened,
                 )
                 return

@@ -409,6 +409,20 @@ class QuotaDecision:
         }
 
 
+def headroom(job_cap: float | None, decision: QuotaDecision) -> float | None:
+    """What a job may still spend as ``decision`` saw it, before its charge: its cap
+    (``qpu.max_cost``) or the least any spend limit that applies has left, whichever is
+    smaller; None when neither bounds it."""
+    lefts = [
+        (check.limit.spend or 0.0) - check.used.spend
+        for check in decision.checks
+        if check.limit.spend is not None
+    ]
+    if job_cap is not None:
+        lefts.append(job_cap)
+    return round(max(0.0, min(lefts)), 6) if lefts else None
+
+
 def applicable(config: QuotaConfig, charge: Charge) -> list[tuple[Limit, Window]]:
     """The limits that count ``charge``, with the period window each counts it in."""
     zone = config.zone

@@ -4,8 +4,9 @@ One module per vendor: ``braket`` (Amazon Braket through amazon-braket-sdk and b
 ``local`` (the flux-quantum emulator, no credentials: Braket's wire protocol, and IBM's
 for its ``ibm_...`` backends), and through QRMI (``qrmi``, the layer they share) ``ibm``
 (IBM Quantum), ``iqm`` (IQM Resonance or an on-premises IQM Server) and ``pasqal``
-(Pasqal Cloud or an on-premises Pasqal QPU); and ``oqtopus`` (OQTOPUS Cloud through its
-own SDK, oqtopus-client). This package also builds the vendors a catalog needs
+(Pasqal Cloud or an on-premises Pasqal QPU); ``oqtopus`` (OQTOPUS Cloud through its
+own SDK, oqtopus-client); and ``ionq`` (IonQ direct, through IonQ's own client
+ionq-core). This package also builds the vendors a catalog needs
 (``make_vendor``) and probes many devices at once with a deadline (``probe_devices``).
 Nothing outside this package imports a vendor SDK; nothing here keeps global state.
 """
@@ -116,6 +117,15 @@ def make_vendor(
         overrides = {} if timeout is None else {"timeout": timeout}
         return OqtopusVendor(
             OqtopusSettings.from_catalog(catalog.settings("oqtopus"), **overrides),
+            environ=environ,
+            **common,
+        )
+    if name == "ionq":
+        from flux_quantum.vendors.ionq import IonqSettings, IonqVendor
+
+        overrides = {} if timeout is None else {"timeout": timeout}
+        return IonqVendor(
+            IonqSettings.from_catalog(catalog.settings("ionq"), **overrides),
             environ=environ,
             **common,
         )

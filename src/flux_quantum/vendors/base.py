@@ -424,9 +424,13 @@ class Vendor(abc.ABC):
         must give its own."""
         return self.find_task(device, token, since=since)
 
-    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+    def open_session(
+        self, device: Device, mode: str | None = None, *, cost_limit: float | None = None
+    ) -> SessionOpening:
         """Open a session for a job's tasks on ``device``; a vendor without sessions
-        answers job mode."""
+        answers job mode. ``cost_limit``: what the job (or its loop) may still spend, in
+        US dollars; a vendor whose sessions take a cost limit (IonQ) sets it, so that it
+        enforces the budget too, the others ignore it."""
         return SessionOpening(mode or "dedicated", "job", None, f"{self.name} has no sessions")
 
     def submit_in(

@@ -247,11 +247,13 @@ class LocalVendor(BraketVendor):
             return ibm.lookup_task(device, token, since=since)
         return super().lookup_task(device, token, since=since)
 
-    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+    def open_session(
+        self, device: Device, mode: str | None = None, *, cost_limit: float | None = None
+    ) -> SessionOpening:
         ibm = self._ibm_side(device.id)
         if ibm is None:
-            return super().open_session(device, mode)
-        return ibm.open_session(device, mode)
+            return super().open_session(device, mode, cost_limit=cost_limit)
+        return ibm.open_session(device, mode, cost_limit=cost_limit)
 
     def submit_in(
         self, session: VendorSession, device: Device, program_text: str, shots: int, token: str

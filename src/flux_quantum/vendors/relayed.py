@@ -191,8 +191,10 @@ class RelayedVendor(Vendor):
     def lookup_task(self, device: Device, token: str, *, since: float) -> TaskRef | None:
         return self.own("lookup_task").lookup_task(device, token, since=since)
 
-    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
-        return self.own("open_session").open_session(device, mode)
+    def open_session(
+        self, device: Device, mode: str | None = None, *, cost_limit: float | None = None
+    ) -> SessionOpening:
+        return self.own("open_session").open_session(device, mode, cost_limit=cost_limit)
 
     def submit_in(
         self, session: VendorSession, device: Device, program_text: str, shots: int, token: str

@@ -508,7 +508,9 @@ class BraketVendor(TranslatedCalls, Vendor):
 
     # -- a loop's session: a hybrid job (``hybrid``)
 
-    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+    def open_session(
+        self, device: Device, mode: str | None = None, *, cost_limit: float | None = None
+    ) -> SessionOpening:
         """A hybrid job on ``device`` (``hybrid_jobs``), whatever mode is asked, when the
         settings name its role; else no session, as before."""
         if not self.hybrid.enabled:

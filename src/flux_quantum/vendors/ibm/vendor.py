@@ -297,7 +297,9 @@ class IbmVendor(QrmiVendor):
 
     # -- sessions
 
-    def open_session(self, device: Device, mode: str | None = None) -> SessionOpening:
+    def open_session(
+        self, device: Device, mode: str | None = None, *, cost_limit: float | None = None
+    ) -> SessionOpening:
         """Open a session (QRMI ``acquire``) on ``device``: ``dedicated`` or ``batch``
         (default: the settings'). An Open-plan refusal of a dedicated session (1352) falls
         back to batch, and a refusal of that to job mode; ``reason`` says so in one line."""
