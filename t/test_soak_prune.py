@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,10 +39,18 @@ def test_only_entries_well_older_than_the_newest_job_and_with_no_live_job_go() -
     assert soak_prune.stale_entries([], listing) == []  # nothing live: nothing known
 
 
+def listed_by_job_list(handle: Any) -> list[int]:
+    """The ids job-list still lists, active or inactive."""
+    payload = {"max_entries": 0, "attrs": [], "since": 0.0}
+    return [int(row["id"]) for row in handle.rpc("job-list.list", payload).get()["jobs"]]
+
+
 @pytest.mark.flux
 def test_the_pruner_unlinks_what_purged_jobs_left_and_keeps_a_live_jobs(tmp_path: Path) -> None:
     import flux
     from faults import Broker
+    from flux.constants import FLUX_JOB_STATE_INACTIVE
+    from fluxinstance import until
 
     (tmp_path / "conf").mkdir()
     broker = Broker(tmp_path, os.environ, [])
@@ -54,12 +63,19 @@ def test_the_pruner_unlinks_what_purged_jobs_left_and_keeps_a_live_jobs(tmp_path
             return broker.run("flux", "job", "id", "--to=kvs", job).stdout.strip()
 
         old = broker.run("flux", "submit", "--wait", "true").stdout.strip()
-        broker.run("flux", "job", "purge", "--force", "--num-limit=0")
         parent = ".".join(kvs_key(old).split(".")[:3])
         live = old
         while ".".join(kvs_key(live).split(".")[:3]) == parent:  # a job 256 ms newer
             live = broker.run("flux", "submit", "--wait", "true").stdout.strip()
         live_key = kvs_key(live)
+        # Purge every job but the newest (those submitted in old's 256 ms too); job-list
+        # learns of jobs and purges from events, after the commands return, and the
+        # pruner asks it what lives: wait until it knows just the live job.
+        live_id = int(broker.run("flux", "job", "id", "--to=dec", live).stdout)
+        inactive = {"id": live_id, "attrs": [], "state": FLUX_JOB_STATE_INACTIVE}
+        handle.rpc("job-list.list-id", inactive).get()
+        broker.run("flux", "job", "purge", "--force", "--num-limit=1")
+        until(lambda: listed_by_job_list(handle) == [live_id])
         assert broker.run("flux", "kvs", "ls", parent, check=False).returncode == 0
         assert pruner.prune(handle) == 1
         assert broker.run("flux", "kvs", "ls", parent, check=False).returncode != 0
