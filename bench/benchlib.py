@@ -63,12 +63,13 @@ def read_rows(path: Path, cls: type[T]) -> list[T]:
 
 def revision(repo: Path, paths: Iterable[str] = ("src", "examples", "bench")) -> str:
     """The commit being measured, "(modified)" when ``paths`` of ``repo`` differ from it
-    (new files count too). Read when the run starts."""
+    (new files count too; the results in bench/results do not: they are what a run
+    writes, not what it runs). Read when the run starts."""
     commit = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     dirty = subprocess.run(
-        ["git", "-C", str(repo), "status", "--porcelain", "--", *paths],
+        ["git", "-C", str(repo), "status", "--porcelain", "--", *paths, ":!bench/results"],
         capture_output=True,
         text=True,
     ).stdout.strip()
