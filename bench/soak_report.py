@@ -156,6 +156,12 @@ def growth_lines(result: dict[str, Any]) -> list[str]:
         f"warm from {result['warm_rule']};",
         f"growth per day from day {result['warm_day']}, least-squares slope / mean:",
     ]
+    if result.get("quick"):
+        lines.insert(
+            1,
+            f"(a quick run: {result['days']} days are too few to judge growth, and its exit "
+            "status says only whether anything was lost; the full run judges both)",
+        )
     for key, pct in result["growth"].items():
         shown = "n/a (fewer than 2 warm days)" if pct is None else f"{pct:+.2f} %/day"
         if key in BOUNDED:
