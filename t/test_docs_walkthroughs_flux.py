@@ -293,6 +293,33 @@ def test_iqm_and_pasqal_on_the_emulator(tmp_path: Path) -> None:
     no_emulator_left(tmp_path)
 
 
+def test_ibm_quantum_system_and_felis_on_the_emulator(tmp_path: Path) -> None:
+    found = blocks("#### Try the IBM Quantum System and Felis on the emulator", DOCS / "vendors.md")
+    assert len(found) == 3, found
+    out = run_walkthrough(found, tmp_path)
+    # Both vendors' devices listed ONLINE through QRMI.
+    assert re.search(r"^kobe\s+ibm-quantum-system\s+qpu\s+5 ONLINE\b", out, re.M), out
+    for name, kind in (("ab-boson", "qpu"), ("ab-cats", "simulator")):
+        assert re.search(rf"^{name}\s+alice-bob-felis\s+{kind}\s+\d+ ONLINE\b", out, re.M), out
+    # Both Bell pairs completed with their counts; the wrong kind failed while held.
+    results = re.findall(r"^\S+ (COMPLETED|FAILED)$", out, re.M)
+    assert results == ["COMPLETED", "COMPLETED", "FAILED"], out
+    assert '"device": "kobe"' in out and '"device": "ab-cats"' in out, out
+    counts = dict.fromkeys(re.findall(r'"counts": \{([^}]*)\}', out))  # each printed twice
+    assert len(counts) == 2, out
+    for found_counts in counts:
+        pairs = dict(re.findall(r'"(\d+)": (\d+)', found_counts))
+        assert set(pairs) <= {"00", "11"} and sum(map(int, pairs.values())) == 100, out
+    assert "takes QIR programs only (alice-bob-felis), the program is an OpenQASM circuit" in out
+    # The ledger charges each task its QPU time, read from the vendor's job.
+    for device in ("kobe", "ab-cats"):
+        spent = re.search(rf"^\S+\s+root\s+-\s+{device}\s+1\s+\$(\d+\.\d+)", out, re.M)
+        assert spent and float(spent[1]) > 0, out
+    assert "qpu handler service 'qpu_handlers' stopped" in out, out
+    assert "ERROR" not in out, out
+    no_emulator_left(tmp_path)
+
+
 def test_oqtopus_on_the_emulator(tmp_path: Path) -> None:
     found = blocks("#### Try OQTOPUS on the emulator", DOCS / "vendors.md")
     assert len(found) == 2, found

@@ -157,3 +157,14 @@ def test_a_qubit_index_past_the_register_is_read(served, clock):
     ref = vendor(served).submit(CATS, program, 4, "tok-3")
     clock.advance(100)
     assert vendor(served).result(ref).counts == {"1": 4}
+
+
+def test_billed_seconds_is_the_jobs_run_time_the_bill_charges(served, clock):
+    v = vendor(served)
+    ref = v.submit(CATS, BELL, 100, "tok-usage")
+    assert v.billed_seconds(ref) is None  # not run yet: no EXECUTING and SUCCEEDED events
+    clock.advance(100)
+    assert v.poll(ref).state is TaskState.COMPLETED
+    [billed] = [t for t in served.service.bill() if t.id == ref.task_id]
+    assert billed.billed_seconds and v.billed_seconds(ref) == pytest.approx(billed.billed_seconds)
+    assert served.service.calls[-1].operation == "GetJob", served.service.calls[-1]

@@ -7,6 +7,7 @@ whose answer was lost."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -161,3 +162,17 @@ def test_lost_create_answer_is_never_repeated(clock, emulator_tier):
             v.find_task(KOBE, "tok-lost", since=0.0)
     finally:
         served.server.stop()
+
+
+def test_billed_seconds_is_the_jobs_qpu_time_the_bill_charges(served, clock):
+    v = vendor(served)
+    ref = v.submit(KOBE, BELL, 200, "tok-usage")
+    assert v.billed_seconds(ref) is None  # not run yet: no usage
+    clock.advance(60)
+    assert v.poll(ref).state is TaskState.COMPLETED
+    [billed] = [t for t in served.service.bill() if t.id == ref.task_id]
+    assert billed.billed_seconds and v.billed_seconds(ref) == pytest.approx(billed.billed_seconds)
+    ops = [c.operation for c in served.service.calls]
+    assert ops[-2:] == ["IamToken", "GetJob"], ops
+    unknown = dataclasses.replace(ref, task_id="no-such-job")
+    assert v.billed_seconds(unknown) is None  # a job the API does not know: nothing billed

@@ -21,13 +21,18 @@ create means. It must never change ``os.environ``, never retry outside its
   so a job is found again only by the id its create answered; a create whose answer was
   lost (or whose input upload failed after the job was made) is never repeated
   (``Conflict``, not retryable).
+- Billing: QRMI gives no job's run time; ``billed_seconds`` reads the job from Felis
+  itself, from its ``EXECUTING`` event to its ``SUCCEEDED`` one.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
@@ -104,6 +109,42 @@ class FelisVendor(QrmiVendor):
     def _results(self, task: TaskRef, value: str) -> list[TaskResult]:
         counts = counts_from_histogram(value)
         return [TaskResult(task=task, counts=counts, raw={"histogram": value})] if counts else []
+
+    def billed_seconds(self, task: TaskRef) -> float | None:
+        """The run time of a finished job, from its ``EXECUTING`` event to its
+        ``SUCCEEDED`` one (QRMI has no call for it: ``GET /v1/jobs/{id}``); None when the
+        job does not give both or cannot be read."""
+        device = self.device_of(task.device)
+        try:
+            config = self._config(device)
+        except VendorError:
+            return None
+        quoted = urllib.parse.quote(task.task_id, safe="")
+        url = f"{config[SETTING_PREFIX + 'BASE_ENDPOINT'].rstrip('/')}/v1/jobs/{quoted}"
+        headers = {
+            "Authorization": f"Basic {config[SETTING_PREFIX + 'API_KEY']}",
+            "Accept": "application/json",
+        }
+        try:
+            doc = self._call(
+                "usage",
+                task.task_id,
+                lambda: self._http_json(urllib.request.Request(url, headers=headers)),
+            )
+        except VendorError:
+            return None
+        events = doc.get("events") if isinstance(doc, dict) else None
+        at: dict[str, datetime] = {}
+        for event in events if isinstance(events, list) else []:
+            if isinstance(event, dict) and event.get("type") in ("EXECUTING", "SUCCEEDED"):
+                try:
+                    at[event["type"]] = datetime.fromisoformat(str(event.get("createdAt")))
+                except ValueError:
+                    return None
+        if len(at) != 2:
+            return None
+        seconds = (at["SUCCEEDED"] - at["EXECUTING"]).total_seconds()
+        return seconds if seconds >= 0 else None
 
     def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
         error = translate(exc, vendor=self.name, operation=operation, subject=subject)

@@ -26,11 +26,15 @@ API key or a secret key into a message.
   waiting job already reads ``Running``.
 - Cancel: QRMI's ``task_stop`` cancels a running job and then deletes it, so a later
   poll finds no job: a task this process stopped polls as CANCELLED.
+- Billing: QRMI gives no job's QPU time; ``billed_seconds`` reads the job's
+  ``usage.quantum_nanoseconds`` from the API itself (an IAM token, then the job).
 """
 
 from __future__ import annotations
 
 import re
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -173,6 +177,56 @@ class IbmQuantumSystemVendor(QrmiVendor):
         )
 
     # -- the interface
+
+    def billed_seconds(self, task: TaskRef) -> float | None:
+        """The QPU time of a finished job, the Quantum System API's ``usage.
+        quantum_nanoseconds`` in seconds (QRMI has no call for it: an IAM token, then ``GET
+        /v1/jobs/{id}``); None when the job does not give it or cannot be read."""
+        device = self.device_of(task.device)
+        try:
+            config = self._config(device)
+        except VendorError:
+            return None
+        iam = config[SETTING_PREFIX + "IAM_ENDPOINT"].rstrip("/") + "/identity/token"
+        form = urllib.parse.urlencode(
+            {
+                "grant_type": "urn:ibm:params:oauth:grant-type:apikey",
+                "apikey": config[SETTING_PREFIX + "IAM_APIKEY"],
+            }
+        ).encode()
+        quoted = urllib.parse.quote(task.task_id, safe="")
+        url = f"{config[SETTING_PREFIX + 'ENDPOINT'].rstrip('/')}/v1/jobs/{quoted}"
+
+        def job() -> Any:
+            token = self._http_json(
+                urllib.request.Request(
+                    iam,
+                    data=form,
+                    headers={
+                        "Content-Type": "application/x-www-form-urlencoded",
+                        "Accept": "application/json",
+                    },
+                )
+            )
+            bearer = token.get("access_token") if isinstance(token, dict) else None
+            if not isinstance(bearer, str):
+                return None
+            headers = {
+                "Authorization": f"Bearer {bearer}",
+                "Service-CRN": config[SETTING_PREFIX + "SERVICE_CRN"],
+                "Accept": "application/json",
+            }
+            return self._http_json(urllib.request.Request(url, headers=headers))
+
+        try:
+            doc = self._call("usage", task.task_id, job)
+        except VendorError:
+            return None
+        usage = doc.get("usage") if isinstance(doc, dict) else None
+        nanoseconds = usage.get("quantum_nanoseconds") if isinstance(usage, dict) else None
+        if isinstance(nanoseconds, bool) or not isinstance(nanoseconds, int | float):
+            return None
+        return nanoseconds / 1e9 if nanoseconds >= 0 else None
 
     def cancel(self, task: TaskRef) -> None:
         super().cancel(task)

@@ -52,7 +52,7 @@ from flux_quantum.catalog import Device
 from flux_quantum.vendors import pasqal_program
 from flux_quantum.vendors.base import TaskRef, TaskResult, VendorSession
 from flux_quantum.vendors.errors import AccessDenied, VendorError, VendorUnavailable
-from flux_quantum.vendors.qrmi import QrmiResource, QrmiVendor, http_class
+from flux_quantum.vendors.qrmi import QrmiResource, QrmiVendor
 
 CLOUD = "QRMI_PASQAL_CLOUD_"
 CLOUD_KEYS = ("BASE_URL", "AUTH_ENDPOINT", "PROJECT_ID", "AUTH_TOKEN", "CLIENT_ID", "CLIENT_SECRET")
@@ -347,24 +347,7 @@ class PasqalVendor(QrmiVendor):
         return self._send(urllib.request.Request(url, headers=sent))
 
     def _send(self, request: urllib.request.Request) -> Any:
-        where = request.full_url.split("?")[0]
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(request, timeout=self.settings.timeout) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            body = " ".join(exc.read().decode("utf-8", "replace").split())[:300]
-            raise http_class(exc.code)(
-                f"{self.name}: {where} answered {exc.code}: {body}",
-                vendor=self.name,
-                vendor_code=f"HTTP{exc.code}",
-            ) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as exc:
-            raise VendorUnavailable(
-                f"{self.name}: could not read {where} ({type(exc).__name__})",
-                vendor=self.name,
-                vendor_code=type(exc).__name__,
-            ) from None
+        return self._http_json(request, self.settings.timeout)
 
 
 def munge_credential() -> str:

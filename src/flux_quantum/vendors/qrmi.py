@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import abc
 import functools
+import json
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeGuard
 
@@ -191,6 +194,10 @@ class AnsweredCreates:
         if made is None:
             raise self._lost(subject, token)
         return made
+
+
+# Seconds a plain HTTP call (what QRMI has no call for) waits for its answer.
+HTTP_TIMEOUT = 20.0
 
 
 def http_class(status: int) -> type[VendorError]:
@@ -387,6 +394,30 @@ class QrmiVendor(TranslatedCalls, Vendor):
         return translate(exc, vendor=self.name, operation=operation, subject=subject)
 
     # -- plumbing
+
+    def _http_json(self, request: urllib.request.Request, timeout: float = HTTP_TIMEOUT) -> Any:
+        """Plain HTTP for what QRMI has no call for: ``request``'s JSON answer (an HTTP
+        error as its class of ``VendorError``, naming the URL without its query and the
+        first 300 characters of the answer; no answer as ``VendorUnavailable``). No proxy:
+        the vendor's endpoint as configured."""
+        where = request.full_url.split("?")[0]
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=timeout) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            body = " ".join(exc.read().decode("utf-8", "replace").split())[:300]
+            raise http_class(exc.code)(
+                f"{self.name}: {where} answered {exc.code}: {body}",
+                vendor=self.name,
+                vendor_code=f"HTTP{exc.code}",
+            ) from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as exc:
+            raise VendorUnavailable(
+                f"{self.name}: could not read {where} ({type(exc).__name__})",
+                vendor=self.name,
+                vendor_code=type(exc).__name__,
+            ) from None
 
     def setting(self, device: Device, key: str, default: str | None = None) -> str | None:
         """QRMI's setting ``key`` for ``device`` from the environment, as QRMI reads it:
