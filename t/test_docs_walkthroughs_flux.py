@@ -114,6 +114,9 @@ def test_catalog_backends_and_select(tmp_path: Path) -> None:
     assert re.search(r"^sv1\s+braket\s+simulator\s+34 ONLINE", out, re.M), out
     assert re.search(r"^fez\s+ibm\s+qpu\s+156 ONLINE", out, re.M), out
     assert re.search(r"^oqtopus-anemone\s+oqtopus\s+qpu\s+64 ONLINE", out, re.M), out
+    assert re.search(r"^ionq-aria\s+ionq\s+qpu\s+25 ONLINE", out, re.M), out
+    assert re.search(r"^kobe\s+ibm-quantum-system\s+qpu\s+5 ONLINE", out, re.M), out
+    assert re.search(r"^ab-cats\s+alice-bob-felis\s+simulator\s+6 ONLINE", out, re.M), out
     assert re.search(r"^local-maintenance\s+OFFLINE\s+0\s+MAINTENANCE$", out, re.M), out
     assert "UNREACHABLE" not in out, out
     assert re.search(r"^chosen: \S+$", out, re.M), out
