@@ -99,6 +99,11 @@ GATED_SH = """
 if [ "$FLUX_QPU_ITERATION" = 0 ]; then while [ ! -e "$1" ]; do sleep 0.1; done; fi
 exec sh "$(dirname "$0")/step.sh"
 """
+# The Python step, gated the same way ($2: the Python to run it with).
+GATED_PY_SH = """
+if [ "$FLUX_QPU_ITERATION" = 0 ]; then while [ ! -e "$1" ]; do sleep 0.1; done; fi
+exec "$2" "$(dirname "$0")/step.py"
+"""
 
 
 class World(Ibm):
@@ -120,6 +125,7 @@ class World(Ibm):
         self.write("step.py", STEP_PY)
         self.write("step.sh", STEP_SH)
         self.write("gated.sh", GATED_SH)
+        self.write("gated_py.sh", GATED_PY_SH)
         self.start_service()
 
     def write(self, name: str, text: str) -> Path:
@@ -141,6 +147,11 @@ class World(Ibm):
         ).stdout  # fmt: skip
         assert out.strip() == name
         return name
+
+    def gated_step(self, gate: Path) -> tuple[str, ...]:
+        """The Python step's command, step 0 doing its work (reading its result, planning
+        step 1) only once ``gate`` exists."""
+        return ("sh", "gated_py.sh", str(gate), sys.executable)
 
     def loop_status(self, name: str) -> dict[str, Any]:
         return json.loads(self.loop("status", "--json", name).stdout)

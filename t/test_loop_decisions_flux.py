@@ -49,6 +49,14 @@ def other_job(world: World, limit: str) -> str:
     return jobid
 
 
+def queued(world: World, limit: str) -> str:
+    """A job of one core and time limit ``limit``, queued (past its priority) behind the
+    cores the other job and step 0 hold."""
+    jobid = world.inst.run(["flux", "submit", "-n1", "-t", limit, "sleep", "3600"]).stdout.strip()
+    world.wait_event(jobid, "priority", timeout=60)
+    return jobid
+
+
 def long_task(world: World, device: str, token: str) -> str:
     """Another user's long task on ``device`` (1000 s of device time), by its token."""
     task = world.vendor.submit(world.devices.get(device), PROGRAM, LONG_SHOTS, token)
@@ -63,10 +71,16 @@ def test_a_step_keeps_its_nodes_across_a_short_wait_and_runs_the_next_iteration_
     world: World,
 ) -> None:
     other_job(world, "1h")
-    loop = world.submit_loop("kept", "--qpu=local:q-loop", "--max-iterations=2", "-n1", "-t", "10m")
-    # While step 0 works, a job of an hour queues for the core it would give back.
+    gate = world.inst.workdir / "go"
+    loop = world.submit_loop(
+        "kept", "--qpu=local:q-loop", "--max-iterations=2", "-n1", "-t", "10m",
+        command=world.gated_step(gate),
+    )  # fmt: skip
+    # Once step 0 runs, and before it plans step 1, a job of an hour queues for the core
+    # it would give back.
     world.wait_event(world.step_job(loop, 0), "start", timeout=60)
-    world.inst.run(["flux", "submit", "-n1", "-t", "1h", "sleep", "3600"])
+    queued(world, "1h")
+    gate.touch()
     done = world.wait_loop(loop)
     assert done.returncode == 0, done.stdout + done.stderr
     status = json.loads(world.loop("status", "--json", "--steps", loop).stdout)
@@ -102,17 +116,20 @@ def test_a_step_gives_its_nodes_back_and_its_successor_is_released_early(world: 
     # The loop's own weight: a second of its time is worth a hundredth of a second of
     # idle nodes, so it holds them for a result due within 1 % of the wait for nodes
     # (36 s of the hour), and task 0 took longer.
+    gate = world.inst.workdir / "go"
     loop = world.submit_loop(
         "early", "--qpu=local:q-hold", "--max-iterations=2", "-n1", "-t", "10m",
-        "--time-weight=0.01",
+        "--time-weight=0.01", command=world.gated_step(gate),
     )  # fmt: skip
     first = world.step_job(loop, 0)
     world.wait_event(first, "start", timeout=120)
-    # While step 0 works: task 1 will wait behind another long task (the service
-    # expects about 100 s: two tasks at the drain it learned from task 0's wait), and a
-    # job of 150 s queues for the core step 0 gives back: step 1's nodes come later.
+    # Once step 0 runs, and before it plans step 1: task 1 will wait behind another long
+    # task (the service expects about 100 s: two tasks at the drain it learned from task
+    # 0's wait), and a job of 150 s queues for the core step 0 gives back: step 1's
+    # nodes come later.
     second_blocker = long_task(world, "q-hold", "other-again")
-    world.inst.run(["flux", "submit", "-n1", "-t", "150s", "sleep", "3600"])
+    queued(world, "150s")
+    gate.touch()
     done = world.wait_loop(loop, timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
     status = json.loads(world.loop("status", "--json", "--steps", loop).stdout)
