@@ -551,6 +551,15 @@ class TranslatedCalls(abc.ABC):
         return self.retry.run(attempt, clock=self._clock, sleep=self._sleep)
 
 
+def catalog_settings(
+    record: Callable[..., T], section: Mapping[str, str], keys: Iterable[str], **overrides: Any
+) -> T:
+    """A vendor's settings ``record`` from its catalog ``section`` (``vendors.NAME``): each
+    of ``keys`` the section sets, as the field of that name, then ``overrides``."""
+    values: dict[str, Any] = {key: section[key] for key in keys if section.get(key)}
+    return record(**(values | overrides))
+
+
 class CatalogVendor(TranslatedCalls, Vendor, Generic[S]):
     """A vendor a catalog names: its class in a vendor package, built by ``make_vendor``
     through ``from_catalog``.

@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.vendors.base import TaskRef, TaskResult
+from flux_quantum.vendors.base import TaskRef, TaskResult, catalog_settings
 from flux_quantum.vendors.errors import AccessDenied, Conflict, VendorError
 from flux_quantum.vendors.felis import VENDOR
 from flux_quantum.vendors.felis.program import counts_from_histogram
@@ -55,7 +55,7 @@ class FelisSettings:
 
     @classmethod
     def from_catalog(cls, settings: Mapping[str, str]) -> FelisSettings:
-        return cls(settings.get("endpoint") or None)
+        return catalog_settings(cls, settings, ("endpoint",))
 
 
 class FelisVendor(QrmiVendor[FelisSettings]):

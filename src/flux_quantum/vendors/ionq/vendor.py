@@ -46,6 +46,7 @@ from flux_quantum.vendors.base import (
     TaskSnapshot,
     TaskState,
     VendorSession,
+    catalog_settings,
 )
 from flux_quantum.vendors.errors import (
     AccessDenied,
@@ -90,7 +91,7 @@ class IonqSettings:
 
     @classmethod
     def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> IonqSettings:
-        return cls(settings.get("endpoint") or None, **overrides)
+        return catalog_settings(cls, settings, ("endpoint",), **overrides)
 
 
 class IonqVendor(CatalogVendor[IonqSettings]):

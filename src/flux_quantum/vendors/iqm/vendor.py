@@ -45,6 +45,7 @@ from flux_quantum.vendors.base import (
     TaskResult,
     TaskSnapshot,
     TaskState,
+    catalog_settings,
 )
 from flux_quantum.vendors.errors import (
     AccessDenied,
@@ -70,11 +71,7 @@ class IqmSettings:
 
     @classmethod
     def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> IqmSettings:
-        values: dict[str, Any] = {}
-        if settings.get("endpoint"):
-            values["endpoint"] = settings["endpoint"]
-        values.update(overrides)
-        return cls(**values)
+        return catalog_settings(cls, settings, ("endpoint",), **overrides)
 
 
 _JOB_STATES = {

@@ -48,6 +48,7 @@ from flux_quantum.vendors.base import (
     TaskResult,
     TaskSnapshot,
     TaskState,
+    catalog_settings,
 )
 from flux_quantum.vendors.errors import (
     AccessDenied,
@@ -86,11 +87,7 @@ class OqtopusSettings:
 
     @classmethod
     def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> OqtopusSettings:
-        values: dict[str, Any] = {}
-        if settings.get("url"):
-            values["url"] = settings["url"]
-        values.update(overrides)
-        return cls(**values)
+        return catalog_settings(cls, settings, ("url",), **overrides)
 
 
 class OqtopusVendor(CatalogVendor[OqtopusSettings]):

@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.vendors.base import TaskRef, TaskResult, VendorSession
+from flux_quantum.vendors.base import TaskRef, TaskResult, VendorSession, catalog_settings
 from flux_quantum.vendors.errors import AccessDenied, VendorError, VendorUnavailable
 from flux_quantum.vendors.pasqal import VENDOR
 from flux_quantum.vendors.pasqal import program as pasqal_program
@@ -81,9 +81,7 @@ class PasqalSettings:
     @classmethod
     def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> PasqalSettings:
         keys = ("base_url", "auth_endpoint", "project_id", "warden_url")
-        values: dict[str, Any] = {k: settings[k] for k in keys if settings.get(k)}
-        values.update(overrides)
-        return cls(**values)
+        return catalog_settings(cls, settings, keys, **overrides)
 
 
 def access_of(device: Device) -> str:
