@@ -18,23 +18,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from shipped_vendors import SHIPPED
+from walkthrough import blocks
 
 import flux_quantum
 from flux_quantum.protocol.vendors import VendorDescriptor, registry
 from flux_quantum.vendors.base import CatalogVendor
 from flux_quantum.vendors.errors import InvalidRequest
-
-SHIPPED = (
-    "braket",
-    "ibm",
-    "iqm",
-    "pasqal",
-    "ibm-quantum-system",
-    "alice-bob-felis",
-    "oqtopus",
-    "ionq",
-    "local",
-)
 
 
 def test_the_shipped_vendors_are_found_in_their_order() -> None:
@@ -118,3 +108,17 @@ def test_every_vendor_face_loads_with_the_standard_library_alone() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [" ".join(SHIPPED), "()"]
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "vendors.md"
+
+
+def test_the_pages_listing_of_the_vendors_runs_as_written() -> None:
+    listing = blocks("## Adding a vendor", DOCS)[0]
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    proc = subprocess.run(
+        ["bash", "-c", listing], env={"PATH": path}, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == list(SHIPPED)
+    assert f"which prints `{' '.join(SHIPPED)}`" in DOCS.read_text()
