@@ -23,7 +23,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, cast
 
@@ -551,13 +551,16 @@ class TranslatedCalls(abc.ABC):
         return self.retry.run(attempt, clock=self._clock, sleep=self._sleep)
 
 
-def catalog_settings(
-    record: Callable[..., T], section: Mapping[str, str], keys: Iterable[str], **overrides: Any
-) -> T:
-    """A vendor's settings ``record`` from its catalog ``section`` (``vendors.NAME``): each
-    of ``keys`` the section sets, as the field of that name, then ``overrides``."""
-    values: dict[str, Any] = {key: section[key] for key in keys if section.get(key)}
-    return record(**(values | overrides))
+class CatalogSettings:
+    """A vendor's settings record (a frozen dataclass) read from its catalog section
+    (``vendors.NAME``): each key the section sets, as the field of that name, then the
+    ``overrides``. A record whose keys are not its fields reads them itself."""
+
+    @classmethod
+    def from_catalog(cls, section: Mapping[str, str], **overrides: Any) -> Self:
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        values: dict[str, Any] = {key: section[key] for key in names if section.get(key)}
+        return cls(**(values | overrides))
 
 
 class CatalogVendor(TranslatedCalls, Vendor, Generic[S]):

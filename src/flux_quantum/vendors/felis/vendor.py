@@ -30,13 +30,12 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.vendors.base import TaskRef, TaskResult, catalog_settings
+from flux_quantum.vendors.base import CatalogSettings, TaskRef, TaskResult
 from flux_quantum.vendors.errors import AccessDenied, Conflict, VendorError
 from flux_quantum.vendors.felis import VENDOR
 from flux_quantum.vendors.felis.program import counts_from_histogram
@@ -47,15 +46,11 @@ DEFAULT_ENDPOINT = "https://api.alice-bob.com"
 
 
 @dataclass(frozen=True)
-class FelisSettings:
+class FelisSettings(CatalogSettings):
     """Where Felis is (``endpoint``: Alice & Bob's cloud unless the catalog or the
     environment says otherwise)."""
 
     endpoint: str | None = None
-
-    @classmethod
-    def from_catalog(cls, settings: Mapping[str, str]) -> FelisSettings:
-        return catalog_settings(cls, settings, ("endpoint",))
 
 
 class FelisVendor(QrmiVendor[FelisSettings]):

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
+    CatalogSettings,
     CatalogVendor,
     DeviceSnapshot,
     DeviceStatus,
@@ -46,7 +47,6 @@ from flux_quantum.vendors.base import (
     TaskSnapshot,
     TaskState,
     VendorSession,
-    catalog_settings,
 )
 from flux_quantum.vendors.errors import (
     AccessDenied,
@@ -82,16 +82,12 @@ BACKEND_STATUS = {
 
 
 @dataclass(frozen=True)
-class IonqSettings:
+class IonqSettings(CatalogSettings):
     """Where IonQ's API is (``endpoint``: IonQ's own unless the catalog or the
     environment says otherwise) and how long one call may take (``timeout``, seconds)."""
 
     endpoint: str | None = None
     timeout: float = 30.0
-
-    @classmethod
-    def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> IonqSettings:
-        return catalog_settings(cls, settings, ("endpoint",), **overrides)
 
 
 class IonqVendor(CatalogVendor[IonqSettings]):

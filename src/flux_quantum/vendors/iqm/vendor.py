@@ -33,19 +33,18 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
+    CatalogSettings,
     DeviceSnapshot,
     DeviceStatus,
     TaskRef,
     TaskResult,
     TaskSnapshot,
     TaskState,
-    catalog_settings,
 )
 from flux_quantum.vendors.errors import (
     AccessDenied,
@@ -62,16 +61,12 @@ DEFAULT_ENDPOINT = "https://resonance.meetiqm.com"
 
 
 @dataclass(frozen=True)
-class IqmSettings:
+class IqmSettings(CatalogSettings):
     """Where IQM is (``endpoint``: IQM Resonance unless the catalog or environment says
     otherwise) and how long the plain REST reads this module makes may take."""
 
     endpoint: str | None = None
     timeout: float = 20.0
-
-    @classmethod
-    def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> IqmSettings:
-        return catalog_settings(cls, settings, ("endpoint",), **overrides)
 
 
 _JOB_STATES = {

@@ -41,6 +41,7 @@ from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
+    CatalogSettings,
     CatalogVendor,
     DeviceSnapshot,
     DeviceStatus,
@@ -48,7 +49,6 @@ from flux_quantum.vendors.base import (
     TaskResult,
     TaskSnapshot,
     TaskState,
-    catalog_settings,
 )
 from flux_quantum.vendors.errors import (
     AccessDenied,
@@ -78,16 +78,12 @@ STATES = {
 
 
 @dataclass(frozen=True)
-class OqtopusSettings:
+class OqtopusSettings(CatalogSettings):
     """Where OQTOPUS Cloud's User API is (``url``; else the environment says) and how long
     one of its calls may take (``timeout``, seconds)."""
 
     url: str | None = None
     timeout: float = 20.0
-
-    @classmethod
-    def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> OqtopusSettings:
-        return catalog_settings(cls, settings, ("url",), **overrides)
 
 
 class OqtopusVendor(CatalogVendor[OqtopusSettings]):

@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.vendors.base import TaskRef, TaskResult, VendorSession, catalog_settings
+from flux_quantum.vendors.base import CatalogSettings, TaskRef, TaskResult, VendorSession
 from flux_quantum.vendors.errors import AccessDenied, VendorError, VendorUnavailable
 from flux_quantum.vendors.pasqal import VENDOR
 from flux_quantum.vendors.pasqal import program as pasqal_program
@@ -67,7 +67,7 @@ LIST_PAGES_MAX = 20
 
 
 @dataclass(frozen=True)
-class PasqalSettings:
+class PasqalSettings(CatalogSettings):
     """Site settings (the catalog's ``vendors.pasqal``) and ``find_task``'s margins."""
 
     base_url: str | None = None
@@ -77,11 +77,6 @@ class PasqalSettings:
     timeout: float = 20.0
     skew: float = 300.0
     settle: float = 60.0
-
-    @classmethod
-    def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> PasqalSettings:
-        keys = ("base_url", "auth_endpoint", "project_id", "warden_url")
-        return catalog_settings(cls, settings, keys, **overrides)
 
 
 def access_of(device: Device) -> str:
