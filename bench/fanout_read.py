@@ -416,7 +416,7 @@ class Bench:
     def _check(self, run: Run, ranks: dict[int, dict[str, Any]]) -> None:
         """Every rank printed the same counts, and they are the task's result."""
         from flux_quantum.vendors.base import TaskRef
-        from flux_quantum.vendors.local import LocalVendor
+        from flux_quantum.vendors.local.vendor import LocalVendor
 
         tasks = {r["task"] for r in ranks.values()}
         if tasks != {run.task}:

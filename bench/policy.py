@@ -117,9 +117,9 @@ from flux_quantum.selection.qasm import count_program
 from flux_quantum.site.ledger import UsageQuery
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.site.quota import format_money
-from flux_quantum.vendors import probe_devices
 from flux_quantum.vendors.base import TaskState, Vendor
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.local.vendor import LocalVendor
+from flux_quantum.vendors.probing import probe_devices
 
 POLICIES = ("random", "min-cost", "min-queue", "max-fidelity")
 BUDGETED = "budgeted"

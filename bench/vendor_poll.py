@@ -38,7 +38,7 @@ from flux_quantum.emulator import Emulator, ManualClock, Scenario
 from flux_quantum.emulator.queue import DeviceQueue
 from flux_quantum.selection.poller import AdaptivePoller, FixedPoller
 from flux_quantum.selection.release_point import release_reached
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.local.vendor import LocalVendor
 
 QPU_ARN = "arn:aws:braket:us-east-1::device/qpu/bench/queue-qpu"
 SERVICE_TIME = 10.0

@@ -20,6 +20,13 @@ from flux_quantum.cli.plugin import instance_config
 
 START_TIMEOUT = 60.0
 ROLE_USER = 0x2
+# Signs a jobspec (stdin) for the user argv[1] with security mechanism "none", which a
+# test instance takes from its owner: a guest's submission as flux-core's tests make one.
+SIGN_AS = (
+    "import sys; from flux.security import SecurityContext; "
+    "sys.stdout.write(SecurityContext().sign_wrap_as(int(sys.argv[1]), sys.stdin.read(), "
+    'mech_type="none").decode())'
+)
 
 
 def until(what: Callable[[], Any], timeout: float = 30.0, step: float = 0.1) -> Any:
@@ -182,6 +189,32 @@ class FluxInstance:
 
     def submit(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         return self.run(["flux", "submit", *args], env=env).stdout.strip()
+
+    def submit_as(
+        self, userid: int, args: Sequence[str], env: Mapping[str, str]
+    ) -> subprocess.CompletedProcess[str]:
+        """``flux submit ARGS`` by guest ``userid``: the jobspec ``flux submit --dry-run``
+        makes in ``env`` (the whole environment: its CLI plugins, what it copies into the
+        job), signed for the guest (``SIGN_AS``) and sent with ``FLUX_HANDLE_USERID``.
+        Needs flux-security's Python bindings (mark the test ``flux_security``)."""
+
+        def run(cmd: Sequence[str], extra: Mapping[str, str], data: str | None = None) -> Any:
+            return subprocess.run(
+                list(cmd), env={**env, **extra}, input=data, capture_output=True, text=True
+            )
+
+        spec = run(["flux", "submit", "--dry-run", *args], {})
+        if spec.returncode != 0:
+            raise AssertionError(f"flux submit --dry-run {shlex.join(args)}: {spec.stderr}")
+        signed = run(["flux", "python", "-c", SIGN_AS, str(userid)], {}, spec.stdout)
+        if signed.returncode != 0:
+            raise AssertionError(f"signing for {userid} failed: {signed.stderr}")
+        path = self.workdir / f"signed-{userid}.json"
+        path.write_text(signed.stdout)
+        return run(
+            ["flux", "job", "submit", "--flags=signed", str(path)],
+            {"FLUX_HANDLE_USERID": str(userid)},
+        )
 
     def wait_event(self, jobid: str, event: str, timeout: float = 30) -> str:
         return self.run(["flux", "job", "wait-event", "-t", str(timeout), jobid, event]).stdout

@@ -62,7 +62,8 @@ RIDE = r"""
 import os
 from flux_quantum.catalog import load_catalog
 from flux_quantum.job.consumer import current_task
-from flux_quantum.vendors.ibm import IbmSettings, IbmVendor
+from flux_quantum.vendors.ibm.settings import IbmSettings
+from flux_quantum.vendors.ibm.vendor import IbmVendor
 
 job = current_task()
 catalog = load_catalog(job.catalog)

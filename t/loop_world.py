@@ -17,7 +17,7 @@ from flux_quantum.catalog import load_catalog
 from flux_quantum.emulator import Emulator, ScaledClock, Scenario
 from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.vendors.base import TaskState
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.local.vendor import LocalVendor
 
 SPEED = 20.0  # emulated seconds a wall second
 SHOTS = 100

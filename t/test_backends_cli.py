@@ -19,7 +19,6 @@ import pytest
 from flux_quantum.catalog import Device, parse_catalog
 from flux_quantum.cli.main import main
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
-from flux_quantum.vendors import probe_devices
 from flux_quantum.vendors.base import (
     DeviceSnapshot,
     DeviceStatus,
@@ -28,6 +27,7 @@ from flux_quantum.vendors.base import (
     TaskSnapshot,
     Vendor,
 )
+from flux_quantum.vendors.probing import probe_devices
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 

@@ -12,11 +12,13 @@ import pytest
 
 from flux_quantum.catalog import CatalogError, parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
-from flux_quantum.vendors import errors, make_vendor
+from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import TaskState
-from flux_quantum.vendors.braket import BraketEventQueue, BraketSettings, BraketVendor, read_event
-from flux_quantum.vendors.braket.settings import client_config, queue_region
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.braket.event_queue import BraketEventQueue, read_event
+from flux_quantum.vendors.braket.settings import BraketSettings, client_config, queue_region
+from flux_quantum.vendors.braket.vendor import BraketVendor
+from flux_quantum.vendors.factory import make_vendor
+from flux_quantum.vendors.local.vendor import LocalVendor
 from flux_quantum.vendors.task_events import DeviceEvent, TaskEvent
 
 # The project's emulator on loopback, through the real boto3/SDK clients.

@@ -16,7 +16,7 @@ from flux_quantum.emulator.scenario import QueueSpec
 from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import TaskState
 from flux_quantum.vendors.braket.hybrid_jobs import ENTRY_POINT, RELAY, relay_source
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.local.vendor import LocalVendor
 
 # The project's emulator on loopback, through the real boto3/SDK clients.
 pytestmark = pytest.mark.emulator

@@ -15,15 +15,15 @@ from flux_quantum.catalog import parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
 from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import DeviceStatus, RetryBudget, TaskRef, TaskState
-from flux_quantum.vendors.braket import (
-    BraketSettings,
-    BraketVendor,
+from flux_quantum.vendors.braket.parsing import (
     client_token,
     in_execution_window,
     parse_queue_count,
     reservation_of,
 )
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.braket.settings import BraketSettings
+from flux_quantum.vendors.braket.vendor import BraketVendor
+from flux_quantum.vendors.local.vendor import LocalVendor
 
 GHZ = """OPENQASM 3.0;
 qubit[3] q;

@@ -293,14 +293,18 @@ def test_plugin_runs_in_fluxs_python_without_the_venv(plugin_env) -> None:
         "flux_quantum.errors",
         "flux_quantum.protocol",
         "flux_quantum.protocol.jobspec",
+        "flux_quantum.protocol.programs",
         "flux_quantum.protocol.request",
+        "flux_quantum.protocol.vendors",
     ]
     assert found["files"] == [
         str(PACKAGE / "__init__.py"),
         str(PACKAGE / "errors.py"),
         str(PACKAGE / "protocol" / "__init__.py"),
         str(PACKAGE / "protocol" / "jobspec.py"),
+        str(PACKAGE / "protocol" / "programs.py"),
         str(PACKAGE / "protocol" / "request.py"),
+        str(PACKAGE / "protocol" / "vendors.py"),
     ]
 
 

@@ -31,7 +31,7 @@ from flux_quantum.job.consumer import (
 from flux_quantum.protocol.events import parse_eventlog
 from flux_quantum.protocol.jobspec import Released, ReleaseInfo
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.local.vendor import LocalVendor
 
 BELL = """OPENQASM 3.0;
 qubit[2] q;

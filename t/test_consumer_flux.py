@@ -27,7 +27,7 @@ from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.instance.plugin import PluginClient
 from flux_quantum.protocol.jobspec import ReleasedWindow, ReleaseInfo
 from flux_quantum.vendors.base import TaskRef
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.local.vendor import LocalVendor
 
 pytestmark = pytest.mark.flux
 

@@ -27,12 +27,6 @@ pytestmark = pytest.mark.flux
 
 GUEST = os.getuid() + 4242
 
-SIGN_AS = (
-    "import sys; from flux.security import SecurityContext; "
-    "sys.stdout.write(SecurityContext().sign_wrap_as(int(sys.argv[1]), sys.stdin.read(), "
-    'mech_type="none").decode())'
-)
-
 
 @pytest.fixture(scope="module")
 def inst(tmp_path_factory) -> Iterator[FluxInstance]:
@@ -61,32 +55,9 @@ def test_keys_in_the_environment_are_accepted_in_ones_own_instance(qpu: Qpu) -> 
     assert qpu.inst.run(["flux", "job", "status", jobid], check=False).returncode == 0
 
 
-def submit_as_guest(qpu: Qpu, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """``flux submit --setattr=qpu.device=local:q-delta true`` from ``env``, signed for
-    ``GUEST`` and sent with that userid."""
-    spec = subprocess.run(
-        ["flux", "submit", "--dry-run", "--setattr=qpu.device=local:q-delta", "true"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    signed = subprocess.run(
-        ["flux", "python", "-c", SIGN_AS, str(GUEST)],
-        input=spec,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path = qpu.inst.workdir / "guest.signed"
-    path.write_text(signed)
-    return subprocess.run(
-        ["flux", "job", "submit", "--flags=signed", str(path)],
-        env={**env, "FLUX_HANDLE_USERID": str(GUEST)},
-        capture_output=True,
-        text=True,
-    )
+def submit_as_guest(qpu: Qpu, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``flux submit --setattr=qpu.device=local:q-delta true`` from ``env``, by ``GUEST``."""
+    return qpu.inst.submit_as(GUEST, ["--setattr=qpu.device=local:q-delta", "true"], env)
 
 
 @pytest.mark.flux_security  # signs as the guest with flux.security

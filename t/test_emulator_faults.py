@@ -28,8 +28,11 @@ from flux_quantum.emulator import Emulator, ManualClock, Scenario, ScenarioError
 from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import RetryBudget, TaskState
-from flux_quantum.vendors.braket import BraketSettings, BraketVendor, execution_seconds
-from flux_quantum.vendors.ibm import IbmSettings, IbmVendor
+from flux_quantum.vendors.braket.parsing import execution_seconds
+from flux_quantum.vendors.braket.settings import BraketSettings
+from flux_quantum.vendors.braket.vendor import BraketVendor
+from flux_quantum.vendors.ibm.settings import IbmSettings
+from flux_quantum.vendors.ibm.vendor import IbmVendor
 
 # Fixtures: emulator, make_emulator, manual_clock (see t/emulator_fixtures.py).
 pytest_plugins = ["emulator_fixtures"]

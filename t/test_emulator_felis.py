@@ -17,7 +17,7 @@ from served_felis import BELL, FLIP, TARGETS, Served
 
 from flux_quantum.emulator import ManualClock, ScenarioError
 from flux_quantum.emulator.felis import FelisScenario
-from flux_quantum.vendors.felis_program import counts_from_histogram
+from flux_quantum.vendors.felis.program import counts_from_histogram
 
 
 @pytest.fixture

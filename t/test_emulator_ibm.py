@@ -15,7 +15,7 @@ import qrmi
 
 from flux_quantum.emulator import Emulator, ManualClock, ScenarioError
 from flux_quantum.emulator.ibm import IbmScenario
-from flux_quantum.vendors.ibm import counts_from_result
+from flux_quantum.vendors.ibm.payload import counts_from_result
 
 PROGRAM = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nx q[1];\nsx q[0];\nsx q[0];\nc = measure q;\n'
 BACKEND = {"name": "ibm_line", "qubits": 5, "queue": {"depth": 3, "service_time": 10}}

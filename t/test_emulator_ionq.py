@@ -32,7 +32,7 @@ from served_ionq import BACKENDS, BELL, BELL_QIS, Served
 
 from flux_quantum.emulator import ManualClock, ScenarioError
 from flux_quantum.emulator.ionq import IonqScenario
-from flux_quantum.vendors.ionq import counts_from_probabilities
+from flux_quantum.vendors.ionq.vendor import counts_from_probabilities
 
 
 @pytest.fixture

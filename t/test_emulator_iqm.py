@@ -16,7 +16,7 @@ from served_iqm import DEVICE, Served
 
 from flux_quantum.emulator import ManualClock, ScenarioError
 from flux_quantum.emulator.iqm import IqmScenario
-from flux_quantum.vendors.iqm_program import counts_from_measurements, run_request
+from flux_quantum.vendors.iqm.program import counts_from_measurements, run_request
 
 X_BOTH = "OPENQASM 3.0;\nqubit[2] q;\nbit[2] c;\nx q[0];\nx q[1];\nc = measure q;\n"
 

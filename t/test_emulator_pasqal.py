@@ -209,7 +209,7 @@ def local(served: Served, **extra: str) -> Any:
 
 
 def munge_missing() -> str | None:
-    from flux_quantum.vendors.pasqal import munge_credential
+    from flux_quantum.vendors.pasqal.vendor import munge_credential
 
     try:
         munge_credential()

@@ -9,9 +9,9 @@ from served_felis import FLIP
 
 from flux_quantum.catalog import Device, PriceModel
 from flux_quantum.vendors.base import DeviceStatus, TaskState
-from flux_quantum.vendors.felis import FelisVendor
-from flux_quantum.vendors.ibm_quantum_system import IbmQuantumSystemVendor
-from flux_quantum.vendors.oqtopus import OqtopusVendor
+from flux_quantum.vendors.felis.vendor import FelisVendor
+from flux_quantum.vendors.ibm_quantum_system.vendor import IbmQuantumSystemVendor
+from flux_quantum.vendors.oqtopus.vendor import OqtopusVendor
 
 KOBE = Device("kobe", "ibm-quantum-system", "ibm_kobe", "qpu", 5, "us-east-1", PriceModel())
 CATS = Device(

@@ -13,11 +13,12 @@ from served_felis import BELL, FLIP, TARGETS, Served, q, qir, r
 
 from flux_quantum.catalog import Device, PriceModel
 from flux_quantum.emulator import ManualClock
-from flux_quantum.selection.program_kinds import QIR, cannot_run, kind_of
+from flux_quantum.protocol.programs import QIR, kind_of
+from flux_quantum.selection.program_kinds import cannot_run
 from flux_quantum.vendors.base import DeviceStatus, RetryBudget, TaskState
 from flux_quantum.vendors.errors import AccessDenied, Conflict, InvalidRequest
-from flux_quantum.vendors.felis import FelisSettings, FelisVendor
-from flux_quantum.vendors.felis_program import check, histogram
+from flux_quantum.vendors.felis.program import check, histogram
+from flux_quantum.vendors.felis.vendor import FelisSettings, FelisVendor
 
 CATS = Device(
     "ab-cats", "alice-bob-felis", "ab_emu_6q_physical_cats", "simulator", 6, "eu-west-3",

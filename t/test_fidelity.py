@@ -19,7 +19,8 @@ from flux_quantum.protocol.request import parse_request
 from flux_quantum.selection.policies import NoDeviceError, expected_success, select_device
 from flux_quantum.selection.qasm import BELL_COUNTS, ProgramCounts, count_program
 from flux_quantum.vendors.base import Calibration, DeviceSnapshot, DeviceStatus
-from flux_quantum.vendors.braket import BraketVendor, read_calibration
+from flux_quantum.vendors.braket.calibration import read_calibration
+from flux_quantum.vendors.braket.vendor import BraketVendor
 
 pytest_plugins = ["emulator_fixtures"]
 

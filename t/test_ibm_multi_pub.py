@@ -21,16 +21,16 @@ from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.emulator.ibm.scenario import MAX_EXECUTIONS as EMULATED_MAX_EXECUTIONS
 from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import RetryBudget, TaskRef, TaskState
-from flux_quantum.vendors.ibm import (
+from flux_quantum.vendors.ibm.payload import (
     MAX_EXECUTIONS,
     MAX_INPUT_BYTES,
-    IbmSettings,
-    IbmVendor,
     OverLimit,
     program_token,
     sampler_set_input,
     split_result,
 )
+from flux_quantum.vendors.ibm.settings import IbmSettings
+from flux_quantum.vendors.ibm.vendor import IbmVendor
 
 # Counts are written c[0] first. X0: x on qubit 0 of three; ZERO: nothing; BELL: random.
 X0 = """OPENQASM 3.0;

@@ -19,7 +19,7 @@ from flux_quantum.emulator import ManualClock
 from flux_quantum.selection.program_kinds import cannot_run
 from flux_quantum.vendors.base import DeviceStatus, RetryBudget, TaskState
 from flux_quantum.vendors.errors import AccessDenied, Conflict, InvalidRequest
-from flux_quantum.vendors.ibm_quantum_system import (
+from flux_quantum.vendors.ibm_quantum_system.vendor import (
     IbmQuantumSystemSettings,
     IbmQuantumSystemVendor,
 )

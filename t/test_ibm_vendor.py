@@ -21,17 +21,18 @@ import pytest
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock, WallClock
 from flux_quantum.emulator.ibm import IbmScenario
-from flux_quantum.vendors import errors, make_vendor
+from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import DeviceStatus, RetryBudget, TaskRef, TaskState
-from flux_quantum.vendors.ibm import (
-    IbmSettings,
-    IbmVendor,
+from flux_quantum.vendors.factory import make_vendor
+from flux_quantum.vendors.ibm.payload import (
     counts_from_result,
     mark_program,
     program_token,
     sampler_input,
 )
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.ibm.settings import IbmSettings
+from flux_quantum.vendors.ibm.vendor import IbmVendor
+from flux_quantum.vendors.local.vendor import LocalVendor
 
 # x on qubit 0 of three: c[0] reads 1. Counts are written c[0] first.
 PROGRAM = """OPENQASM 3.0;
@@ -344,7 +345,8 @@ def test_find_task_after_a_restart(emu, clock):
 CHILD = """
 import json, sys, time
 from flux_quantum.catalog import parse_catalog
-from flux_quantum.vendors.ibm import IbmSettings, IbmVendor
+from flux_quantum.vendors.ibm.settings import IbmSettings
+from flux_quantum.vendors.ibm.vendor import IbmVendor
 catalog = parse_catalog(sys.argv[1], "t.yaml")
 env = json.loads(sys.argv[2])
 since = time.time()

@@ -19,7 +19,7 @@ from flux_quantum.selection.program_kinds import cannot_run
 from flux_quantum.site.quota import Limit, LimitCheck, QuotaDecision, Usage, headroom
 from flux_quantum.vendors.base import DeviceStatus, RetryBudget, TaskState
 from flux_quantum.vendors.errors import AccessDenied, InvalidRequest, NotFound
-from flux_quantum.vendors.ionq import IonqSettings, IonqVendor, counts_from_probabilities
+from flux_quantum.vendors.ionq.vendor import IonqSettings, IonqVendor, counts_from_probabilities
 
 ARIA = Device(
     "ionq-aria", "ionq", "qpu.aria-1", "qpu", 25, "us-east-1",

@@ -22,8 +22,8 @@ from flux_quantum.vendors.errors import (
     InvalidRequest,
     QuotaExceeded,
 )
-from flux_quantum.vendors.iqm import IqmVendor
-from flux_quantum.vendors.iqm_program import check
+from flux_quantum.vendors.iqm.program import check
+from flux_quantum.vendors.iqm.vendor import IqmVendor
 
 BELL = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n'
 GARNET = Device("garnet", "iqm", "garnet", "QPU", 5, "eu-north", PriceModel(per_minute=18.0))

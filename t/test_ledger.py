@@ -36,7 +36,8 @@ from flux_quantum.site.ledger import (
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.site.quota import Charge, QuotaConfig, actual_cost
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, TaskState
-from flux_quantum.vendors.braket import BraketVendor, execution_seconds
+from flux_quantum.vendors.braket.parsing import execution_seconds
+from flux_quantum.vendors.braket.vendor import BraketVendor
 
 CATALOG = catalog_of("sv1", "forte1", "garnet")
 pytest_plugins = ["emulator_fixtures"]

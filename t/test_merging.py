@@ -46,21 +46,17 @@ from flux_quantum.site.merging import (
 )
 from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import RetryBudget, TaskState
-from flux_quantum.vendors.braket import (
-    TAG_VALUE_MAX,
-    BraketSettings,
-    BraketVendor,
-    encode_layout,
-    program_set_layout,
-)
-from flux_quantum.vendors.ibm import (
+from flux_quantum.vendors.braket.parsing import TAG_VALUE_MAX, encode_layout, program_set_layout
+from flux_quantum.vendors.braket.settings import BraketSettings
+from flux_quantum.vendors.braket.vendor import BraketVendor
+from flux_quantum.vendors.ibm.payload import (
     MAX_EXECUTIONS,
     MAX_INPUT_BYTES,
-    IbmSettings,
-    IbmVendor,
     OverLimit,
     sampler_set_input,
 )
+from flux_quantum.vendors.ibm.settings import IbmSettings
+from flux_quantum.vendors.ibm.vendor import IbmVendor
 
 pytest_plugins = ["emulator_fixtures"]
 

@@ -15,10 +15,10 @@ from served_oqtopus import BELL, DEVICES, FLIP, Served
 from flux_quantum.catalog import Device, PriceModel, parse_catalog
 from flux_quantum.emulator import ManualClock
 from flux_quantum.selection.program_kinds import cannot_run
-from flux_quantum.vendors import make_vendor
 from flux_quantum.vendors.base import DeviceStatus, RetryBudget, TaskState
 from flux_quantum.vendors.errors import AccessDenied, InvalidRequest, VendorUnavailable
-from flux_quantum.vendors.oqtopus import OqtopusSettings, OqtopusVendor, counts_of
+from flux_quantum.vendors.factory import make_vendor
+from flux_quantum.vendors.oqtopus.vendor import OqtopusSettings, OqtopusVendor, counts_of
 
 ANEMONE = Device("anemone", "oqtopus", "anemone", "qpu", 4, "ap-northeast-1",
                  PriceModel(per_minute=18.0))  # fmt: skip

@@ -13,10 +13,10 @@ import pytest
 from flux_quantum.catalog import Device, PriceModel
 from flux_quantum.emulator.clock import ManualClock
 from flux_quantum.emulator.pasqal import PasqalScenario
-from flux_quantum.vendors import pasqal_program
 from flux_quantum.vendors.base import DeviceStatus, RetryBudget, TaskState
 from flux_quantum.vendors.errors import AccessDenied, InvalidRequest, VendorUnavailable
-from flux_quantum.vendors.pasqal import PasqalSettings, PasqalVendor, access_of
+from flux_quantum.vendors.pasqal import program as pasqal_program
+from flux_quantum.vendors.pasqal.vendor import PasqalSettings, PasqalVendor, access_of
 
 pytest.importorskip("qrmi")
 from served_pasqal import DEVICES, SEQUENCE, Served  # noqa: E402

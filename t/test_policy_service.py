@@ -26,7 +26,7 @@ from flux_quantum.site.ledger import Ledger, UsageQuery
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.site.quota import Charge
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, TaskRef, TaskResult
-from flux_quantum.vendors.braket import execution_seconds
+from flux_quantum.vendors.braket.parsing import execution_seconds
 from flux_quantum.vendors.errors import InvalidRequest
 
 # alpha: $0.30 + $0.001 x 1000 shots = $1.30 a task; beta $2.30; solo $1.30.

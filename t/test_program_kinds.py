@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flux_quantum.protocol import programs
 from flux_quantum.selection import program_kinds as pk
 from flux_quantum.service.programs import DEFAULT_PROGRAM
 
@@ -22,26 +23,26 @@ IQM_JSON = json.dumps(
 
 
 def test_kinds_are_told_apart_from_the_text_alone():
-    assert pk.kind_of(DEFAULT_PROGRAM) == pk.OPENQASM
-    assert pk.kind_of(None) == pk.OPENQASM
-    assert pk.kind_of(PULSER) == pk.PULSER
-    assert pk.kind_of(IQM_JSON) == pk.IQM_JSON
-    assert pk.kind_of('{"circuits": []}') == pk.IQM_JSON
-    assert pk.kind_of("{ not json") == pk.OPENQASM  # checked where it runs
+    assert programs.kind_of(DEFAULT_PROGRAM) == programs.OPENQASM
+    assert programs.kind_of(None) == programs.OPENQASM
+    assert programs.kind_of(PULSER) == programs.PULSER
+    assert programs.kind_of(IQM_JSON) == programs.IQM_JSON
+    assert programs.kind_of('{"circuits": []}') == programs.IQM_JSON
+    assert programs.kind_of("{ not json") == programs.OPENQASM  # checked where it runs
 
 
 def test_each_vendor_runs_only_its_kinds_and_says_so():
     for vendor in ("braket", "local", "ibm", "iqm"):
-        assert pk.device_reason(vendor, pk.OPENQASM) is None
-        assert pk.device_reason(vendor, pk.PULSER) is not None
-    assert pk.device_reason("iqm", pk.IQM_JSON) is None
-    assert pk.device_reason("ibm", pk.IQM_JSON) == (
+        assert pk.device_reason(vendor, programs.OPENQASM) is None
+        assert pk.device_reason(vendor, programs.PULSER) is not None
+    assert pk.device_reason("iqm", programs.IQM_JSON) is None
+    assert pk.device_reason("ibm", programs.IQM_JSON) == (
         "takes OpenQASM circuits only (ibm), the program is an IQM JSON circuit"
     )
-    assert pk.device_reason("pasqal", pk.OPENQASM) == (
+    assert pk.device_reason("pasqal", programs.OPENQASM) == (
         "takes Pulser sequences only (pasqal), the program is an OpenQASM circuit"
     )
-    assert pk.device_reason("pasqal", pk.PULSER) is None
+    assert pk.device_reason("pasqal", programs.PULSER) is None
 
 
 def test_vendor_checks_follow_the_kind():

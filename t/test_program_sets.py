@@ -18,15 +18,15 @@ from flux_quantum.catalog import parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock, Scenario, ScenarioError
 from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import TaskState
-from flux_quantum.vendors.braket import (
+from flux_quantum.vendors.braket.parsing import (
     LAYOUT_TAG,
-    BraketSettings,
-    BraketVendor,
     decode_layout,
     encode_layout,
     program_set_layout,
 )
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.braket.settings import BraketSettings
+from flux_quantum.vendors.braket.vendor import BraketVendor
+from flux_quantum.vendors.local.vendor import LocalVendor
 from flux_quantum.vendors.relayed import RelayedVendor
 
 pytest_plugins = ["emulator_fixtures"]

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from shipped_vendors import NAMED
 
 import flux_quantum.protocol.request as request_module
 from flux_quantum.errors import FluxQuantumError
@@ -42,8 +43,8 @@ FORMS = "qpu must be 'any', DEVICE, VENDOR:DEVICE or VENDOR:any, got "
 DEV_FORMS = "qpu.device must be 'any', DEVICE, VENDOR:DEVICE or VENDOR:any, got "
 NAME = f"qpu must be 'any' or a device named with {RULE}, got "
 DEV_NAME = f"qpu.device must be 'any' or a device named with {RULE}, got "
-VENDOR_PART = "must be VENDOR:DEVICE with a VENDOR from braket, ibm, iqm, pasqal, ibm-quantum-system, alice-bob-felis, oqtopus, ionq, local, got "
-VENDOR = "qpu.vendor must be one of braket, ibm, iqm, pasqal, ibm-quantum-system, alice-bob-felis, oqtopus, ionq, local, got "
+VENDOR_PART = f"must be VENDOR:DEVICE with a VENDOR from {NAMED}, got "
+VENDOR = f"qpu.vendor must be one of {NAMED}, got "
 POLICY = "qpu.policy must be one of explicit, min-cost, min-queue, min-wait, max-fidelity, got "
 SHOTS = "qpu.shots must be an integer from 1 to 100000, got "
 PROGRAM = (

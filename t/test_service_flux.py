@@ -24,7 +24,7 @@ from qpu_setup import AT_FRONT, BELL, CONSUMER, FAST, GHZ, SCENARIO, Qpu, catalo
 
 from flux_quantum.catalog import load_catalog
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
-from flux_quantum.vendors.local import LocalVendor
+from flux_quantum.vendors.local.vendor import LocalVendor
 
 pytestmark = pytest.mark.flux
 

@@ -2,7 +2,9 @@
 
 This module owns the YAML catalog format (``etc/flux-quantum/backends.yaml``), its
 validation and where the catalog is looked up. It turns the file into frozen
-``Device`` records and nothing else: it never talks to a vendor, never reads a
+``Device`` records and nothing else; what each vendor accepts (its name, its settings,
+the form of its device ids) is its descriptor's, read from the registry of vendors
+(``flux_quantum.protocol.vendors``): it never talks to a vendor, never reads a
 credential and never keeps state between calls. A bad catalog fails with one sentence
 that names the file, the device and the field.
 
@@ -33,57 +35,13 @@ from typing import Any
 import yaml
 
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.protocol.vendors import registry, vendor_names
 
-VENDORS = (
-    "braket", "ibm", "iqm", "pasqal", "ibm-quantum-system", "alice-bob-felis", "oqtopus", "ionq",
-    "local",
-)  # fmt: skip
 DEVICE_CLASSES = ("qpu", "simulator")
 ENV_CATALOG = "FLUX_QUANTUM_BACKENDS"
 FLUX_CONFIG_KEY = "quantum.backends"
 DEFAULT_REGION = "us-east-1"
 DEFAULT_CURRENCY = "USD"
-
-# Braket's task events through the site's SQS queue, and a loop's hybrid job (Braket and
-# the emulator's Braket).
-EVENTS_SETTINGS = ("events_queue", "events_wait", "events_poll", "events_silence")
-HYBRID_SETTINGS = (
-    "hybrid_role_arn",
-    "hybrid_instance",
-    "hybrid_price",
-    "hybrid_max_runtime",
-    "hybrid_start_timeout",
-)
-# Settings each vendor accepts under the catalog's top-level ``vendors:`` mapping.
-VENDOR_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "braket": (
-            "s3_bucket",
-            "s3_prefix",
-            "endpoint_url",
-            "s3_endpoint_url",
-            "profile",
-            *EVENTS_SETTINGS,
-            "sqs_endpoint_url",
-            *HYBRID_SETTINGS,
-        ),
-        "local": ("url", "s3_bucket", "s3_prefix", *EVENTS_SETTINGS, *HYBRID_SETTINGS),
-        "ibm": ("channel", "instance", "endpoint", "iam_endpoint", "session_mode"),
-        "iqm": ("endpoint",),
-        "pasqal": ("base_url", "auth_endpoint", "project_id", "warden_url"),
-        "ibm-quantum-system": (
-            "endpoint",
-            "iam_endpoint",
-            "s3_endpoint",
-            "s3_bucket",
-            "s3_region",
-            "job_timeout",
-        ),
-        "alice-bob-felis": ("endpoint",),
-        "oqtopus": ("url",),
-        "ionq": ("endpoint",),
-    }
-)
 
 _DEVICE_FIELDS = ("name", "vendor", "id", "class", "qubits", "region", "price", "slots")
 _OPTIONAL_DEVICE_FIELDS = ("properties",)
@@ -91,9 +49,6 @@ _PRICE_FIELDS = ("per_task", "per_shot", "per_minute", "min_seconds")
 # Same rule as device names in a qpu request (flux_quantum.protocol.request), so that every
 # catalog device can be asked for by name.
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$", re.ASCII)
-_ARN_RE = re.compile(r"^arn:aws:braket:([a-z0-9-]*):[0-9]*:device/.+$")
-# A `local` device may also be an IBM backend the emulator serves (IBM's REST surface).
-_IBM_BACKEND_RE = re.compile(r"^ibm_[a-z0-9_]+$")
 
 
 class CatalogError(FluxQuantumError):
@@ -355,21 +310,17 @@ def _parse_device(entry: Any, index: int, path: str) -> Device:
             raise fail(f"{key} is required")
 
     vendor = entry["vendor"]
-    if vendor not in VENDORS:
-        raise fail(f"vendor must be one of {', '.join(VENDORS)}, got {_describe(vendor)}")
+    descriptor = registry().get(vendor)
+    if descriptor is None:
+        names = ", ".join(vendor_names())
+        raise fail(f"vendor must be one of {names}, got {_describe(vendor)}")
     device_id = entry["id"]
     if not isinstance(device_id, str) or not device_id.strip():
         raise fail(f"id must be a non-empty string, got {_describe(device_id)}")
-    arn_region = None
-    # A local id may also name an IBM backend the emulator serves: no ARN, no region.
-    if vendor == "braket" or (vendor == "local" and not _IBM_BACKEND_RE.match(device_id)):
-        match = _ARN_RE.match(device_id)
-        if not match:
-            raise fail(
-                f"id must be a Braket device ARN (arn:aws:braket:REGION::device/...), "
-                f"got {device_id!r}"
-            )
-        arn_region = match.group(1) or None
+    try:
+        id_region = descriptor.region_of(device_id)  # the vendor's own form of an id
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     device_class = entry["class"]
     if device_class not in DEVICE_CLASSES:
         raise fail(
@@ -378,11 +329,11 @@ def _parse_device(entry: Any, index: int, path: str) -> Device:
     qubits = entry["qubits"]
     if not _is_int(qubits) or qubits < 1:
         raise fail(f"qubits must be an integer >= 1, got {_describe(qubits)}")
-    region = entry.get("region", arn_region or DEFAULT_REGION)
+    region = entry.get("region", id_region or DEFAULT_REGION)
     if not isinstance(region, str) or not re.match(r"^[a-z]{2}(-[a-z0-9]+)+$", region):
         raise fail(f"region must be a region name such as us-east-1, got {_describe(region)}")
-    if arn_region and region != arn_region:
-        raise fail(f"region must match the region in its id ({arn_region}), got {region!r}")
+    if id_region and region != id_region:
+        raise fail(f"region must match the region in its id ({id_region}), got {region!r}")
     slots = entry.get("slots", 1)
     if not _is_int(slots) or slots < 1:
         raise fail(f"slots must be an integer >= 1, got {_describe(slots)}")
@@ -443,17 +394,17 @@ def _parse_vendor_settings(value: Any, path: str) -> Mapping[str, Mapping[str, s
         raise CatalogError(f"{path}: vendors must be a mapping, got {_describe(value)}")
     result: dict[str, Mapping[str, str]] = {}
     for vendor, settings in value.items():
-        if vendor not in VENDORS:
-            raise CatalogError(
-                f"{path}: vendors: unknown vendor {vendor!r} (accepted: {', '.join(VENDORS)})"
-            )
+        descriptor = registry().get(vendor)
+        if descriptor is None:
+            names = ", ".join(vendor_names())
+            raise CatalogError(f"{path}: vendors: unknown vendor {vendor!r} (accepted: {names})")
         if settings is None:
             settings = {}
         if not isinstance(settings, dict):
             raise CatalogError(
                 f"{path}: vendors.{vendor} must be a mapping, got {_describe(settings)}"
             )
-        accepted = VENDOR_SETTINGS[vendor]
+        accepted = descriptor.settings
         checked: dict[str, str] = {}
         for key, item in settings.items():
             if key not in accepted:

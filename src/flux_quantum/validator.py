@@ -7,14 +7,17 @@ Load it by path next to the stock plugin::
 
 It runs in Flux's own Python (the one flux-core was built with), usually without
 flux-quantum installed, so it finds the package next to this file. It owns nothing but
-that glue: the request checks live in :func:`flux_quantum.protocol.request.check_jobspec_attributes`
-and the site's ``[quantum.access]`` rules in :mod:`flux_quantum.site.access` (both
-standard-library only). It never talks to a vendor and never changes the jobspec; jobs
-without ``attributes.system.qpu`` pass untouched. Only when access rules are configured
-does it read the catalog once, at start, for the vendor and class of named devices (the
-YAML catalog needs PyYAML, which flux-core's Python has; without it, rules on vendors or
-classes are left to the handlers). A refusal it cannot be sure of (the bank is filled in
-after submit) is left to the handlers too.
+that glue: the request checks live in
+:func:`flux_quantum.protocol.request.check_jobspec_attributes` and the site's
+``[quantum.access]`` rules in :mod:`flux_quantum.site.access` (both standard-library
+only); the vendors it knows and their credential variables are their descriptors'
+(``flux_quantum.protocol.vendors``, found on the path it extends, vendors installed
+beside flux-quantum among them). It never talks to a vendor and never changes the
+jobspec; jobs without ``attributes.system.qpu`` pass untouched. Only when access rules
+are configured does it read the catalog once, at start, for the vendor and class of
+named devices (the YAML catalog needs PyYAML, which flux-core's Python has; without it,
+rules on vendors or classes are left to the handlers). A refusal it cannot be sure of
+(the bank is filled in after submit) is left to the handlers too.
 """
 
 from __future__ import annotations

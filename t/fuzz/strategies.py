@@ -16,9 +16,10 @@ from flux_quantum.protocol.request import (
     RESERVATION_ENDS,
     SESSIONS,
     TABLE_KEYS,
-    VENDORS,
 )
+from flux_quantum.protocol.vendors import vendor_names
 
+VENDORS = vendor_names()
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
 json_scalars = (

@@ -17,14 +17,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from flux_quantum.catalog import VENDORS, Catalog, Device
+from flux_quantum.catalog import Catalog, Device
 from flux_quantum.cli import table
 from flux_quantum.errors import CommandError
 from flux_quantum.protocol.request import RequestError, parse_request
+from flux_quantum.protocol.vendors import vendor_names
 from flux_quantum.selection.policies import NoDeviceError, select_device, static_candidates
 from flux_quantum.selection.qasm import count_program
-from flux_quantum.vendors import make_vendor, probe_devices
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, Vendor
+from flux_quantum.vendors.factory import make_vendor
+from flux_quantum.vendors.probing import probe_devices
 
 DEFAULT_TIMEOUT = 5.0
 # Row fields for -o FORMAT; the header of a field is its name in upper case.
@@ -64,7 +66,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="Python format string of fields: " + ", ".join(FIELDS) + " (e.g. '{name} {status}')",
     )
     backends.add_argument("-n", "--no-header", action="store_true", help="omit the header")
-    backends.add_argument("--vendor", choices=VENDORS, help="only this vendor")
+    backends.add_argument("--vendor", choices=vendor_names(), help="only this vendor")
     backends.add_argument(
         "-a", "--all", action="store_true", help="also list RETIRED devices (hidden by default)"
     )

@@ -28,8 +28,10 @@ Every key and its values: docs/requests.md of flux-quantum.
 # python3), not flux-quantum's: like validator.py it imports only the standard library,
 # Flux's bindings and the flux_quantum package next to it, which it loads by path
 # without adding anything to sys.path (a venv's site-packages must never reach Flux's
-# interpreter). It lives alone in its directory because Flux imports every *.py file of
-# a directory on FLUX_CLI_PLUGINPATH.
+# interpreter); the registry of vendors loads, the same way, the descriptors of the
+# vendors installed beside that package (standard library only, every one). It lives
+# alone in its directory because Flux imports every *.py file of a directory on
+# FLUX_CLI_PLUGINPATH.
 #
 # Where: flux-core 0.88 calls preinit() after parsing options and before building the
 # jobspec, then applies --setattr, then calls modify_jobspec() (flux.cli.base

@@ -530,7 +530,7 @@ def own_vendor(
     """The vendor of TASK with the caller's own credentials, configured from the catalog
     its release used (``qpu_info.catalog``), else the usual catalog lookup."""
     from flux_quantum.catalog import CatalogError, load_catalog
-    from flux_quantum.vendors import make_vendor
+    from flux_quantum.vendors.factory import make_vendor
 
     try:
         catalog = load_catalog(task.catalog, environ=environ)

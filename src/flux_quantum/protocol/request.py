@@ -7,6 +7,8 @@ inside Flux's own Python by the ingest validator and by the CLI plugin of ``flux
 (``flux_quantum/cliplugin/qpu.py``), so it must stay standard-library only
 (no yaml, no third-party or ``flux`` imports), must never do I/O, never look at the
 catalog and never block: it checks the shape of a request, not whether the device exists.
+The vendors it knows are the registry's (``flux_quantum.protocol.vendors``, which reads the
+vendor packages once, on first use).
 Every rejection is one short sentence naming the field as the user wrote it, what is
 accepted and what was given, because Flux shows it verbatim after ``flux submit``.
 """
@@ -22,18 +24,8 @@ from typing import Any, TypeGuard
 
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.protocol.jobspec import RELEASE_ATTRIBUTES
+from flux_quantum.protocol.vendors import registry, vendor_names
 
-VENDORS: tuple[str, ...] = (
-    "braket",
-    "ibm",
-    "iqm",
-    "pasqal",
-    "ibm-quantum-system",
-    "alice-bob-felis",
-    "oqtopus",
-    "ionq",
-    "local",
-)
 POLICIES: tuple[str, ...] = ("explicit", "min-cost", "min-queue", "min-wait", "max-fidelity")
 DEVICE_CLASSES: tuple[str, ...] = ("qpu", "simulator")
 FAILOVERS: tuple[str, ...] = ("fail", "next", "simulator")
@@ -182,7 +174,17 @@ def _check_name(field: str, value: object, what: str) -> str:
 
 
 def _check_vendor(value: object) -> str:
-    return _check_choice("qpu.vendor", value, VENDORS)
+    try:
+        return _check_choice("qpu.vendor", value, vendor_names())
+    except RequestError as exc:
+        raise _why_missing(exc, value) from None
+
+
+def _why_missing(error: RequestError, vendor: object) -> RequestError:
+    """``error`` (an unknown vendor), with why that vendor is missing if it was offered
+    and could not be loaded (a broken install says so where its user looks)."""
+    problem = registry().problem(vendor) if isinstance(vendor, str) else None
+    return RequestError(error.field, f"{error}; {problem}") if problem else error
 
 
 def _check_policy(value: object) -> str:
@@ -315,10 +317,11 @@ def _parse_target(value: object, field: str) -> tuple[str | None, str | None]:
     if not isinstance(value, str):
         raise _error(field, _TARGET_FORMS, value)
     vendor, sep, device = value.rpartition(":")
-    if sep and vendor not in VENDORS:
+    if sep and vendor not in (vendors := vendor_names()):
         if not vendor or ":" in vendor:
             raise _error(field, _TARGET_FORMS, value)
-        raise _error(field, "VENDOR:DEVICE with a VENDOR from " + ", ".join(VENDORS), value)
+        accepted = "VENDOR:DEVICE with a VENDOR from " + ", ".join(vendors)
+        raise _why_missing(_error(field, accepted, value), vendor)
     if device == ANY:
         return (vendor or None, None)
     if not device:
@@ -566,18 +569,8 @@ def check_jobspec_attributes(system: Mapping[str, object]) -> QpuRequest | None:
 # Vendor credentials a user may have exported in the shell they submit from. Flux copies
 # the submitter's environment into the jobspec (attributes.system.environment), which
 # the KVS keeps and the instance owner and admins can read: a QPU job carrying one is
-# refused at submit, so that the credential never enters the instance.
-CREDENTIAL_VARIABLES = frozenset(
-    {
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_SECURITY_TOKEN",
-        "QISKIT_IBM_TOKEN",
-        "IONQ_API_KEY",
-        "IONQ_SESSION_ID",
-    }
-)
-CREDENTIAL_SUFFIXES = ("_IAM_APIKEY", "QRMI_JOB_ACQUISITION_TOKEN", "_QRMI_IBM_QCS_SESSION_ID")
+# refused at submit, so that the credential never enters the instance. Which variables
+# hold a vendor's secrets is the vendor's descriptor's (``credentials``).
 
 
 def credential_variables(system: Mapping[str, object]) -> list[str]:
@@ -585,12 +578,7 @@ def credential_variables(system: Mapping[str, object]) -> list[str]:
     environment = system.get("environment")
     if not isinstance(environment, Mapping):
         return []
-    return sorted(
-        name
-        for name in environment
-        if isinstance(name, str)
-        and (name in CREDENTIAL_VARIABLES or name.endswith(CREDENTIAL_SUFFIXES))
-    )
+    return registry().credentials(environment)
 
 
 def credential_refusal(names: list[str]) -> str:

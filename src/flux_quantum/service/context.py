@@ -26,8 +26,8 @@ from flux_quantum.service.retry import RetryPolicy
 from flux_quantum.service.state import Counters, Member, Unit
 from flux_quantum.service.units import Units
 from flux_quantum.service.workers import Workers
-from flux_quantum.vendors import make_vendor
 from flux_quantum.vendors.base import DeviceSnapshot, RetryBudget, Vendor
+from flux_quantum.vendors.factory import make_vendor
 
 Log = Callable[[int, str], None]
 Clock = Callable[[], float]

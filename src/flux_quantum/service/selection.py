@@ -44,8 +44,8 @@ from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.state import Attempt, Phase, Program, Unit
 from flux_quantum.site import reservations
-from flux_quantum.vendors import probe_devices
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus
+from flux_quantum.vendors.probing import probe_devices
 
 
 def compact_explanation(

@@ -56,7 +56,7 @@ from typing import TypeGuard
 
 from flux_quantum.site.access import checked_table, name_list, shown
 from flux_quantum.site.reservations import format_seconds
-from flux_quantum.vendors.braket import PROGRAM_SET_ACTION, TAG_VALUE_MAX
+from flux_quantum.vendors.braket.parsing import PROGRAM_SET_ACTION, TAG_VALUE_MAX
 from flux_quantum.vendors.ibm.payload import MAX_EXECUTIONS, MAX_INPUT_BYTES
 
 TABLE = "quantum.merge"

@@ -7,9 +7,11 @@ the handlers and the CLI. This module owns the records those verbs return
 ``task_state``'s, and a vendor's feed of state changes ``task_events``'), the abstract
 ``Vendor``, the vendor-neutral ``Calibration`` record, the one bounded retry loop
 (``RetryBudget``) and the one call wrapper (``TranslatedCalls``: a call under that loop,
-its errors translated by the vendor) that vendor modules make their calls through. It
-never talks to a vendor itself, never holds a credential and never sleeps except through
-the ``sleep`` it is given.
+its errors translated by the vendor) that vendor modules make their calls through, and
+``CatalogVendor``: a vendor built from the catalog, with the one constructor every vendor
+package's class shares and the error mapping its descriptor names. It never talks to a
+vendor itself, never holds a credential and never sleeps except through the ``sleep`` it
+is given.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from __future__ import annotations
 import abc
 import hashlib
 import math
+import os
 import statistics
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, cast
 
 from flux_quantum.catalog import Device, PriceModel
+from flux_quantum.protocol.vendors import VendorDescriptor
 from flux_quantum.vendors.errors import NotFound, NotSupported, VendorError
 from flux_quantum.vendors.task_state import (
     TaskState as TaskState,  # handed on: its records carry it
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
     from flux_quantum.vendors.task_events import EventSource
 
 T = TypeVar("T")
+S = TypeVar("S")  # a vendor's settings record
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
@@ -518,8 +524,8 @@ class TranslatedCalls(abc.ABC):
     """The one shape of a vendor's call to its SDK or service: run under the vendor's
     ``RetryBudget`` (``retry``, with its ``_clock`` and ``_sleep``), every exception of a
     ``translated`` class turned into a ``VendorError`` by the vendor's ``_translate``
-    (one that already is one passes as it is). Mixed into the vendors that call out
-    (Braket's, the QRMI ones); the vendor sets those attributes in its constructor."""
+    (one that already is one passes as it is). Mixed into ``CatalogVendor``, whose
+    constructor sets those attributes."""
 
     retry: RetryBudget
     _clock: Clock
@@ -543,3 +549,99 @@ class TranslatedCalls(abc.ABC):
                 raise self._translate(exc, operation, subject) from None
 
         return self.retry.run(attempt, clock=self._clock, sleep=self._sleep)
+
+
+class CatalogSettings:
+    """A vendor's settings record (a frozen dataclass) read from its catalog section
+    (``vendors.NAME``): each key the section sets, as the field of that name, then the
+    ``overrides``. A record whose keys are not its fields reads them itself."""
+
+    @classmethod
+    def from_catalog(cls, section: Mapping[str, str], **overrides: Any) -> Self:
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        values: dict[str, Any] = {key: section[key] for key in names if section.get(key)}
+        return cls(**(values | overrides))
+
+
+class CatalogVendor(TranslatedCalls, Vendor, Generic[S]):
+    """A vendor a catalog names: its class in a vendor package, built by ``make_vendor``
+    through ``from_catalog``.
+
+    ``descriptor`` is its package's (``VENDOR``: the class takes its name from it);
+    ``settings_type``, its settings record ``S``, reads the catalog's
+    ``vendors.NAME`` section (``from_catalog(section, **overrides)``) and makes the
+    defaults (no arguments); ``timeout_settings`` are the settings that bound one call,
+    each set to ``make_vendor``'s ``timeout`` when one is given. The constructor is the
+    one every such vendor shares: its settings, retry budget, clock and sleep, the
+    environment its credentials come from (``os.environ`` unless one is handed in, read
+    when used: never copied, never changed) and its catalog devices by name. A vendor
+    that needs more takes ``**common`` and hands it on. Errors are translated by the
+    descriptor's mapping unless the vendor keeps more state than that mapping sees.
+    """
+
+    descriptor: ClassVar[VendorDescriptor]
+    settings_type: ClassVar[Any]
+    timeout_settings: ClassVar[tuple[str, ...]] = ("timeout",)
+    settings: S
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "descriptor" in cls.__dict__:
+            cls.name = cls.descriptor.name
+
+    def __init__(
+        self,
+        settings: S | None = None,
+        *,
+        devices: Iterable[Device] = (),
+        retry: RetryBudget | None = None,
+        clock: Clock = time.time,
+        sleep: Sleep = time.sleep,
+        environ: Mapping[str, str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.name = name or self.name
+        self.settings = self.settings_type() if settings is None else settings
+        self.retry = retry or RetryBudget()
+        self._clock = clock
+        self._sleep = sleep
+        self._environ: Mapping[str, str] = os.environ if environ is None else environ
+        self._devices = {d.name: d for d in devices if d.vendor == self.name}
+
+    @classmethod
+    def from_catalog(
+        cls,
+        section: Mapping[str, str],
+        *,
+        timeout: float | None = None,
+        environ: Mapping[str, str] | None = None,
+        emulator: Any = None,
+        **common: Any,
+    ) -> Self:
+        """The vendor configured from the catalog's ``vendors.NAME`` ``section``; ``common``:
+        the constructor's (devices, retry, clock, sleep). ``emulator``: an ``Emulator`` to
+        reach instead of the configured endpoints, for a vendor that serves one object."""
+        overrides = {} if timeout is None else dict.fromkeys(cls.timeout_settings, timeout)
+        return cls(cls.settings_type.from_catalog(section, **overrides), environ=environ, **common)
+
+    def device_of(self, name: str) -> Device:
+        """The catalog device ``name`` of this vendor (NotFound: the catalog has none)."""
+        device = self._devices.get(name)
+        if device is None:
+            raise NotFound(
+                f"{self.name} has no device {name!r} in the catalog",
+                vendor=self.name,
+                vendor_code="UnknownDevice",
+            )
+        return device
+
+    def program_refusal(self, device: Device, program_text: str) -> str | None:
+        """Why ``device`` cannot run ``program_text`` (its kind, then the vendor's own
+        check), or None: what the service drops a device for while the job is held."""
+        return self.descriptor.program_reason(device.qubits, program_text)
+
+    def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
+        mapped = self.descriptor.translate(
+            exc, vendor=self.name, operation=operation, subject=subject
+        )
+        return cast(VendorError, mapped)

@@ -24,26 +24,23 @@ import functools
 import json
 import re
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
     Calibration,
+    CatalogVendor,
     Clock,
     DeviceSnapshot,
     DeviceStatus,
-    RetryBudget,
-    Sleep,
+    S,
     TaskRef,
     TaskResult,
     TaskSnapshot,
     TaskState,
-    TranslatedCalls,
-    Vendor,
     VendorSession,
 )
 from flux_quantum.vendors.errors import (
@@ -301,7 +298,7 @@ def _count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-class QrmiVendor(TranslatedCalls, Vendor):
+class QrmiVendor(CatalogVendor[S]):
     """A vendor whose devices are resources of one QRMI type (``resource_type``, a name
     of ``qrmi.ResourceType``). Idempotency as IBM's: QRMI's create has no token, so the
     subclass marks the payload with it and ``_find`` looks for it; ``submit`` looks
@@ -311,30 +308,13 @@ class QrmiVendor(TranslatedCalls, Vendor):
     # How a result flux-quantum cannot read is named in the error ("is not one ...").
     result_form = "one"
 
-    def __init__(
-        self,
-        settings: Any = None,
-        *,
-        devices: Iterable[Device] = (),
-        retry: RetryBudget | None = None,
-        clock: Clock = time.time,
-        sleep: Sleep = time.sleep,
-        environ: Mapping[str, str] | None = None,
-        name: str | None = None,
-    ) -> None:
-        import os
-
-        self.name = name or self.name
-        self.settings = settings  # the vendor's own (its catalog section), or None
-        self.retry = retry or RetryBudget()
-        self._clock = clock
-        self._sleep = sleep
-        self._environ = dict(os.environ if environ is None else environ)
-        self._devices = {d.name: d for d in devices if d.vendor == self.name}
+    def __init__(self, settings: S | None = None, **common: Any) -> None:
+        """``common``: ``CatalogVendor``'s (devices, retry, clock, sleep, environ, name)."""
+        super().__init__(settings, **common)
         self._lock = threading.Lock()
         # (device or backend, session id or None) -> its QRMI resource, built once.
         self._resources: dict[tuple[str, str | None], QrmiResource] = {}
-        self._creates = Creates(clock)
+        self._creates = Creates(self._clock)
         # Set by a vendor whose API cannot be searched by token (``AnsweredCreates``).
         self._answered: AnsweredCreates | None = None
 
@@ -390,9 +370,6 @@ class QrmiVendor(TranslatedCalls, Vendor):
         task status says nothing)."""
         return None
 
-    def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
-        return translate(exc, vendor=self.name, operation=operation, subject=subject)
-
     # -- plumbing
 
     def _http_json(self, request: urllib.request.Request, timeout: float = HTTP_TIMEOUT) -> Any:
@@ -424,16 +401,6 @@ class QrmiVendor(TranslatedCalls, Vendor):
         ``<id>_KEY`` first, then ``KEY``, else ``default``."""
         env = self._environ
         return env.get(f"{device.id}_{key}") or env.get(key) or default
-
-    def device_of(self, name: str) -> Device:
-        device = self._devices.get(name)
-        if device is None:
-            raise NotFound(
-                f"{self.name} has no device {name!r} in the catalog",
-                vendor=self.name,
-                vendor_code="UnknownDevice",
-            )
-        return device
 
     def _resource(self, device: Device) -> QrmiResource:
         """QRMI's resource for ``device``, built once."""

@@ -80,8 +80,8 @@ from flux_quantum.emulator.side import Call, JobRoute, JobSide
 from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
 from flux_quantum.emulator.simulate import simulate as run_program
 from flux_quantum.emulator.wire import Request, Response, body_field, json_response
-from flux_quantum.vendors.felis_program import ProgramError as QirError
-from flux_quantum.vendors.felis_program import gates, histogram
+from flux_quantum.vendors.felis.program import ProgramError as QirError
+from flux_quantum.vendors.felis.program import gates, histogram
 
 DEFAULT_SHOTS = 1000
 

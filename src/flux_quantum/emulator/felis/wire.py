@@ -13,7 +13,7 @@ import json
 
 from flux_quantum.emulator.side import Refusal
 from flux_quantum.emulator.wire import Response
-from flux_quantum.vendors.felis_program import Gate
+from flux_quantum.vendors.felis.program import Gate
 
 PREFIX = "/felis"
 API = PREFIX + "/v1"

@@ -89,8 +89,8 @@ from flux_quantum.emulator.side import Call, JobRoute, JobSide
 from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
 from flux_quantum.emulator.simulate import simulate as run_program
 from flux_quantum.emulator.wire import Request, Response, json_response
-from flux_quantum.vendors.iqm_program import ProgramError as IqmProgramError
-from flux_quantum.vendors.iqm_program import validate_circuit
+from flux_quantum.vendors.iqm.program import ProgramError as IqmProgramError
+from flux_quantum.vendors.iqm.program import validate_circuit
 
 
 @dataclass

@@ -34,7 +34,7 @@ from flux_quantum.emulator.pasqal.wire import (
 from flux_quantum.emulator.queue import DeviceQueue, TaskProgress, TaskTimeline
 from flux_quantum.emulator.scenario import DeviceQueueSpec
 from flux_quantum.emulator.wire import Response, json_response
-from flux_quantum.vendors import pasqal_program
+from flux_quantum.vendors.pasqal import program as pasqal_program
 
 
 @dataclass

@@ -10,53 +10,58 @@ idempotency by clientToken, the lookup by token tag), ``parsing`` (GetDevice and
 GetQuantumTask answers, result files, program set layouts, the clientToken and tags),
 ``calibration`` (device capabilities as a ``Calibration``), ``errors`` (Braket's codes
 as vendor errors), ``settings`` (where the settings come from, the boto3 session and
-client config built from them) and ``event_queue`` (``BraketEventQueue``: Braket's task
-events from the site's SQS queue). The names below are the ones other modules use.
+client config built from them), ``event_queue`` (``BraketEventQueue``: Braket's task
+events from the site's SQS queue), ``hybrid_jobs`` (a loop's session as a hybrid job)
+and ``sdk`` (the SDK's heavy modules, loaded late). ``VENDOR`` is its descriptor: this
+face imports nothing but the standard library and ``flux_quantum.protocol``.
 """
 
-from flux_quantum.vendors.braket.calibration import read_calibration
-from flux_quantum.vendors.braket.errors import translate_error
-from flux_quantum.vendors.braket.event_queue import BraketEventQueue, read_event
-from flux_quantum.vendors.braket.parsing import (
-    LAYOUT_TAG,
-    PROGRAM_SET_ACTION,
-    RESERVATION_ASSOCIATION,
-    TAG_VALUE_MAX,
-    TOKEN_TAG,
-    client_token,
-    decode_layout,
-    device_queue_depth,
-    encode_layout,
-    execution_seconds,
-    in_execution_window,
-    parse_queue_count,
-    program_set_layout,
-    reservation_of,
-    status_reason,
-)
-from flux_quantum.vendors.braket.settings import BraketSettings
-from flux_quantum.vendors.braket.vendor import BraketVendor
+from __future__ import annotations
 
-__all__ = [
-    "LAYOUT_TAG",
-    "PROGRAM_SET_ACTION",
-    "RESERVATION_ASSOCIATION",
-    "TAG_VALUE_MAX",
-    "TOKEN_TAG",
-    "BraketEventQueue",
-    "BraketSettings",
-    "BraketVendor",
-    "client_token",
-    "decode_layout",
-    "device_queue_depth",
-    "encode_layout",
-    "execution_seconds",
-    "in_execution_window",
-    "parse_queue_count",
-    "program_set_layout",
-    "read_event",
-    "read_calibration",
-    "reservation_of",
-    "status_reason",
-    "translate_error",
-]
+import re
+
+from flux_quantum.protocol.vendors import VendorDescriptor
+
+# Braket's task events through the site's SQS queue, and a loop's hybrid job (Braket's
+# and the emulator's Braket: the ``local`` vendor takes them too).
+EVENTS_SETTINGS = ("events_queue", "events_wait", "events_poll", "events_silence")
+HYBRID_SETTINGS = (
+    "hybrid_role_arn",
+    "hybrid_instance",
+    "hybrid_price",
+    "hybrid_max_runtime",
+    "hybrid_start_timeout",
+)
+_DEVICE_ARN = re.compile(r"^arn:aws:braket:([a-z0-9-]*):[0-9]*:device/.+$")
+
+
+def arn_region(device_id: str) -> str | None:
+    """The region a Braket device ARN names (None: a managed simulator's, which names
+    none); ValueError when ``device_id`` is not a device ARN."""
+    match = _DEVICE_ARN.match(device_id)
+    if not match:
+        raise ValueError(
+            f"id must be a Braket device ARN (arn:aws:braket:REGION::device/...), got {device_id!r}"
+        )
+    return match.group(1) or None
+
+
+VENDOR = VendorDescriptor(
+    name="braket",
+    title="Amazon Braket",
+    vendor="flux_quantum.vendors.braket.vendor:BraketVendor",
+    errors="flux_quantum.vendors.braket.errors:translate_error",
+    settings=(
+        "s3_bucket",
+        "s3_prefix",
+        "endpoint_url",
+        "s3_endpoint_url",
+        "profile",
+        *EVENTS_SETTINGS,
+        "sqs_endpoint_url",
+        *HYBRID_SETTINGS,
+    ),
+    id_region=arn_region,
+    credentials=("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"),
+    rank=10,
+)

@@ -45,10 +45,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import threading
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,21 +55,18 @@ from botocore.exceptions import ClientError
 
 from flux_quantum.catalog import DEFAULT_REGION, Device
 from flux_quantum.vendors.base import (
-    Clock,
+    CatalogVendor,
     DeviceSnapshot,
     DeviceStatus,
-    RetryBudget,
     SessionOpening,
-    Sleep,
     TaskRef,
     TaskResult,
     TaskSnapshot,
     TaskState,
-    TranslatedCalls,
-    Vendor,
     VendorSession,
 )
-from flux_quantum.vendors.braket.errors import TRANSLATED, name_first_failure, translate_error
+from flux_quantum.vendors.braket import VENDOR
+from flux_quantum.vendors.braket.errors import TRANSLATED, name_first_failure
 from flux_quantum.vendors.braket.event_queue import BraketEventQueue
 from flux_quantum.vendors.braket.hybrid_jobs import BraketHybridJobs
 from flux_quantum.vendors.braket.parsing import (
@@ -115,28 +110,17 @@ LOOKUP_SKEW = 300.0  # seconds before ``since`` a lookup searches from (clock sk
 LOOKUP_PAGES = 50  # SearchQuantumTasks pages (100 tasks each) a lookup reads at most
 
 
-class BraketVendor(TranslatedCalls, Vendor):
+class BraketVendor(CatalogVendor[BraketSettings]):
     """Amazon Braket devices and tasks through the SDK's boto3 Braket client."""
 
-    name = "braket"
+    descriptor = VENDOR
+    settings_type = BraketSettings
+    timeout_settings = ("connect_timeout", "read_timeout")
     translated = TRANSLATED
 
-    def __init__(
-        self,
-        settings: BraketSettings | None = None,
-        *,
-        devices: Iterable[Device] = (),
-        retry: RetryBudget | None = None,
-        clock: Clock = time.time,
-        sleep: Sleep = time.sleep,
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        self.settings = settings or BraketSettings()
-        self.retry = retry or RetryBudget()
-        self._clock = clock
-        self._sleep = sleep
-        self._environ = os.environ if environ is None else environ
-        self._devices_by_arn = {d.id: d for d in devices if d.vendor == self.name}
+    def __init__(self, settings: BraketSettings | None = None, **common: Any) -> None:
+        super().__init__(settings, **common)
+        self._devices_by_arn = {d.id: d for d in self._devices.values()}
         self._lock = threading.Lock()
         self._boto_session: boto3.session.Session | None = None
         self._clients: dict[tuple[str, str], Any] = {}
@@ -149,8 +133,8 @@ class BraketVendor(TranslatedCalls, Vendor):
             self._client,
             self._call,
             vendor=self.name,
-            clock=clock,
-            sleep=sleep,
+            clock=self._clock,
+            sleep=self._sleep,
         )
 
     # -- plumbing
@@ -181,9 +165,6 @@ class BraketVendor(TranslatedCalls, Vendor):
 
     def _braket(self, region: str) -> Any:
         return self._client("braket", region)
-
-    def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
-        return translate_error(exc, vendor=self.name, operation=operation, subject=subject)
 
     def _device_name(self, arn: str) -> str:
         device = self._devices_by_arn.get(arn)

@@ -30,17 +30,14 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
     Calibration,
-    Clock,
-    RetryBudget,
     SessionOpening,
-    Sleep,
     TaskRef,
     TaskResult,
     VendorSession,
@@ -52,8 +49,9 @@ from flux_quantum.vendors.errors import (
     VendorError,
     VendorUnavailable,
 )
+from flux_quantum.vendors.ibm import VENDOR
 from flux_quantum.vendors.ibm.calibration import CALIBRATION_TTL, read_calibration
-from flux_quantum.vendors.ibm.errors import PLAN_REFUSED, translate_error
+from flux_quantum.vendors.ibm.errors import PLAN_REFUSED
 from flux_quantum.vendors.ibm.payload import (
     program_token,
     sampler_input,
@@ -74,36 +72,18 @@ LIST_PAGE = 200
 LIST_PAGES_MAX = 20
 
 
-class IbmVendor(QrmiVendor):
+class IbmVendor(QrmiVendor[IbmSettings]):
     """IBM Quantum backends and jobs through QRMI: a ``QrmiVendor`` whose resources ride
     sessions, whose task is found by listing the backend's jobs, and whose failures and
     calibration are read from IBM's REST API."""
 
-    name = "ibm"
+    descriptor = VENDOR
+    settings_type = IbmSettings
     resource_type = "IBMQuantumComputeService"
     result_form = "a sampler result"
 
-    def __init__(
-        self,
-        settings: IbmSettings | None = None,
-        *,
-        devices: Iterable[Device] = (),
-        retry: RetryBudget | None = None,
-        clock: Clock = time.time,
-        sleep: Sleep = time.sleep,
-        environ: Mapping[str, str] | None = None,
-        name: str = "ibm",
-    ) -> None:
-        super().__init__(
-            settings or IbmSettings(),
-            devices=devices,
-            retry=retry,
-            clock=clock,
-            sleep=sleep,
-            environ=environ,
-            name=name,
-        )
-        self.settings: IbmSettings
+    def __init__(self, settings: IbmSettings | None = None, **common: Any) -> None:
+        super().__init__(settings, **common)
         self._readers: dict[str, RestReader] = {}
         self._calibrations: dict[str, tuple[float, Calibration | None]] = {}
 
@@ -228,10 +208,6 @@ class IbmVendor(QrmiVendor):
         with self._lock:
             self._calibrations[device.id] = (now, calibration)
         return calibration
-
-    def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
-        # qrmi's errors are RuntimeErrors; our REST reads raise HttpError
-        return translate_error(exc, vendor=self.name, operation=operation, subject=subject)
 
     def _settle(self) -> float:
         return self.settings.settle

@@ -36,15 +36,15 @@ import re
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.selection.program_kinds import device_reason, kind_of
 from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot, TaskState
 from flux_quantum.vendors.errors import AccessDenied, Conflict, NotFound, VendorError
 from flux_quantum.vendors.ibm.payload import sampler_input, split_result
-from flux_quantum.vendors.qrmi import AnsweredCreates, QrmiVendor, translate
+from flux_quantum.vendors.ibm_quantum_system import VENDOR
+from flux_quantum.vendors.qrmi import AnsweredCreates, QrmiVendor
 
 SETTING_PREFIX = "QRMI_IBM_QS_"
 # The catalog's settings and QRMI's names for them.
@@ -66,7 +66,7 @@ class IbmQuantumSystemSettings:
     """The catalog's non-secret settings (QRMI's names without the prefix) and the job
     timeout QRMI's create requires (seconds)."""
 
-    values: Mapping[str, str]
+    values: Mapping[str, str] = field(default_factory=dict)
     job_timeout: int = DEFAULT_JOB_TIMEOUT
 
     @classmethod
@@ -78,17 +78,17 @@ class IbmQuantumSystemSettings:
         return cls(values, int(timeout) if timeout else DEFAULT_JOB_TIMEOUT)
 
 
-class IbmQuantumSystemVendor(QrmiVendor):
+class IbmQuantumSystemVendor(QrmiVendor[IbmQuantumSystemSettings]):
     """An IBM Quantum System's backends and jobs through QRMI's ``IBMQuantumSystem``."""
 
-    name = "ibm-quantum-system"
+    descriptor = VENDOR
+    settings_type = IbmQuantumSystemSettings
+    timeout_settings = ()  # QRMI's resource bounds its own calls
     resource_type = "IBMQuantumSystem"
     _answered: AnsweredCreates  # set in __init__: jobs are known only by their create
 
     def __init__(self, settings: IbmQuantumSystemSettings | None = None, **common: Any) -> None:
-        """``common``: ``QrmiVendor``'s (devices, retry, clock, sleep, environ, name)."""
-        super().__init__(settings or IbmQuantumSystemSettings({}), **common)
-        self.settings: IbmQuantumSystemSettings
+        super().__init__(settings, **common)
         self._answered = AnsweredCreates(self._unknown)
         self._stopped: set[str] = set()  # jobs this process stopped (QRMI deleted them)
 
@@ -120,7 +120,7 @@ class IbmQuantumSystemVendor(QrmiVendor):
     def _payload(self, device: Device, program_text: str, shots: int, token: str) -> Any:
         import qrmi
 
-        reason = device_reason(self.name, kind_of(program_text))
+        reason = self.program_refusal(device, program_text)
         if reason is not None:
             raise ValueError(f"{device.name} {reason}")
         body = sampler_input(program_text, shots, token)
@@ -145,7 +145,7 @@ class IbmQuantumSystemVendor(QrmiVendor):
         return None
 
     def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
-        error = translate(exc, vendor=self.name, operation=operation, subject=subject)
+        error = super()._translate(exc, operation, subject)
         token = self._answered.current()
         if operation != "create" or token is None:
             return error

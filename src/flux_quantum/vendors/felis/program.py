@@ -23,6 +23,8 @@ import csv
 import io
 import re
 
+from flux_quantum.protocol.programs import is_qir
+
 ACCEPTED = "human-readable QIR (LLVM IR text calling @__quantum__qis__* on %Qubit* and %Result*)"
 _CALL = re.compile(r"call\s+void\s+@__quantum__qis__(\w+?)__(body|adj)\s*\((.*)\)")
 _POINTER = re.compile(r"%(Qubit|Result)\*\s+(?:null|inttoptr\s*\(\s*i64\s+(\d+)\s+to\s+%\1\*\s*\))")
@@ -34,11 +36,6 @@ class ProgramError(ValueError):
 
 
 Gate = tuple[str, list[int], list[float], int | None]
-
-
-def is_qir(text: str) -> bool:
-    """Whether ``text`` is human-readable QIR (an LLVM module calling QIR's QIS)."""
-    return bool(re.search(r"^\s*define\s", text, re.M)) and "@__quantum__" in text
 
 
 def check(program_text: str, qubits: int) -> str | None:

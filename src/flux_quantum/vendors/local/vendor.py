@@ -15,29 +15,26 @@ as Braket's. It must never reach anything but the emulator and never change
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
-    Clock,
     DeviceSnapshot,
     DeviceStatus,
-    RetryBudget,
     SessionOpening,
-    Sleep,
     TaskRef,
     TaskResult,
     TaskSnapshot,
     VendorSession,
 )
-from flux_quantum.vendors.braket import BraketSettings, BraketVendor
 from flux_quantum.vendors.braket.hybrid_jobs import MODE as HYBRID
-from flux_quantum.vendors.braket.settings import BotoService, numeric_settings
+from flux_quantum.vendors.braket.settings import BotoService, BraketSettings, numeric_settings
+from flux_quantum.vendors.braket.vendor import BraketVendor
 from flux_quantum.vendors.errors import VendorUnavailable
-from flux_quantum.vendors.ibm import IbmVendor
-from flux_quantum.vendors.ibm import emulator_settings as ibm_emulator_settings
+from flux_quantum.vendors.ibm.settings import emulator_settings as ibm_emulator_settings
+from flux_quantum.vendors.ibm.vendor import IbmVendor
+from flux_quantum.vendors.local import VENDOR
 
 ENV_URL = "FLUX_QUANTUM_EMULATOR_URL"
 # The emulator serves its path-style S3 under this prefix of its one port, the bucket
@@ -74,24 +71,29 @@ def emulator_settings(url: str, bucket: str | None = None, **overrides: Any) -> 
 class LocalVendor(BraketVendor):
     """Emulated Braket devices (catalog vendor ``local``)."""
 
-    name = "local"
+    descriptor = VENDOR
 
     def __init__(
-        self,
-        settings: BraketSettings | None = None,
-        *,
-        devices: Iterable[Device] = (),
-        retry: RetryBudget | None = None,
-        clock: Clock = time.time,
-        sleep: Sleep = time.sleep,
-        ibm: IbmVendor | None = None,
+        self, settings: BraketSettings | None = None, *, ibm: IbmVendor | None = None, **common: Any
     ) -> None:
-        # No environment: the emulator's bucket and endpoints come from the settings only.
-        super().__init__(
-            settings, devices=devices, retry=retry, clock=clock, sleep=sleep, environ={}
-        )
+        """``common``: ``CatalogVendor``'s (devices, retry, clock, sleep) but the
+        environment: the emulator's bucket and endpoints come from the settings only."""
+        super().__init__(settings, environ={}, **common)
         self.configured = settings is not None and settings.endpoint_url is not None
         self.ibm = ibm
+
+    @classmethod
+    def from_catalog(
+        cls, section: Mapping[str, str], *, emulator: Any = None, **options: Any
+    ) -> LocalVendor:
+        """An ``emulator`` handed in, else the catalog's ``vendors.local`` section (or
+        ``FLUX_QUANTUM_EMULATOR_URL``); ``options``: ``CatalogVendor.from_catalog``'s."""
+        timeout = options.pop("timeout", None)
+        if emulator is None:
+            return cls.from_settings(section, timeout=timeout, **options)
+        options.pop("environ", None)  # the emulator says where it is and what it takes
+        overrides = {} if timeout is None else dict.fromkeys(cls.timeout_settings, timeout)
+        return cls.from_emulator(emulator, settings_overrides=overrides, **options)
 
     @classmethod
     def from_emulator(cls, emulator: Any, **kwargs: Any) -> LocalVendor:
@@ -134,7 +136,7 @@ class LocalVendor(BraketVendor):
                 overrides[key] = settings[key]
         overrides.update(numeric_settings(settings))
         if timeout is not None:
-            overrides.update(connect_timeout=timeout, read_timeout=timeout)
+            overrides.update(dict.fromkeys(cls.timeout_settings, timeout))
         if not url:
             return cls(BraketSettings(**overrides), **kwargs)
         ibm = _ibm_twins(url, IBM_CREDENTIALS, kwargs, timeout)

@@ -3,7 +3,7 @@
 This module owns what is Pasqal's on top of ``QrmiVendor``: the settings of each device
 (QRMI's names, from the job owner's environment, then the catalog's ``vendors.pasqal``
 section, which never holds a secret), the payload (a Pulser sequence as abstract JSON,
-``job_runs`` = shots, checked by ``pasqal_program``), the result as counts, and finding a
+``job_runs`` = shots, checked by ``program``), the result as counts, and finding a
 create again. A device is reached as QRMI's ``PasqalCloud`` (its catalog id a Pasqal
 device type such as ``FRESNEL``) or ``PasqalLocal`` (an on-premises warden); its
 ``properties.pasqal_access`` (``cloud`` or ``local``) says which, by default ``cloud``
@@ -21,7 +21,7 @@ secret or munge credential into a message.
   (without one, this process acquires a session with the device's first call and uses
   it for every task, as QRMI's Slurm plugin acquires one per job).
 - Idempotency: QRMI's create sends no token, so the token rides the sequence's ``name``
-  (``pasqal_program.mark``); Pasqal keeps a batch's sequence as sent (``sequence_builder``
+  (``program.mark``); Pasqal keeps a batch's sequence as sent (``sequence_builder``
   in a batch document; the warden keeps a job's ``sequence``). ``find_task`` lists the
   device type's batches created since the recorded create (minus ``skew``:
   ``GET /core-fast/api/v2/batches?device_type=&start_date=``, paged) and returns the one
@@ -49,9 +49,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.vendors import pasqal_program
-from flux_quantum.vendors.base import TaskRef, TaskResult, VendorSession
+from flux_quantum.vendors.base import CatalogSettings, TaskRef, TaskResult, VendorSession
 from flux_quantum.vendors.errors import AccessDenied, VendorError, VendorUnavailable
+from flux_quantum.vendors.pasqal import VENDOR
+from flux_quantum.vendors.pasqal import program as pasqal_program
 from flux_quantum.vendors.qrmi import QrmiResource, QrmiVendor
 
 CLOUD = "QRMI_PASQAL_CLOUD_"
@@ -66,7 +67,7 @@ LIST_PAGES_MAX = 20
 
 
 @dataclass(frozen=True)
-class PasqalSettings:
+class PasqalSettings(CatalogSettings):
     """Site settings (the catalog's ``vendors.pasqal``) and ``find_task``'s margins."""
 
     base_url: str | None = None
@@ -77,13 +78,6 @@ class PasqalSettings:
     skew: float = 300.0
     settle: float = 60.0
 
-    @classmethod
-    def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> PasqalSettings:
-        keys = ("base_url", "auth_endpoint", "project_id", "warden_url")
-        values: dict[str, Any] = {k: settings[k] for k in keys if settings.get(k)}
-        values.update(overrides)
-        return cls(**values)
-
 
 def access_of(device: Device) -> str:
     """``cloud`` or ``local``: how ``device`` is reached."""
@@ -93,16 +87,15 @@ def access_of(device: Device) -> str:
     return "cloud" if device.id in CLOUD_DEVICES else "local"
 
 
-class PasqalVendor(QrmiVendor):
+class PasqalVendor(QrmiVendor[PasqalSettings]):
     """Pasqal's QPUs through QRMI's ``PasqalCloud`` and ``PasqalLocal`` resources."""
 
-    name = "pasqal"
+    descriptor = VENDOR
+    settings_type = PasqalSettings
     resource_type = "PasqalCloud"
 
     def __init__(self, settings: PasqalSettings | None = None, **common: Any) -> None:
-        """``common``: ``QrmiVendor``'s (devices, retry, clock, sleep, environ, name)."""
-        super().__init__(settings or PasqalSettings(), **common)
-        self.settings: PasqalSettings
+        super().__init__(settings, **common)
         self._tokens: dict[str, tuple[str, float]] = {}
         self._in_session: dict[str, QrmiResource] = {}  # on premises: device -> in a session
         self._token_lock = threading.Lock()

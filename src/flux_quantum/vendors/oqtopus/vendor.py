@@ -3,7 +3,7 @@
 This module owns the ``oqtopus`` vendor: OQTOPUS Cloud's User API reached through the
 real ``oqtopus-client`` SDK (``OqtopusClient``; QRMI's ``OQTOPUS`` resource only wraps
 that SDK through a native bridge the qrmi wheel lacks), each call under the
-``RetryBudget`` with the SDK's own retries off, its errors translated. It must never
+``RetryBudget`` with the SDK's own retries off, its errors translated (``errors``). It must never
 change ``os.environ``, never retry outside its ``RetryBudget`` and never write the API
 token into a message.
 
@@ -21,7 +21,7 @@ token into a message.
   failure's message, the run time (``execution_time``) and the counts; ``cancel_job``.
 - Programs: OpenQASM only (OQTOPUS transpiles it for the device); a QIR program, an IQM
   JSON circuit or a Pulser sequence is refused before anything is sent (and while the
-  job is held: ``program_kinds``).
+  job is held: the descriptor's program kinds).
 - Counts: OQTOPUS keys them by the classical bits in Qiskit's order (the last bit
   first); they are written result 0 first, as the other vendors' are here.
 - Idempotency: the job carries the token as its ``name`` and OQTOPUS searches jobs by
@@ -35,26 +35,20 @@ token into a message.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.selection.program_kinds import device_reason, kind_of
 from flux_quantum.vendors.base import (
-    Clock,
+    CatalogSettings,
+    CatalogVendor,
     DeviceSnapshot,
     DeviceStatus,
-    RetryBudget,
-    Sleep,
     TaskRef,
     TaskResult,
     TaskSnapshot,
     TaskState,
-    TranslatedCalls,
-    Vendor,
 )
 from flux_quantum.vendors.errors import (
     AccessDenied,
@@ -63,7 +57,9 @@ from flux_quantum.vendors.errors import (
     VendorError,
     VendorUnavailable,
 )
-from flux_quantum.vendors.qrmi import Creates, http_class, no_reservation, unreachable
+from flux_quantum.vendors.oqtopus import VENDOR
+from flux_quantum.vendors.oqtopus.errors import raised
+from flux_quantum.vendors.qrmi import Creates, no_reservation, unreachable
 
 SETTING_PREFIX = "QRMI_OQTOPUS_"
 SDK_URL, SDK_TOKEN = "OQTOPUS_URL", "OQTOPUS_API_TOKEN"
@@ -82,49 +78,24 @@ STATES = {
 
 
 @dataclass(frozen=True)
-class OqtopusSettings:
+class OqtopusSettings(CatalogSettings):
     """Where OQTOPUS Cloud's User API is (``url``; else the environment says) and how long
     one of its calls may take (``timeout``, seconds)."""
 
     url: str | None = None
     timeout: float = 20.0
 
-    @classmethod
-    def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> OqtopusSettings:
-        values: dict[str, Any] = {}
-        if settings.get("url"):
-            values["url"] = settings["url"]
-        values.update(overrides)
-        return cls(**values)
 
-
-class OqtopusVendor(TranslatedCalls, Vendor):
+class OqtopusVendor(CatalogVendor[OqtopusSettings]):
     """OQTOPUS Cloud's devices and sampling jobs through ``oqtopus_client``."""
 
-    name = "oqtopus"
+    descriptor = VENDOR
+    settings_type = OqtopusSettings
 
-    def __init__(
-        self,
-        settings: OqtopusSettings | None = None,
-        *,
-        devices: Iterable[Device] = (),
-        retry: RetryBudget | None = None,
-        clock: Clock = time.time,
-        sleep: Sleep = time.sleep,
-        environ: Mapping[str, str] | None = None,
-        name: str | None = None,
-    ) -> None:
-        import os
-
-        self.name = name or self.name
-        self.settings = settings or OqtopusSettings()
-        self.retry = retry or RetryBudget()
-        self._clock = clock
-        self._sleep = sleep
-        self._environ = dict(os.environ if environ is None else environ)
-        self._devices = {d.name: d for d in devices if d.vendor == self.name}
-        self._creates = Creates(clock)
-        self.translated = _sdk_errors()
+    def __init__(self, settings: OqtopusSettings | None = None, **common: Any) -> None:
+        super().__init__(settings, **common)
+        self._creates = Creates(self._clock)
+        self.translated = raised()
 
     # -- settings and the client
 
@@ -162,16 +133,6 @@ class OqtopusVendor(TranslatedCalls, Vendor):
             url=url, api_token=token, timeout=self.settings.timeout, retry_max_attempts=1
         )
         return OqtopusClient(config, user_agent="flux-quantum")
-
-    def device_of(self, name: str) -> Device:
-        device = self._devices.get(name)
-        if device is None:
-            raise NotFound(
-                f"{self.name} has no device {name!r} in the catalog",
-                vendor=self.name,
-                vendor_code="UnknownDevice",
-            )
-        return device
 
     def _on(self, device: Device, operation: str, subject: str, call: Callable[[Any], Any]) -> Any:
         """``call(client)`` on ``device``'s client, under the retry budget."""
@@ -214,7 +175,7 @@ class OqtopusVendor(TranslatedCalls, Vendor):
         reservation: str | None = None,
     ) -> TaskRef:
         no_reservation(self.name, reservation)
-        reason = device_reason(self.name, kind_of(program_text))
+        reason = self.program_refusal(device, program_text)
         if reason is None and (isinstance(shots, bool) or not isinstance(shots, int)
                                or not 1 <= shots <= MAX_SHOTS):  # fmt: skip
             reason = f"shots must be an integer from 1 to {MAX_SHOTS}, got {shots!r}"
@@ -358,9 +319,6 @@ class OqtopusVendor(TranslatedCalls, Vendor):
             vendor_code="NotFound",
         )
 
-    def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
-        return translate(exc, vendor=self.name, operation=operation, subject=subject)
-
 
 def counts_of(raw: Mapping[str, Any]) -> dict[str, int]:
     """OQTOPUS's counts (bits in Qiskit's order) written result 0 first (ValueError: a key
@@ -374,55 +332,3 @@ def counts_of(raw: Mapping[str, Any]) -> dict[str, int]:
             raise ValueError(f"the count of {key!r} is not a whole number: {value!r}")
         counts[bits[::-1]] = counts.get(bits[::-1], 0) + value
     return counts
-
-
-def translate(exc: BaseException, *, vendor: str, operation: str, subject: str) -> VendorError:
-    """One project error for an exception of the SDK's call: its HTTP status (the
-    ``UserApiError``'s, its message from the body when the SDK parsed one), else a
-    connection or storage failure (retryable), else a refusal of what was sent."""
-    if isinstance(exc, VendorError):
-        return exc
-    kind = type(exc).__name__
-    status = getattr(exc, "status_code", None)
-    if kind == "UserApiError" and isinstance(status, int) and status > 0:
-        detail = getattr(getattr(exc, "payload", None), "message", None) or exc.message  # type: ignore[attr-defined]
-        cls, code = http_class(status), f"HTTP{status}"
-    elif kind in ("UserApiError", "OqtopusStorageError") or isinstance(
-        exc, OSError | asyncio.TimeoutError
-    ) or _is_network(exc):  # fmt: skip
-        detail, cls, code = str(exc), VendorUnavailable, kind
-    else:
-        detail, cls, code = str(exc), InvalidRequest, kind
-    text = " ".join(str(detail).split())
-    return cls(
-        f"{vendor} {operation} for {subject} failed with {code}: {text[:400]}",
-        vendor=vendor,
-        vendor_code=code,
-        operation=operation,
-    )
-
-
-def _is_network(exc: BaseException) -> bool:
-    import aiohttp
-
-    return isinstance(exc, aiohttp.ClientError)
-
-
-def _sdk_errors() -> tuple[type[BaseException], ...]:
-    """What the SDK's calls raise: its own errors, aiohttp's, pydantic's validation, a
-    timeout or an OS error, and the ``ValueError`` of a setting it refuses."""
-    import aiohttp
-    import pydantic
-    from oqtopus_client import ResponseValidationError, UserApiError
-    from oqtopus_client.services.storage import OqtopusStorageError
-
-    return (
-        UserApiError,
-        ResponseValidationError,
-        OqtopusStorageError,
-        aiohttp.ClientError,
-        pydantic.ValidationError,
-        asyncio.TimeoutError,
-        OSError,
-        ValueError,
-    )

@@ -2,7 +2,7 @@
 
 This module owns what is Felis's own on top of ``QrmiVendor``: its settings (QRMI's
 ``QRMI_AB_FELIS_BASE_ENDPOINT`` and ``QRMI_AB_FELIS_API_KEY``), the ``AliceBobFelis``
-payload of a QIR program (``felis_program``: human-readable QIR only, sent as written,
+payload of a QIR program (``program``: human-readable QIR only, sent as written,
 with ``nbShots``), the reading of a job's ``HISTOGRAM`` output as counts, and what a lost
 create means. It must never change ``os.environ``, never retry outside its
 ``RetryBudget`` and never write the API key into a message.
@@ -14,7 +14,7 @@ create means. It must never change ``os.environ``, never retry outside its
   case with ``_`` for ``:`` (``QPU:1Q:BOSON_4A`` is ``ab_qpu_1q_boson_4a``).
 - Programs: human-readable QIR only; an OpenQASM circuit, an IQM JSON circuit or a Pulser
   sequence is refused before anything is sent (and while the job is held:
-  ``program_kinds``).
+  the descriptor's program kinds).
 - Status: QRMI's ``status()`` asks Felis nothing and always says Online, with no queue
   length: the probe says what QRMI says.
 - Idempotency: a Felis job carries nothing of the request's and QRMI cannot list jobs,
@@ -30,46 +30,41 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.selection.program_kinds import device_reason, kind_of
-from flux_quantum.vendors.base import TaskRef, TaskResult
+from flux_quantum.vendors.base import CatalogSettings, TaskRef, TaskResult
 from flux_quantum.vendors.errors import AccessDenied, Conflict, VendorError
-from flux_quantum.vendors.felis_program import check, counts_from_histogram
-from flux_quantum.vendors.qrmi import AnsweredCreates, QrmiVendor, translate
+from flux_quantum.vendors.felis import VENDOR
+from flux_quantum.vendors.felis.program import counts_from_histogram
+from flux_quantum.vendors.qrmi import AnsweredCreates, QrmiVendor
 
 SETTING_PREFIX = "QRMI_AB_FELIS_"
 DEFAULT_ENDPOINT = "https://api.alice-bob.com"
 
 
 @dataclass(frozen=True)
-class FelisSettings:
+class FelisSettings(CatalogSettings):
     """Where Felis is (``endpoint``: Alice & Bob's cloud unless the catalog or the
     environment says otherwise)."""
 
     endpoint: str | None = None
 
-    @classmethod
-    def from_catalog(cls, settings: Mapping[str, str]) -> FelisSettings:
-        return cls(settings.get("endpoint") or None)
 
-
-class FelisVendor(QrmiVendor):
+class FelisVendor(QrmiVendor[FelisSettings]):
     """Alice & Bob's targets and jobs through QRMI's ``AliceBobFelis`` resource."""
 
-    name = "alice-bob-felis"
+    descriptor = VENDOR
+    settings_type = FelisSettings
+    timeout_settings = ()  # QRMI's resource bounds its own calls
     resource_type = "AliceBobFelis"
-    _answered: AnsweredCreates  # set in __init__: jobs are known only by their create
     result_form = "a histogram"
+    _answered: AnsweredCreates  # set in __init__: jobs are known only by their create
 
     def __init__(self, settings: FelisSettings | None = None, **common: Any) -> None:
-        """``common``: ``QrmiVendor``'s (devices, retry, clock, sleep, environ, name)."""
-        super().__init__(settings or FelisSettings(), **common)
-        self.settings: FelisSettings
+        super().__init__(settings, **common)
         self._answered = AnsweredCreates(self._unknown)
 
     # -- what QrmiVendor asks of a vendor
@@ -94,9 +89,7 @@ class FelisVendor(QrmiVendor):
     def _payload(self, device: Device, program_text: str, shots: int, token: str) -> Any:
         import qrmi
 
-        reason = device_reason(self.name, kind_of(program_text)) or check(
-            program_text, device.qubits
-        )
+        reason = self.program_refusal(device, program_text)
         if reason is not None:
             raise ValueError(f"{device.name} {reason}" if reason.startswith("takes") else reason)
         if isinstance(shots, bool) or not isinstance(shots, int) or shots < 1:
@@ -147,7 +140,7 @@ class FelisVendor(QrmiVendor):
         return seconds if seconds >= 0 else None
 
     def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
-        error = translate(exc, vendor=self.name, operation=operation, subject=subject)
+        error = super()._translate(exc, operation, subject)
         token = self._answered.current()
         if operation == "create" and token is not None:
             made = "upload failed for created job" in str(exc)

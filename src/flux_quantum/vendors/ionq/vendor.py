@@ -30,27 +30,22 @@ message.
 from __future__ import annotations
 
 import threading
-import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from flux_quantum.catalog import Device
-from flux_quantum.selection.program_kinds import device_reason, kind_of
 from flux_quantum.vendors.base import (
-    Clock,
+    CatalogSettings,
+    CatalogVendor,
     DeviceSnapshot,
     DeviceStatus,
-    RetryBudget,
     SessionOpening,
-    Sleep,
     TaskRef,
     TaskResult,
     TaskSnapshot,
     TaskState,
-    TranslatedCalls,
-    Vendor,
     VendorSession,
 )
 from flux_quantum.vendors.errors import (
@@ -58,9 +53,10 @@ from flux_quantum.vendors.errors import (
     InvalidRequest,
     NotFound,
     VendorError,
-    VendorThrottled,
     VendorUnavailable,
 )
+from flux_quantum.vendors.ionq import VENDOR
+from flux_quantum.vendors.ionq.errors import translate
 
 if TYPE_CHECKING:
     from ionq_core.client import AuthenticatedClient
@@ -86,43 +82,24 @@ BACKEND_STATUS = {
 
 
 @dataclass(frozen=True)
-class IonqSettings:
+class IonqSettings(CatalogSettings):
     """Where IonQ's API is (``endpoint``: IonQ's own unless the catalog or the
     environment says otherwise) and how long one call may take (``timeout``, seconds)."""
 
     endpoint: str | None = None
     timeout: float = 30.0
 
-    @classmethod
-    def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> IonqSettings:
-        return cls(settings.get("endpoint") or None, **overrides)
 
-
-class IonqVendor(TranslatedCalls, Vendor):
+class IonqVendor(CatalogVendor[IonqSettings]):
     """IonQ's backends, jobs and sessions through ionq-core."""
 
-    name = "ionq"
+    descriptor = VENDOR
+    settings_type = IonqSettings
 
-    def __init__(
-        self,
-        settings: IonqSettings | None = None,
-        *,
-        devices: Iterable[Device] = (),
-        retry: RetryBudget | None = None,
-        clock: Clock = time.time,
-        sleep: Sleep = time.sleep,
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        import os
-
+    def __init__(self, settings: IonqSettings | None = None, **common: Any) -> None:
         import ionq_core
 
-        self.settings = settings or IonqSettings()
-        self.retry = retry or RetryBudget()
-        self._clock = clock
-        self._sleep = sleep
-        self._environ = dict(os.environ if environ is None else environ)
-        self._devices = {d.name: d for d in devices if d.vendor == self.name}
+        super().__init__(settings, **common)
         self._lock = threading.Lock()
         self._client: AuthenticatedClient | None = None
         self._secrets: set[str] = set()  # session ids: never in a message
@@ -164,48 +141,14 @@ class IonqVendor(TranslatedCalls, Vendor):
                 )
             return self._client
 
-    def device_of(self, name: str) -> Device:
-        device = self._devices.get(name)
-        if device is None:
-            raise NotFound(
-                f"{self.name} has no device {name!r} in the catalog",
-                vendor=self.name,
-                vendor_code="UnknownDevice",
-            )
-        return device
-
     def _device_named(self, backend: str) -> str:
         """The catalog device of IonQ's ``backend`` (its id), else the backend itself."""
         return next((d.name for d in self._devices.values() if d.id == backend), backend)
 
     def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
-        from ionq_core import (
-            APIConnectionError,
-            APIError,
-            AuthenticationError,
-            BadRequestError,
-            NotFoundError,
-            PermissionDeniedError,
-            RateLimitError,
-            ServerError,
+        return translate(
+            exc, vendor=self.name, operation=operation, subject=subject, scrub=self._scrub
         )
-
-        text = self._scrub(str(getattr(exc, "message", None) or exc))
-        status = getattr(exc, "status_code", None)
-        code = f"HTTP{status}" if status is not None else type(exc).__name__
-        message = f"{self.name} {operation} for {subject}: {text}"
-        kinds: list[tuple[type[BaseException], type[VendorError]]] = [
-            (RateLimitError, VendorThrottled),
-            (ServerError, VendorUnavailable),
-            (APIConnectionError, VendorUnavailable),
-            (AuthenticationError, AccessDenied),
-            (PermissionDeniedError, AccessDenied),
-            (NotFoundError, NotFound),
-            (BadRequestError, InvalidRequest),
-            (APIError, InvalidRequest),
-        ]
-        kind = next((k for base, k in kinds if isinstance(exc, base)), VendorError)
-        return kind(message, vendor=self.name, vendor_code=code, operation=operation)
 
     def _scrub(self, text: str) -> str:
         """``text`` with every session id this vendor holds replaced by its fingerprint."""
@@ -291,7 +234,7 @@ class IonqVendor(TranslatedCalls, Vendor):
         from ionq_core.api.default import create_job
         from ionq_core.models.circuit_job_creation_payload import CircuitJobCreationPayload
 
-        reason = device_reason(self.name, kind_of(program_text))
+        reason = self.program_refusal(device, program_text)
         if reason is None and (isinstance(shots, bool) or not isinstance(shots, int) or shots < 1):
             reason = f"shots must be an integer >= 1, got {shots!r}"
         if reason is not None:

@@ -2,10 +2,10 @@
 
 This module owns what is IQM's own on top of ``QrmiVendor``: the settings (QRMI's
 ``QRMI_IQM_ISA_ENDPOINT`` and ``QRMI_IQM_ISA_TOKEN``), the ``circuit`` job payload built
-from a program (``iqm_program``: OpenQASM 3 translated to prx/cz/measure, or IQM's JSON
+from a program (``program``: OpenQASM 3 translated to prx/cz/measure, or IQM's JSON
 circuit), the reading of a job's ``measurements`` as counts, the failure reason and run
-time of a job (a plain ``GET /api/v1/jobs/{id}``, which QRMI has no call for), and what
-IQM's refusals mean. It must never change ``os.environ``, never retry outside its
+time of a job (a plain ``GET /api/v1/jobs/{id}``, which QRMI has no call for), and which
+creates may have made a job (IQM's refusals themselves read in ``errors``). It must never change ``os.environ``, never retry outside its
 ``RetryBudget`` and never write the API token into a message.
 
 - Settings, per device first: ``<device id>_QRMI_IQM_ISA_ENDPOINT`` / ``_TOKEN`` in the job
@@ -33,12 +33,12 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from flux_quantum.catalog import Device
 from flux_quantum.vendors.base import (
+    CatalogSettings,
     DeviceSnapshot,
     DeviceStatus,
     TaskRef,
@@ -49,33 +49,24 @@ from flux_quantum.vendors.base import (
 from flux_quantum.vendors.errors import (
     AccessDenied,
     Conflict,
-    DeviceOffline,
-    QuotaExceeded,
     VendorError,
     VendorUnavailable,
 )
-from flux_quantum.vendors.iqm_program import counts_from_measurements, run_request
-from flux_quantum.vendors.qrmi import AnsweredCreates, QrmiVendor, translate
+from flux_quantum.vendors.iqm import VENDOR
+from flux_quantum.vendors.iqm.program import counts_from_measurements, run_request
+from flux_quantum.vendors.qrmi import AnsweredCreates, QrmiVendor
 
 SETTING_PREFIX = "QRMI_IQM_ISA_"
 DEFAULT_ENDPOINT = "https://resonance.meetiqm.com"
 
 
 @dataclass(frozen=True)
-class IqmSettings:
+class IqmSettings(CatalogSettings):
     """Where IQM is (``endpoint``: IQM Resonance unless the catalog or environment says
     otherwise) and how long the plain REST reads this module makes may take."""
 
     endpoint: str | None = None
     timeout: float = 20.0
-
-    @classmethod
-    def from_catalog(cls, settings: Mapping[str, str], **overrides: Any) -> IqmSettings:
-        values: dict[str, Any] = {}
-        if settings.get("endpoint"):
-            values["endpoint"] = settings["endpoint"]
-        values.update(overrides)
-        return cls(**values)
 
 
 _JOB_STATES = {
@@ -87,17 +78,16 @@ _JOB_STATES = {
 }
 
 
-class IqmVendor(QrmiVendor):
+class IqmVendor(QrmiVendor[IqmSettings]):
     """IQM quantum computers and jobs through QRMI's ``IQMServer`` resource."""
 
-    name = "iqm"
+    descriptor = VENDOR
+    settings_type = IqmSettings
     resource_type = "IQMServer"
     _answered: AnsweredCreates  # set in __init__: jobs are known only by their create
 
     def __init__(self, settings: IqmSettings | None = None, **common: Any) -> None:
-        """``common``: ``QrmiVendor``'s (devices, retry, clock, sleep, environ, name)."""
-        super().__init__(settings or IqmSettings(), **common)
-        self.settings: IqmSettings
+        super().__init__(settings, **common)
         self._answered = AnsweredCreates(self._unknown)
 
     # -- what QrmiVendor asks of a vendor
@@ -156,26 +146,18 @@ class IqmVendor(QrmiVendor):
         return snapshot
 
     def _translate(self, exc: BaseException, operation: str, subject: str) -> VendorError:
-        error = translate(exc, vendor=self.name, operation=operation, subject=subject)
-        code = error.vendor_code
-        if operation == "create":
-            refused = code.startswith("HTTP4") or type(exc).__name__ in (
+        """The descriptor's mapping; a create whose answer may have made a job (not a
+        refusal) leaves its token unsure."""
+        error = super()._translate(exc, operation, subject)
+        if operation == "create" and (token := self._answered.current()) is not None:
+            refused = error.vendor_code.startswith("HTTP4") or type(exc).__name__ in (
                 "InvalidInputError",
                 "AuthenticationFailedError",
                 "ResourceNotFoundError",
                 "ConfigError",
             )
-            token = self._answered.current()
-            if not refused and token is not None:
+            if not refused:
                 self._answered.unsure(token)
-            if code == "HTTP409":
-                return DeviceOffline(
-                    str(error), vendor=self.name, vendor_code=code, operation=operation
-                )
-            if code == "HTTP403":
-                return QuotaExceeded(
-                    str(error), vendor=self.name, vendor_code=code, operation=operation
-                )
         return error
 
     def _unknown(self, subject: str, token: str) -> Conflict:
