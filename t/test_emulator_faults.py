@@ -47,7 +47,13 @@ cnot q[0], q[1];
 cnot q[1], q[2];
 c = measure q;
 """
-BELL = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n'
+# A Bell pair in the IBM line's ISA (rz, sx, cz on coupled qubits 0 and 1: h = rz sx rz,
+# cx = h cz h), written by hand: these tests are about faults, not compiling.
+BELL = (
+    'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\n'
+    "rz(pi/2) q[0];\nsx q[0];\nrz(pi/2) q[0];\nrz(pi/2) q[1];\nsx q[1];\nrz(pi/2) q[1];\n"
+    "cz q[0], q[1];\nrz(pi/2) q[1];\nsx q[1];\nrz(pi/2) q[1];\nc = measure q;\n"
+)
 CATALOG = parse_catalog(
     f"""
 devices:

@@ -100,6 +100,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the report (bill, calls, faults) of the emulator that wrote --env-file",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of queues and faults")
+    parser.add_argument(
+        "--lenient",
+        action="store_true",
+        help="run programs the vendors would refuse (not in a backend's ISA, outside IQM's "
+        "native set or couplers); default: strict, as the vendors are",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log each call to stderr")
     reserve = parser.add_argument_group(
         "Braket Direct windows",
@@ -337,6 +343,7 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         port=args.port,
         seed=args.seed,
         on_call=_log_call if args.verbose else None,
+        strict=not getattr(args, "lenient", False),
         **scenarios,
     )
     stop = threading.Event()

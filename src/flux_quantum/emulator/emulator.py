@@ -18,6 +18,7 @@ scenarios, the clock and the seed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -53,6 +54,9 @@ class Emulator:
     ``scenario`` is Braket's; every other side's is the keyword its entry names
     (``ibm=IbmScenario...``), its default when not given. ``sides`` is the table it
     serves (the package's, ``sides.SIDES``, unless a test or bench gives its own).
+    ``strict`` (the default) accepts and refuses programs as each vendor does (IBM's ISA,
+    IQM's native set and couplers); ``strict=False`` runs what a side can simulate, for a
+    test or bench whose point is not the vendor's rules (it overrides every scenario's).
 
     >>> with Emulator(clock=ManualClock()) as emu:
     ...     os.environ.update(emu.env())
@@ -68,6 +72,7 @@ class Emulator:
         seed: int = 0,
         on_call: Callable[[Call], None] | None = None,
         sides: Sequence[SideEntry] = SIDES,
+        strict: bool = True,
         **scenarios: Any,
     ) -> None:
         keywords = {entry.keyword for entry in sides if entry.scenario is not None}
@@ -86,6 +91,8 @@ class Emulator:
             given = scenarios.get(entry.keyword)
             if given is None and entry.scenario is not None:
                 given = entry.scenario.default()
+            if not strict and dataclasses.is_dataclass(given) and hasattr(given, "strict"):
+                given = dataclasses.replace(given, strict=False)  # type: ignore[type-var]
             wiring = Wiring(self.clock, seed, self._stop, on_call, dict(self.sides))
             self.sides[entry.name] = entry.build(given, wiring)
         self._braket = self.side("braket", BraketService)

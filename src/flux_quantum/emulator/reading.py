@@ -52,7 +52,8 @@ def setting(
     """A scenario field with how it is read: ``low`` bounds a number, ``choices`` the
     accepted values (of a list's items too), ``noun`` names a list's items (``empty``: it
     may be empty), ``kind`` the type when the default does not say it (``str`` for a label
-    taken as written, ``"periods"`` for emulated-time windows), ``check`` returns a
+    taken as written, ``"periods"`` for emulated-time windows, ``"pairs"`` for a coupling
+    map), ``check`` returns a
     problem or None, ``key`` is its name in the file when not the field's."""
     meta = {"low": low, "choices": choices, "noun": noun, "empty": empty, "kind": kind,
             "check": check, "key": key}  # fmt: skip
@@ -218,6 +219,20 @@ class Reader:
             periods.append((start, end))
         return tuple(sorted(periods))
 
+    def pairs(self, value: Any, where: str) -> tuple[tuple[int, int], ...]:
+        """A coupling map: a list of [a, b] pairs of distinct qubit indices (>= 0)."""
+        if not isinstance(value, list):
+            raise self.fail(where, "must be a list of [a, b] qubit pairs")
+        pairs = []
+        for i, pair in enumerate(value):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise self.fail(f"{where}[{i}]", f"must be [a, b], got {pair!r:.40}")
+            a, b = (self.integer(q, f"{where}[{i}]", low=0) for q in pair)
+            if a == b:
+                raise self.fail(f"{where}[{i}]", f"must couple two qubits, got {pair!r}")
+            pairs.append((a, b))
+        return tuple(pairs)
+
     def listed(self, value: Any, key: str, noun: str) -> list[Any]:
         """The top level's non-empty list under ``key`` (of ``noun`` entries)."""
         if not isinstance(value, list) or not value:
@@ -326,6 +341,8 @@ class Reader:
         kind = meta.get("kind") or _kind(hint)
         if kind == "periods":
             return self.periods(raw, where)
+        if kind == "pairs":
+            return self.pairs(raw, where)
         if kind is QueueSpec:
             return self.queue(raw, prefix, service_time=_default(f).service_time)
         if isinstance(kind, type) and dataclasses.is_dataclass(kind):

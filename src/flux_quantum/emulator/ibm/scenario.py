@@ -10,6 +10,7 @@ mistake is one ``ScenarioError`` naming the source, the backend and the field.
 Format::
 
     plan: open | paid          # open: a dedicated session is refused with code 1352
+    strict: true               # false: circuits outside a backend's ISA run anyway
     apikey: KEY                # the IAM API key the emulator accepts (default: any)
     crn: CRN                   # the service instance CRN it expects (default: any)
     price_per_second: 1.60     # what a completed job's usage seconds cost on the bill
@@ -21,6 +22,7 @@ Format::
         qubits: 156
         processor: {family: Heron, revision: "2"}
         basis_gates: [cz, id, rz, sx, x]
+        coupling_map: [[0, 1], ...]      # default: heavy-hex for 127/133/156 qubits, else a line
         queue: {depth: 30, service_time: 8, ...}   # as the Braket side's queue
         status: online | paused | offline
         paused: [[start, end], ...]     # emulated seconds; jobs queue but do not start
@@ -48,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from flux_quantum.emulator import topology
 from flux_quantum.emulator.bill import IBM_PAID_PRICE_PER_SECOND
 from flux_quantum.emulator.reading import (
     Reader,
@@ -137,6 +140,12 @@ class IbmBackendSpec(Record):
     calibration: Calibration = field(default_factory=Calibration)
     max_shots: int = 100_000
     clops: int = 250_000
+    coupling_map: tuple[tuple[int, int], ...] = setting((), kind="pairs")
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        """Its coupled qubit pairs (``topology.ibm``)."""
+        return topology.ibm(self.qubits, self.coupling_map)
 
     @property
     def processor_family(self) -> str:
@@ -264,6 +273,8 @@ class IbmScenario(ScenarioFile):
     crn: str | None = None
     faults: tuple[IbmFault, ...] = fault_list(read=_fault)
     source: str = "<dict>"
+    # Strict: a circuit not written in its backend's ISA fails with IBM's 1517.
+    strict: bool = True
     # Open plan: 0; paid: IBM_PAID_PRICE_PER_SECOND unless the scenario says.
     price_per_second: float = IBM_PAID_PRICE_PER_SECOND
     max_executions: int = MAX_EXECUTIONS

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
-from flux_quantum.emulator import programs
+from flux_quantum.emulator import isa, openqasm, programs
 from flux_quantum.emulator.bill import SideBill
 from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.ibm.runtime import IbmRuntime, JobQuery, refuse
@@ -307,8 +307,9 @@ class IbmService(TableSide[IbmScenario, IbmFault]):
                 f"{self.scenario.max_executions} for a Sampler job.",
             )
         session_id = body.get("session_id")
+        refused = self._non_isa(pubs, spec)
         results = []
-        for qasm, shots in pubs:
+        for qasm, shots in pubs if refused is None else []:
             results.append((register_name(qasm), *self._simulate(qasm, shots, spec), shots))
         job_id = self.runtime.create_job(
             spec,
@@ -320,11 +321,31 @@ class IbmService(TableSide[IbmScenario, IbmFault]):
             failure=self.failure(faults),
             cancels=any(f.cancel_job for f in faults),
             support_qiskit=params.get("support_qiskit") is not False,
+            refused=refused,
         )
         answer = {"id": job_id, "backend": spec.name, "private": False}
         if session_id is not None:
             answer["session_id"] = session_id
         return json_response(200, answer), job_id
+
+    def _non_isa(self, pubs: list[tuple[str, int]], spec: IbmBackendSpec) -> tuple[int, str] | None:
+        """IBM's code and reason when a pub's circuit is not written in the backend's
+        ISA (the job is created and fails at once, as IBM's validation fails it); None
+        when all are, or the scenario is not strict."""
+        for qasm, _shots in pubs:  # wider than the device: IBM's validation refuses it
+            try:
+                openqasm.check_width(qasm, spec.qubits)
+            except ProgramError as exc:
+                raise refuse(
+                    1002, f"Error in the validation process of the job: {exc}", 400
+                ) from None
+        if not self.scenario.strict:
+            return None
+        for qasm, _shots in pubs:
+            detail = isa.violation(qasm, spec.basis_gates, spec.pairs, spec.qubits)
+            if detail is not None:
+                return isa.CODE, isa.reason(detail)
+        return None
 
     def _pub(self, pub: Any, params: dict[str, Any], spec: IbmBackendSpec) -> tuple[str, int]:
         if not isinstance(pub, list) or not pub:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from flux_quantum.emulator import topology
 from flux_quantum.emulator.ibm.scenario import ERROR_CODES, IbmBackendSpec
 from flux_quantum.emulator.wire import Response
 
@@ -72,12 +73,9 @@ def parse_timestamp(text: str) -> datetime:
 
 
 def coupling_map(spec: IbmBackendSpec) -> list[list[int]]:
-    """A line of qubits, both directions (real backends are heavy-hex; a line keeps the
-    emulator's map readable and every neighbour pair valid)."""
-    edges = []
-    for q in range(spec.qubits - 1):
-        edges += [[q, q + 1], [q + 1, q]]
-    return edges
+    """The backend's coupled pairs, both directions (its two-qubit gate is symmetric):
+    heavy-hex for IBM's 127-, 133- and 156-qubit processors (see ``topology``)."""
+    return topology.both_ways(spec.pairs)
 
 
 def two_qubit_gates(spec: IbmBackendSpec) -> list[str]:

@@ -14,6 +14,7 @@ Shape (every key but ``backends`` optional)::
     bucket: flux-quantum-qs          # the S3 bucket jobs' input and results live in
     region: us-east-1
     price_per_second: 1.60           # US dollars per QPU second
+    strict: true                     # false: circuits outside a backend's ISA run anyway
     backends:
       - name: ibm_kobe               # the QRMI resource id
         qubits: 5
@@ -21,6 +22,8 @@ Shape (every key but ``backends`` optional)::
         queue: {depth: 2, service_time: 5}
         paused: [[100, 200]]         # paused: jobs wait, none starts (QRMI: Paused)
         status: online               # or paused / offline for the whole run
+        basis_gates: [ecr, id, rz, sx, x]
+        coupling_map: [[0, 1], ...]  # default: heavy-hex for 127/133/156 qubits, else a line
     faults:
       - operation: CreateJob         # or a list; see OPERATIONS
         backend: ibm_kobe
@@ -39,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from flux_quantum.emulator import topology
 from flux_quantum.emulator.reading import Record, ScenarioFile, device_list, fault_list, setting
 from flux_quantum.emulator.scenario import JobFault, QueueSpec
 
@@ -77,6 +81,13 @@ class IbmQsBackendSpec(Record):
     lanes: int = 1
     status: str = setting("online", choices=STATUSES)
     paused: tuple[tuple[float, float], ...] = ()
+    basis_gates: tuple[str, ...] = setting(("ecr", "id", "rz", "sx", "x"), noun="gate name")
+    coupling_map: tuple[tuple[int, int], ...] = setting((), kind="pairs")
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        """Its coupled qubit pairs (``topology.ibm``)."""
+        return topology.ibm(self.qubits, self.coupling_map)
 
     @property
     def queue_key(self) -> str:
@@ -113,6 +124,8 @@ class IbmQsScenario(ScenarioFile):
     max_simulated_qubits: int = 20
     faults: tuple[IbmQsFault, ...] = fault_list(OPERATIONS, "CreateJob")
     source: str = "<dict>"
+    # Strict: a circuit not written in its backend's ISA fails with IBM's 1517.
+    strict: bool = True
 
     def backend(self, name: str) -> IbmQsBackendSpec | None:
         return next((b for b in self.backends if b.name == name), None)

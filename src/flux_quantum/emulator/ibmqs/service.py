@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
-from flux_quantum.emulator import programs
+from flux_quantum.emulator import isa, openqasm, programs, topology
 from flux_quantum.emulator.clock import Clock, iso, timestamp
 from flux_quantum.emulator.ibm.wire import bit_rows, register_name, sampler_result
 from flux_quantum.emulator.ibmqs.scenario import IbmQsBackendSpec, IbmQsFault, IbmQsScenario
@@ -304,15 +304,14 @@ class IbmQsService(JobSide[IbmQsScenario, IbmQsFault]):
                      "ibm_quantum_compute": {"lanes": 1}}  # fmt: skip
             return json_response(200, lanes)
         if route.operation == "GetBackendConfiguration":
-            pairs = [[i, i + 1] for i in range(spec.qubits - 1)]
             return json_response(
                 200,
                 {
                     "backend_name": spec.name,
                     "backend_version": "1.0.0",
                     "n_qubits": spec.qubits,
-                    "basis_gates": ["ecr", "id", "rz", "sx", "x"],
-                    "coupling_map": pairs + [[b, a] for a, b in pairs],
+                    "basis_gates": list(spec.basis_gates),
+                    "coupling_map": topology.both_ways(spec.pairs),
                     "simulator": False,
                     "max_shots": 100_000,
                 },
@@ -351,7 +350,7 @@ class IbmQsService(JobSide[IbmQsScenario, IbmQsFault]):
             raise QsRefusal(409, "conflict", f"A job with id {body['id']} already exists.")
         if data is None:
             raise QsRefusal(400, "invalid_request", "The job's input could not be read.")
-        result, shots = self._run_pubs(data, spec, body["id"])
+        result, shots, refused = self._run_pubs(data, spec, body["id"])
         with self._lock:
             now = self.clock.now()
             job = QsJob(
@@ -363,14 +362,21 @@ class IbmQsService(JobSide[IbmQsScenario, IbmQsFault]):
                 storage=storage,
                 result=result,
                 timeout_secs=body.get("timeout_secs"),
-                failure=failure,
+                failure=refused or failure,
             )
-            self._queues[spec.name].submit(job.id, now, shots, fails=failure is not None)
+            if refused is not None:  # it fails at once, as the system's validation fails it
+                self._queues[spec.name].refuse(job.id, now)
+            else:
+                self._queues[spec.name].submit(job.id, now, shots, fails=failure is not None)
             self._jobs[job.id] = job
         return Response(204), job.id
 
-    def _run_pubs(self, data: bytes, spec: IbmQsBackendSpec, job_id: str) -> tuple[str, int]:
-        """The sampler input's result document and its shots summed (QsRefusal: invalid)."""
+    def _run_pubs(
+        self, data: bytes, spec: IbmQsBackendSpec, job_id: str
+    ) -> tuple[str, int, str | None]:
+        """The sampler input's result document, its shots summed, and why the job fails
+        at once (IBM's non-ISA reason: a circuit outside the backend's ISA, when the
+        scenario is strict; None) (QsRefusal: invalid input)."""
         try:
             params = json.loads(data)
         except ValueError:
@@ -386,11 +392,20 @@ class IbmQsService(JobSide[IbmQsScenario, IbmQsFault]):
             shots = pub[2] if len(pub) > 2 and pub[2] is not None else default
             if isinstance(shots, bool) or not isinstance(shots, int) or shots < 1:
                 raise QsRefusal(400, "invalid_request", "A pub's shots must be an integer >= 1.")
+            try:  # wider than the device: refused before it is a job
+                openqasm.check_width(pub[0], spec.qubits)
+            except ProgramError as exc:
+                raise QsRefusal(400, "invalid_request", f"The circuit cannot run: {exc}.") from None
+            detail = None
+            if self.scenario.strict:
+                detail = isa.violation(pub[0], spec.basis_gates, spec.pairs, spec.qubits)
+            if detail is not None:
+                return "", shots, isa.reason(detail)
             rows, num_bits = self._simulate(pub[0], shots, spec)
             results.append((register_name(pub[0]), rows, num_bits, shots))
         support_qiskit = bool(params.get("support_qiskit", False))
         text = sampler_result(results, job_id, support_qiskit=support_qiskit)
-        return text, sum(r[3] for r in results)
+        return text, sum(r[3] for r in results), None
 
     def _simulate(self, qasm: str, shots: int, spec: IbmQsBackendSpec) -> tuple[list[int], int]:
         source = programs.braket_source(qasm)

@@ -11,6 +11,7 @@ Shape (every key but ``devices`` optional)::
     price_per_second: 0.30         # credits per QPU second (IQM publishes no list price)
     long_poll: 0                   # real seconds a wait_until_terminal GET may be held
     max_simulated_qubits: 20
+    strict: true                   # false: non-native instructions, uncoupled cz run anyway
     devices:
       - id: garnet                 # IQM's alias, the QRMI resource id (no '_': QRMI turns
         qubits: 20                 #   the last one into ':')
@@ -20,6 +21,8 @@ Shape (every key but ``devices`` optional)::
         paused: [[100, 200]]       # maintenance: online, takes no job (QRMI: Paused)
         offline: [[500, 600]]      # down (QRMI: Offline)
         status: online             # or maintenance / offline for the whole run
+        couplers: [[1, 2], ...]    # QB numbers coupled by a cz (default: Garnet's lattice
+                                   #   for 20 qubits, else a square lattice)
     faults:
       - operation: SubmitJob       # or a list; see OPERATIONS
         device: garnet
@@ -42,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from flux_quantum.emulator import topology
 from flux_quantum.emulator.reading import Record, ScenarioFile, device_list, fault_list, setting
 from flux_quantum.emulator.scenario import JobFault, QueueSpec
 
@@ -97,6 +101,15 @@ class IqmDeviceSpec(Record):
     description: str = setting("", kind=str)
     max_shots: int = 100_000
     max_executions: int = 1_000_000
+    couplers: tuple[tuple[int, int], ...] = setting((), kind="pairs")
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        """Its coupled qubits, 0-based: the scenario's ``couplers`` (QB numbers), else
+        Garnet's lattice for 20 qubits, else a square lattice (IQM's Crystal layouts)."""
+        if self.couplers:
+            return tuple((a - 1, b - 1) for a, b in self.couplers)
+        return topology.GARNET if self.qubits == 20 else tuple(topology.square(self.qubits))
 
     @classmethod
     def completed(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -170,6 +183,8 @@ class IqmScenario(ScenarioFile):
     max_simulated_qubits: int = 20
     faults: tuple[IqmFault, ...] = fault_list(OPERATIONS, "SubmitJob")
     source: str = "<dict>"
+    # Strict: instructions outside the native set, or a cz on uncoupled qubits, refused.
+    strict: bool = True
 
     def device(self, device_id: str) -> IqmDeviceSpec | None:
         return next((d for d in self.devices if d.id == device_id), None)

@@ -88,8 +88,8 @@ from flux_quantum.emulator.scenario import DeviceQueueSpec
 from flux_quantum.emulator.side import Missing
 from flux_quantum.emulator.simulate import ProgramError
 from flux_quantum.emulator.wire import Request, Response, json_response
+from flux_quantum.vendors.iqm_program import NATIVE, validate_circuit
 from flux_quantum.vendors.iqm_program import ProgramError as IqmProgramError
-from flux_quantum.vendors.iqm_program import validate_circuit
 
 
 @dataclass
@@ -244,7 +244,7 @@ class IqmService(JobSide[IqmScenario, IqmFault]):
         spec = self._spec(route.device)
         if route.target != "static-quantum-architectures":
             raise IqmRefusal(404, f"Artifact {route.target} not found.", "qc_artifact_not_found")
-        pairs = [[f"QB{i + 1}", f"QB{i + 2}"] for i in range(spec.qubits - 1)]
+        pairs = [[f"QB{a + 1}", f"QB{b + 1}"] for a, b in spec.pairs]
         return json_response(
             200,
             [{"dut_label": spec.id, "qubits": spec.qubit_names(), "computational_resonators": [],
@@ -263,7 +263,7 @@ class IqmService(JobSide[IqmScenario, IqmFault]):
         spec = self._spec(route.device)
         cal = self._calibration_id(spec, route.target)
         qubits = spec.qubit_names()
-        pairs = [[a, b] for i, a in enumerate(qubits) for b in qubits[i + 1 :]]
+        pairs = [[f"QB{a + 1}", f"QB{b + 1}"] for a, b in spec.pairs]
 
         def gate(implementation: str, loci: list[list[str]]) -> dict[str, Any]:
             return {
@@ -389,6 +389,8 @@ class IqmService(JobSide[IqmScenario, IqmFault]):
             )
         circuits = []
         for i, circuit in enumerate(body["circuits"]):
+            if self.scenario.strict:
+                self._check_native(circuit, i, spec)
             try:
                 circuits.append(validate_circuit(circuit, spec.qubits, f"circuit {i}"))
             except IqmProgramError as exc:
@@ -396,6 +398,31 @@ class IqmService(JobSide[IqmScenario, IqmFault]):
                     400, f"{str(exc)[:1].upper()}{str(exc)[1:]}.", "invalid_input"
                 ) from None
         return circuits, shots
+
+    def _check_native(self, circuit: Any, index: int, spec: IqmDeviceSpec) -> None:
+        """Refuse, as IQM's server validates a circuit against its dynamic quantum
+        architecture (iqm-client's ``_validate_instruction`` words), an instruction
+        outside the native set, or a ``cz`` on qubits the device does not couple."""
+        coupled = {frozenset((f"QB{a + 1}", f"QB{b + 1}")) for a, b in spec.pairs}
+        instructions = circuit.get("instructions") if isinstance(circuit, dict) else None
+        for ins in instructions if isinstance(instructions, list) else []:
+            name = ins.get("name") if isinstance(ins, dict) else None
+            qubits = ins.get("qubits") if isinstance(ins, dict) else None
+            if name not in NATIVE:
+                raise IqmRefusal(
+                    400, f"Circuit {index}: Unknown quantum operation '{name}'.", "invalid_input"
+                )
+            if (
+                name == "cz"
+                and isinstance(qubits, list)
+                and frozenset(map(str, qubits)) not in coupled
+            ):
+                locus = tuple(map(str, qubits))
+                raise IqmRefusal(
+                    400,
+                    f"Circuit {index}: {locus} is not allowed as locus for 'cz'.",
+                    "invalid_input",
+                )
 
     def _simulate(
         self, circuit: dict[str, Any], shots: int, spec: IqmDeviceSpec
