@@ -14,18 +14,15 @@ are each side's), never sleep holding the side's lock and never read the wall cl
 from __future__ import annotations
 
 import random
-import threading
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from flux_quantum.emulator.bill import BilledTask, SideBill, timed_task
-from flux_quantum.emulator.clock import Clock
 from flux_quantum.emulator.queue import DeviceQueue
 from flux_quantum.emulator.routes import SideRoute
 from flux_quantum.emulator.scenario import DeviceQueueSpec
-from flux_quantum.emulator.side import Call, FaultT, ScenarioT, TableSide
+from flux_quantum.emulator.side import FaultT, ScenarioT, TableSide
 from flux_quantum.emulator.wire import Request, Response, json_response
 
 
@@ -59,15 +56,8 @@ class JobSide(TableSide[ScenarioT, FaultT]):
     vendor: ClassVar[str] = ""
     _id_draws: ClassVar[str] = ""
 
-    def __init__(
-        self,
-        scenario: ScenarioT,
-        clock: Clock,
-        seed: int = 0,
-        stop: threading.Event | None = None,
-        on_call: Callable[[Call], None] | None = None,
-    ) -> None:
-        super().__init__(scenario, clock, seed, stop, on_call)
+    def _setup(self) -> None:
+        seed = self.seed
         self._queues = {s.name: DeviceQueue(self._queue_spec(s), seed) for s in self._specs()}
         self._ids = random.Random(f"{seed}:{self._id_draws}")
         self._jobs: dict[str, Any] = {}

@@ -280,6 +280,10 @@ class VendorSide(Generic[RouteT, FaultT]):
 ScenarioT = TypeVar("ScenarioT")
 
 
+# What a side that names the request says of a path it does not serve.
+UNSERVED = "the emulator does not implement {method} {path}"
+
+
 @dataclass(frozen=True)
 class Missing:
     """A side's words when what a request names is not there: a path it does not serve
@@ -327,6 +331,10 @@ class TableSide(VendorSide[SideRoute, FaultT], Generic[ScenarioT, FaultT]):
         faults: Sequence[Any] = getattr(scenario, "faults", ())
         super().__init__(clock, seed, stop, on_call, faults=len(faults))
         self.scenario: ScenarioT = scenario
+        self._setup()
+
+    def _setup(self) -> None:
+        """Make the side's own state from its scenario (none by default)."""
 
     # -- routing ------------------------------------------------------------------------------
 

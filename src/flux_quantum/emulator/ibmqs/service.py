@@ -66,7 +66,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from flux_quantum.emulator import isa, openqasm, programs, topology
-from flux_quantum.emulator.clock import Clock, iso, timestamp
+from flux_quantum.emulator.clock import iso, timestamp
 from flux_quantum.emulator.ibm.wire import bit_rows, register_name, sampler_result
 from flux_quantum.emulator.ibmqs.scenario import IbmQsBackendSpec, IbmQsFault, IbmQsScenario
 from flux_quantum.emulator.ibmqs.wire import (
@@ -85,7 +85,7 @@ from flux_quantum.emulator.ibmqs.wire import (
 from flux_quantum.emulator.job_side import JobSide, SideJob
 from flux_quantum.emulator.routes import Body, Route, SideRoute, on_device, owned
 from flux_quantum.emulator.scenario import DeviceQueueSpec
-from flux_quantum.emulator.side import Missing, Refusal
+from flux_quantum.emulator.side import UNSERVED, Missing, Refusal
 from flux_quantum.emulator.simulate import ProgramError
 from flux_quantum.emulator.wire import Request, Response, json_response
 
@@ -115,7 +115,7 @@ class IbmQsService(JobSide[IbmQsScenario, IbmQsFault]):
     vendor = "ibm-quantum-system"
     _draws = "ibm-qs-fault"
     MISSING = Missing(
-        "the emulator does not implement {method} {path}", "Backend {name} not found.",
+        UNSERVED, "Backend {name} not found.",
         codes=("not_found", "backend_not_found", "job_not_found"),
     )  # fmt: skip
     ROUTES = (
@@ -136,8 +136,8 @@ class IbmQsService(JobSide[IbmQsScenario, IbmQsFault]):
         owned("POST", f"{_V1}/jobs/<job>/cancel", "CancelJob", "_cancel"),
     )  # fmt: skip
 
-    def __init__(self, scenario: IbmQsScenario, clock: Clock, seed: int = 0, **wiring: Any) -> None:
-        super().__init__(scenario, clock, seed, **wiring)
+    def _setup(self) -> None:
+        super()._setup()
         self._objects: dict[tuple[str, str], bytes] = {}
         self._tokens: set[str] = set()
 

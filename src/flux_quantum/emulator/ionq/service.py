@@ -55,7 +55,7 @@ from typing import Any
 
 from flux_quantum.emulator import programs
 from flux_quantum.emulator.bill import BilledTask
-from flux_quantum.emulator.clock import Clock, iso, timestamp
+from flux_quantum.emulator.clock import iso, timestamp
 from flux_quantum.emulator.ionq.scenario import (
     NOISE_MODELS,
     IonqBackendSpec,
@@ -127,8 +127,8 @@ class IonqService(JobSide[IonqScenario, IonqFault]):
         Route("POST", f"{API}/sessions/<session>/end", "EndSession", "_end_session", "<session>"),
     )  # fmt: skip
 
-    def __init__(self, scenario: IonqScenario, clock: Clock, seed: int = 0, **wiring: Any) -> None:
-        super().__init__(scenario, clock, seed, **wiring)
+    def _setup(self) -> None:
+        super()._setup()
         self._sessions: dict[str, IonqSession] = {}
 
     def _queue_spec(self, spec: IonqBackendSpec) -> DeviceQueueSpec:

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum.emulator import programs
-from flux_quantum.emulator.clock import Clock, iso, timestamp
+from flux_quantum.emulator.clock import iso, timestamp
 from flux_quantum.emulator.iqm.scenario import IqmDeviceSpec, IqmFault, IqmScenario
 from flux_quantum.emulator.iqm.wire import (
     API,
@@ -85,7 +85,7 @@ from flux_quantum.emulator.job_side import JobSide, SideJob
 from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.routes import Route, SideRoute, on_device, owned
 from flux_quantum.emulator.scenario import DeviceQueueSpec
-from flux_quantum.emulator.side import Missing
+from flux_quantum.emulator.side import UNSERVED, Missing
 from flux_quantum.emulator.simulate import ProgramError
 from flux_quantum.emulator.wire import Request, Response, json_response
 from flux_quantum.vendors.iqm_program import NATIVE, validate_circuit
@@ -118,7 +118,7 @@ class IqmService(JobSide[IqmScenario, IqmFault]):
     _draws = "iqm-fault"
     _id_draws = "iqm-ids"
     MISSING = Missing(
-        "the emulator does not implement {method} {path}", "Quantum computer {name} not found.",
+        UNSERVED, "Quantum computer {name} not found.",
         codes=("not_found", "qc_not_found", "job_not_found"),
     )  # fmt: skip
     ROUTES = (
@@ -136,11 +136,11 @@ class IqmService(JobSide[IqmScenario, IqmFault]):
         owned("GET", f"{API}/jobs/<job>/artifacts/<kind>", "GetJobArtifact", "_artifact"),
     )  # fmt: skip
 
-    def __init__(self, scenario: IqmScenario, clock: Clock, seed: int = 0, **wiring: Any) -> None:
-        super().__init__(scenario, clock, seed, **wiring)
+    def _setup(self) -> None:
+        super()._setup()
         self._qc_ids = {
-            d.id: str(uuid.UUID(int=random.Random(f"{seed}:iqm-qc:{d.id}").getrandbits(128)))
-            for d in scenario.devices
+            d.id: str(uuid.UUID(int=random.Random(f"{self.seed}:iqm-qc:{d.id}").getrandbits(128)))
+            for d in self.scenario.devices
         }
 
     def _queue_spec(self, spec: IqmDeviceSpec) -> DeviceQueueSpec:

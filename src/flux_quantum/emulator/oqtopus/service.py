@@ -61,7 +61,7 @@ from email.policy import HTTP
 from typing import Any
 
 from flux_quantum.emulator import programs
-from flux_quantum.emulator.clock import Clock, iso, timestamp
+from flux_quantum.emulator.clock import iso, timestamp
 from flux_quantum.emulator.job_side import JobSide
 from flux_quantum.emulator.oqtopus.scenario import (
     OqtopusDeviceSpec,
@@ -147,11 +147,9 @@ class OqtopusService(JobSide[OqtopusScenario, OqtopusFault]):
         owned("POST", f"{PREFIX}/jobs/<job>/cancel", "CancelJob", "_cancel"),
     )  # fmt: skip
 
-    def __init__(
-        self, scenario: OqtopusScenario, clock: Clock, seed: int = 0, **wiring: Any
-    ) -> None:
-        super().__init__(scenario, clock, seed, **wiring)
-        self._secret = f"{seed}:{scenario.token}:storage"
+    def _setup(self) -> None:
+        super()._setup()
+        self._secret = f"{self.seed}:{self.scenario.token}:storage"
 
     def _queue_spec(self, spec: OqtopusDeviceSpec) -> DeviceQueueSpec:
         """A device in an ``unavailable`` period starts nothing; one unavailable for the
