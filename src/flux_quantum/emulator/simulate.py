@@ -9,7 +9,8 @@ executable's measurements for a program set (the service lays out the program se
 files). It must never run a program wider than the scenario's ``max_simulated_qubits``
 (memory grows as 2^n) and never touch emulator state; errors come back as ``ProgramError``
 with a message fit for a ValidationException (``ProgramSetError`` also says which program
-and which inputs failed, as Braket's ``programSetValidationFailures`` do).
+and which inputs failed, as Braket's ``programSetValidationFailures`` do). A program's
+includes and width are read first (``openqasm``): it never opens a file a program names.
 """
 
 from __future__ import annotations
@@ -18,15 +19,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from flux_quantum.emulator import openqasm
+from flux_quantum.emulator.openqasm import ProgramError as ProgramError
 from flux_quantum.vendors.braket.sdk import sdk
 
 OPENQASM_PROGRAM = "braket.ir.openqasm.program"
 OPENQASM_PROGRAM_SET = "braket.ir.openqasm.program_set"
 ACTIONS = (OPENQASM_PROGRAM, OPENQASM_PROGRAM_SET)
-
-
-class ProgramError(ValueError):
-    """The action cannot run here; the message is what ValidationException says."""
 
 
 class ProgramSetError(ProgramError):
@@ -174,7 +173,14 @@ def _simulator(backend: str) -> Any:
 def _run(
     simulator: Any, action: str, request: SimulationRequest, shots: int | None = None
 ) -> dict[str, Any]:
-    program = sdk("braket.ir.openqasm").Program.parse_raw(action)
+    # The program as Braket's service reads it: its standard include taken as a name
+    # (the simulator would open a file of that name), any other refused, and no wider
+    # than the device it was sent to, as it declares itself.
+    document = json.loads(action)
+    source = openqasm.for_simulator(document["source"])
+    openqasm.check_width(source, request.device_qubits)
+    document["source"] = source
+    program = sdk("braket.ir.openqasm").Program.parse_raw(json.dumps(document))
     try:
         qubits = simulator.parse_program(program).circuit.num_qubits
     except Exception as exc:

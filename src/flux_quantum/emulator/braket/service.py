@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledReservation, BilledSession, BilledTask
+from flux_quantum.emulator.bill import SideBill
 from flux_quantum.emulator.braket import s3
 from flux_quantum.emulator.braket.devices import Devices
 from flux_quantum.emulator.braket.event_publisher import EventPublisher
@@ -48,6 +48,8 @@ from flux_quantum.emulator.side import Call, Refusal, VendorSide
 from flux_quantum.emulator.sqs import MessageQueue
 from flux_quantum.emulator.wire import Request, Response, json_response
 
+ACCESS_KEY = "flux-quantum-emulator"
+SECRET_KEY = "flux-quantum-emulator-secret"
 _REGION = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
 
 
@@ -87,8 +89,6 @@ class _Route:
 
 class BraketService(VendorSide[_Route, Fault]):
     """The Braket side's requests answered, from any number of server threads."""
-
-    _refusal = BraketRefusal
 
     def __init__(
         self,
@@ -163,22 +163,34 @@ class BraketService(VendorSide[_Route, Fault]):
         """Every reservation booked, by start."""
         return self._reservations.all()
 
-    def bill_reservations(self) -> list[BilledReservation]:
-        """Every reservation booked, with its cost and what its tasks did so far."""
+    def bill(self) -> SideBill:
+        """Every task created so far, with what Braket charges for it now; every hybrid
+        job, its instance time billed so far (as the bill's sessions); every reservation
+        booked, with its cost and what its tasks did so far."""
+        tasks, jobs = self._tasks.bill(), self._hybrid.bill()
         with self._lock:
-            return self._reservations.bill(self._tasks.records(), self.clock.now())
-
-    def bill(self) -> list[BilledTask]:
-        """Every task created so far, with what Braket charges for it now."""
-        return self._tasks.bill()
+            reservations = self._reservations.bill(self._tasks.records(), self.clock.now())
+        return SideBill(tasks, jobs, reservations)
 
     def job_starts(self) -> dict[str, float]:
         """When each hybrid job started, or will (emulated seconds), by ARN."""
         return self._hybrid.starts()
 
-    def bill_jobs(self) -> list[BilledSession]:
-        """Every hybrid job, its instance time billed so far (as the bill's sessions)."""
-        return self._hybrid.bill()
+    def env(self, url: str) -> dict[str, str]:
+        """The environment that points the Braket SDK, boto3 and botocore at this side,
+        served at ``url``. ``AWS_ENDPOINT_URL_BRAKET`` applies to every region, so regional
+        device ARNs and ``AwsQuantumTask(arn)`` in any region reach it too."""
+        return {
+            "AWS_ENDPOINT_URL_BRAKET": url,
+            "BRAKET_ENDPOINT": url,
+            "AWS_ENDPOINT_URL_S3": url + s3.PREFIX,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": self.scenario.region,
+            "AMZN_BRAKET_OUT_S3_BUCKET": self.scenario.bucket,
+            # No instance-metadata lookups: there is nothing but loopback to ask.
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
     # -- dispatch -----------------------------------------------------------------------------
 
