@@ -19,7 +19,7 @@ import qrmi
 from flux_quantum.emulator import Emulator, ManualClock, isa, openqasm, topology
 from flux_quantum.emulator.ibm import IbmScenario
 from flux_quantum.emulator.openqasm import Operation, ProgramError
-from flux_quantum.vendors.ibm import counts_from_result
+from flux_quantum.vendors.ibm.payload import counts_from_result
 
 BELL = (
     'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\n'
