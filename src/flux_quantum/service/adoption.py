@@ -47,7 +47,6 @@ from flux_quantum.service.state import (
     UnitState,
 )
 from flux_quantum.service.submission import submit_record, task_record
-from flux_quantum.service.tracking import Tracking
 from flux_quantum.site.accounts import request_account
 from flux_quantum.vendors.base import TaskRef
 
@@ -62,7 +61,6 @@ class Adoption:
         ctx: ServiceContext,
         outcomes: Outcomes,
         release: Release,
-        tracking: Tracking,
         charges: Charges,
         lookups: Lookups,
         sessions: Sessions,
@@ -71,7 +69,6 @@ class Adoption:
         self.ctx = ctx
         self.outcomes = outcomes
         self.release = release
-        self.tracking = tracking
         self.charges = charges
         self.lookups = lookups
         self.sessions = sessions
@@ -354,7 +351,7 @@ class Adoption:
                 # A merged task's member reads its own program's result from it.
                 place = h.merge.index if h.merge is not None else None
                 task = TaskRef(device.vendor, device.name, h.task, h.token, program=place)
-                self.tracking.start(unit, attempt, task, queued_at=h.queued_at, attached=False)
+                attempt.tracked(task, queued_at=h.queued_at, attached=False)
 
     def _restore_session(self, unit: Unit, histories: Sequence[events.History]) -> None:
         """The unit's session as its eventlogs recorded it (its id is read back from a task

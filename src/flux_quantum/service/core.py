@@ -155,13 +155,11 @@ class QuantumService:
             self.selection,
             self.reservations,
             self.merges,
-            self.tracking,
         )
         self.adoption = Adoption(
             ctx,
             self.outcomes,
             self.release,
-            self.tracking,
             self.charges,
             self.lookups,
             self.sessions,

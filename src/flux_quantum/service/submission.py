@@ -42,7 +42,6 @@ from flux_quantum.service.reservations import Reservations, WindowClosed
 from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitSession
-from flux_quantum.service.tracking import Tracking
 from flux_quantum.site.ledger import LedgerUnavailable
 from flux_quantum.vendors.base import SessionOpening, TaskRef, Vendor
 from flux_quantum.vendors.errors import VendorError
@@ -62,7 +61,6 @@ class Submission:
         selection: Selection,
         reservations: Reservations,
         merges: Merges,
-        tracking: Tracking,
     ) -> None:
         self.ctx = ctx
         self.calls = calls
@@ -73,7 +71,6 @@ class Submission:
         self.selection = selection
         self.reservations = reservations
         self.merges = merges
-        self.tracking = tracking
 
     # -- scheduling
 
@@ -511,7 +508,7 @@ class Submission:
         ledger, and its ``qpu-task`` recorded."""
         attempt = program.attempt
         queued_at = self.ctx.clock() if attempt.since is None or not found else attempt.since
-        self.tracking.start(unit, attempt, task, queued_at=queued_at, attached=True)
+        attempt.tracked(task, queued_at=queued_at, attached=True)
         self.charges.attach(attempt)
         self.calls.recovered(attempt)
         self.ctx.post_all(unit, task_record(unit, program))

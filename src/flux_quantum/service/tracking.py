@@ -1,8 +1,8 @@
 """Tracking a program's vendor task: polls, queue milestones, ``max_wait``.
 
-``start`` is the one way into TRACK: a task created or found again by ``Submission``, or
-one recorded in the eventlog (``Adoption``: re-attached by its first poll). Each tracked
-attempt is polled when the release rule's answer to its last poll plans
+An attempt enters TRACK by its own ``Attempt.tracked``: a task created or found again by
+``Submission``, or one recorded in the eventlog (``Adoption``: re-attached by its first
+poll here). Each tracked attempt is polled when the release rule's answer to its last poll plans
 (``Release.polled``: adaptive intervals, from an estimated place when the vendor gives
 no position); a merged task is polled once for all the jobs that poll it at about the
 same time. A poll's answer goes to ``Charges`` when the task ended, fails the task over
@@ -33,7 +33,7 @@ from flux_quantum.service.release import Release
 from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.state import Attempt, Phase, Program, Unit
 from flux_quantum.service.vendor_events import VendorEvents
-from flux_quantum.vendors.base import DeviceStatus, TaskRef, TaskSnapshot, TaskState, Vendor
+from flux_quantum.vendors.base import DeviceStatus, TaskSnapshot, TaskState, Vendor
 from flux_quantum.vendors.errors import NotFound
 
 # Queue positions that earn a qpu-queue event when first reached (not every poll).
@@ -61,20 +61,6 @@ class Tracking:
         # A merged task's last poll, by task id (when, what): its other jobs share it.
         self._polls: dict[str, tuple[float, TaskSnapshot]] = {}
         self._riders: dict[str, list[tuple[Unit, Program, Attempt]]] = {}  # a poll under way
-
-    def start(
-        self,
-        unit: Unit,
-        attempt: Attempt,
-        task: TaskRef,
-        *,
-        queued_at: float | None,
-        attached: bool,
-    ) -> None:
-        """The one way into TRACK: a task created or found now, or one recorded in the
-        eventlog (adoption: ``attached`` False until its first poll)."""
-        assert attempt.device is not None
-        attempt.tracked(task, queued_at=queued_at, attached=attached)
 
     def step(self, unit: Unit, program: Program) -> None:
         """Poll the attempt's task (TRACK; the other phases are ``Submission``'s)."""
