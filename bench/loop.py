@@ -136,7 +136,7 @@ from typing import Any
 from benchlib import percentile, read_rows, revision, verdict
 
 from flux_quantum.protocol import events
-from flux_quantum.selection.step_plan import DEFAULT_WEIGHT
+from flux_quantum.timing.step_plan import DEFAULT_WEIGHT
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"

@@ -148,7 +148,7 @@ from site_steps import Decision, Holding, StepPlanner, decision_lines, decisions
 from workload import POPULAR_LIMITS, Trace, TraceJob, make_trace
 
 from flux_quantum.job.hold import Hold, HoldState
-from flux_quantum.selection.step_plan import DEFAULT_WEIGHT, WEIGHT_ATTRIBUTE, StepAction
+from flux_quantum.timing.step_plan import DEFAULT_WEIGHT, WEIGHT_ATTRIBUTE, StepAction
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -198,7 +198,7 @@ CORES_PER_NODE = 4
 BSLD_TAU = 10.0  # seconds: the bounded slowdown's floor on run time
 APP_POLL = 15.0  # vendor seconds between an application's polls (flux quantum task --wait)
 BIN = 600.0  # seconds of the day per utilisation sample
-# The service's reason for a release by prediction (service/release.py, selection/release_point.py):
+# The service's reason for a release by prediction (service/release.py, timing/release_point.py):
 # "predicted: expected wait for the result 0.42s <= job start-up 1.83s ..."
 PREDICTED = re.compile(r"^predicted: .*?<= job start-up ([0-9.]+)s")
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -58,8 +58,8 @@ from pathlib import Path
 
 from benchlib import percentile, read_rows, revision, verdict
 
-from flux_quantum.selection.node_wait import NodeWait
-from flux_quantum.selection.step_plan import (
+from flux_quantum.timing.node_wait import NodeWait
+from flux_quantum.timing.step_plan import (
     LIMIT_MARGIN,
     StepAction,
     StepFacts,

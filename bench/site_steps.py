@@ -3,7 +3,7 @@ the decisions and their forecasts were.
 
 A step of the adaptive arm decides what follows it as ``flux quantum loop``'s rank 0
 does (``flux_quantum.job.forecast.StepForecasts`` on the arm's own instance, then
-``flux_quantum.selection.step_plan.plan_step``): ``StepPlanner`` is that, fed by
+``flux_quantum.timing.step_plan.plan_step``): ``StepPlanner`` is that, fed by
 ``bench/site.py``'s application. ``decisions`` then puts every plan beside what
 happened, on the day's clock: the vendor wait the plan expected (the loop's last task's)
 and the service's expected wait for the task once it existed (its ``qpu_wait`` memo),
@@ -27,7 +27,7 @@ from benchlib import percentile
 
 from flux_quantum.job.forecast import FluxReader, StepForecasts
 from flux_quantum.job.hold import Hold
-from flux_quantum.selection.step_plan import (
+from flux_quantum.timing.step_plan import (
     StepAction,
     StepPlan,
     hindsight,

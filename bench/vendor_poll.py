@@ -4,7 +4,7 @@
 Part 1 (on the emulator's clock): a QPU whose queue has 10, 100 or 1000 tasks ahead of
 ours, each served in 5-15 s (uniform, mean 10 s), more arriving behind. For each queue
 the same seeded timeline is polled twice through the real SDK (the ``local`` vendor):
-by ``flux_quantum.selection.poller.AdaptivePoller`` and by a fixed 1 s poll. We count the vendor
+by ``flux_quantum.timing.poller.AdaptivePoller`` and by a fixed 1 s poll. We count the vendor
 calls (GetQuantumTask, read from the emulator's call log) until the release point
 (queue position <= 1) is detected, and the release lag: detection time minus the
 moment the task really reached position 1, taken from the emulator's own queue model
@@ -36,8 +36,8 @@ from flux_quantum.catalog import parse_catalog
 from flux_quantum.cli.main import main as flux_quantum_main
 from flux_quantum.emulator import Emulator, ManualClock, Scenario
 from flux_quantum.emulator.queue import DeviceQueue
-from flux_quantum.selection.poller import AdaptivePoller, FixedPoller
-from flux_quantum.selection.release_point import release_reached
+from flux_quantum.timing.poller import AdaptivePoller, FixedPoller
+from flux_quantum.timing.release_point import release_reached
 from flux_quantum.vendors.local.vendor import LocalVendor
 
 QPU_ARN = "arn:aws:braket:us-east-1::device/qpu/bench/queue-qpu"

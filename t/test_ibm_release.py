@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from flux_quantum.selection.poller import PollSchedule, unpositioned_poll_interval
-from flux_quantum.selection.release_point import (
+from flux_quantum.timing.poller import PollSchedule, unpositioned_poll_interval
+from flux_quantum.timing.release_point import (
     BacklogEstimate,
     estimate_backlog,
     unpositioned_release,

@@ -1,10 +1,10 @@
-"""The forecast of the wait for nodes (``flux_quantum.selection.node_wait``): pure."""
+"""The forecast of the wait for nodes (``flux_quantum.timing.node_wait``): pure."""
 
 from __future__ import annotations
 
 import pytest
 
-from flux_quantum.selection.node_wait import (
+from flux_quantum.timing.node_wait import (
     RELEASE_PRIORITY,
     ClusterQueue,
     PendingJob,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from flux_quantum.catalog import parse_catalog
-from flux_quantum.selection.poller import (
+from flux_quantum.timing.poller import (
     AdaptivePoller,
     FixedPoller,
     PollSchedule,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from flux_quantum.selection.release_point import (
+from flux_quantum.timing.release_point import (
     lead_release,
     positioned_release,
     release_reached,

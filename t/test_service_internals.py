@@ -12,15 +12,20 @@ import syslog
 from typing import Any
 
 import pytest
-from service_fakes import FAST, FakeFlux, Harness, QueueModel
+from service_fakes import CATALOG, FAST, FakeFlux, Harness, QueueModel
 
+from flux_quantum.catalog import parse_catalog
 from flux_quantum.protocol import events
 from flux_quantum.protocol.request import parse_request
 from flux_quantum.service.due import DueQueue
 from flux_quantum.service.retry import Retries, RetryPolicy
 from flux_quantum.service.state import Member, Program, Unit, UnitState
 from flux_quantum.service.units import Units
+from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState
 from flux_quantum.vendors.errors import InvalidRequest, VendorThrottled
+
+DEVICE = parse_catalog(CATALOG, "t.yaml").get("alpha")
+TASK = TaskRef("local", "alpha", "task-1")
 
 
 def at_front(device: str, **more: Any) -> dict[str, Any]:
@@ -230,6 +235,35 @@ def test_units_keep_their_indexes_in_step():
     assert units.released_group((1000, "g")) is unit
     units.expire_groups(161.0, linger=60.0)
     assert units.released_group((1000, "g")) is None
+
+
+def test_a_records_change_that_shows_marks_its_unit_itself():
+    """What a job's memo shows changes through the records' own methods, and each marks
+    its unit in the registry's ``changes`` (the face sends those, once each); what a
+    restart restores waits for the unit's first step."""
+    units = Units()
+    unit = unit_of(10, programs=2)
+    units.add(unit)
+    first, second = (p.attempt for p in unit.programs)
+    assert units.changes.take() == []
+    first.chosen(DEVICE, "token", None)
+    second.hold("all 1 slot(s) of alpha in use")
+    second.hold("all 1 slot(s) of alpha in use or promised")  # a unit once per take
+    assert units.changes.take() == [(unit, None)]
+    assert units.changes.take() == []
+    restored = unit.programs[1].recorded(2, frozenset({"beta"}), None)
+    restored.tracked(TASK, queued_at=1.0, attached=False)  # shown at its first poll
+    assert units.changes.take() == []
+    restored.seen(TaskSnapshot(TASK, TaskState.QUEUED, 3, False, None, 5.0))
+    restored.judged(30.0, None)
+    restored.device_paused("alpha is paused (calibration)", due=35.0)
+    assert units.changes.take() == [(unit, "waiting: alpha is paused (calibration)")]
+    assert restored.expected_wait is None and restored.due == 35.0
+    following = unit.programs[1].follow("alpha", None, "fail-over: alpha FAILED")
+    assert following.number == 3 and following.exclude == {"alpha", "beta"}
+    assert units.changes.take() == [(unit, "fail-over: alpha FAILED")]
+    following.ready("position 1 <= release_at 1", 9.0)
+    assert units.changes.take() == [(unit, None)]
 
 
 @pytest.mark.parametrize(

@@ -197,9 +197,10 @@ def test_queue_memos_move_at_most_every_two_seconds_and_the_release_at_once():
     assert {h.flux.jobs[j].memo["qpu_state"] for j in jobs} == {"released"}
 
 
-def test_a_units_memo_is_sent_once_per_step_however_many_parts_changed_it():
-    """The parts only say a unit's memo changed; the core sends it when the step is over,
-    once, with the last state a part gave it, and not again until something changes."""
+def test_a_units_memo_is_sent_once_per_step_however_many_changes_marked_it():
+    """A unit's records only mark that its memo changed; the core sends it when the step
+    is over, once, with the last state a change gave it, and not again until something
+    changes."""
     h = Harness({"alpha": QueueModel(40)})
     job = h.flux.submit(at_front("alpha"))
     h.until(lambda: events.TASK in h.flux.names(job))
@@ -210,9 +211,9 @@ def test_a_units_memo_is_sent_once_per_step_however_many_parts_changed_it():
         return [e for e in h.flux.journal[mark:] if e[0] == "memos"]
 
     mark = len(h.flux.journal)
-    face.changed(unit, "waiting: first")
-    face.changed(unit)
-    face.changed(unit, "fail-over: last")
+    unit.changed("waiting: first")
+    unit.programs[0].attempt.tell(None)
+    unit.changed("fail-over: last")
     assert sent() == []  # nothing goes out while the step runs
     face.refresh()
     assert sent() == [("memos", 1)]

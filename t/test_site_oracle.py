@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from site_records import arm, chain_loop, in_job_loop, site_bench, site_oracle
 
-from flux_quantum.selection.step_plan import StepAction
+from flux_quantum.timing.step_plan import StepAction
 
 InJob, JobRow, Loop, Step = (
     site_oracle.InJob,

@@ -34,9 +34,9 @@ from flux_quantum.job.loopsteps import StepOrder
 from flux_quantum.job.steprun import StepRunner
 from flux_quantum.protocol import events
 from flux_quantum.protocol.jobspec import Released, ReleaseInfo
-from flux_quantum.selection.node_wait import ClusterQueue, RunningJob
-from flux_quantum.selection.step_plan import WEIGHT_ATTRIBUTE
 from flux_quantum.service.fluxside import ClusterView
+from flux_quantum.timing.node_wait import ClusterQueue, RunningJob
+from flux_quantum.timing.step_plan import WEIGHT_ATTRIBUTE
 from flux_quantum.vendors.base import TaskState
 
 PROGRAM = "OPENQASM 3;\nqubit[1] q;\nbit[1] c;\nc[0] = measure q[0];\n"

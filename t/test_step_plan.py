@@ -1,11 +1,11 @@
-"""The decision after a loop's step (``flux_quantum.selection.step_plan``): pure."""
+"""The decision after a loop's step (``flux_quantum.timing.step_plan``): pure."""
 
 from __future__ import annotations
 
 import pytest
 
-from flux_quantum.selection.node_wait import NodeWait
-from flux_quantum.selection.step_plan import (
+from flux_quantum.timing.node_wait import NodeWait
+from flux_quantum.timing.step_plan import (
     DEFAULT_WEIGHT,
     StepAction,
     StepFacts,

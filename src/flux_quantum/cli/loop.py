@@ -36,8 +36,8 @@ from flux_quantum.job.loop import (
     resolve,
 )
 from flux_quantum.protocol import events
-from flux_quantum.selection.node_wait import duration_text
 from flux_quantum.site.quota import format_money
+from flux_quantum.timing.node_wait import duration_text
 
 FIELDS = ("id", "iteration", "state", "device", "best", "spent", "job", "reason")
 # status --steps: a line a step; task/nodes: what it waited for; why: its plan's reason

@@ -4,7 +4,7 @@ loop waited for its result, and whether a held step's result is there.
 
 ``StepForecasts`` puts what a ``StepReader`` reads (``FluxReader``: a Flux handle; the
 unit tier gives its fakes) together into the ``StepFacts`` the decider
-(``flux_quantum.selection.step_plan``) is fed, and into what a hold is checked by. It
+(``flux_quantum.timing.step_plan``) is fed, and into what a hold is checked by. It
 only reads: it never submits, releases or cancels a job, and never calls a vendor itself
 (the service's forecast is the held job's ``qpu_wait`` memo; a task's end is read
 through the service).
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from flux_quantum.errors import CommandError
 from flux_quantum.protocol import events
 from flux_quantum.protocol.jobspec import HeldMemo
-from flux_quantum.selection.node_wait import (
+from flux_quantum.timing.node_wait import (
     FINISHED_ATTRS,
     FINISHED_JOBS,
     PENDING_ATTRS,
@@ -29,7 +29,7 @@ from flux_quantum.selection.node_wait import (
     forecast_node_wait,
     job_list_request,
 )
-from flux_quantum.selection.step_plan import StepFacts, VendorForecast, lead_quantile
+from flux_quantum.timing.step_plan import StepFacts, VendorForecast, lead_quantile
 
 # Why a task's job was released before its result: the wait up to it is not the task's.
 EARLY_REASONS = ("classical lead", "predicted", "node lead")

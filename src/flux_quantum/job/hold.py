@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from flux_quantum.selection.node_wait import duration_text
-from flux_quantum.selection.step_plan import StepPlan, keep_holding
+from flux_quantum.timing.node_wait import duration_text
+from flux_quantum.timing.step_plan import StepPlan, keep_holding
 
 
 class HoldState(StrEnum):

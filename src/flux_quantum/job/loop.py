@@ -51,7 +51,7 @@ from typing import Any, ClassVar
 from flux_quantum.errors import CommandError
 from flux_quantum.protocol.events import QpuEvent
 from flux_quantum.protocol.request import RequestError, parse_request
-from flux_quantum.selection.step_plan import StepAction, StepPlan, check_weight
+from flux_quantum.timing.step_plan import StepAction, StepPlan, check_weight
 
 # The environment of a step's processes.
 DIR_VARIABLE = "FLUX_QPU_LOOP_DIR"
@@ -85,7 +85,7 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 OUTCOMES = (CONVERGED, MAX_REACHED, BUDGET, FAILED, CANCELLED)
 SUCCESSFUL = (CONVERGED, MAX_REACHED)
-# What follows a step (flux_quantum.selection.step_plan), and how a hold ends.
+# What follows a step (flux_quantum.timing.step_plan), and how a hold ends.
 KEEP = StepAction.KEEP.value
 IN_PLACE = "in place"
 GAVE_UP = "gave up"
@@ -156,7 +156,7 @@ class LoopSpec:
     cwd: str = "/"
     created: float = 0.0
     # What one second of the loop's time is worth in seconds of idle nodes when a step
-    # decides what follows it (flux_quantum.selection.step_plan); None: the site's.
+    # decides what follows it (flux_quantum.timing.step_plan); None: the site's.
     time_weight: float | None = None
 
     def __post_init__(self) -> None:

@@ -50,7 +50,7 @@ from flux_quantum.job.loop import (
     default_root,
 )
 from flux_quantum.protocol import events
-from flux_quantum.selection.step_plan import WEIGHT_ATTRIBUTE, WeightSettings
+from flux_quantum.timing.step_plan import WEIGHT_ATTRIBUTE, WeightSettings
 
 # How long rank 0 waits, at the step's end, for its task's settled cost.
 COST_WAIT = 10.0

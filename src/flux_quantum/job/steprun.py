@@ -2,7 +2,7 @@
 
 ``flux quantum loop step DIR K -- COMMAND`` is the command of step K's job. Every rank
 runs COMMAND with the loop's variables; rank 0 then journals what the step did and, under
-the loop's lock, ends the loop or plans step K+1 (``flux_quantum.selection.step_plan``:
+the loop's lock, ends the loop or plans step K+1 (``flux_quantum.timing.step_plan``:
 keep the nodes, release early, or give them back; the forecasts are read from Flux by
 ``flux_quantum.job.forecast``), journals the plan and submits step K+1. With a keep it
 then holds its nodes (``flux_quantum.job.hold``) until step K+1's result is there, and
@@ -46,8 +46,8 @@ from flux_quantum.job.loop import (
     decide,
 )
 from flux_quantum.job.loopsteps import FluxStepJobs, StepOrder, step_duration, task_facts
-from flux_quantum.selection.node_wait import NodeWait
-from flux_quantum.selection.step_plan import (
+from flux_quantum.timing.node_wait import NodeWait
+from flux_quantum.timing.step_plan import (
     StepAction,
     StepFacts,
     StepPlan,

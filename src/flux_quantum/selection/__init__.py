@@ -1,6 +1,5 @@
-"""Choosing a device and when to look again: the selection policies (``policies``), the
-release rule (``release_point``: when a task is at its release point, and why), the
-adaptive poller (``poller``), what kind of program a device can run (``program_kinds``),
-a cheap OpenQASM reader (``qasm``), the forecast of a job's wait for nodes
-(``node_wait``) and what a variational loop's step decides follows it (``step_plan``).
+"""Choosing a device: the selection policies with their explanations and the drain
+estimate behind the expected waits (``policies``), what kind of program a device can run
+(``program_kinds``) and a cheap OpenQASM reader (``qasm``). When a job is released and
+when its task is polled again are ``flux_quantum.timing``'s.
 """

@@ -26,7 +26,7 @@ supervises that process. Where each concern lives:
 ``attempts.py``      an attempt's calls in workers; what a failed one means
 ``retry.py``         the one retry policy: back-off, limits, what is said once
 ``outcomes.py``      fail-over, fail, finish, cancel
-``release.py``       the release rule applied (``selection.release_point``), the release
+``release.py``       the release rule's facts, its answer (``timing``) acted on; the release
 ``devices.py``       device status, and the Fluxion graph following it
 ``sessions.py``      vendor sessions: recorded, kept while a job may use them, closed
 ``charges.py``       the site policy: access, reserve before create, settle at the end
@@ -34,7 +34,8 @@ supervises that process. Where each concern lives:
 ``face.py``          what users see: memos and status
 ``meters.py``        the hooks the site's metrics hear (none by default: ``NoMeters``)
 ``taskread.py``      a released job's task read through the service, once per task
-``state.py``         the records: units, programs, attempts (phases), members
+``state.py``         the records: units, programs, attempts (phases), members; their
+                    changes mark what the face shows (``Changes``)
 ``units.py``         the tracked units and their indexes, kept in step
 ``context.py``       what the parts share: the outside world, the units, the counters
 ``fluxside.py``      everything asked of Flux (``FluxJobs``), and its records

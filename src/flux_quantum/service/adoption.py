@@ -32,7 +32,6 @@ from flux_quantum.protocol.jobspec import Released
 from flux_quantum.protocol.request import QpuRequest, RequestError, parse_request
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
-from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import JobRecord
 from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.outcomes import Outcomes
@@ -41,7 +40,6 @@ from flux_quantum.service.release import Release
 from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import (
-    Attempt,
     Member,
     Program,
     Unit,
@@ -49,7 +47,6 @@ from flux_quantum.service.state import (
     UnitState,
 )
 from flux_quantum.service.submission import submit_record, task_record
-from flux_quantum.service.tracking import Tracking
 from flux_quantum.site.accounts import request_account
 from flux_quantum.vendors.base import TaskRef
 
@@ -62,20 +59,16 @@ class Adoption:
     def __init__(
         self,
         ctx: ServiceContext,
-        face: Face,
         outcomes: Outcomes,
         release: Release,
-        tracking: Tracking,
         charges: Charges,
         lookups: Lookups,
         sessions: Sessions,
         reservations: Reservations,
     ) -> None:
         self.ctx = ctx
-        self.face = face
         self.outcomes = outcomes
         self.release = release
-        self.tracking = tracking
         self.charges = charges
         self.lookups = lookups
         self.sessions = sessions
@@ -83,7 +76,7 @@ class Adoption:
         self._scan_error: str | None = None
         self._scan_error_count = 0
         # While a batch is adopted: the units it touched, the events it has to post and
-        # its groups by key; their events and memos go to Flux in one exchange at the end.
+        # its groups by key; their events go to Flux in one exchange at the end.
         self._touched: dict[int, Unit] | None = None
         self._joins: list[tuple[Member, events.QpuEvent]] = []
         self._groups: dict[tuple[int, str], Unit] = {}
@@ -331,11 +324,8 @@ class Adoption:
             h = histories.get(program.index)
             if h is None:
                 continue
-            attempt = Attempt(
-                number=h.attempt, exclude=frozenset(h.exclude), device_class=h.device_class
-            )
+            attempt = program.recorded(h.attempt, frozenset(h.exclude), h.device_class)
             attempt.milestones = set(h.milestones)
-            program.attempt = attempt
             device = ctx.catalog.get(h.device) if h.device else None
             if h.token is not None and device is None:
                 # Its device left the catalog: that attempt cannot be followed; the next
@@ -361,7 +351,7 @@ class Adoption:
                 # A merged task's member reads its own program's result from it.
                 place = h.merge.index if h.merge is not None else None
                 task = TaskRef(device.vendor, device.name, h.task, h.token, program=place)
-                self.tracking.start(unit, attempt, task, queued_at=h.queued_at, attached=False)
+                attempt.tracked(task, queued_at=h.queued_at, attached=False)
 
     def _restore_session(self, unit: Unit, histories: Sequence[events.History]) -> None:
         """The unit's session as its eventlogs recorded it (its id is read back from a task
@@ -438,13 +428,12 @@ class Adoption:
         self.ctx.log(level, f"{job.id}: rides unit {unit.id} ({via})")
 
     def _settle(self, unit: Unit) -> None:
-        """The unit's jobs get the facts they lack and its memo: now, or at the end of
-        the batch being adopted."""
+        """The unit's jobs get the facts they lack: now, or at the end of the batch
+        being adopted (their memo comes with the unit's first step)."""
         if self._touched is not None:
             self._touched[unit.id] = unit
             return
         self.sync_history(unit)
-        self.face.changed(unit)
 
     def sync_history(self, unit: Unit) -> None:
         """Give every job of the unit the qpu-submit/qpu-task facts it lacks, so each

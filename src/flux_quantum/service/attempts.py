@@ -23,7 +23,6 @@ from flux_quantum.errors import FluxQuantumError
 from flux_quantum.protocol import events
 from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.context import ServiceContext
-from flux_quantum.service.face import Face
 from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.state import Attempt, Program, Unit
@@ -39,7 +38,6 @@ class AttemptCalls:
         self,
         ctx: ServiceContext,
         workers: Workers,
-        face: Face,
         outcomes: Outcomes,
         cancels: Cancels,
         lookups: Lookups,
@@ -48,7 +46,6 @@ class AttemptCalls:
     ) -> None:
         self.ctx = ctx
         self._workers = workers
-        self.face = face
         self.outcomes = outcomes
         self.cancels = cancels
         self.lookups = lookups
@@ -168,10 +165,7 @@ class AttemptCalls:
                 attempt=attempt.number,
             )
             ctx.post_all(unit, record)
-        attempt.retry.holding = (
-            f"{operation} failed ({code}: {text}); next try in {decision.delay:g}s"
-        )
-        self.face.changed(unit)
+        attempt.hold(f"{operation} failed ({code}: {text}); next try in {decision.delay:g}s")
         # Said once per attempt and run of failures, not at every retry.
         level = syslog.LOG_WARNING if decision.first else syslog.LOG_DEBUG
         ctx.log(level, f"unit {unit.id}: {operation}: {text}; retry in {decision.delay:g}s")
@@ -188,8 +182,7 @@ class AttemptCalls:
             )
             self.ctx.post_all(unit, record)
         attempt.due = self.ctx.clock() + decision.delay
-        attempt.retry.holding = f"{reason}; next try in {decision.delay:g}s"
-        self.face.changed(unit)
+        attempt.hold(f"{reason}; next try in {decision.delay:g}s")
 
     @staticmethod
     def recovered(attempt: Attempt) -> None:

@@ -9,10 +9,10 @@ cancels, sessions, start-up measurements, and last the site's metrics (``Meters`
 snapshot of the state for the exporter's thread, when one is due). ``completions()``
 hands finished worker calls back to their part, and ``step_soon()`` (after completions,
 and when a step falls due before the next tick) queues those attempts and steps what is
-due. The parts only say whose memo changed (``Face.changed``); the memos are sent here,
-once per unit, after the steps, after the completions and at the end of a tick
-(``Face.refresh``). All run on the reactor thread and never block. The parts, each given
-its collaborators here:
+due. The records mark whose memo changed as they change (``Unit.changed``); the memos
+are sent here, once per unit, after the steps, after the completions and at the end of a
+tick (``Face.refresh``). All run on the reactor thread and never block. The parts, each
+given its collaborators here:
 
 - ``adoption``: discovery of held jobs, adoption and recovery from eventlogs
 - ``submission``: an attempt's program read, its device chosen (``selection``), its
@@ -23,12 +23,12 @@ its collaborators here:
 - ``outcomes``: fail-over, fail, finish; ``cancels``: the one way to cancel a task
 - ``lookups``: creates left without an answer, looked up by their token before their
   reservation is released (their task cancelled and settled)
-- ``release``: the release rule applied (``flux_quantum.selection.release_point``
-  decides) and the release call
+- ``release``: the release rule's facts gathered once and its answer acted on
+  (``flux_quantum.timing`` decides), and the release call
 - ``devices``: device status and the Fluxion graph following it
 - ``events``: the vendors' event feeds (Braket's through the site's queue), one read at
   a time each: an event makes its task's poll come now, never acts itself
-- ``face``: memos (marked changed by the parts, sent here) and status
+- ``face``: memos (of the units marked changed, sent here) and status
 - ``sessions``: vendor sessions recorded, kept while a job may use them, always closed
 - ``charges``: the site's policy (access, the reservation before a create, the
   settlement when a task ends)
@@ -124,7 +124,6 @@ class QuantumService:
         self.calls = AttemptCalls(
             ctx,
             workers,
-            self.face,
             self.outcomes,
             self.cancels,
             self.lookups,
@@ -133,14 +132,13 @@ class QuantumService:
         self.release = Release(ctx, self.face, self.outcomes, self.sessions)
         self.merges = Merges(ctx, site.merge if site is not None else None, self.charges.requester)
         self.selection = Selection(
-            ctx, self.calls, self.face, self.outcomes, self.charges, self.reservations, self.merges
+            ctx, self.calls, self.outcomes, self.charges, self.reservations, self.merges
         )
         self.devices = Devices(ctx, self.outcomes)
         self.events = VendorEvents(ctx, self.calls, self.devices.probe_soon)
         self.tracking = Tracking(
             ctx,
             self.calls,
-            self.face,
             self.outcomes,
             self.release,
             self.charges,
@@ -150,7 +148,6 @@ class QuantumService:
         self.submission = Submission(
             ctx,
             self.calls,
-            self.face,
             self.outcomes,
             self.release,
             self.charges,
@@ -158,14 +155,11 @@ class QuantumService:
             self.selection,
             self.reservations,
             self.merges,
-            self.tracking,
         )
         self.adoption = Adoption(
             ctx,
-            self.face,
             self.outcomes,
             self.release,
-            self.tracking,
             self.charges,
             self.lookups,
             self.sessions,

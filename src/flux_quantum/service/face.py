@@ -3,7 +3,8 @@
 Two views, both computed from the tracked units and nothing else: the volatile memos on
 every held job (``flux jobs -o '{user.qpu_position}'``: device, task, queue position,
 expected wait, state), sent only when they change and once per step of the service (the
-parts say which units changed, ``changed``; the core has them sent, ``refresh``); and the
+records mark their units as they change, ``Unit.changed``; the core has the marked ones
+sent, ``refresh``); and the
 answer to a ``status`` request (``flux quantum service status``, ``flux quantum top``),
 where a guest sees only their own units and their own units that ended lately. It never
 calls a vendor and never decides anything.
@@ -50,8 +51,6 @@ class Face:
     def __init__(self, ctx: ServiceContext, reservations: Reservations) -> None:
         self.ctx = ctx
         self.reservations = reservations
-        # The units whose memo may have changed in this step, with the state to show.
-        self._changed: dict[int, tuple[Unit, str | None]] = {}
         # The last units that ended (released, failed, abandoned), newest last.
         self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
 
@@ -95,25 +94,19 @@ class Face:
             state=state,
         ).to_memo()
 
-    def changed(self, unit: Unit, state: str | None = None) -> None:
-        """What the unit's memo shows may have changed: it is refreshed once, with every
-        other unit changed meanwhile, when the service's step is over (``refresh``), not
-        by each part that changed something. ``state``: what the memo says instead of the
-        unit's own state (a fail-over, a paused device); the last change of a step is
-        the one shown."""
-        self._changed[unit.id] = (unit, state)
-
     def refresh(self) -> None:
-        """Send the memos of the units changed since the last refresh, once each, the
-        changed keys only, in one exchange. A unit that ended meanwhile shows nothing
-        more (its released jobs got their last memo with the release)."""
-        if not self._changed:
+        """Send the memos of the units that marked a change since the last refresh
+        (``Unit.changed``: a record changed what its jobs show), once each, with the last
+        state a change gave (a fail-over, a paused device), the changed keys only, in one
+        exchange; not by each part that changed something. A unit that ended meanwhile
+        shows nothing more (its released jobs got their last memo with the release)."""
+        changed = self.ctx.units.changes.take()
+        if not changed:
             return
-        changed, self._changed = self._changed, {}
         self.send(
             [
                 change
-                for unit, state in changed.values()
+                for unit, state in changed
                 if unit.active
                 for change in self.memos_of(unit, state)
             ]

@@ -24,7 +24,7 @@ from flux_quantum.instance.plugin import HeldJob, PluginClient
 from flux_quantum.instance.rpc import pipelined
 from flux_quantum.protocol.events import COST, Event, first, parse_eventlog
 from flux_quantum.protocol.jobspec import RESERVATION_MEMO, SESSION_MEMO
-from flux_quantum.selection.node_wait import (
+from flux_quantum.timing.node_wait import (
     FINISHED_JOBS,
     PENDING_ATTRS,
     PENDING_JOBS,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.selection.poller import PollSchedule
 from flux_quantum.service.retry import RetryPolicy
+from flux_quantum.timing import PollSchedule
 
 
 class ServiceError(FluxQuantumError):

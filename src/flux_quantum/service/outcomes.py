@@ -82,11 +82,10 @@ class Outcomes:
             )
             return
         self.ctx.counters.failovers += 1
-        self.next_attempt(
-            unit, program, failed, what, mode, "simulator" if mode == "simulator" else None
-        )
+        device_class = "simulator" if mode == "simulator" else None
+        shown = f"fail-over: {what}"
+        self.next_attempt(unit, program, failed, what, mode, device_class, shown=shown)
         self.ctx.log(syslog.LOG_NOTICE, f"unit {unit.id}: fail-over ({mode}) after: {what}")
-        self.face.changed(unit, state=f"fail-over: {what}")
 
     def next_attempt(
         self,
@@ -96,13 +95,15 @@ class Outcomes:
         what: str,
         mode: str,
         device_class: str | None = None,
+        *,
+        shown: str | None = None,
     ) -> None:
         """The program's next attempt (a new token), recorded (``qpu-failover`` with
-        ``mode``); the one it replaces goes to ``Charges``."""
+        ``mode``); the one it replaces goes to ``Charges``. ``shown``: what the jobs'
+        memo says instead of the new attempt's state (a fail-over), until it changes."""
         attempt = program.attempt
-        following = attempt.following(failed, device_class)
         self.lookups.leave(unit, program, attempt, list(unit.jobs))
-        program.attempt = following
+        following = program.follow(failed, device_class, shown)
         record = events.Failover(
             index=program.index,
             attempt=following.number,
@@ -164,8 +165,6 @@ class Outcomes:
                 f"{note.removeprefix('qpu: ')}; the task goes to the public queue",
                 reservations.ON_DEMAND,
             )
-        if programs:
-            self.face.changed(unit)
 
     # -- a unit
 

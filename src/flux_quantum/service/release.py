@@ -1,21 +1,24 @@
-"""When and how held jobs are released: the release point applied, the release call.
+"""When and how held jobs are released: the release rule's facts gathered and its answer
+acted on, the release call.
 
 A program's attempt becomes READY when its task reaches the request's release point
 (``qpu.release_at``: a queue position, RUNNING, or ended), or earlier when waiting longer
 would waste nothing: the job's cores will take at least as long to free up as the task
-takes to reach its release point (the classical lead), or, with ``release_at=predict``,
-the expected wait for the result is below the time released jobs take to start (measured
-by ``StartupMeter``). The rule itself is ``flux_quantum.selection.release_point``: this
-part gives it the facts (the last snapshot, the drain, the start-up, the wait for the
-unit's cores) and does what it decides. A variational loop's step that carries its
-loop's time weight (``flux_quantum.selection.step_plan``) is also released once its
-result is no farther than the forecast wait for its nodes (the queue of the cluster
-view, ``node_wait``), so that they arrive with the result. When every program of a unit is READY its jobs are
-released through the plugin, one of them with the QPU slot vertices its tasks occupy when
-the devices are in Fluxion's graph. A job admitted into a reserved window (Braket Direct)
-is released as soon as its task exists, whatever its ``release_at`` (``Submission``), with the
-window in its release record; how long before its window it is admitted is
-``window_lead``. This part never calls a vendor.
+takes to reach its release point (the classical lead), with ``release_at=predict`` the
+expected wait for the result is below the time released jobs take to start (measured by
+``StartupMeter``), or a variational loop's step that carries its loop's time weight has
+its result no farther than the forecast wait for its nodes (the queue of the cluster
+view), so that they arrive with it. The rule is ``flux_quantum.timing``'s, asked once
+(``decide_release``): this part gathers all its facts at once, at a poll (``polled``) or
+between polls (``check_lead``): the snapshot, the device's pace, what the place of a task
+whose vendor gives no position is estimated from, the start-up, the wait for the unit's
+cores, a step's forecast wait for nodes (what it reads of a cluster view is kept for that
+view); and it does what the answer says. When every program of a unit is READY its jobs are released through
+the plugin, one of them with the QPU slot vertices its tasks occupy when the devices are
+in Fluxion's graph. A job admitted into a reserved window (Braket Direct) is released as
+soon as its task exists, whatever its ``release_at`` (``Submission``), with the window in
+its release record; how long before its window it is admitted is ``window_lead``. This
+part never calls a vendor.
 """
 
 from __future__ import annotations
@@ -28,23 +31,28 @@ from flux_quantum.errors import CommandError
 from flux_quantum.instance.plugin import HeldJob
 from flux_quantum.protocol import events
 from flux_quantum.protocol.jobspec import SITE_ACCOUNT, ReleasedWindow, ReleaseInfo
-from flux_quantum.selection.node_wait import NodeWait, forecast_node_wait
-from flux_quantum.selection.release_point import (
-    AT_END,
-    Backlog,
-    ReleaseDecision,
-    lead_release,
-    positioned_release,
-    unpositioned_release,
-)
-from flux_quantum.selection.step_plan import lead_quantile, node_lead_release, step_of
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import Face
 from flux_quantum.service.fluxside import ClusterView
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Member, Phase, Unit, UnitState
-from flux_quantum.vendors.base import TaskSnapshot
+from flux_quantum.timing import (
+    AT_END,
+    Backlog,
+    NodeWait,
+    Pace,
+    PollFacts,
+    ReleaseDecision,
+    ReleaseFacts,
+    Standing,
+    StepLead,
+    decide_release,
+    forecast_node_wait,
+    lead_quantile,
+    step_of,
+)
+from flux_quantum.vendors.base import TaskSnapshot, TaskState
 
 
 class StartupMeter:
@@ -102,7 +110,7 @@ class Release:
         self._steps: dict[int, tuple[float, float] | None] = {}
         self._node_waits: dict[tuple[int, float, float], NodeWait] = {}
 
-    # -- the release point
+    # -- the release rule
 
     def ready(self, unit: Unit, attempt: Attempt, reason: str) -> None:
         """The attempt reached its release point; release the unit if all did."""
@@ -111,80 +119,106 @@ class Release:
             self.ctx.estimator.forget_task(attempt.device.name, attempt.task.task_id)
         self.maybe_release(unit)
 
-    def polled(
-        self, unit: Unit, attempt: Attempt, snap: TaskSnapshot, now: float, backlog: Backlog | None
-    ) -> bool:
-        """A poll saw ``snap``: the attempt's expected wait (and estimated place) is
-        updated, and it is READY if it reached its release point or its lead (the rule:
-        ``flux_quantum.selection.release_point``). ``backlog``: what the place of a
-        queued task whose vendor gives no position is estimated from (IBM: the pending
-        count seen before the create, the time since, the latest probe's count); None for
-        a task with a position. Returns whether it is READY."""
-        assert attempt.device is not None
-        release_at = unit.request.release_at
-        drain = self.ctx.estimator.estimate(attempt.device).seconds_per_task
-        if backlog is None:
-            decision = positioned_release(snap, release_at, drain, attempt.running_seen)
-        else:
-            estimate = backlog.estimate(snap, drain)
-            decision = unpositioned_release(snap, release_at, estimate, self.startup.estimate())
-            attempt.estimated_position = decision.estimated_position
-        attempt.expected_wait = decision.expected_wait
+    def polled(self, unit: Unit, attempt: Attempt, now: float) -> ReleaseDecision:
+        """A poll saw ``attempt.snapshot``: the rule judges it with every fact at once.
+        The attempt's expected wait and estimated place follow the answer, and it is
+        READY if the answer releases it; the answer also says when to poll next."""
+        decision = self._decide(unit, attempt, now, self._poll_facts(attempt))
+        attempt.judged(decision.expected_wait, decision.estimated_position)
         if decision.release:
             self.ready(unit, attempt, decision.reason)
-            return True
-        return self.lead_reached(unit, attempt, now)
+        return decision
 
-    def lead_reached(self, unit: Unit, attempt: Attempt, now: float) -> bool:
-        """Release early when waiting longer would waste nothing (``lead_release``): the
-        classical resources will take at least as long to free up as the quantum task
-        takes to reach its release point, or, with ``release_at=predict``, the expected
-        wait for the result is below the time released jobs take to start."""
-        cluster, snap = self.ctx.cluster, attempt.snapshot
-        if snap is None or attempt.expected_wait is None:
-            return False
-        decision = lead_release(
-            unit.request.release_at,
-            attempt.expected_wait,
-            now - snap.t,
-            classical=self._classical_wait(unit, cluster, now) if cluster else None,
-            startup=self.startup.estimate(),
-            limit_share=cluster.limit_share if cluster else 1.0,
+    def check_lead(self, unit: Unit, attempt: Attempt, now: float) -> None:
+        """Between polls: the cluster may have filled up, or time passed (the leads)."""
+        if attempt.busy or attempt.snapshot is None:
+            return
+        decision = self._decide(unit, attempt, now, None)
+        if decision.release:
+            self.ready(unit, attempt, decision.reason)
+
+    def _decide(
+        self, unit: Unit, attempt: Attempt, now: float, poll: PollFacts | None
+    ) -> ReleaseDecision:
+        """The facts of the attempt's task at ``now``, gathered once, and the rule's
+        answer (``flux_quantum.timing.decide_release``)."""
+        snap, cluster = attempt.snapshot, self.ctx.cluster
+        assert snap is not None
+        return decide_release(
+            ReleaseFacts(
+                release_at=unit.request.release_at,
+                now=now,
+                standing=Standing(snap.t, attempt.expected_wait, attempt.estimated_position),
+                poll=poll,
+                startup=self.startup.estimate(),
+                classical=self._classical_wait(unit, cluster, now) if cluster else None,
+                limit_share=cluster.limit_share if cluster else 1.0,
+                step=self._step_lead(unit, cluster) if cluster else None,
+            )
         )
-        if not decision.release and cluster is not None:
-            vendor_left = max(0.0, attempt.expected_wait - (now - snap.t))
-            decision = self._step_lead(unit, cluster, vendor_left) or decision
-        if not decision.release:
-            return False
-        self.ready(unit, attempt, decision.reason)
-        return True
 
-    def _step_lead(
-        self, unit: Unit, cluster: ClusterView, vendor_left: float
-    ) -> ReleaseDecision | None:
+    def _poll_facts(self, attempt: Attempt) -> PollFacts:
+        """What the poll that just answered brings: its snapshot, the device's pace, and
+        what a task whose vendor gives no position is placed by (``_backlog``)."""
+        snap, device = attempt.snapshot, attempt.device
+        assert snap is not None and device is not None
+        return PollFacts(
+            snap,
+            Pace.of(self.ctx.estimator, device),
+            running_since=attempt.running_seen,
+            backlog=self._backlog(attempt, snap),
+            schedule=self.ctx.schedule,
+            # An estimated place rests on the pending count, read again every device
+            # check: polled at least that often, so a wrong drain prior cannot overshoot.
+            recheck=self.ctx.options.device_check_interval,
+        )
+
+    def _backlog(self, attempt: Attempt, snap: TaskSnapshot) -> Backlog | None:
+        """What the place of a queued task is estimated from when its vendor reports no
+        queue positions on its device (IBM), or None: the pending count seen before the
+        create, when it was created, and the latest probe's count if taken since."""
+        if attempt.device is None or snap.state not in (TaskState.CREATED, TaskState.QUEUED):
+            return None
+        try:
+            vendor = self.ctx.vendor(attempt.device.vendor)
+        except Exception:
+            return None
+        if vendor.reports_positions(attempt.device):
+            return None
+        probe = self.ctx.device_snapshots.get(attempt.device.name)
+        created = attempt.queued_at if attempt.queued_at is not None else attempt.since
+        return Backlog(
+            ahead_at_create=attempt.ahead,
+            created_t=created if created is not None else snap.t,
+            pending_now=probe.queue_depth
+            if probe is not None and probe.t >= (created or 0)
+            else None,
+        )
+
+    def _step_lead(self, unit: Unit, cluster: ClusterView) -> StepLead | None:
         """A loop's step with a time weight (``user.qpu_time_weight``, set by the loop)
-        waiting for its result: released once the result is no farther than the
-        forecast wait for its nodes (``step_plan.node_lead_release``); None for any
-        other job, or without a view of the queue."""
+        released by its result: the weight and the forecast wait for its nodes at the
+        weight's quantile (``step_plan.lead_quantile``); None for any other job, or
+        without a view of the queue."""
         if cluster.queue is None or unit.request.loop is None or not unit.jobs:
             return None
         if unit.request.release_at not in AT_END:
             return None
-        self._classical_wait(unit, cluster, cluster.t)  # a new view resets the caches
+        self._view(cluster)
         if unit.id not in self._steps:
             self._steps[unit.id] = step_of(next(iter(unit.jobs.values())).jobspec)
         step = self._steps[unit.id]
         if step is None:
             return None
         weight, duration = step
-        cores = self._cores[unit.id]
+        cores = self._unit_cores(unit, cluster)
         key = (cores, duration, weight)
         wait = self._node_waits.get(key)
         if wait is None:
             quantile = lead_quantile(weight)
             wait = forecast_node_wait(cluster.queue, cores, duration, quantile=quantile)
             self._node_waits[key] = wait
-        return node_lead_release(vendor_left, wait, weight)
+        return StepLead(weight, wait)
 
     def window_lead(self, unit: Unit, now: float) -> float:
         """How long before its reserved window a job waiting for one goes in: the
@@ -194,30 +228,31 @@ class Release:
         classical = self._classical_wait(unit, cluster, now) if cluster is not None else None
         return self.startup.estimate() + (classical or 0.0)
 
-    def check_lead(self, unit: Unit, attempt: Attempt, now: float) -> None:
-        """Between polls: the cluster may have filled up, or time passed."""
-        if not attempt.busy and attempt.snapshot is not None:
-            self.lead_reached(unit, attempt, now)
-
     def _classical_wait(self, unit: Unit, cluster: ClusterView, now: float) -> float | None:
-        view, free_at = self._free_at
-        if view is not cluster:
-            free_at = {}
-            self._free_at = (cluster, free_at)
-            self._cores = {}
-            self._steps = {}
-            self._node_waits = {}
-        cores = self._cores.get(unit.id)
-        if cores is None:
-            cores = self._cores[unit.id] = self._unit_cores(unit, cluster)
+        """The seconds before the unit's cores can free up (None: never, as far as the
+        view tells), read once per view and size."""
+        cores = self._unit_cores(unit, cluster)
+        free_at = self._free_at[1]
         if cores not in free_at:
             free_at[cores] = cluster.free_at(cores)
         at = free_at[cores]
         return None if at is None else max(0.0, at - now)
 
-    @staticmethod
-    def _unit_cores(unit: Unit, cluster: ClusterView) -> int:
-        return sum(cluster.cores_for(m.size) for m in unit.jobs.values())
+    def _unit_cores(self, unit: Unit, cluster: ClusterView) -> int:
+        """The cores of the unit's jobs, counted once per view."""
+        self._view(cluster)
+        cores = self._cores.get(unit.id)
+        if cores is None:
+            cores = self._cores[unit.id] = sum(
+                cluster.cores_for(m.size) for m in unit.jobs.values()
+            )
+        return cores
+
+    def _view(self, cluster: ClusterView) -> None:
+        """A new cluster view: what was read of the last one is forgotten."""
+        if self._free_at[0] is not cluster:
+            self._free_at = (cluster, {})
+            self._cores, self._steps, self._node_waits = {}, {}, {}
 
     # -- the release
 

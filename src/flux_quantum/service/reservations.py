@@ -216,6 +216,7 @@ class Reservations:
             self.ctx.log(syslog.LOG_INFO, f"unit {unit.id}: admitted: {decision.reason}")
         elif not decision.ended:
             self._waiting[unit.id] = (window.name, decision.reason)
+            unit.changed()  # its memo says why it waits
         return decision
 
     def decide(

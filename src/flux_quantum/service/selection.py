@@ -38,7 +38,6 @@ from flux_quantum.selection.policies import (
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
-from flux_quantum.service.face import Face
 from flux_quantum.service.merges import Merges
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.reservations import Reservations
@@ -89,7 +88,6 @@ class Selection:
         self,
         ctx: ServiceContext,
         calls: AttemptCalls,
-        face: Face,
         outcomes: Outcomes,
         charges: Charges,
         reservations: Reservations,
@@ -97,7 +95,6 @@ class Selection:
     ) -> None:
         self.ctx = ctx
         self.calls = calls
-        self.face = face
         self.outcomes = outcomes
         self.charges = charges
         self.reservations = reservations
@@ -238,7 +235,6 @@ class Selection:
             explanation=explanation,
         )
         ctx.post_all(unit, record)
-        self.face.changed(unit)
         return True
 
     def _route(
@@ -328,7 +324,6 @@ class Selection:
             explanation=explanation,
         )
         ctx.post_all(unit, record)
-        self.face.changed(unit)
 
     def _no_device(
         self,

@@ -6,13 +6,16 @@ has several), and each program has a current *attempt*: one vendor task, from ch
 device to its release point. A fail-over replaces the attempt with the next one (a new
 token, the failed device excluded); nothing is reset by hand. The records hold state only;
 the service's parts (adoption, tasks, outcomes, release, devices, face) act on them, on the
-reactor thread.
+reactor thread. A record whose change shows in its jobs' memo (a phase, a wait, why the
+jobs are held) says so itself, through its unit (``Unit.changed``), into the service's
+``Changes``; the face sends the memos of the units marked there, once per step.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -20,12 +23,25 @@ from typing import Any
 from flux_quantum.catalog import Device
 from flux_quantum.protocol.events import MergeSlot
 from flux_quantum.protocol.request import QpuRequest
-from flux_quantum.selection.poller import AdaptivePoller
 from flux_quantum.selection.qasm import ProgramCounts
 from flux_quantum.service.fluxside import JobSize
 from flux_quantum.service.retry import Retries
 from flux_quantum.site.reservations import Reservation
-from flux_quantum.vendors.base import DeviceSnapshot, TaskRef, TaskSnapshot, VendorSession
+from flux_quantum.vendors.base import (
+    DeviceSnapshot,
+    TaskRef,
+    TaskSnapshot,
+    TaskState,
+    VendorSession,
+)
+
+# Told that what a unit's jobs' memo shows may have changed, with the state to show
+# instead of the unit's own (None: its own).
+Tell = Callable[[str | None], None]
+
+
+def _untold(state: str | None = None) -> None:
+    """An attempt of no unit: nobody to tell."""
 
 
 class Phase(StrEnum):
@@ -53,7 +69,8 @@ class Attempt:
     the reserved window (Braket Direct) its task is created in, with the window's ARN,
     once the job is admitted into it (``reservations.py``); None: the public queue. Its phase
     changes only through the methods below (SELECT -> SUBMIT -> TRACK -> READY, any ->
-    DONE), each setting what that phase needs together.
+    DONE), each setting what that phase needs together; those that change what its
+    jobs' memo shows ``tell`` its unit so.
     """
 
     number: int = 0
@@ -88,7 +105,6 @@ class Attempt:
     snapshot: TaskSnapshot | None = None
     queued_at: float | None = None  # when the task was created: max_wait counts from here
     cancelled: bool = False
-    poller: AdaptivePoller | None = None
     milestones: set[int] = field(default_factory=set)
     expected_wait: float | None = None
     running_seen: float | None = None  # first poll that saw the task RUNNING
@@ -101,6 +117,8 @@ class Attempt:
     busy: bool = False
     retry: Retries = field(default_factory=Retries)
     wait_posted: str | None = None  # the last qpu-wait reason posted (said once)
+    # Its unit's ``changed``, set by the unit (and handed on to the attempts that follow).
+    tell: Tell = field(default=_untold, repr=False, compare=False)
 
     # -- phases
 
@@ -121,6 +139,7 @@ class Attempt:
         self.submit_posted = False
         self.phase = Phase.SUBMIT
         self.due = 0.0
+        self.tell(None)
 
     def resumed(
         self,
@@ -146,29 +165,52 @@ class Attempt:
         """Its create goes to a worker: from now on it may reach the vendor."""
         self.sent = self.creating = True
 
-    def tracked(
-        self,
-        task: TaskRef,
-        poller: AdaptivePoller,
-        *,
-        queued_at: float | None,
-        attached: bool,
-    ) -> None:
+    def tracked(self, task: TaskRef, *, queued_at: float | None, attached: bool) -> None:
         """-> TRACK: ``task`` exists (created now, found again, or recorded in the
-        eventlog and ``attached`` at its first poll), polled by ``poller``."""
+        eventlog and ``attached`` at its first poll, which shows it)."""
         self.task = task
-        self.poller = poller
         self.queued_at = queued_at
         self.attached = attached
         self.look_first = False
         self.phase = Phase.TRACK
         self.due = 0.0
+        if attached:
+            self.tell(None)
+
+    def seen(self, snapshot: TaskSnapshot) -> None:
+        """A poll of its task answered ``snapshot``."""
+        self.snapshot = snapshot
+        if snapshot.state is TaskState.RUNNING:
+            self.running_seen = self.running_seen or snapshot.t
+        self.tell(None)
+
+    def judged(self, expected_wait: float | None, estimated_position: int | None) -> None:
+        """The release rule judged its last poll: the seconds to its release point (to
+        the result with ``predict`` and ``done``) and, a vendor without positions, its
+        estimated place."""
+        self.expected_wait = expected_wait
+        self.estimated_position = estimated_position
+        self.tell(None)
+
+    def hold(self, why: str) -> None:
+        """It waits for ``why`` (an error retried, the ledger, the merge pool, a device
+        slot): its jobs' memo says so until the obstacle passes (``retry.clear``)."""
+        self.retry.holding = why
+        self.tell(None)
+
+    def device_paused(self, why: str, due: float) -> None:
+        """Its device takes no work now (``why``): no wait to expect, its task polled
+        again at ``due``; its jobs' memo says why they wait."""
+        self.expected_wait = None
+        self.due = due
+        self.tell(f"waiting: {why}")
 
     def ready(self, reason: str, at: float | None = None) -> None:
         """TRACK -> READY: at its release point, for ``reason``, seen at ``at``."""
         self.phase = Phase.READY
         self.ready_reason = reason
         self.ready_at = at
+        self.tell(None)
 
     def ended(self) -> None:
         """-> DONE: its unit was released, failed or abandoned."""
@@ -183,6 +225,7 @@ class Attempt:
             exclude=frozenset(exclude),
             device_class=device_class or self.device_class,
             alone=self.alone,
+            tell=self.tell,
         )
 
     def live_task(self) -> TaskRef | None:
@@ -205,6 +248,23 @@ class Program:
     # The catalog devices that cannot run it, with why (read with the text).
     unfit: dict[str, str] = field(default_factory=dict)
     attempt: Attempt = field(default_factory=Attempt)
+
+    def follow(
+        self, failed: str | None, device_class: str | None, shown: str | None = None
+    ) -> Attempt:
+        """Its next attempt, after a fail-over away from ``failed`` (``Attempt.following``);
+        its jobs' memo shows it, or ``shown`` (what the memo says instead, for now)."""
+        self.attempt = self.attempt.following(failed, device_class)
+        self.attempt.tell(shown)
+        return self.attempt
+
+    def recorded(self, number: int, exclude: frozenset[str], device_class: str | None) -> Attempt:
+        """Its attempt as the eventlog recorded it (a restart), in place of the first;
+        shown at its first step."""
+        self.attempt = Attempt(
+            number=number, exclude=exclude, device_class=device_class, tell=self.attempt.tell
+        )
+        return self.attempt
 
 
 @dataclass
@@ -246,6 +306,24 @@ class UnitSession:
         return self.mode != "job" and self.fingerprint is not None and not self.closing
 
 
+class Changes:
+    """The units whose jobs' memo may show something new since the face last took them,
+    each with the state to show instead of its own (the last one given wins): marked by
+    the records themselves as they change (``Unit.changed``), taken by the face once per
+    step of the service (``Face.refresh``). It holds marks only."""
+
+    def __init__(self) -> None:
+        self._marked: dict[int, tuple[Unit, str | None]] = {}
+
+    def mark(self, unit: Unit, state: str | None = None) -> None:
+        self._marked[unit.id] = (unit, state)
+
+    def take(self) -> list[tuple[Unit, str | None]]:
+        """The units marked since the last take, once each, and no more marks."""
+        marked, self._marked = self._marked, {}
+        return list(marked.values())
+
+
 @dataclass
 class Unit:
     """Jobs that share tasks: one job, a qpu.group, or a leader and its followers."""
@@ -264,6 +342,18 @@ class Unit:
     released_jobs: list[int] = field(default_factory=list)  # their tasks' costs reach them
     memo_at: float = -math.inf  # when its jobs' memos last moved with the queue
     memo_pending: bool = False  # a queue move not shown yet (sent when the interval ends)
+    # Where it says that what its jobs' memo shows may have changed: the tracked units'
+    # (``Units.add``); its own until then.
+    changes: Changes = field(default_factory=Changes, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for program in self.programs:
+            program.attempt.tell = self.changed
+
+    def changed(self, state: str | None = None) -> None:
+        """What its jobs' memo shows may have changed; ``state``: what the memo says
+        instead of the unit's own state, for now (a fail-over, a paused device)."""
+        self.changes.mark(self, state)
 
     @property
     def active(self) -> bool:

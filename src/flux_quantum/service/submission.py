@@ -33,7 +33,7 @@ from flux_quantum.protocol.events import MergeSlot
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
-from flux_quantum.service.face import LEDGER_WAIT, Face
+from flux_quantum.service.face import LEDGER_WAIT
 from flux_quantum.service.merges import Merges, merge_key
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.programs import DEFAULT_PROGRAM_NAME, ProgramError, read_counted
@@ -42,7 +42,6 @@ from flux_quantum.service.reservations import Reservations, WindowClosed
 from flux_quantum.service.selection import Selection
 from flux_quantum.service.sessions import Sessions
 from flux_quantum.service.state import Attempt, Phase, Program, Unit, UnitSession
-from flux_quantum.service.tracking import Tracking
 from flux_quantum.site.ledger import LedgerUnavailable
 from flux_quantum.vendors.base import SessionOpening, TaskRef, Vendor
 from flux_quantum.vendors.errors import VendorError
@@ -55,7 +54,6 @@ class Submission:
         self,
         ctx: ServiceContext,
         calls: AttemptCalls,
-        face: Face,
         outcomes: Outcomes,
         release: Release,
         charges: Charges,
@@ -63,11 +61,9 @@ class Submission:
         selection: Selection,
         reservations: Reservations,
         merges: Merges,
-        tracking: Tracking,
     ) -> None:
         self.ctx = ctx
         self.calls = calls
-        self.face = face
         self.outcomes = outcomes
         self.release = release
         self.charges = charges
@@ -75,7 +71,6 @@ class Submission:
         self.selection = selection
         self.reservations = reservations
         self.merges = merges
-        self.tracking = tracking
 
     # -- scheduling
 
@@ -172,7 +167,6 @@ class Submission:
             return False
         stops = window.end - self.reservations.task_seconds(window)
         attempt.due = stops if decision.retry_at is None else min(decision.retry_at, stops)
-        self.face.changed(unit)
         return False
 
     def _wait_for_ledger(self, unit: Unit, attempt: Attempt, error: Exception) -> None:
@@ -183,9 +177,8 @@ class Submission:
         ctx = self.ctx
         decision = ctx.retry.failed(attempt.retry, retryable=True)
         attempt.due = ctx.clock() + decision.delay
-        attempt.retry.holding = f"{LEDGER_WAIT} (next try in {decision.delay:.0f}s)"
+        attempt.hold(f"{LEDGER_WAIT} (next try in {decision.delay:.0f}s)")
         ctx.log(syslog.LOG_DEBUG, f"unit {unit.id}: reservation waits for the ledger: {error}")
-        self.face.changed(unit)
 
     def _start_submit(self, unit: Unit, program: Program) -> None:
         ctx = self.ctx
@@ -221,8 +214,7 @@ class Submission:
                 for member, line in offer.waiting or ((unit, offer.text),):
                     for waiting in member.attempts():
                         if waiting.pooled:
-                            waiting.retry.holding = line.removeprefix("waiting ")
-                    self.face.changed(member)
+                            waiting.hold(line.removeprefix("waiting "))
                 return
             attempt.retry.holding = None
             if len(offer.members) > 1:
@@ -328,8 +320,7 @@ class Submission:
             return
         if not formed.members:
             attempt.due = formed.due if formed.due is not None else ctx.clock() + 1.0
-            attempt.retry.holding = formed.text
-            self.face.changed(unit)
+            attempt.hold(formed.text)
             return
         look = any(p.attempt.look_first for _, p in formed.members)
         since = min(
@@ -406,7 +397,6 @@ class Submission:
                         "the job's program goes alone",
                         "alone",
                     )
-                    self.face.changed(member_unit)
                 return
             for member_unit, member in alive:
                 member.attempt.look_first = True
@@ -518,11 +508,10 @@ class Submission:
         ledger, and its ``qpu-task`` recorded."""
         attempt = program.attempt
         queued_at = self.ctx.clock() if attempt.since is None or not found else attempt.since
-        self.tracking.start(unit, attempt, task, queued_at=queued_at, attached=True)
+        attempt.tracked(task, queued_at=queued_at, attached=True)
         self.charges.attach(attempt)
         self.calls.recovered(attempt)
         self.ctx.post_all(unit, task_record(unit, program))
-        self.face.changed(unit)
 
 
 def submit_record(unit: Unit, program: Program) -> events.Submit:

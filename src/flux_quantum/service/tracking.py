@@ -1,20 +1,20 @@
-"""Tracking a program's vendor task: polls, queue milestones, ``max_wait``, the release
-point.
+"""Tracking a program's vendor task: polls, queue milestones, ``max_wait``.
 
-``start`` is the one way into TRACK: a task created or found again by ``Submission``, or
-one recorded in the eventlog (``Adoption``: re-attached by its first poll). Each tracked
-attempt is polled when its poller plans (``flux_quantum.selection.poller``: adaptive
-intervals, from an estimated place when the vendor gives no position); a merged task is
-polled once for all the jobs that poll it at about the same time. A poll's answer goes
-to ``Charges`` when the task ended, fails the task over through ``Outcomes`` when it
-failed or the vendor lost it, keeps the jobs held while the device is paused, posts a
-``qpu-queue`` event at each queue milestone, and otherwise goes to ``Release``, which
-applies the release rule (the release point, the classical lead). A window's task
-(reserved QPU time) polled after a restart releases its jobs at once. Between polls
-``watch`` checks the lead and ``qpu.max_wait``. Every poll runs in a worker through
-``AttemptCalls``. Where the vendor's events are heard (``VendorEvents``), an event makes
-a task's poll come at once and the polls between events are a slow safety net
-(``VendorEvents.next_poll``). This part never creates a task, and never releases or
+An attempt enters TRACK by its own ``Attempt.tracked``: a task created or found again by
+``Submission``, or one recorded in the eventlog (``Adoption``: re-attached by its first
+poll here). Each tracked attempt is polled when the release rule's answer to its last poll plans
+(``Release.polled``: adaptive intervals, from an estimated place when the vendor gives
+no position); a merged task is polled once for all the jobs that poll it at about the
+same time. A poll's answer goes to ``Charges`` when the task ended, fails the task over
+through ``Outcomes`` when it failed or the vendor lost it, keeps the jobs held while the
+device is paused, posts a ``qpu-queue`` event at each queue milestone, teaches the
+device's drain estimate the task's move, and otherwise goes to ``Release``, which asks
+the release rule (``flux_quantum.timing``) once with every fact and acts on its answer. A
+window's task (reserved QPU time) polled after a restart releases its jobs at once.
+Between polls ``watch`` checks the lead and ``qpu.max_wait``. Every poll runs in a
+worker through ``AttemptCalls``. Where the vendor's events are heard (``VendorEvents``),
+an event makes a task's poll come at once and the polls between events are a slow safety
+net (``VendorEvents.next_poll``). This part never creates a task, and never releases or
 fails a job itself: it hands over to ``Release`` and ``Outcomes``.
 """
 
@@ -25,18 +25,15 @@ from dataclasses import replace
 from typing import Any
 
 from flux_quantum.protocol import events
-from flux_quantum.selection.poller import AdaptivePoller
-from flux_quantum.selection.release_point import Backlog
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.context import ServiceContext
-from flux_quantum.service.face import Face
 from flux_quantum.service.outcomes import Outcomes, problem_base
 from flux_quantum.service.release import Release
 from flux_quantum.service.reservations import Reservations
 from flux_quantum.service.state import Attempt, Phase, Program, Unit
 from flux_quantum.service.vendor_events import VendorEvents
-from flux_quantum.vendors.base import DeviceStatus, TaskRef, TaskSnapshot, TaskState, Vendor
+from flux_quantum.vendors.base import DeviceStatus, TaskSnapshot, TaskState, Vendor
 from flux_quantum.vendors.errors import NotFound
 
 # Queue positions that earn a qpu-queue event when first reached (not every poll).
@@ -48,7 +45,6 @@ class Tracking:
         self,
         ctx: ServiceContext,
         calls: AttemptCalls,
-        face: Face,
         outcomes: Outcomes,
         release: Release,
         charges: Charges,
@@ -57,7 +53,6 @@ class Tracking:
     ) -> None:
         self.ctx = ctx
         self.calls = calls
-        self.face = face
         self.outcomes = outcomes
         self.release = release
         self.charges = charges
@@ -66,26 +61,6 @@ class Tracking:
         # A merged task's last poll, by task id (when, what): its other jobs share it.
         self._polls: dict[str, tuple[float, TaskSnapshot]] = {}
         self._riders: dict[str, list[tuple[Unit, Program, Attempt]]] = {}  # a poll under way
-
-    def start(
-        self,
-        unit: Unit,
-        attempt: Attempt,
-        task: TaskRef,
-        *,
-        queued_at: float | None,
-        attached: bool,
-    ) -> None:
-        """The one way into TRACK: a task created or found now, or one recorded in the
-        eventlog (adoption: ``attached`` False until its first poll)."""
-        assert attempt.device is not None
-        poller = AdaptivePoller(
-            attempt.device,
-            unit.request.release_at,
-            estimator=self.ctx.estimator,
-            schedule=self.ctx.schedule,
-        )
-        attempt.tracked(task, poller, queued_at=queued_at, attached=attached)
 
     def step(self, unit: Unit, program: Program) -> None:
         """Poll the attempt's task (TRACK; the other phases are ``Submission``'s)."""
@@ -162,7 +137,7 @@ class Tracking:
         shared: bool = False,
     ) -> None:
         ctx = self.ctx
-        assert attempt.device is not None and attempt.poller is not None
+        assert attempt.device is not None
         now = ctx.clock()
         attempt.last_poll = now
         if error is not None:
@@ -185,10 +160,8 @@ class Tracking:
             attempt.attached = True
             ctx.counters.tasks_attached += 1
             ctx.log(syslog.LOG_INFO, f"unit {unit.id}: re-attached {snap.task.task_id}")
-        attempt.snapshot = snap
+        attempt.seen(snap)
         self.calls.recovered(attempt)
-        if snap.state is TaskState.RUNNING:
-            attempt.running_seen = attempt.running_seen or snap.t
         if snap.terminal:
             self.charges.ended(unit, program, attempt, snap)
         window = attempt.window
@@ -206,7 +179,6 @@ class Tracking:
                 return
             if snap.state not in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
                 self.release.ready(unit, attempt, self.reservations.release_reason(unit, window))
-                self.face.changed(unit)
                 return
         if snap.state in (TaskState.FAILED, TaskState.CANCELLED, TaskState.CANCELLING):
             reason = snap.message or f"the vendor reports {snap.state.value}"
@@ -228,50 +200,28 @@ class Tracking:
         ):
             # Nothing starts on a paused device: the task keeps its place in the queue
             # and the jobs stay held until the device takes work again.
-            attempt.expected_wait = None
-            attempt.due = now + ctx.options.device_check_interval
-            self.face.changed(
-                unit,
-                f"waiting: {attempt.device.name} is paused ({paused.reason}); released "
-                "after it resumes",
+            attempt.device_paused(
+                f"{attempt.device.name} is paused ({paused.reason}); released after it resumes",
+                now + ctx.options.device_check_interval,
             )
             return
-        backlog = self._backlog(attempt, snap)
-        if backlog is None:
-            delay = min(attempt.poller.observe(snap), ctx.schedule.max_interval)
-            self._milestones(unit, program, snap)
-        else:
-            # The vendor gives no place in its queue (IBM): the release point is judged
-            # from the device's pending count, the time since the create and the drain.
-            # The estimate rests on the pending count, re-read every device check: poll
-            # at least that often, so a wrong drain prior cannot overshoot.
-            ceiling = min(ctx.schedule.max_interval, ctx.options.device_check_interval)
-            delay = min(attempt.poller.observe_unpositioned(snap, backlog), ceiling)
-        if not self.release.polled(unit, attempt, snap, now, backlog):
-            attempt.due = now + self.events.next_poll(attempt, unit.request.release_at, snap, delay)
-        self.face.changed(unit)
-
-    def _backlog(self, attempt: Attempt, snap: TaskSnapshot) -> Backlog | None:
-        """What the place of a queued task is estimated from when its vendor reports no
-        queue positions on its device (IBM), or None: the pending count seen before the
-        create, when it was created, and the latest probe's count if taken since."""
-        if attempt.device is None or snap.state not in (TaskState.CREATED, TaskState.QUEUED):
-            return None
-        try:
-            vendor = self.ctx.vendor(attempt.device.vendor)
-        except Exception:
-            return None
-        if vendor.reports_positions(attempt.device):
-            return None
-        probe = self.ctx.device_snapshots.get(attempt.device.name)
-        created = attempt.queued_at if attempt.queued_at is not None else attempt.since
-        return Backlog(
-            ahead_at_create=attempt.ahead,
-            created_t=created if created is not None else snap.t,
-            pending_now=probe.queue_depth
-            if probe is not None and probe.t >= (created or 0)
-            else None,
+        self._milestones(unit, program, snap)
+        # The task's move teaches the device's drain (tasks on one device teach each
+        # other); the rule then judges with what was learned.
+        ctx.estimator.observe_position(
+            attempt.device.name,
+            snap.task.task_id,
+            snap.position,
+            snap.t,
+            capped=snap.position_capped,
         )
+        decision = self.release.polled(unit, attempt, now)
+        if not decision.release:
+            assert decision.next_poll is not None  # a poll's answer plans the next one
+            delay = self.events.next_poll(
+                attempt, unit.request.release_at, snap, decision.next_poll
+            )
+            attempt.due = now + delay
 
     def _milestones(self, unit: Unit, program: Program, snap: TaskSnapshot) -> None:
         attempt = program.attempt

@@ -4,14 +4,15 @@
 released ``qpu.group`` units a late job may still join (for ``group_linger`` seconds).
 Every change goes through its methods, so the three never disagree: a member added is
 indexed, a job that left is unindexed and taken off its unit, a unit that ended leaves
-with all its members. It decides nothing and calls nothing outside itself.
+with all its members. A unit it tracks marks its own changes in its ``changes`` (what
+the face sends memos for). It decides nothing and calls nothing outside itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from flux_quantum.service.state import Member, Unit, UnitState
+from flux_quantum.service.state import Changes, Member, Unit, UnitState
 
 
 class Units:
@@ -19,6 +20,8 @@ class Units:
         self._by_id: dict[int, Unit] = {}
         self._of_job: dict[int, int] = {}
         self._released_groups: dict[tuple[int, str], Unit] = {}
+        # The units whose jobs' memo may have changed, as they marked themselves.
+        self.changes = Changes()
 
     # -- reading
 
@@ -60,6 +63,7 @@ class Units:
 
     def add(self, unit: Unit) -> None:
         self._by_id[unit.id] = unit
+        unit.changes = self.changes
 
     def add_member(self, unit: Unit, member: Member) -> None:
         unit.jobs[member.id] = member

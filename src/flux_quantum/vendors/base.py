@@ -409,7 +409,7 @@ class Vendor(abc.ABC):
 
     def reports_positions(self, device: Device) -> bool:
         """Whether ``poll`` gives a queued task's place on ``device``. Without it (IBM) the
-        service estimates the place from the device's pending count (``flux_quantum.selection.release_point``).
+        service estimates the place from the device's pending count (``flux_quantum.timing.release_point``).
         Pure: never calls the vendor."""
         return True
 

@@ -16,7 +16,7 @@ message, a log line or a ``to_dict()``, and never import qiskit.
   ``settings.settle`` seconds have passed since that create. ``submit`` looks before it
   creates whenever this process already tried that token.
 - Queue: IBM reports a backend's pending jobs, never a job's position: ``poll`` gives
-  ``position=None``; the release rule for that lives in ``flux_quantum.selection.release_point``.
+  ``position=None``; the release rule for that lives in ``flux_quantum.timing.release_point``.
 - Merged tasks: ``submit_set`` (``submit_set_in`` in a session) runs several programs as
   the pubs of one Sampler job, every pub marked with the one token (so ``find_task``
   finds the job as for one program), within IBM's limits (``payload``: over one it is

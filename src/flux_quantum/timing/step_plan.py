@@ -30,7 +30,7 @@ queue, and it cannot enter before step k ends) and no idle. So:
 Getting the nodes back costs a step's turnaround too (release -> running: the
 scheduler, the job's start), the quickest the loop has seen: C counts it.
 
-C comes from ``flux_quantum.selection.node_wait``; V from the service's expected wait for
+C comes from ``flux_quantum.timing.node_wait``; V from the service's expected wait for
 step k+1's task (the device's drain times its place), else the loop's last task's wait
 on the device. A keep also needs room in step k's time limit for the hold and one more
 iteration's work. This module decides only: facts in, a ``StepPlan`` with its reason out;
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from flux_quantum.selection.node_wait import NodeWait, duration_text
-from flux_quantum.selection.release_point import ReleaseDecision
+from flux_quantum.timing.node_wait import NodeWait, duration_text
+from flux_quantum.timing.release_point import ReleaseDecision
 
 # Seconds of idle nodes one second of a loop's time to result is worth (per node), unless
 # the loop or the site says otherwise: a step holds its nodes for a result due within a

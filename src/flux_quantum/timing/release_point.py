@@ -10,8 +10,9 @@ its release point (the classical lead). For a vendor that gives no queue positio
 the place is estimated from the device's pending count (``estimate_backlog``). This module
 decides only: the facts come in (a snapshot, the drain, the estimates, the start-up and
 the classical wait, each in seconds on one clock), a ``ReleaseDecision`` with its
-explanation goes out. It never calls a vendor, never reads a clock and never releases
-anything (``flux_quantum.service.release`` does).
+explanation goes out. ``flux_quantum.timing.release`` puts these rules together into the
+one decision the service asks for. It never calls a vendor, never reads a clock and never
+releases anything (``flux_quantum.service.release`` does).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class ReleaseDecision:
     ``expected_wait``: the seconds until the release point (with ``predict`` and ``done``,
     until the result) as this decision saw them; None when unknown. ``estimated_position``:
     the estimated place of a task with no vendor-given position. ``estimated``: the
-    decision rests on an estimate, not on the task's state.
+    decision rests on an estimate, not on the task's state. ``next_poll``: after a poll,
+    the seconds before the next one as the adaptive plan has it (``decide_release``);
+    None when the decision planned no poll.
     """
 
     release: bool
@@ -40,6 +43,7 @@ class ReleaseDecision:
     estimated: bool = False
     expected_wait: float | None = None
     estimated_position: int | None = None
+    next_poll: float | None = None
 
 
 # --- a task with a vendor-given queue position ----------------------------------------------

@@ -1,14 +1,17 @@
 """When to ask a vendor again about a queued task: adaptive poll intervals.
 
 A held job is released when its task reaches its release point (the rule:
-``flux_quantum.selection.release_point``). Polling every second costs one vendor call per
+``flux_quantum.timing.release_point``). Polling every second costs one vendor call per
 second per task; polling rarely releases late. This module owns the trade-off: the next
 interval is a fraction of the earliest plausible time to the release point (tasks still to
-be served before it, times the learned drain time per task), clamped, and it shrinks to
-``min_interval`` once only the task now running stands between us and the release point.
-A task whose vendor gives no queue position (IBM) is planned the same way from its
-estimated place. It decides delays only: it never decides a release, never calls a
-vendor, never sleeps and never reads a clock (times come in with the snapshots).
+be served before it, times the device's drain time per task, ``Pace``), clamped, and it
+shrinks to ``min_interval`` once only the task now running stands between us and the
+release point. A task whose vendor gives no queue position (IBM) is planned the same way
+from its estimated place. The service plans through ``flux_quantum.timing.release``
+(``decide_release`` answers with the next poll); ``AdaptivePoller`` is the same plan for
+one task that learns the drain itself (the benchmarks' poller). It decides delays only:
+it never decides a release, never calls a vendor, never sleeps and never reads a clock
+(times come in with the snapshots).
 
 Why the earliest plausible time: a queue position moves when a task ahead starts; the
 task running now may end at any moment, so with ``d`` tasks to go at least ``d - 1``
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from flux_quantum.catalog import Device
 from flux_quantum.protocol.request import RELEASE_RUNNING
 from flux_quantum.selection.policies import DrainEstimator
-from flux_quantum.selection.release_point import (
+from flux_quantum.timing.release_point import (
     AT_END,
     Backlog,
     BacklogEstimate,
@@ -58,6 +61,51 @@ class PollSchedule:
             raise ValueError(f"PollSchedule.safety must be in (0, 1], got {self.safety}")
 
 
+@dataclass(frozen=True)
+class Pace:
+    """A device's drain, in seconds per task, as the release rule and the poll plan read
+    it (``DrainEstimator.estimate``): ``seconds_per_task`` judges the release (learned
+    from position moves, else from pending counts, else the catalog or the prior);
+    ``polling`` plans polls (position moves only, else the catalog or the prior),
+    ``learned`` from moves or not; ``catalog``: the site's figure (None: it gives none).
+
+    Polling early costs a call, polling late costs idle nodes: polls are planned with the
+    faster of what was learned and what the site says. A device that stood still for a
+    while (a window, maintenance) teaches a slow rate that would otherwise overshoot the
+    release point once it moves again."""
+
+    seconds_per_task: float
+    polling: float
+    learned: bool = False
+    catalog: float | None = None
+
+    @classmethod
+    def of(cls, estimator: DrainEstimator, device: Device) -> Pace:
+        """What ``estimator`` says of ``device`` now."""
+        polling = estimator.estimate(device, polling=True)
+        configured = estimator.estimate(device, polling=True, learned=False)
+        return cls(
+            estimator.estimate(device).seconds_per_task,
+            polling.seconds_per_task,
+            learned=polling.source == "learned",
+            catalog=configured.seconds_per_task if configured.source == "catalog" else None,
+        )
+
+    @property
+    def positioned(self) -> float:
+        """The pace polls of a task with a queue position are planned at."""
+        return self.polling if self.catalog is None else min(self.polling, self.catalog)
+
+    @property
+    def unpositioned(self) -> float:
+        """The pace polls of a task with an estimated place are planned at. The drain
+        learned from pending counts is a lower bound of the pace (other users' jobs
+        arrive as ours are served, so a saturated backend's count hardly falls): right
+        for the place shown and the release, but polls planned with it come late, up to
+        ``max_interval`` after a short run that is never seen RUNNING."""
+        return min(self.seconds_per_task, self.polling)
+
+
 def next_poll_interval(
     snapshot: TaskSnapshot,
     release_at: int | str,
@@ -74,6 +122,17 @@ def next_poll_interval(
     earliest = (remaining - 1) * seconds_per_task  # the running task may end right away
     ceiling = schedule.max_interval if learned else schedule.cold_max_interval
     return min(ceiling, max(schedule.min_interval, schedule.safety * earliest))
+
+
+def positioned_poll_interval(
+    snapshot: TaskSnapshot,
+    release_at: int | str,
+    pace: Pace,
+    schedule: PollSchedule = PollSchedule(),
+) -> float:
+    """Seconds before polling again a task whose vendor gives its queue position, at
+    the device's ``pace`` (capped until the drain was learned from moves)."""
+    return next_poll_interval(snapshot, release_at, pace.positioned, schedule, pace.learned)
 
 
 class AdaptivePoller:
@@ -108,37 +167,14 @@ class AdaptivePoller:
         if release_reached(snapshot, self.release_at):
             self.estimator.forget_task(self.device.name, snapshot.task.task_id)
             return 0.0
-        drain = self.estimator.estimate(self.device, polling=True)
-        seconds = drain.seconds_per_task
-        configured = self.estimator.estimate(self.device, polling=True, learned=False)
-        if configured.source == "catalog":
-            # Polling early costs a call, polling late costs idle nodes: plan with the
-            # faster of what was learned and what the site says. A device that stood
-            # still for a while (a window, maintenance) teaches a slow rate that
-            # would otherwise overshoot the release point once it moves again.
-            seconds = min(seconds, configured.seconds_per_task)
-        return next_poll_interval(
-            snapshot,
-            self.release_at,
-            seconds,
-            self.schedule,
-            learned=drain.source == "learned",
-        )
+        pace = Pace.of(self.estimator, self.device)
+        return positioned_poll_interval(snapshot, self.release_at, pace, self.schedule)
 
     def observe_unpositioned(self, snapshot: TaskSnapshot, backlog: Backlog) -> float:
         """The seconds to wait before polling again a queued task whose vendor gives no
-        queue position: planned from its place estimated from ``backlog``.
-
-        The drain learned from pending counts is a lower bound of the pace (other users'
-        jobs arrive as ours are served, so a saturated backend's count hardly falls):
-        right for the place shown and the release, but polls planned with it come late,
-        up to ``max_interval`` after a short run that is never seen RUNNING. They are
-        planned with the faster of it and the site's (catalog or prior), as ``observe``
-        does for tasks with a position."""
-        drain = self.estimator.estimate(self.device).seconds_per_task
-        pace = min(drain, self.estimator.estimate(self.device, polling=True).seconds_per_task)
-        planned = backlog.estimate(snapshot, pace)
-        return unpositioned_poll_interval(planned, self.release_at, pace, self.schedule)
+        queue position: planned from its place estimated from ``backlog``."""
+        pace = Pace.of(self.estimator, self.device)
+        return unpositioned_poll(snapshot, backlog, self.release_at, pace, self.schedule)
 
 
 class FixedPoller:
@@ -174,3 +210,18 @@ def unpositioned_poll_interval(
         remaining = max(0, estimate.position - int(release_at))
     earliest = max(0, remaining - 1) * seconds_per_task
     return min(schedule.max_interval, max(schedule.min_interval, schedule.safety * earliest))
+
+
+def unpositioned_poll(
+    snapshot: TaskSnapshot,
+    backlog: Backlog,
+    release_at: int | str,
+    pace: Pace,
+    schedule: PollSchedule = PollSchedule(),
+) -> float:
+    """Seconds before polling again a queued task with no vendor-given position: its
+    place estimated from ``backlog`` at the device's pace for polls
+    (``Pace.unpositioned``), then ``unpositioned_poll_interval``."""
+    seconds = pace.unpositioned
+    planned = backlog.estimate(snapshot, seconds)
+    return unpositioned_poll_interval(planned, release_at, seconds, schedule)
