@@ -13,7 +13,7 @@ flux-quantum writes into a job's jobspec at release and the memos on a held job,
 
 It never talks to Flux and never sees a credential: a context holds device names, task
 ids, tokens and reasons only. ``qpu-release`` is posted by the jobtap plugin
-(``jobtap/quantum.c``); every other event by the handler service through the plugin's
+(``jobtap/quantum_services.c``); every other event by the handler service through the plugin's
 ``event`` service.
 """
 
