@@ -41,6 +41,7 @@ PLUGIN_SOURCES = [
     HERE / "quantum.c",
     HERE / "quantum_jobs.c",
     HERE / "quantum_hold.c",
+    HERE / "quantum_deps.c",
     HERE / "quantum_rebuild.c",
     HERE / "quantum_history.c",
     HERE / "quantum_services.c",

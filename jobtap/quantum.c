@@ -80,6 +80,7 @@ static const struct flux_plugin_handler plugin_tab[] = {
 static const struct flux_plugin_handler *const handler_tabs[] = {
     plugin_tab,
     quantum_hold_tab,
+    quantum_deps_tab,
     quantum_history_tab,
     quantum_priority_tab,
     NULL,
@@ -103,6 +104,7 @@ static void quantum_ctx_destroy (void *arg)
         while (ctx->head)
             held_unlink (ctx->head);
         quantum_priority_fini (ctx);
+        quantum_deps_fini (ctx);
         free (ctx);
         errno = saved_errno;
     }

@@ -9,6 +9,8 @@
  *                       of the list and its generation)
  *   quantum_hold.c      the hold: submit checks, tracking, the "qpu"
  *                       dependency, followers, leaving DEPEND
+ *   quantum_deps.c      a held job's other dependencies (after*,
+ *                       begin-time, other plugins'), reported in list
  *   quantum_rebuild.c   the restart rebuild: a job met again after a
  *                       job-manager restart or a plugin load
  *   quantum_history.c   a held job's qpu-* events: posted for the
@@ -58,6 +60,10 @@ struct quantum_ctx {
     flux_watcher_t *restore_w;
     uint64_t restored;
     bool restore_said;
+    /* The job-manager's list of jobs and their dependencies, asked once
+     * a load met held jobs it did not see submitted (quantum_deps.c).
+     */
+    flux_future_t *deps_f;
 };
 
 /* Per-job state, hung off every active qpu job with
@@ -74,6 +80,10 @@ struct held_job {
     flux_jobid_t follow;   /* --dependency=qpu:JOBID: ride that job's task */
     json_t *history;       /* its qpu-* eventlog entries while held, or NULL */
     bool history_known;    /* seen since submission: history is complete */
+    json_t *deps;          /* its other unresolved dependencies (a set), or NULL */
+    json_t *deps_gone;     /* removed while deps is not known yet */
+    bool deps_known;       /* deps is the job's whole set */
+    bool subscribed;       /* to its job.event.* callbacks */
     bool on_list;
     bool released;
 };
@@ -89,6 +99,11 @@ struct held_job *held_job_lookup (struct quantum_ctx *ctx, flux_jobid_t id);
 void held_link (struct held_job *job);
 void held_unlink (struct held_job *job);
 int held_count_for_user (struct quantum_ctx *ctx, uint32_t userid);
+/* Its job.event.* callbacks, on or off (once: the job-manager would
+ * call a plugin subscribed twice twice).
+ */
+int held_job_subscribe (struct held_job *job);
+void held_job_unsubscribe (struct held_job *job);
 
 /* Each concern's jobtap callbacks and services, registered by
  * quantum.c.  A service is job-manager.quantum.METHOD, callable by
@@ -101,6 +116,7 @@ struct quantum_service {
 
 extern const struct flux_plugin_handler quantum_hold_tab[];
 extern const struct flux_plugin_handler quantum_history_tab[];
+extern const struct flux_plugin_handler quantum_deps_tab[];
 extern const struct flux_plugin_handler quantum_priority_tab[];
 extern const struct quantum_service quantum_held_services[];
 extern const struct quantum_service quantum_history_services[];
@@ -127,7 +143,18 @@ void quantum_rebuild (flux_plugin_t *p,
 /* quantum_history.c: a new submission's qpu-* history is kept from
  * now on (it must be called in job.new, before any qpu-* event).
  */
-void quantum_history_start (flux_plugin_t *p, struct held_job *job);
+void quantum_history_start (struct held_job *job);
+
+/* quantum_deps.c: follow a job's other dependencies from its
+ * submission (called in job.create, before any is added), or learn
+ * them from the job-manager (a job met again after a restart or a
+ * load).  quantum_deps_entry() sets what `list` shows of them: NULL
+ * (none), an array of descriptions, or JSON null (not known yet).
+ */
+int quantum_deps_follow (struct held_job *job);
+int quantum_deps_rebuild (struct held_job *job);
+int quantum_deps_entry (struct held_job *job, json_t **entry);
+void quantum_deps_fini (struct quantum_ctx *ctx);
 
 /* quantum_services.c: the held jobs named by "id" or "ids" that the requester may act on,
  * as a JSON array of ints; all or nothing (NULL with errno and errbuf

@@ -26,13 +26,13 @@
 #include "qpu_protocol.h"
 #include "quantum.h"
 
-/* A new submission: every qpu-* event it will get passes
- * job_event_cb, so its history here is complete.  (A job that was
- * active before this plugin loaded is not subscribed.)
+/* A new submission, subscribed to its events since job.create: every
+ * qpu-* event it will get passes job_event_cb, so its history here is
+ * complete.  (A job that was active before this plugin loaded is not.)
  */
-void quantum_history_start (flux_plugin_t *p, struct held_job *job)
+void quantum_history_start (struct held_job *job)
 {
-    if (flux_jobtap_job_subscribe (p, job->id) == 0)
+    if (job->subscribed)
         job->history_known = true;
 }
 
@@ -65,7 +65,6 @@ static int job_event_cb (flux_plugin_t *p,
         json_decref (job->history);
         job->history = NULL;
         job->history_known = false;
-        flux_jobtap_job_unsubscribe (p, id);
     }
     return 0;
 }

@@ -55,13 +55,15 @@ static int validate_cb (flux_plugin_t *p,
     return 0;
 }
 
-/* job.new: called at submit, and for every active job after a
- * job-manager restart or a plugin load (quantum_rebuild).
+/* job.create: called at submit (before the job-manager checks its
+ * dependencies), and for every active job after a job-manager restart
+ * or a plugin load.  Start following a qpu job; a new submission's
+ * other dependencies from now on.
  */
-static int new_cb (flux_plugin_t *p,
-                   const char *topic,
-                   flux_plugin_arg_t *args,
-                   void *arg)
+static int create_cb (flux_plugin_t *p,
+                      const char *topic,
+                      flux_plugin_arg_t *args,
+                      void *arg)
 {
     struct quantum_ctx *ctx = arg;
     json_t *jobspec;
@@ -82,7 +84,7 @@ static int new_cb (flux_plugin_t *p,
                                 "userid", &userid,
                                 "state", &state,
                                 "t_submit", &t_submit) < 0)
-        return flux_jobtap_error (p, args, "quantum: cannot unpack job.new");
+        return flux_jobtap_error (p, args, "quantum: cannot unpack job.create");
     system = qpu_jobspec_system (jobspec);
     request = json_object_get (system, QPU_REQUEST_ATTR);
     if (qpu_follow_target (system, &leader) < 0)
@@ -92,8 +94,40 @@ static int new_cb (flux_plugin_t *p,
     if (!(job = held_job_track (ctx, id, (uint32_t)userid, t_submit, request)))
         return flux_jobtap_error (p, args, "quantum: cannot track job");
     job->follow = leader;
+    if (state == FLUX_JOB_STATE_NEW && quantum_deps_follow (job) < 0)
+        flux_log_error (flux_jobtap_get_flux (p),
+                        "quantum: job %ju: cannot follow its events",
+                        (uintmax_t)id);
+    return 0;
+}
+
+/* job.new: a new submission's qpu-* history is complete from here; any
+ * other job was active before this plugin met it (quantum_rebuild).
+ */
+static int new_cb (flux_plugin_t *p,
+                   const char *topic,
+                   flux_plugin_arg_t *args,
+                   void *arg)
+{
+    struct quantum_ctx *ctx = arg;
+    json_t *jobspec;
+    json_t *system;
+    flux_jobid_t id;
+    int state;
+    struct held_job *job;
+
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:o s:I s:i}",
+                                "jobspec", &jobspec,
+                                "id", &id,
+                                "state", &state) < 0)
+        return flux_jobtap_error (p, args, "quantum: cannot unpack job.new");
+    if (!(job = held_job_lookup (ctx, id)))
+        return 0;
+    system = qpu_jobspec_system (jobspec);
     if (state == FLUX_JOB_STATE_NEW && !json_object_get (system, QPU_TASK_ATTR))
-        quantum_history_start (p, job);
+        quantum_history_start (job);
     else
         quantum_rebuild (p, job, system, state);
     return 0;
@@ -217,13 +251,14 @@ int quantum_leave_depend_cb (flux_plugin_t *p,
             ctx->cancelled++;
     }
     if (job)
-        flux_jobtap_job_unsubscribe (p, id);
+        held_job_unsubscribe (job);
     return 0;
 }
 
 /* job.state.priority is quantum_priority.c's: it leaves DEPEND there.
  */
 const struct flux_plugin_handler quantum_hold_tab[] = {
+    { "job.create", create_cb, NULL },
     { "job.validate", validate_cb, NULL },
     { "job.new", new_cb, NULL },
     { "job.state.depend", depend_cb, NULL },

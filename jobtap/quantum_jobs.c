@@ -7,6 +7,8 @@
  * also on the context's list, newest first; this file is the one that
  * links and unlinks them, and moves the list's generation when it does
  * (`list` answers "unchanged" to a caller that saw the current one).
+ * It also owns the job's subscription to its own events, which its
+ * history, its other dependencies and its priority all read.
  *
  * SPDX-License-Identifier: LGPL-3.0
 \************************************************************/
@@ -65,6 +67,8 @@ static void held_job_destroy (void *arg)
         held_unlink (job);
         json_decref (job->request);
         json_decref (job->history);
+        json_decref (job->deps);
+        json_decref (job->deps_gone);
         free (job);
         errno = saved_errno;
     }
@@ -98,6 +102,24 @@ struct held_job *held_job_track (struct quantum_ctx *ctx,
 struct held_job *held_job_lookup (struct quantum_ctx *ctx, flux_jobid_t id)
 {
     return flux_jobtap_job_aux_get (ctx->p, id, AUX_JOB);
+}
+
+int held_job_subscribe (struct held_job *job)
+{
+    if (job->subscribed)
+        return 0;
+    if (flux_jobtap_job_subscribe (job->ctx->p, job->id) < 0)
+        return -1;
+    job->subscribed = true;
+    return 0;
+}
+
+void held_job_unsubscribe (struct held_job *job)
+{
+    if (!job->subscribed)
+        return;
+    flux_jobtap_job_unsubscribe (job->ctx->p, job->id);
+    job->subscribed = false;
 }
 
 int held_count_for_user (struct quantum_ctx *ctx, uint32_t userid)

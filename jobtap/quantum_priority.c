@@ -127,7 +127,7 @@ static int priority_state_cb (flux_plugin_t *p,
         && flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I}", "id", &id) == 0
         && (job = held_job_lookup (ctx, id))
         && job->released)
-        (void)flux_jobtap_job_subscribe (p, id);
+        (void)held_job_subscribe (job);
     return priority_cb (p, topic, args, arg);
 }
 
@@ -198,7 +198,7 @@ static int run_cb (flux_plugin_t *p,
     if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I}", "id", &id) == 0
         && (job = held_job_lookup (ctx, id))
         && job->released)
-        flux_jobtap_job_unsubscribe (p, id);
+        held_job_unsubscribe (job);
     return 0;
 }
 

@@ -8,7 +8,8 @@
  * attributes.system.qpu_task, written in the same jobspec-update as
  * its release) and the job's state (the "qpu" dependency itself lives
  * in the eventlog, so a job still in DEPEND without a task is still
- * held).  Counters start again at the load.
+ * held).  Its other dependencies are read once from the job-manager
+ * (quantum_deps.c).  Counters start again at the load.
  *
  * SPDX-License-Identifier: LGPL-3.0
 \************************************************************/
@@ -33,8 +34,14 @@ void quantum_rebuild (flux_plugin_t *p,
 {
     if (json_object_get (system, QPU_TASK_ATTR))
         job->released = true;
-    else if (state == FLUX_JOB_STATE_DEPEND)
+    else if (state == FLUX_JOB_STATE_DEPEND) {
         held_link (job);
+        if (quantum_deps_rebuild (job) < 0)
+            flux_log_error (flux_jobtap_get_flux (p),
+                            "quantum: job %ju: cannot read its dependencies; "
+                            "its task is created without waiting for them",
+                            (uintmax_t)job->id);
+    }
 }
 
 /* vi: ts=4 sw=4 expandtab

@@ -7,6 +7,8 @@
  * every job is checked before any is touched.
  *
  *   list     {generation?}                       -> {jobs:[...], generation}
+ *            each job {id, userid, request, t_submit, follow?,
+ *            dependencies?: [its other unresolved ones] or null}
  *   release  {id|ids, task?, device?, info?, resources?}
  *                                                -> {released:[...]}
  *   fail     {id|ids, note}                      -> {failed:[...]}
@@ -117,26 +119,35 @@ void quantum_respond (flux_t *h,
         flux_log_error (h, "quantum: error responding to %s request", key);
 }
 
-/* One held job as `list` shows it.
+/* One held job as `list` shows it: its other dependencies too, while
+ * it has any (null while they are not known yet).
  */
 static json_t *list_entry (struct held_job *job)
 {
     json_t *o;
+    json_t *deps = NULL;
 
-    if (!(o = json_pack ("{s:I s:i s:O? s:f}",
-                         "id", (json_int_t)job->id,
-                         "userid", (int)job->userid,
-                         "request", job->request,
-                         "t_submit", job->t_submit))
-        || (job->follow
-            && json_object_set_new (o,
-                                    "follow",
-                                    json_integer ((json_int_t)job->follow))
-                   < 0)) {
-        json_decref (o);
+    if (quantum_deps_entry (job, &deps) < 0
+        || !(o = json_pack ("{s:I s:i s:O? s:f}",
+                            "id", (json_int_t)job->id,
+                            "userid", (int)job->userid,
+                            "request", job->request,
+                            "t_submit", job->t_submit))) {
+        json_decref (deps);
         return NULL;
     }
+    /* json_object_set_new() takes deps even when it fails. */
+    if (deps && json_object_set_new (o, "dependencies", deps) < 0)
+        goto error;
+    if (job->follow
+        && json_object_set_new (o,
+                                "follow",
+                                json_integer ((json_int_t)job->follow)) < 0)
+        goto error;
     return o;
+error:
+    json_decref (o);
+    return NULL;
 }
 
 static void list_cb (flux_t *h,
