@@ -253,3 +253,23 @@ def test_the_pipeline_example_runs_from_python_and_a_broken_piece_fails_over(
     devices = {world.inst.run(["flux", "job", "info", j, "jobspec"]).stdout for j in pieces}
     released = [json.loads(d)["attributes"]["system"]["qpu_device"] for d in devices]
     assert "q-sim" in released  # the broken device's first task failed over
+
+
+def test_parsl_drives_the_pipeline(world: World) -> None:
+    pytest.importorskip("parsl", reason="parsl is not installed (pip install parsl)")
+    directory = world.inst.workdir / "parsl-run"
+    done = run_example(
+        world, sys.executable, str(EXAMPLE / "parsl_pipeline.py"), str(directory),
+        "--pieces=2", "--rounds=2", "--device=local:q-one",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rounds = results(directory, 2)
+    assert json.loads(done.stdout) == rounds[1]
+    assert rounds[1]["angles"] == rounds[0]["next"]
+    # Each piece was a held QPU job of this instance, released on its own task.
+    listed = world.inst.run(["flux", "jobs", "-a", "-n", "-o", "{id} {name}"]).stdout
+    stages = [line.split()[0] for line in listed.splitlines() if line.endswith(" qpu-stage")]
+    assert len(stages) == 4
+    for jobid in stages:
+        spec = json.loads(world.inst.run(["flux", "job", "info", jobid, "jobspec"]).stdout)
+        assert spec["attributes"]["system"]["qpu_task"].startswith("arn:aws:braket")
