@@ -48,6 +48,7 @@ SCENARIO = {
         _device("sim", 0.2),
         _device("one", 0.3),
         _device("broken", 0.1, faults=[{"fail_task": "calibration drifted", "calls": [1]}]),
+        _device("doomed", 0.1, faults=[{"fail_task": "device error 17", "every": 1}]),
     ]
 }
 
@@ -107,7 +108,8 @@ class World:
         return (job.get("annotations") or {}).get("user") or {}
 
     def creates(self) -> int:
-        return self.emu.call_count("CreateQuantumTask")
+        """The tasks the emulator holds (a create retried with its token is one task)."""
+        return len(self.emu.task_arns())
 
     def ledger_rows(self, jobid: str) -> int:
         from flux.job import JobID
@@ -253,6 +255,37 @@ def test_the_pipeline_example_runs_from_python_and_a_broken_piece_fails_over(
     devices = {world.inst.run(["flux", "job", "info", j, "jobspec"]).stdout for j in pieces}
     released = [json.loads(d)["attributes"]["system"]["qpu_device"] for d in devices]
     assert "q-sim" in released  # the broken device's first task failed over
+
+
+def test_a_piece_that_fails_for_good_ends_its_dependants_with_nothing_else_spent(
+    world: World,
+) -> None:
+    directory = world.inst.workdir / "final-run"
+    before = world.creates()
+    earlier = set(world.inst.run(["flux", "jobs", "-a", "-n", "-o", "{id}"]).stdout.split())
+    env_device = {"DEVICE": "local:q-doomed", "FAILOVER": "fail"}
+    done = subprocess.run(
+        ["sh", str(EXAMPLE / "pipeline.sh"), str(directory), "1", "2"],
+        env={**os.environ, **world.inst.env, **world.env, **env_device},
+        cwd=world.inst.workdir, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.split()[-1]
+    world.inst.wait_event(last, "clean", timeout=120)
+    listed = world.inst.run(["flux", "jobs", "-a", "-n", "-o", "{id} {name}"]).stdout
+    ids = {
+        line.split()[1]: line.split()[0]
+        for line in listed.splitlines()
+        if line.split()[0] not in earlier
+    }
+    failed, second = ids["piece-0.0"], ids["piece-1.0"]
+    assert "qpu-task-failed" in world.names(failed)
+    for name in ("aggregate-0", "decompose-1", "piece-1.0", "aggregate-1"):
+        status = world.inst.run(["flux", "job", "status", ids[name]], check=False)
+        assert status.returncode != 0, name
+    assert [n for n in world.names(second) if n.startswith("qpu-")] == []
+    assert world.creates() == before + 1  # the failed piece's task only
+    assert world.ledger_rows(second) == 0
 
 
 def test_parsl_drives_the_pipeline(world: World) -> None:
