@@ -18,6 +18,7 @@ helps. Everything lives in one directory::
 
     pieces.py decompose DIR ROUND --pieces N
     pieces.py aggregate DIR ROUND JOBID...    # the QPU jobs, piece 0 first
+    pieces.py aggregate DIR ROUND --files F...  # counts already read ({"counts": ...})
 """
 
 from __future__ import annotations
@@ -138,12 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     agg.add_argument("dir", type=Path)
     agg.add_argument("round", type=int)
     agg.add_argument("jobs", nargs="+", help="the round's QPU jobs, piece 0 first")
+    agg.add_argument(
+        "--files", action="store_true", help="JOBS are JSON files with the counts instead"
+    )
     args = parser.parse_args(argv)
     if args.command == "decompose":
         for path in decompose(args.dir, args.round, args.pieces):
             print(path)
         return 0
-    result = aggregate(args.dir, args.round, [counts_of(job) for job in args.jobs])
+    if args.files:
+        counts = [dict(json.loads(Path(f).read_text())["counts"]) for f in args.jobs]
+    else:
+        counts = [counts_of(job) for job in args.jobs]
+    result = aggregate(args.dir, args.round, counts)
     print(
         f"round {result['round']}: angles {result['angles']}, mean expected cut per piece "
         f"{result['mean_expected_cut']:.3f}, cut {result['cut']} of {result['edges']} edges; "
