@@ -306,3 +306,24 @@ def test_parsl_drives_the_pipeline(world: World) -> None:
     for jobid in stages:
         spec = json.loads(world.inst.run(["flux", "job", "info", jobid, "jobspec"]).stdout)
         assert spec["attributes"]["system"]["qpu_task"].startswith("arn:aws:braket")
+
+
+def test_hybrid_gives_flux_cores_jobspec_the_request_and_its_waits() -> None:
+    from flux.job import JobspecV1
+
+    from flux_quantum.job.hybrid import hybrid
+
+    jobspec = JobspecV1.from_command(["true"])
+    jobspec.setattr("system.dependencies", [{"scheme": "begin-time", "value": "+1m"}])
+    made = hybrid(jobspec, {"device": "local:q-one", "program": "a.qasm"}, after=[7, "ƒ2"])
+    system = made.jobspec["attributes"]["system"]
+    assert system["qpu"] == {"device": "local:q-one", "program": "a.qasm"}
+    assert system["dependencies"] == [
+        {"scheme": "begin-time", "value": "+1m"},
+        {"scheme": "afterok", "value": "7"},
+        {"scheme": "afterok", "value": "ƒ2"},
+    ]
+    with pytest.raises(ValueError, match="qpu.shots must be an integer"):
+        hybrid(JobspecV1.from_command(["true"]), {"device": "sv1", "shots": "many"})
+    with pytest.raises(ValueError, match="when must be one of afterok"):
+        hybrid(JobspecV1.from_command(["true"]), "sv1", after=[7], when="before")
