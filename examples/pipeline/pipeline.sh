@@ -9,6 +9,9 @@
 #
 #   examples/pipeline/pipeline.sh DIR [N [ROUNDS]]     # prints the last aggregation's job
 #
+# A step that has already failed when a later one is submitted makes flux submit refuse
+# that one (Flux's rule for after* dependencies), and the script stops there.
+#
 # DEVICE (default local:local-sv1) is the device request, FAILOVER (default simulator)
 # where a piece goes when its device fails, PYTHON the interpreter of the classical steps.
 set -eu
