@@ -1,4 +1,4 @@
-"""Build the ``quantum`` jobtap plugin (jobtap/quantum.c) through cffi, and the
+"""Build the ``quantum`` jobtap plugin (jobtap/quantum*.c) through cffi, and the
 ``quantum`` job-shell plugin (jobtap/shell_quantum.c) into OUTDIR/shell/.
 
 Used by setup.py at ``pip install`` time, and runnable by hand:
@@ -35,8 +35,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# Both plugins include qpu_protocol.h from this directory.
-PLUGIN_SOURCE = HERE / "quantum.c"
+# Both plugins include qpu_protocol.h from this directory.  The jobtap plugin is one
+# file per concern (quantum.h lists them); quantum.c holds flux_plugin_init.
+PLUGIN_SOURCES = [
+    HERE / "quantum.c",
+    HERE / "quantum_jobs.c",
+    HERE / "quantum_hold.c",
+    HERE / "quantum_deps.c",
+    HERE / "quantum_rebuild.c",
+    HERE / "quantum_history.c",
+    HERE / "quantum_services.c",
+    HERE / "quantum_priority.c",
+]
 # The jobtap plugin's pure parsers, one concern a file; jobtap/fuzz/ links them too.
 PARSER_SOURCES = [HERE / "qpu_request.c", HERE / "qpu_payload.c", HERE / "qpu_config.c"]
 PLUGIN_FILE = "quantum.so"
@@ -117,8 +127,8 @@ def build(outdir: Path) -> tuple[Path | None, str]:
     rpaths = [d for d in [*flags.library_dirs, libdir] if d]
     ffi.set_source(
         "_flux_quantum_jobtap",
-        f'#include "{PLUGIN_SOURCE.name}"',
-        sources=[str(path) for path in PARSER_SOURCES],
+        "",
+        sources=[str(path) for path in (*PLUGIN_SOURCES, *PARSER_SOURCES)],
         include_dirs=[str(HERE), *flags.include_dirs],
         library_dirs=flags.library_dirs,
         libraries=flags.libraries,
@@ -130,7 +140,7 @@ def build(outdir: Path) -> tuple[Path | None, str]:
         try:
             built = ffi.compile(tmpdir=tmp, target=PLUGIN_FILE, verbose=False)
         except Exception as exc:  # compiler errors surface as distutils exceptions
-            return None, f"compiling {PLUGIN_SOURCE} failed: {exc}"
+            return None, f"compiling the jobtap plugin ({HERE}/quantum*.c) failed: {exc}"
         dest = outdir / PLUGIN_FILE
         # Replace, never rewrite in place: a job-manager may have it loaded (writing
         # into a mapped plugin crashed a broker with "Illegal instruction").

@@ -3,11 +3,11 @@
  *
  * Pure functions of a request's JSON payload: they check its shape
  * and hand back borrowed references into it; they never look a job
- * up, never change one and never respond.  quantum.c calls them from
- * its message handlers; jobtap/fuzz/ drives them with generated and
- * mutated payloads.  Every refusal sets errno (EPROTO for a payload
- * of the wrong shape, EINVAL for a bad event name) and writes one
- * sentence into errbuf.
+ * up, never change one and never respond.  The plugin's message
+ * handlers (quantum_services.c, quantum_history.c) call them;
+ * jobtap/fuzz/ drives them with generated and mutated payloads.
+ * Every refusal sets errno (EPROTO for a payload of the wrong shape,
+ * EINVAL for a bad event name) and writes one sentence into errbuf.
  *
  * SPDX-License-Identifier: LGPL-3.0
 \************************************************************/

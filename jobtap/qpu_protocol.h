@@ -1,7 +1,7 @@
 /************************************************************\
  * flux-quantum: the names the plugins share with the Python side.
  *
- * The jobtap plugin (quantum.c) and the job-shell plugin
+ * The jobtap plugin (quantum*.c) and the job-shell plugin
  * (shell_quantum.c) write and read a job's jobspec, eventlog and
  * environment in names the Python side defines.  Python is the
  * source; these are copies, and t/test_protocol.py fails when one

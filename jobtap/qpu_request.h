@@ -2,7 +2,7 @@
  * flux-quantum: what the jobtap plugin reads of a job's jobspec.
  *
  * Pure functions of a jobspec's attributes.system: no flux handle,
- * no job-manager, no I/O.  quantum.c calls them from job.validate and
+ * no job-manager, no I/O.  quantum_hold.c calls them from job.validate and
  * job.new; jobtap/fuzz/ drives them with generated inputs.
  *
  * SPDX-License-Identifier: LGPL-3.0

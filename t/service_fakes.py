@@ -93,6 +93,8 @@ class FakeJob:
     annotations: dict[str, Any] = field(default_factory=dict)  # persistent memos
     ended: bool = False  # a released job that ran and finished (INACTIVE)
     t_end: float | None = None  # when it left the instance (cancelled, failed, ended)
+    # Its other unresolved dependencies as the plugin lists them; None: not read yet.
+    dependencies: list[str] | None = field(default_factory=list)
 
 
 def _outcome(call: Callable[..., Any], *args: Any) -> Exception | None:
@@ -128,7 +130,10 @@ class FakeFlux:
         nodes: int = 1,
         follow: int | None = None,
         cwd: str = "/tmp",
+        dependencies: Sequence[str] | None = (),
     ) -> int:
+        """``dependencies``: the job's other Flux dependencies (``after-success=...``),
+        unresolved; None: the plugin has not read them yet (just loaded)."""
         jobid = next(self._ids)
         system: dict[str, Any] = {"cwd": cwd}
         if request is not None:
@@ -138,9 +143,33 @@ class FakeFlux:
             "attributes": {"system": system},
         }
         job = FakeJob(jobid, userid, request, self.clock(), jobspec, follow=follow)
+        job.dependencies = None if dependencies is None else list(dependencies)
         job.events.append(events.Event("submit", self.clock(), {"userid": userid}))
         self.jobs[jobid] = job
         return jobid
+
+    def dependencies_read(self, jobid: int, dependencies: Sequence[str] = ()) -> None:
+        """The plugin read the job's dependencies from the job-manager (after a load)."""
+        self.jobs[jobid].dependencies = list(dependencies)
+
+    def resolve(self, jobid: int, dependency: str) -> None:
+        """One of the job's other dependencies is satisfied (``dependency-remove``)."""
+        job = self.jobs[jobid]
+        assert job.dependencies is not None and dependency in job.dependencies
+        job.dependencies.remove(dependency)
+        job.events.append(
+            events.Event("dependency-remove", self.clock(), {"description": dependency})
+        )
+
+    def never(self, jobid: int, dependency: str) -> None:
+        """The dependency can never be satisfied: Flux raises the job's exception and it
+        ends in DEPEND."""
+        job = self.jobs[jobid]
+        job.state = "failed"
+        job.note = f"dependency {dependency} can never be satisfied"
+        job.t_end = self.clock()
+        job.events.append(events.Event("exception", self.clock(), {"type": "dependency"}))
+        job.events.append(events.Event("clean", self.clock(), {}))
 
     def cancel(self, jobid: int) -> None:
         job = self.jobs[jobid]
@@ -180,7 +209,14 @@ class FakeFlux:
         if self.list_error is not None:
             raise self.list_error
         jobs = [
-            HeldJob(j.id, j.userid, j.request, j.t_submit, j.follow)
+            HeldJob(
+                j.id,
+                j.userid,
+                j.request,
+                j.t_submit,
+                j.follow,
+                None if j.dependencies is None else tuple(sorted(j.dependencies)),
+            )
             for j in self.jobs.values()
             if j.state == "held"
         ]

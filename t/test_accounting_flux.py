@@ -486,6 +486,8 @@ def test_a_qpu_job_under_a_running_jobs_limit_waits_for_both_holds(qpu_site: Qpu
         second = submitted(acct.submit_as(ALICE, [*QUEUED, *fake_run(1)]))
         qpu.until(lambda: dependencies(second) == {"qpu", MRJ})
         qpu.wait_event(second, "qpu-task")
+        # A limit is not an input (docs/workflows.md): the task was created while it held.
+        assert MRJ in dependencies(second) and "qpu-inputs" not in qpu.names(second)
         inst.run(["flux", "cancel", running])
         qpu.until(lambda: dependencies(second) == {"qpu"})
         assert inst.state(second) == "DEPEND"
@@ -496,3 +498,42 @@ def test_a_qpu_job_under_a_running_jobs_limit_waits_for_both_holds(qpu_site: Qpu
     finally:
         acct.account("edit-user", "alice", "--bank=physics", "--max-running-jobs=5")
         acct.update()
+
+
+def test_a_qpu_job_over_a_max_active_jobs_limit_is_refused_with_nothing_spent(
+    qpu_site: QpuSite,
+) -> None:
+    """flux-accounting's other kind of limit refuses at submit: alice may have one active
+    job; her QPU job beside it is refused with flux-accounting's sentence, and nothing
+    reaches the vendor or the ledger."""
+    inst, acct, qpu = qpu_site.inst, qpu_site.acct, qpu_site.qpu
+    assert qpu is not None
+    acct.account("edit-user", "alice", "--bank=physics", "--max-active-jobs=1")
+    acct.update()
+    try:
+        running = submitted(acct.submit_as(ALICE, fake_run(120)))
+        inst.wait_event(running, "start")
+        creates = qpu.emu.call_count("CreateQuantumTask")
+        charged = charges(qpu_site)
+        before = jobs(inst)
+        res = acct.submit_as(ALICE, [*QPU, *fake_run(1)])
+        assert res.returncode != 0
+        assert "user has max active jobs" in res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert jobs(inst) == before
+        time.sleep(1.0)  # several of the service's scans (0.3 s)
+        assert qpu.emu.call_count("CreateQuantumTask") == creates
+        assert charges(qpu_site) == charged
+        inst.run(["flux", "cancel", running])
+        inst.wait_event(running, "clean")
+    finally:
+        acct.account("edit-user", "alice", "--bank=physics", "--max-active-jobs=1000")
+        acct.update()
+
+
+def charges(site: QpuSite) -> int:
+    """The ledger's rows (none before the first charge: no file yet)."""
+    if not site.ledger.exists():
+        return 0
+    with closing(sqlite3.connect(site.ledger)) as ledger:
+        return int(ledger.execute("SELECT COUNT(*) FROM charges").fetchone()[0])

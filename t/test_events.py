@@ -183,6 +183,7 @@ SAMPLES: dict[str, events.QpuEvent] = {
             exclude=("forte",),
             device_class="simulator",
         ),
+        events.Inputs(after=("after-success=ƒ2bZ4", "begin-time=1700000000.000")),
         events.Ready(
             index=0, attempt=0, tasks=({"index": 0, "task": "arn:t", "why": "COMPLETED"},)
         ),
@@ -335,3 +336,16 @@ def test_replay_keeps_the_window_of_a_token_and_the_windows_that_ended():
     assert (prog.attempt, prog.token, prog.reservation) == (1, None, None)
     # A context without the window's end is refused, as any malformed one.
     assert events.ReservationEnded.decode({"reservation": "x", "action": "fail"}) is None
+
+
+def test_replay_keeps_when_the_jobs_other_dependencies_stopped_holding_its_task():
+    assert replay([ev("qpu-submit", unit=7, index=0, attempt=0, token=TOKEN0)]).inputs_at is None
+    history = replay(
+        [
+            ev("qpu-inputs", t=150.0, after=["after-success=ƒ2bZ4"]),
+            ev("qpu-submit", t=151.0, unit=7, index=0, attempt=0, token=TOKEN0, device="sv1"),
+            ev("qpu-inputs", t=170.0, after=[]),
+        ]
+    )
+    assert history.inputs_at == 150.0
+    assert history.programs[0].token == TOKEN0

@@ -52,11 +52,7 @@ ENABLED = os.environ.get("FLUXQ_MEMCHECK") == "1"
 SUPPRESSIONS = Path(os.environ.get("FLUXQ_VALGRIND_SUPP", "/nonexistent"))
 # The plugins' own sources, as their debug info names them.
 PLUGIN_SOURCES = {
-    "quantum.c",
-    "qpu_request.c",
-    "qpu_payload.c",
-    "qpu_config.c",
-    "shell_quantum.c",
+    *(path.name for path in (Path(__file__).resolve().parents[1] / "jobtap").glob("*.c")),
     "_flux_quantum_jobtap.c",
 }
 PLUGIN_OBJECTS = ("quantum.so", "shell_quantum.so")

@@ -638,10 +638,17 @@ HEADER_NAMES = re.compile(r'^#define\s+(QPU_\w+)\s+"([^"]*)"', re.MULTILINE)
 
 
 def test_every_attribute_the_plugin_writes_at_release_is_reserved() -> None:
-    # jobtap/quantum.c's release is the one writer of attributes.system at release; it
-    # spells the keys with jobtap/qpu_protocol.h's names (test_protocol.py checks those).
+    # The plugin's release (jobtap/quantum_services.c) is the one writer of
+    # attributes.system at release; it spells the keys with jobtap/qpu_protocol.h's names
+    # (test_protocol.py checks those). No other file of the plugin writes one.
     names = dict(HEADER_NAMES.findall((ROOT / "jobtap" / "qpu_protocol.h").read_text()))
-    code = (ROOT / "jobtap" / "quantum.c").read_text()
+    writers = [
+        path.name
+        for path in sorted((ROOT / "jobtap").glob("quantum*.c"))
+        if RELEASE_WRITES.search(path.read_text())
+    ]
+    assert writers == ["quantum_services.c"]
+    code = (ROOT / "jobtap" / "quantum_services.c").read_text()
     written = {names[name] for name in RELEASE_WRITES.findall(code)}
     assert written == set(RELEASE_ATTRIBUTES) == {"qpu_task", "qpu_device", "qpu_info"}
     assert written <= set(request_module.RESERVED_ATTRIBUTES)

@@ -157,6 +157,18 @@ def _qpu_progress(handle: Any, jobs: list[HeldJob]) -> dict[int, dict[str, Any]]
     return progress
 
 
+def _waiting_states(jobs: list[HeldJob], progress: dict[int, dict[str, Any]]) -> None:
+    """A job whose other dependencies still hold its task says so, from the plugin's
+    list itself (the handler service need not run): ``waiting for dependency ...``."""
+    from flux_quantum.service.waiting import holding, waiting_text
+
+    by_id = {job.id: job for job in jobs}
+    for job in jobs:
+        holds = holding(job, by_id)
+        if holds != ():
+            progress[job.id]["qpu_state"] = waiting_text(job, holds)
+
+
 def cmd_plugin_path(args: argparse.Namespace) -> int:
     print(plugin_path())
     return 0
@@ -210,6 +222,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     handle = flux.Flux()
     jobs = sorted(PluginClient(handle).list(), key=lambda j: j.id)
     progress = _qpu_progress(handle, jobs)
+    _waiting_states(jobs, progress)
     now = time.time()
     if args.json:
         out = [
@@ -220,6 +233,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
                 "state": "DEPEND",
                 "request": j.request,
                 "follow": j.follow,
+                "dependencies": None if j.dependencies is None else list(j.dependencies),
                 "t_submit": j.t_submit,
                 "held_seconds": round(j.held_for(now), 3),
                 "device": progress[j.id].get("device"),

@@ -33,6 +33,10 @@ class HeldJob:
     request: Any  # attributes.system.qpu; None for a follower
     t_submit: float
     follow: int | None = None  # --dependency=qpu:JOBID: the job whose task it rides
+    # Its other unresolved Flux dependencies (after*, begin-time, other plugins'), as
+    # the job-manager describes them; None while the plugin has not read them yet (just
+    # after it was loaded). Which of them hold its task is the handlers' policy.
+    dependencies: tuple[str, ...] | None = ()
 
     def held_for(self, now: float | None = None) -> float:
         """Seconds since the job was submitted (and so held)."""
@@ -64,6 +68,16 @@ def plugin_path() -> Path:
 def validator_path() -> Path:
     """Absolute path of the ingest validator plugin file."""
     return (_package_dir() / "validator.py").resolve()
+
+
+def _dependencies(entry: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """A list entry's other dependencies: absent (none), a list, or null (not read yet)."""
+    if "dependencies" not in entry:
+        return ()
+    names = entry["dependencies"]
+    if names is None:
+        return None
+    return tuple(sorted(str(name) for name in names))
 
 
 def _job_ids(ids: int | Iterable[int]) -> dict[str, Any]:
@@ -102,8 +116,9 @@ class PluginClient:
     ) -> tuple[builtins.list[HeldJob] | None, int | None]:
         """Held jobs and the held set's generation; (None, generation) when the set has
         not moved since ``generation``. Jobs in ``known`` (by id) are reused as they are
-        (a held job's request, submit time and leader never change). A plugin without
-        generations always answers with the jobs and None."""
+        (a held job's request, submit time and leader never change; its dependencies
+        are compared). A plugin without generations always answers with the jobs and
+        None."""
         payload = {} if generation is None else {"generation": generation}
         resp = self._rpc("list", payload)
         current = resp.get("generation")
@@ -113,13 +128,15 @@ class PluginClient:
         jobs = []
         for j in resp["jobs"]:
             job = known.get(j["id"])
-            if job is None:
+            dependencies = _dependencies(j)
+            if job is None or job.dependencies != dependencies:
                 job = HeldJob(
                     int(j["id"]),
                     int(j["userid"]),
                     j.get("request"),
                     float(j["t_submit"]),
                     int(j["follow"]) if j.get("follow") else None,
+                    dependencies,
                 )
             jobs.append(job)
         return jobs, current

@@ -67,8 +67,9 @@ class ServiceMeters:
         )
         self.held = Histogram(
             "flux_qpu_hold_duration_seconds",
-            "Jobs that left the service: how long they were held (from their unit's "
-            "submission), by outcome.",
+            "Jobs that left the service: how long they were held (from when their unit's "
+            "task could be created: its submission, or its other dependencies' end), by "
+            "outcome.",
             ("outcome",),
             buckets=HOLD_BUCKETS,
             registry=registry,
@@ -113,7 +114,7 @@ class ServiceMeters:
                     self.release_lag.observe(lag)
         end = now if now is not None else self._clock()
         for _ in range(jobs):
-            self.held.labels(state.value).observe(max(0.0, end - unit.t_submit))
+            self.held.labels(state.value).observe(max(0.0, end - unit.ready_at))
 
     def tick(self, service: Any, now: float) -> None:
         """Every ``interval``: a snapshot of the service, published for the exporter,

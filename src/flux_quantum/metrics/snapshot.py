@@ -77,7 +77,7 @@ def take_snapshot(service: Any, now: float) -> ServiceSnapshot:
         for member in unit.jobs.values():
             nodes += member.size.nodes
             cores += member.size.cores
-        oldest = max(oldest, now - unit.t_submit)
+        oldest = max(oldest, now - unit.ready_at)
         limit = unit.request.max_wait
         if limit is not None and any(
             a.queued_at is not None and now - a.queued_at > limit

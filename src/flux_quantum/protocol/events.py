@@ -13,7 +13,7 @@ flux-quantum writes into a job's jobspec at release and the memos on a held job,
 
 It never talks to Flux and never sees a credential: a context holds device names, task
 ids, tokens and reasons only. ``qpu-release`` is posted by the jobtap plugin
-(``jobtap/quantum.c``); every other event by the handler service through the plugin's
+(``jobtap/quantum_services.c``); every other event by the handler service through the plugin's
 ``event`` service.
 """
 
@@ -237,6 +237,7 @@ TASK_FAILED = "qpu-task-failed"
 MAX_WAIT = "qpu-max-wait"
 DEVICE_UNAVAILABLE = "qpu-device-unavailable"
 FAILOVER = "qpu-failover"
+INPUTS = "qpu-inputs"
 READY = "qpu-ready"
 JOIN = "qpu-join"
 RELEASE = "qpu-release"
@@ -443,6 +444,16 @@ class Failover(QpuEvent):
 
 
 @dataclass(frozen=True)
+class Inputs(QpuEvent):
+    """The job's other Flux dependencies (``after``: those that held its task, e.g.
+    ``after-success=ƒ...``) no longer hold it: the service starts on its task now, and
+    the unit's time counts from here. Posted only for a job that waited."""
+
+    name: ClassVar[str] = INPUTS
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Ready(QpuEvent):
     """Every task of the unit reached its release point; ``tasks`` says why each did."""
 
@@ -556,6 +567,7 @@ RECORDS: dict[str, type[QpuEvent]] = {
         MaxWaitExceeded,
         DeviceUnavailable,
         Failover,
+        Inputs,
         Ready,
         Join,
         Session,
@@ -617,6 +629,8 @@ class History:
     session_closed: bool = False
     # Reserved windows the job's eventlog says ended before its task ran in them.
     reservations_ended: tuple[str, ...] = ()
+    # When its other dependencies stopped holding its task (qpu-inputs), if they did.
+    inputs_at: float | None = None
 
 
 def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
@@ -628,6 +642,7 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
     session: Session | None = None
     session_closed = False
     ended: list[str] = []
+    inputs_at: float | None = None
     latest: dict[str, Any] = {"device": None, "task": None, "position": None}
     for entry in events:
         event = Event.from_entry(entry)
@@ -642,6 +657,9 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
             continue
         if isinstance(record, Release):
             released = True
+            continue
+        if isinstance(record, Inputs):
+            inputs_at = inputs_at if inputs_at is not None else event.timestamp or None
             continue
         if isinstance(record, ReservationEnded):
             if record.reservation not in ended:
@@ -723,6 +741,7 @@ def replay(events: Iterable[Event | Mapping[str, Any]]) -> History:
         session=session,
         session_closed=session_closed,
         reservations_ended=tuple(ended),
+        inputs_at=inputs_at,
     )
 
 

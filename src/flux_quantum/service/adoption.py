@@ -7,7 +7,10 @@ continue where it left off (a restart), join the unit they belong to (a ``qpu.gr
 follower, a unit recorded in the eventlog), or start a unit of their own. Jobs that
 vanish were released, failed or cancelled, and their eventlog says which. A journal
 stream would notice a job sooner, but it is owner-only, ends on every job-manager reload
-and can be missed; a list is one cheap RPC, works for guests and cannot drift.
+and can be missed; a list is one cheap RPC, works for guests and cannot drift. A listed
+job whose other Flux dependencies still hold its task (``waiting.py``) is not adopted until
+they no longer do: its task is created from the moment its inputs are there, and that
+moment (``qpu-inputs``) is when its unit's time counts from.
 
 This part never calls a vendor: a recovered task is re-attached by its first poll (and
 reserved again in the site's ledger, counted once), a recorded token without a task is
@@ -47,6 +50,7 @@ from flux_quantum.service.state import (
     UnitState,
 )
 from flux_quantum.service.submission import submit_record, task_record
+from flux_quantum.service.waiting import Waiting
 from flux_quantum.site.accounts import request_account
 from flux_quantum.vendors.base import TaskRef
 
@@ -73,12 +77,14 @@ class Adoption:
         self.lookups = lookups
         self.sessions = sessions
         self.reservations = reservations
+        # The held jobs seen waiting for their other dependencies (adoption's own).
+        self.waiting = Waiting(ctx)
         self._scan_error: str | None = None
         self._scan_error_count = 0
         # While a batch is adopted: the units it touched, the events it has to post and
         # its groups by key; their events go to Flux in one exchange at the end.
         self._touched: dict[int, Unit] | None = None
-        self._joins: list[tuple[Member, events.QpuEvent]] = []
+        self._joins: list[tuple[Member, events.QpuEvent]] = []  # joins, qpu-inputs
         self._groups: dict[tuple[int, str], Unit] = {}
         self._verbose = True
         self._last_spec: tuple[Mapping[str, Any] | None, str] = (None, "{}")
@@ -117,12 +123,15 @@ class Adoption:
         by_id = {job.id: job for job in held}
         for jobid in [j for j in ctx.units.job_ids() if j not in by_id]:
             self.job_left(jobid)
-        new = [job for job in held if not ctx.units.tracks(job.id)]
+        # A job whose other dependencies still hold its task waits, not adopted.
+        new = self.waiting.sort([job for job in held if not ctx.units.tracks(job.id)], held)
         if new:
             self.adopt(sorted(new, key=lambda j: (j.follow is not None, j.t_submit, j.id)))
         # After a restart: the ledger's reservations that no held job owns any more.
         self.charges.sweep(by_id, self.lookups.orphan)
-        settled = all(ctx.units.tracks(jobid) for jobid in by_id)
+        # A list that has not moved cannot open a waiting job (the plugin moves the
+        # generation when a held job's dependencies change).
+        settled = all(ctx.units.tracks(j) or self.waiting.waits(j) for j in by_id)
         self._quiet = (listed, ctx.units.job_count) if settled else (None, -1)
 
     def handled(self, held: list[HeldJob]) -> list[HeldJob]:
@@ -226,6 +235,7 @@ class Adoption:
             return
         cwd = (owner[1] if owner else members[0][1]).cwd
         unit = self._new_unit(unit_id, members[0][0].userid, t_submit, request, cwd)
+        unit.t_ready = min((m[2].inputs_at for m in members if m[2].inputs_at), default=None)
         self._restore(unit, events.merge_histories(m[2] for m in members))
         self._restore_session(unit, [m[2] for m in members])
         self.reservations.recovered(unit, {n for m in members for n in m[2].reservations_ended})
@@ -264,6 +274,7 @@ class Adoption:
                 self.release.release_late(job, late.id, late.release, via="group")
                 return
         unit = self._new_unit(job.id, job.userid, job.t_submit, request, record.cwd)
+        unit.t_ready = history.inputs_at
         self._restore(unit, dict(history.programs))
         self._restore_session(unit, [history])
         self.reservations.recovered(unit, history.reservations_ended)
@@ -401,13 +412,23 @@ class Adoption:
             facts=set(history.facts),
         )
         self.ctx.units.add_member(unit, member)
+        opened = self.waiting.opened(job.id)
+        if opened is not None:
+            # It waited for its other dependencies: its eventlog says when they stopped
+            # holding its task, and its own unit's time counts from then.
+            self._post(member, events.Inputs(after=opened.after))
+            if unit.id == job.id:
+                unit.t_ready = opened.at
         if via is not None and unit.id != job.id:
-            join = events.Join(unit=unit.id, via=via)
-            if self._touched is not None:
-                self._joins.append((member, join))
-            else:
-                self.ctx.post(member, join)
+            self._post(member, events.Join(unit=unit.id, via=via))
         return member
+
+    def _post(self, member: Member, record: events.QpuEvent) -> None:
+        """One event to one job: now, or with the batch being adopted."""
+        if self._touched is not None:
+            self._joins.append((member, record))
+        else:
+            self.ctx.post(member, record)
 
     def _spec(self, jobspec: Mapping[str, Any]) -> str:
         """The jobspec as compact JSON; the same string as the last one when the

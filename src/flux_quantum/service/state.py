@@ -342,6 +342,9 @@ class Unit:
     released_jobs: list[int] = field(default_factory=list)  # their tasks' costs reach them
     memo_at: float = -math.inf  # when its jobs' memos last moved with the queue
     memo_pending: bool = False  # a queue move not shown yet (sent when the interval ends)
+    # When its job's other dependencies stopped holding its task (qpu-inputs); None: they
+    # never did, it could be created from the submit.
+    t_ready: float | None = None
     # Where it says that what its jobs' memo shows may have changed: the tracked units'
     # (``Units.add``); its own until then.
     changes: Changes = field(default_factory=Changes, repr=False, compare=False)
@@ -358,6 +361,11 @@ class Unit:
     @property
     def active(self) -> bool:
         return self.state is UnitState.ACTIVE
+
+    @property
+    def ready_at(self) -> float:
+        """When its task could first be created: the unit's time counts from here."""
+        return self.t_ready if self.t_ready is not None else self.t_submit
 
     @property
     def group_key(self) -> tuple[int, str] | None:
