@@ -188,6 +188,7 @@ class Emulator:
         server, self._server = self._server, None
         if server is not None:
             server.stop()
+        self._service.close()
 
     def __enter__(self) -> Emulator:
         return self.start()

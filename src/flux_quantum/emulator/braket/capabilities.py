@@ -95,6 +95,15 @@ _IONQ_PROVIDER = "braket.device_schema.ionq.ionq_provider_properties"
 _SPREAD_PATTERN = (0.0, 1.0, -1.0, 0.5, -0.5)
 
 
+def requires_all_measured(spec: DeviceSpec) -> bool:
+    """Whether the device refuses a program that measures only some of its qubits, as
+    Braket's managed simulators (SV1, DM1) and IonQ's QPUs do; IQM's and Rigetti's
+    measure any subset."""
+    return spec.provider == "IonQ" or (
+        spec.type == "SIMULATOR" and spec.arn.split("/")[-2] == "amazon"
+    )
+
+
 def _header(name: str, version: str = "1") -> dict[str, str]:
     return {"name": name, "version": version}
 
@@ -130,8 +139,8 @@ def capabilities(spec: DeviceSpec, updated_at: datetime) -> dict[str, Any]:
             "supportedResultTypes": [dict(r) for r in _RESULT_TYPES],
             "supportPhysicalQubits": spec.type == "QPU",
             "supportsPartialVerbatimBox": False,
-            "requiresContiguousQubitIndices": False,
-            "requiresAllQubitsMeasurement": False,
+            "requiresContiguousQubitIndices": requires_all_measured(spec),
+            "requiresAllQubitsMeasurement": requires_all_measured(spec),
             "disabledQubitRewiringSupported": spec.type == "QPU",
         }
     }

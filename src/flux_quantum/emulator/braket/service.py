@@ -40,6 +40,7 @@ from flux_quantum.emulator.braket.scenario import (
     ReservationSpec,
     Scenario,
 )
+from flux_quantum.emulator.braket.simulations import Simulations
 from flux_quantum.emulator.braket.task_tags import TaskTags
 from flux_quantum.emulator.braket.wire import BraketRefusal, braket_error, json_body
 from flux_quantum.emulator.clock import Clock, timestamp
@@ -109,6 +110,7 @@ class BraketService(VendorSide[_Route, Fault]):
         self._reservations = Reservations(self._devices, seed, self._lock)
         self._tags = TaskTags(self._lock)
         self._hybrid = HybridJobs(self._devices, self.store, seed, self._lock)
+        self._simulations = Simulations()
         self._tasks = QuantumTasks(
             self._devices,
             self._reservations,
@@ -117,6 +119,7 @@ class BraketService(VendorSide[_Route, Fault]):
             seed,
             self._lock,
             self._hybrid,
+            self._simulations,
         )
         self._results = ResultFiles(self._devices, self.store)
         self._events: EventPublisher | None = None
@@ -129,9 +132,15 @@ class BraketService(VendorSide[_Route, Fault]):
         self._events = EventPublisher(self._tasks, self._devices, queue, self.seed, self._lock)
 
     def publish_events(self) -> None:
-        """Send the state changes up to now not sent yet (``EventPublisher.publish``)."""
+        """Send the state changes up to now not sent yet (``EventPublisher.publish``),
+        once the simulations of the tasks that ended have said how they ended."""
         if self._events is not None:
+            self._tasks.settle()
             self._events.publish()
+
+    def close(self) -> None:
+        """Drop the simulations not started (the emulator stops)."""
+        self._simulations.close()
 
     def counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """(calls by operation, fault effects by kind), with the events sent, lost and
@@ -165,6 +174,7 @@ class BraketService(VendorSide[_Route, Fault]):
 
     def bill_reservations(self) -> list[BilledReservation]:
         """Every reservation booked, with its cost and what its tasks did so far."""
+        self._tasks.settle()
         with self._lock:
             return self._reservations.bill(self._tasks.records(), self.clock.now())
 
@@ -379,10 +389,13 @@ class BraketService(VendorSide[_Route, Fault]):
     # -- S3 -----------------------------------------------------------------------------------
 
     def _s3(self, request: Request, call: s3.S3Call) -> Response:
+        reads = call.operation in ("GetObject", "HeadObject", "ListObjectsV2")
+        if reads:
+            self._tasks.settle()
         with self._lock:
             now = self.clock.now()
-            if call.operation in ("GetObject", "HeadObject", "ListObjectsV2"):
-                self._results.publish(self._tasks.records(), now)
+            if reads:
+                self._results.publish(self._tasks.records(), now, self._tasks.result_of)
                 self._hybrid.publish(now)
             return self.store.handle(request, call, timestamp(self.clock, now))
 
