@@ -25,6 +25,7 @@ from typing import Any
 
 from flux_quantum.emulator.bill import REPORT_PATH, report_document
 from flux_quantum.emulator.braket import BraketService, ReservationSpec, Scenario
+from flux_quantum.emulator.braket.account import IAM_PREFIX, PRICES_PATH, STS_PREFIX, AwsAccount
 from flux_quantum.emulator.braket.direct import (
     RESERVATIONS_PATH,
     on_timeline,
@@ -51,6 +52,7 @@ from flux_quantum.emulator.pasqal import PasqalScenario, PasqalService
 from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.scenario import ScenarioError
 from flux_quantum.emulator.server import HttpServer, check_loopback
+from flux_quantum.emulator.simulation_pool import shared_pool
 from flux_quantum.emulator.side import Call
 from flux_quantum.emulator.sqs import PREFIX as SQS_PREFIX
 from flux_quantum.emulator.sqs import SqsService
@@ -93,6 +95,8 @@ class Emulator:
         self.seed = seed
         self._stop = threading.Event()
         self._service = BraketService(self.scenario, self.clock, seed, self._stop, on_call)
+        # The account around Braket: STS, IAM's jobs role and Braket's price list.
+        self.account = AwsAccount(self.scenario)
         # SQS beside Braket (under /sqs): the queue Braket's events go to, as a site's
         # EventBridge rule sends them; a long poll there sees what changed while it waits.
         self.sqs = SqsService(
@@ -141,6 +145,9 @@ class Emulator:
         self._stop.clear()
         self._server = HttpServer(self.host, self.port, self._handle)
         self._server.start()
+        # The simulation workers import the simulator while the emulator serves, so that
+        # the first task's result does not wait for them.
+        shared_pool().prestart()
         return self
 
     def _handle(self, request: Request) -> Response:
@@ -148,6 +155,12 @@ class Emulator:
             return json_response(200, self.report())
         if request.path == RESERVATIONS_PATH and request.method == "POST":
             return self._book(request)
+        if request.path == PRICES_PATH and request.method in ("GET", "HEAD"):
+            return self.account.prices()
+        if _under(request.path, STS_PREFIX):
+            return self.account.sts(request)
+        if _under(request.path, IAM_PREFIX):
+            return self.account.iam(request)
         if _under(request.path, SQS_PREFIX):
             return self.sqs.handle(request)
         if _under(request.path, IBM_PREFIX):
@@ -247,6 +260,10 @@ class Emulator:
             "BRAKET_ENDPOINT": self.url,
             "AWS_ENDPOINT_URL_S3": self.s3_url,
             "AWS_ENDPOINT_URL_SQS": self.sqs_url,
+            "AWS_ENDPOINT_URL_STS": self.url + STS_PREFIX,
+            "AWS_ENDPOINT_URL_IAM": self.url + IAM_PREFIX,
+            # The SDK's cost tracker reads Braket's prices from here.
+            "BRAKET_PRICE_OFFERS_URL": self.url + PRICES_PATH,
             "AWS_ACCESS_KEY_ID": ACCESS_KEY,
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             "AWS_DEFAULT_REGION": self.scenario.region,

@@ -63,6 +63,7 @@ class _Worker:
             close_fds=True,
         )
         self._buffer = b""
+        self.ready = False  # it has said so (its first line)
 
     def read_line(self, deadline: float) -> bytes | None:
         """The worker's next line, or None: it closed its pipe before one (died), or the
@@ -156,6 +157,8 @@ class SimulationPool:
         return reply.get("ok")
 
     def _call(self, worker: _Worker, job: dict[str, Any], limit: float) -> dict[str, Any]:
+        if not worker.ready:
+            self._confirm(worker)
         if not worker.send(job):
             raise SimulationFailed(worker.death())
         line = worker.read_line(time.monotonic() + limit)
@@ -196,12 +199,37 @@ class SimulationPool:
     def _start(self) -> _Worker:
         """A new worker, once it says it is ready (SimulationFailed if it does not)."""
         worker = _Worker(self.memory)
+        try:
+            self._confirm(worker)
+        except SimulationFailed:
+            worker.kill()
+            raise
+        return worker
+
+    def _confirm(self, worker: _Worker) -> None:
+        """Wait for a starting worker to say it is ready (SimulationFailed if it does not)."""
         line = worker.read_line(time.monotonic() + START_SECONDS)
         if line is None:
             raise SimulationFailed(f"could not start a simulation worker: {worker.death()}")
+        worker.ready = True
         with self._changed:
             self.stats["workers_started"] += 1
-        return worker
+
+    def prestart(self, count: int = 1) -> None:
+        """Start workers (up to ``count`` in all) without waiting for them: they import
+        the simulator while the emulator serves, and the first job finds one ready."""
+        with self._changed:
+            missing = 0 if self._closed else max(0, min(count, self.workers) - self._count)
+            self._count += missing
+        started = []
+        try:
+            for _ in range(missing):
+                started.append(_Worker(self.memory))
+        finally:
+            with self._changed:
+                self._count -= missing - len(started)
+                self._idle.extend(started)
+                self._changed.notify_all()
 
     def _release(self, worker: _Worker) -> None:
         with self._changed:

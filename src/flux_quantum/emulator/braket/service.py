@@ -248,6 +248,8 @@ class BraketService(VendorSide[_Route, Fault]):
                 return self._tasks.cancel(target, region)
             case "SearchQuantumTasks":
                 return self._tasks.search(route.body, region)
+            case "SearchJobs":
+                return self._hybrid.search(route.body, region)
             case "GetDevice":
                 return self._devices.get(target, region)
             case "SearchDevices":
@@ -301,6 +303,8 @@ class BraketService(VendorSide[_Route, Fault]):
                 return _Route("CancelJob", arn, self._hybrid.device_of(arn))
             if method == "GET":
                 return _Route("GetJob", rest, self._hybrid.device_of(rest))
+        if method == "POST" and parts == ["jobs"]:
+            return _Route("SearchJobs", body=json_body(request, "SearchJobs"))
         if method == "POST" and parts == ["quantum-tasks"]:
             return _Route("SearchQuantumTasks", body=json_body(request, "SearchQuantumTasks"))
         if method == "GET" and head == "device" and rest:
