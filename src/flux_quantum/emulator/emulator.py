@@ -52,8 +52,8 @@ from flux_quantum.emulator.pasqal import PasqalScenario, PasqalService
 from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.scenario import ScenarioError
 from flux_quantum.emulator.server import HttpServer, check_loopback
-from flux_quantum.emulator.simulation_pool import shared_pool
 from flux_quantum.emulator.side import Call
+from flux_quantum.emulator.simulation_pool import shared_pool
 from flux_quantum.emulator.sqs import PREFIX as SQS_PREFIX
 from flux_quantum.emulator.sqs import SqsService
 from flux_quantum.emulator.wire import Request, Response, json_response
