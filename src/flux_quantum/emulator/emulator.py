@@ -25,7 +25,13 @@ from typing import Any
 
 from flux_quantum.emulator.bill import REPORT_PATH, report_document
 from flux_quantum.emulator.braket import BraketService, ReservationSpec, Scenario
-from flux_quantum.emulator.braket.account import IAM_PREFIX, PRICES_PATH, STS_PREFIX, AwsAccount
+from flux_quantum.emulator.braket.account import (
+    ECR_PREFIX,
+    IAM_PREFIX,
+    PRICES_PATH,
+    STS_PREFIX,
+    AwsAccount,
+)
 from flux_quantum.emulator.braket.direct import (
     RESERVATIONS_PATH,
     on_timeline,
@@ -161,6 +167,8 @@ class Emulator:
             return self.account.sts(request)
         if _under(request.path, IAM_PREFIX):
             return self.account.iam(request)
+        if _under(request.path, ECR_PREFIX):
+            return self.account.ecr(request)
         if _under(request.path, SQS_PREFIX):
             return self.sqs.handle(request)
         if _under(request.path, IBM_PREFIX):
@@ -262,6 +270,7 @@ class Emulator:
             "AWS_ENDPOINT_URL_SQS": self.sqs_url,
             "AWS_ENDPOINT_URL_STS": self.url + STS_PREFIX,
             "AWS_ENDPOINT_URL_IAM": self.url + IAM_PREFIX,
+            "AWS_ENDPOINT_URL_ECR": self.url + ECR_PREFIX,
             # The SDK's cost tracker reads Braket's prices from here.
             "BRAKET_PRICE_OFFERS_URL": self.url + PRICES_PATH,
             "AWS_ACCESS_KEY_ID": ACCESS_KEY,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum.emulator.simulation_pool import SimulationFailed, shared_pool
-from flux_quantum.emulator.simulation_worker import ADJOINT_GRADIENT
+from flux_quantum.emulator.simulation_worker import ADJOINT_GRADIENT, pragmas_on_lines
 from flux_quantum.vendors.braket.sdk import sdk
 
 OPENQASM_PROGRAM = "braket.ir.openqasm.program"
@@ -230,11 +230,11 @@ def _check(action: str, request: SimulationRequest) -> int:
     program = sdk("braket.ir.openqasm").Program.parse_raw(action)
     simulator = _simulator(request.backend)
     adjoint = ADJOINT_GRADIENT.search(program.source)
-    source = program.source
+    source = pragmas_on_lines(program.source)
     if adjoint is not None:
         # The local simulator's parser does not know this result type; the worker
         # computes it (simulation_worker.adjoint_gradient): check the rest.
-        source = source[: adjoint.start()] + source[adjoint.end() :]
+        source = program.source[: adjoint.start()] + program.source[adjoint.end() :]
         if request.shots != 0:
             raise ProgramError("adjoint gradient result types are supported only with shots = 0")
         if request.backend != "braket_sv":

@@ -35,6 +35,7 @@ ADJOINT_GRADIENT = re.compile(
     r"\s*(?P<parameters>[^)]*?)\s*$",
     re.MULTILINE,
 )
+_PRAGMA_MID_LINE = re.compile(r"(?<=\S)[ \t]*#pragma")
 _FACTOR = r"[xyzhi]\s*\(\s*(?:q\s*\[\s*\d+\s*\]|\$\d+)\s*\)"
 _TERM = re.compile(
     rf"(?P<sign>[+-])?\s*(?:(?P<coef>\d*\.?\d+(?:[eE][+-]?\d+)?)\s*\*\s*)?"
@@ -128,20 +129,30 @@ def _simulator(backend: str) -> Any:
     return sdk("braket.devices").LocalSimulator(backend)._delegate
 
 
+def pragmas_on_lines(source: str) -> str:
+    """The source with each ``#pragma`` starting a line: Braket reads a pragma that
+    follows a statement on the same line (a program written on one line), the local
+    simulator's parser would take the rest of the line as one pragma."""
+    return _PRAGMA_MID_LINE.sub("\n#pragma", source)
+
+
 def run_program(action: str, shots: int, backend: str) -> dict[str, Any]:
     """The results.json document of one ``braket.ir.openqasm.program`` action."""
     program = sdk("braket.ir.openqasm").Program.parse_raw(action)
     if ADJOINT_GRADIENT.search(program.source):
         return adjoint_gradient(program, shots, backend)
+    as_read = program.copy(update={"source": pragmas_on_lines(program.source)})
     try:
-        result = _simulator(backend).run(program, shots=shots)
+        result = _simulator(backend).run(as_read, shots=shots)
     except MemoryError as exc:
         raise JobError(
             "the program needs more memory than the emulator's simulation worker may use"
         ) from exc
     except Exception as exc:
         raise JobError(f"the program cannot run: {exc}") from exc
-    return _with_values(result, shots)
+    document = _with_values(result, shots)
+    document["additionalMetadata"]["action"] = json.loads(program.json())
+    return document
 
 
 def run_program_set(executables: list[list[str]], shots: int, backend: str) -> dict[str, Any]:

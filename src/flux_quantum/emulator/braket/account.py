@@ -1,7 +1,10 @@
 """The AWS account around the emulated Braket: who the caller is (STS), its hybrid jobs role
-(IAM) and Braket's price list, as the Braket SDK asks for them.
+(IAM), the tags of Braket's jobs images (ECR) and Braket's price list, as the Braket SDK
+asks for them.
 
-This module owns three small read-only answers: STS's ``GetCallerIdentity`` (the
+This module owns four small read-only answers: ECR's ``BatchGetImage`` of Braket's
+hybrid jobs images (``latest`` and the verbose tag that names the image's Python, which
+the SDK's ``@hybrid_job`` checks against the caller's), STS's ``GetCallerIdentity`` (the
 scenario's account, a user named for the emulator) and IAM's ``ListRoles`` and
 ``GetRole`` (one role, ``service-role/AmazonBraketJobsExecutionRole``, the role the
 SDK's ``get_default_jobs_role`` looks for), both in the AWS query protocol (a form body,
@@ -17,7 +20,9 @@ state, accept a credential it would check, or list a device the scenario does no
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
+import json
 import uuid
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
@@ -27,6 +32,15 @@ from flux_quantum.emulator.wire import Request, Response
 
 STS_PREFIX = "/sts"
 IAM_PREFIX = "/iam"
+ECR_PREFIX = "/ecr"
+# The Braket hybrid jobs images (each one's "latest" and its verbose tag, which names its
+# Python), as Braket's ECR repositories tag them.
+JOB_IMAGES = {
+    "amazon-braket-base-jobs": "1.0-cpu-py310-ubuntu22.04",
+    "amazon-braket-pytorch-jobs": "2.4.1-gpu-py311-cu124-ubuntu22.04",
+    "amazon-braket-tensorflow-jobs": "2.14.1-gpu-py310-cu118-ubuntu20.04",
+    "amazon-braket-cudaq-jobs": "0.9.1-gpu-py310-cu121-ubuntu22.04",
+}
 PRICES_PATH = "/pricing/offers/v1.0/aws/AmazonBraket/current/index.csv"
 JOBS_ROLE = "AmazonBraketJobsExecutionRole"
 USER = "flux-quantum-emulator"
@@ -107,6 +121,59 @@ class AwsAccount:
             f"<Path>/service-role/</Path><RoleName>{JOBS_ROLE}</RoleName>"
             f"<RoleId>AROAFLUXQUANTUMEMULATOR</RoleId><Arn>{arn}</Arn>"
             "<CreateDate>2025-01-01T00:00:00Z</CreateDate>"
+        )
+
+    # -- ECR (JSON 1.1): the jobs images' tags ------------------------------------------------
+
+    def ecr(self, request: Request) -> Response:
+        """``BatchGetImage`` of Braket's jobs images: by tag ``latest`` or by digest, the
+        image under each of its tags (what the SDK reads a job image's Python from)."""
+        target = request.headers.get("x-amz-target", "")
+        if not target.endswith(".BatchGetImage"):
+            return _json_error(
+                400,
+                "InvalidParameterException",
+                f"the emulator's ECR serves only BatchGetImage, not {target!r}",
+            )
+        try:
+            body = json.loads(request.body or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return _json_error(400, "InvalidParameterException", "the body must be a JSON object")
+        repository = str(body.get("repositoryName", ""))
+        verbose = JOB_IMAGES.get(repository)
+        if verbose is None:
+            return _json_error(
+                400,
+                "RepositoryNotFoundException",
+                f"The repository with name '{repository}' does not exist in the registry",
+            )
+        digest = "sha256:" + hashlib.sha256(repository.encode()).hexdigest()
+        images, failures = [], []
+        for wanted in body.get("imageIds") or []:
+            tag, by_digest = wanted.get("imageTag"), wanted.get("imageDigest")
+            if by_digest == digest:
+                tags = ["latest", verbose]
+            elif tag in ("latest", verbose):
+                tags = [tag]
+            else:
+                failures.append(
+                    {
+                        "imageId": wanted,
+                        "failureCode": "ImageNotFound",
+                        "failureReason": "Requested image not found",
+                    }
+                )
+                continue
+            images += [
+                {"registryId": str(body.get("registryId", "")), "repositoryName": repository,
+                 "imageId": {"imageDigest": digest, "imageTag": t}, "imageManifest": "{}"}
+                for t in tags
+            ]  # fmt: skip
+        answer = {"images": images, "failures": failures}
+        return Response(
+            200, json.dumps(answer).encode(), (("Content-Type", "application/x-amz-json-1.1"),)
         )
 
     # -- the price list ---------------------------------------------------------------------
@@ -202,6 +269,11 @@ def _query_answer(action: str, namespace: str, result: str) -> Response:
         f"</{action}Response>"
     )
     return Response(200, body.encode(), (("Content-Type", "text/xml"),))
+
+
+def _json_error(status: int, code: str, message: str) -> Response:
+    body = json.dumps({"__type": code, "message": message}).encode()
+    return Response(status, body, (("Content-Type", "application/x-amz-json-1.1"),), error=code)
 
 
 def _query_error(status: int, code: str, message: str) -> Response:

@@ -418,7 +418,9 @@ class QuantumTasks:
                     braket_error(
                         "ConflictException",
                         409,
-                        f"Quantum task {task.arn} is {progress.status} and cannot be cancelled",
+                        # Braket's own words (the SDK's integration suite matches them).
+                        f"Amazon Braket cannot cancel a quantum task in the {progress.status} "
+                        f"status ({task.arn})",
                     ),
                 )
             status = queue.cancel(task.arn, now)

@@ -30,6 +30,7 @@ from flux_quantum.emulator.braket import s3
 from flux_quantum.emulator.braket.devices import Devices
 from flux_quantum.emulator.braket.event_publisher import EventPublisher
 from flux_quantum.emulator.braket.hybrid_jobs import HybridJobs
+from flux_quantum.emulator.braket.pulse import CALIBRATIONS_PATH
 from flux_quantum.emulator.braket.quantum_tasks import QuantumTasks
 from flux_quantum.emulator.braket.reservations import Reservations
 from flux_quantum.emulator.braket.result_files import ResultFiles
@@ -251,7 +252,9 @@ class BraketService(VendorSide[_Route, Fault]):
             case "SearchJobs":
                 return self._hybrid.search(route.body, region)
             case "GetDevice":
-                return self._devices.get(target, region)
+                return self._devices.get(target, region, _base_url(request))
+            case "GetCalibrations":
+                return self._devices.calibrations(target)
             case "SearchDevices":
                 return self._devices.search(route.body, region)
             case _:
@@ -280,6 +283,9 @@ class BraketService(VendorSide[_Route, Fault]):
             call = s3.classify(request)
             return _Route(call.operation, call.target, s3call=call)
         method, parts = request.method, request.segments()
+        if method == "GET" and request.path.startswith(CALIBRATIONS_PATH):
+            name = request.path[len(CALIBRATIONS_PATH) :].removesuffix(".json")
+            return _Route("GetCalibrations", name)
         head = parts[0] if parts else ""
         rest = "/".join(parts[1:])  # an ARN whose '/' the client did not encode
         if method == "POST" and parts == ["quantum-task"]:
@@ -402,6 +408,12 @@ class BraketService(VendorSide[_Route, Fault]):
                 self._results.publish(self._tasks.records(), now, self._tasks.result_of)
                 self._hybrid.publish(now)
             return self.store.handle(request, call, timestamp(self.clock, now))
+
+
+def _base_url(request: Request) -> str:
+    """The emulator's URL as the client reached it (its Host header)."""
+    host = request.headers.get("host")
+    return f"http://{host}" if host else ""
 
 
 def _error_kind(fault: Fault) -> str:

@@ -1,0 +1,485 @@
+#!/usr/bin/env python3
+"""The vendors' own test suites and clients against the emulator, and the emulator under load.
+
+Usage:
+    python bench/sdk_suites.py --braket-sdk GIT_DIR [--quick] [--stem NAME]
+
+Two parts, each run against a real ``flux quantum emulator --background`` process:
+
+- ``load``: 16 threads x 50 tasks on dm1 (an 8-qubit GHZ program, the shape that aborted
+  the emulator when its simulations ran in the request threads) and as many on SV1, all
+  at once, each task read to its result through the Braket SDK: every task must
+  COMPLETE and the emulator's pid must be the same at the end (``--quick``: 16 x 5).
+- ``braket``: amazon-braket-sdk-python's own integration suite (``test/integ_tests``),
+  taken from GIT_DIR (a clone, or the bare git directory a mirror gives) at the tag of
+  the installed SDK (or the newest earlier tag the repository has, said loudly), run
+  unchanged with the suite's own pytest settings against the emulator serving
+  ``etc/flux-quantum/scenarios/braket-current.yaml`` (Braket's current device list).
+  The only configuration given is what the suite reads: an AWS profile (a config and a
+  credentials file naming the emulator's stand-in keys), its region, and the emulator's
+  endpoints (``AWS_ENDPOINT_URL_*``, ``BRAKET_PRICE_OFFERS_URL``). Tests an emulator
+  cannot serve (``CANNOT_SERVE``: hybrid jobs run containers on EC2 and log to
+  CloudWatch; local jobs pull images from ECR; pulse programs need the device's physics)
+  are deselected and listed with why; tests that only use the SDK's local simulator
+  (``LOCAL_ONLY``) run but are counted apart. Target: >= 95 % of the served tests pass,
+  0 emulator crashes. ``--quick`` runs a subset of the served tests (about 4 minutes).
+
+Results go to ``bench/results/<stem>.json`` and ``<stem>.md`` with the command, the commit
+and the suite's tag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from benchlib import verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+CURRENT = ROOT / "etc" / "flux-quantum" / "scenarios" / "braket-current.yaml"
+DM1 = "arn:aws:braket:::device/quantum-simulator/amazon/dm1"
+SV1 = "arn:aws:braket:::device/quantum-simulator/amazon/sv1"
+TARGET = 0.95
+
+# Deselected, with why: nothing an emulator of the Braket API can give makes them pass.
+CANNOT_SERVE = {
+    "test/integ_tests/test_create_quantum_job.py": (
+        "hybrid jobs run the job's container on an EC2 instance and read its logs from "
+        "CloudWatch: the emulator runs no container (its jobs hold a queue slot only)"
+    ),
+    "test/integ_tests/test_create_local_quantum_job.py": (
+        "local hybrid jobs pull the Braket job image from ECR and run it in Docker"
+    ),
+    "test/integ_tests/test_queue_information.py::test_job_queue_position": (
+        "reads a hybrid job run to COMPLETED (a container on EC2)"
+    ),
+    "test/integ_tests/test_pulse.py::test_pulse_bell": (
+        "compares a pulse program's counts with a gate program's: pulse-level programs "
+        "need the QPU's physics, the emulator runs gate-model programs"
+    ),
+    "test/integ_tests/test_pulse.py::test_pulse_sequence": (
+        "runs a pulse program (capture_v0 of readout frames): pulse-level programs need "
+        "the QPU's physics"
+    ),
+}
+# Tests that use only the SDK's LocalSimulator (no request reaches the emulator).
+LOCAL_ONLY = (
+    "test/integ_tests/test_local_braket_simulator.py",
+    "test/integ_tests/test_local_noise_simulator.py",
+    "test/integ_tests/test_measure.py::test_measure_on_local_sim",
+    "test/integ_tests/test_measure.py::test_measure_targets",
+    "test/integ_tests/test_measure.py::test_measure_with_noise",
+)
+QUICK = (
+    "test/integ_tests/test_adjoint_gradient.py",
+    "test/integ_tests/test_measure.py",
+    "test/integ_tests/test_device_creation.py",
+    "test/integ_tests/test_cost_tracking.py",
+    "test/integ_tests/test_aws_session_s3.py",
+    "test/integ_tests/test_user_agents.py",
+    "test/integ_tests/test_reservation_arn.py",
+    "test/integ_tests/test_queue_information.py",
+    "test/integ_tests/test_density_matrix_simulator.py",
+    "test/integ_tests/test_simulator_quantum_task.py::test_result_types_no_shots",
+    "test/integ_tests/test_simulator_quantum_task.py::test_bell_pair_openqasm_results",
+    "test/integ_tests/test_simulator_quantum_task.py::test_result_types_all_selected",
+)
+
+
+# -- the emulator ---------------------------------------------------------------------------
+
+
+class Emulator:
+    """A ``flux quantum emulator --background`` process and its environment."""
+
+    def __init__(self, workdir: Path, scenario: Path | None, speed: float) -> None:
+        self.env_file = workdir / "emulator.env"
+        command = [sys.executable, "-m", "flux_quantum.cli.emulator", "--background"]
+        command += ["--env-file", str(self.env_file), "--speed", f"{speed:g}"]
+        if scenario is not None:
+            command += ["--scenario", str(scenario)]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        self.env: dict[str, str] = {}
+        for line in self.env_file.read_text().splitlines():
+            if line.startswith("# pid "):
+                self.pid = int(line.split()[2])
+            elif line.startswith("export "):
+                name, _, value = line[len("export ") :].partition("=")
+                self.env[name] = value.strip("'\"")
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        stat = Path(f"/proc/{self.pid}/stat")
+        return not stat.exists() or stat.read_text().split(")")[-1].split()[0] != "Z"
+
+    def stop(self) -> None:
+        subprocess.run(
+            [sys.executable, "-m", "flux_quantum.cli.emulator", "--stop"]
+            + ["--env-file", str(self.env_file)],
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+
+# -- load -------------------------------------------------------------------------------------
+
+
+def ghz(qubits: int) -> str:
+    lines = ["OPENQASM 3.0;", f"bit[{qubits}] c;", f"qubit[{qubits}] q;", "h q[0];"]
+    lines += [f"cnot q[{i}], q[{i + 1}];" for i in range(qubits - 1)]
+    lines.append("c = measure q;")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class LoadResult:
+    tasks: int = 0
+    completed: int = 0
+    other: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    pid_before: int = 0
+    pid_after: int | None = None
+    alive: bool = False
+    seconds: float = 0.0
+
+    @property
+    def met(self) -> bool:
+        return (
+            self.completed == self.tasks
+            and not self.errors
+            and self.alive
+            and self.pid_before == self.pid_after
+        )
+
+
+def run_load(emulator: Emulator, threads: int, per_thread: int) -> LoadResult:
+    """``threads`` threads per device (dm1 and SV1 at once), each creating
+    ``per_thread`` tasks and reading every one to its result through the SDK."""
+    os.environ.update(emulator.env)
+    from braket.aws import AwsDevice, AwsQuantumTask
+    from braket.ir.openqasm import Program
+
+    result = LoadResult(pid_before=emulator.pid)
+    lock = threading.Lock()
+    program = Program(source=ghz(8))
+
+    def client(arn: str) -> None:
+        device = AwsDevice(arn)
+        tasks: list[AwsQuantumTask] = []
+        try:
+            for _ in range(per_thread):
+                tasks.append(device.run(program, shots=100))
+            for task in tasks:
+                state = task.state()
+                task.result()
+                state = task.state()
+                with lock:
+                    result.tasks += 1
+                    if state == "COMPLETED":
+                        result.completed += 1
+                    else:
+                        result.other[state] = result.other.get(state, 0) + 1
+        except Exception as exc:  # a failed create or read is the figure
+            with lock:
+                result.errors.append(f"{arn}: {exc!r}")
+
+    started = time.monotonic()
+    workers = [
+        threading.Thread(target=client, args=(arn,)) for _ in range(threads) for arn in (DM1, SV1)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    result.seconds = time.monotonic() - started
+    result.alive = emulator.alive()
+    result.pid_after = emulator.pid if result.alive else None
+    return result
+
+
+# -- the Braket SDK's integration suite -------------------------------------------------------
+
+
+def suite_tag(git_dir: Path) -> tuple[str, str]:
+    """(the installed SDK's tag, the tag run: itself or the newest earlier one)."""
+    installed = metadata.version("amazon-braket-sdk")
+    wanted = f"v{installed}"
+    tags = subprocess.run(
+        ["git", "--git-dir", str(_git_dir(git_dir)), "tag", "--list", "v*"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    if wanted in tags:
+        return wanted, wanted
+
+    def key(tag: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in re.findall(r"\d+", tag)[:3])
+
+    earlier = [t for t in tags if re.fullmatch(r"v\d+\.\d+\.\d+", t) and key(t) <= key(wanted)]
+    if not earlier:
+        raise SystemExit(f"sdk_suites: {git_dir} has no tag at or before {wanted}")
+    return wanted, max(earlier, key=key)
+
+
+def _git_dir(path: Path) -> Path:
+    return path / ".git" if (path / ".git").exists() else path
+
+
+# The one stand-in: the suite's conftest looks up two hybrid jobs (which run containers on
+# EC2) for every test, autouse; only the deselected job tests read them.
+JOB_FIXTURES = ("completed_quantum_job", "failed_quantum_job")
+STAND_IN = (
+    "test/integ_tests/conftest.py: the session fixtures completed_quantum_job and "
+    "failed_quantum_job are not autouse (they look up hybrid jobs that run on EC2; only "
+    "the deselected job tests use them); no test body changed"
+)
+
+
+def checkout(git_dir: Path, tag: str, into: Path) -> Path:
+    tree = into / "amazon-braket-sdk-python"
+    subprocess.run(["git", "clone", "--quiet", str(git_dir), str(tree)], check=True)
+    subprocess.run(["git", "-C", str(tree), "checkout", "--quiet", tag], check=True)
+    conftest = tree / "test" / "integ_tests" / "conftest.py"
+    text = conftest.read_text()
+    for name in JOB_FIXTURES:
+        autouse = f'@pytest.fixture(scope="session", autouse=True)\ndef {name}('
+        if autouse not in text:
+            raise SystemExit(
+                f"sdk_suites: {conftest} has no autouse fixture {name} to stand in for"
+            )
+        text = text.replace(autouse, f'@pytest.fixture(scope="session")\ndef {name}(')
+    conftest.write_text(text)
+    return tree
+
+
+def profile_env(emulator: Emulator, workdir: Path) -> dict[str, str]:
+    """What the suite reads: AWS_PROFILE (a config and credentials file of its own), the
+    region, and the emulator's endpoints."""
+    config, credentials = workdir / "aws-config", workdir / "aws-credentials"
+    region = emulator.env["AWS_DEFAULT_REGION"]
+    config.write_text(f"[profile emulator]\nregion = {region}\n")
+    credentials.write_text(
+        "[emulator]\n"
+        f"aws_access_key_id = {emulator.env['AWS_ACCESS_KEY_ID']}\n"
+        f"aws_secret_access_key = {emulator.env['AWS_SECRET_ACCESS_KEY']}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AMZN_BRAKET"))}
+    env.update(emulator.env)
+    env.update(
+        AWS_PROFILE="emulator",
+        AWS_REGION=region,
+        AWS_CONFIG_FILE=str(config),
+        AWS_SHARED_CREDENTIALS_FILE=str(credentials),
+    )
+    return env
+
+
+@dataclass
+class SuiteResult:
+    tag_installed: str
+    tag_run: str
+    outcomes: dict[str, str] = field(default_factory=dict)  # test id -> outcome
+    messages: dict[str, str] = field(default_factory=dict)
+    deselected: dict[str, str] = field(default_factory=dict)
+    crashed: bool = False
+    seconds: float = 0.0
+
+    def counts(self, local: bool) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for test, outcome in self.outcomes.items():
+            if is_local(test) == local:
+                counts[outcome] = counts.get(outcome, 0) + 1
+        return counts
+
+    @property
+    def served_ratio(self) -> float:
+        counts = self.counts(local=False)
+        ran = sum(v for k, v in counts.items() if k != "skipped")
+        return counts.get("passed", 0) / ran if ran else 0.0
+
+
+def is_local(test: str) -> bool:
+    return any(test == p or test.startswith(p + "::") for p in LOCAL_ONLY)
+
+
+def run_braket_suite(git_dir: Path, quick: bool, workdir: Path) -> SuiteResult:
+    installed, tag = suite_tag(git_dir)
+    if installed != tag:
+        print(
+            f"sdk_suites: the repository has no tag {installed} (the installed SDK); "
+            f"running {tag}, the newest earlier tag",
+            file=sys.stderr,
+        )
+    tree = checkout(_git_dir(git_dir), tag, workdir)
+    emulator = Emulator(workdir, CURRENT, speed=5)
+    result = SuiteResult(installed, tag)
+    junit = workdir / "braket-suite.xml"
+    try:
+        env = profile_env(emulator, workdir)
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+        command += ["--junitxml", str(junit), "-q", "-rN"]
+        for test, why in CANNOT_SERVE.items():
+            command += ["--deselect", test]
+            result.deselected[test] = why
+        command += list(QUICK) if quick else ["test/integ_tests"]
+        started = time.monotonic()
+        subprocess.run(command, cwd=tree, env=env, check=False)
+        result.seconds = time.monotonic() - started
+        result.crashed = not emulator.alive()
+    finally:
+        emulator.stop()
+    read_junit(junit, result)
+    return result
+
+
+def read_junit(path: Path, result: SuiteResult) -> None:
+    for case in ET.parse(path).getroot().iter("testcase"):
+        module = case.get("classname", "").replace(".", "/")
+        test = f"{module}.py::{case.get('name')}"
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome, message = (
+                    child.tag if child.tag == "error" else "failed",
+                    child.get("message", ""),
+                )
+            elif child.tag == "skipped":
+                outcome, message = "skipped", child.get("message", "")
+        result.outcomes[test] = outcome
+        if message:
+            result.messages[test] = message.splitlines()[0][:300] if message else ""
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def commit() -> str:
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "src", "bench/sdk_suites.py"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return head + (" (modified)" if dirty else "")
+
+
+def report(args: argparse.Namespace, load: LoadResult | None, suite: SuiteResult | None) -> str:
+    lines = [f"# sdk_suites{' --quick' if args.quick else ''}", ""]
+    lines.append(f"command: `python bench/sdk_suites.py {' '.join(sys.argv[1:])}` at {commit()}")
+    lines.append("")
+    if load is not None:
+        lines += [
+            f"## load: {args.threads} threads x {args.tasks} tasks on dm1 and on SV1 at once",
+            "",
+            f"- tasks read: {load.tasks}, COMPLETED: {load.completed}, other: {load.other}",
+            f"- client errors: {len(load.errors)}" + (f" (first: {load.errors[0]})" if load.errors else ""),
+            f"- emulator pid {load.pid_before} -> {load.pid_after} (alive: {load.alive})",
+            f"- {load.seconds:.0f} s; every task completes, the pid unchanged: {verdict(load.met)}",
+            "",
+        ]  # fmt: skip
+    if suite is not None:
+        served, local = suite.counts(local=False), suite.counts(local=True)
+        ran = sum(v for k, v in served.items() if k != "skipped")
+        lines += [
+            f"## amazon-braket-sdk-python test/integ_tests at {suite.tag_run}"
+            + (f" (installed SDK {suite.tag_installed[1:]}: no such tag)" if suite.tag_installed != suite.tag_run else ""),
+            "",
+            f"- served by the emulator: {served} -> {served.get('passed', 0)}/{ran} = "
+            f"{100 * suite.served_ratio:.1f} % pass (target >= {100 * TARGET:g} %: "
+            f"{verdict(suite.served_ratio >= TARGET)})",
+            f"- the SDK's local simulator only: {local}",
+            f"- emulator crashes: {1 if suite.crashed else 0} ({verdict(not suite.crashed)})",
+            f"- {suite.seconds:.0f} s",
+            "",
+            f"Stand-in: {STAND_IN}.",
+            "",
+            "Not served (deselected), with why:",
+            "",
+        ]  # fmt: skip
+        lines += [f"- `{test}`: {why}" for test, why in suite.deselected.items()]
+        failing = [t for t, o in suite.outcomes.items() if o in ("failed", "error")]
+        if failing:
+            lines += ["", "Failing:", ""]
+            lines += [f"- `{t}`: {suite.messages.get(t, '')}" for t in failing]
+        skipped = [t for t, o in suite.outcomes.items() if o == "skipped"]
+        if skipped:
+            lines += ["", "Skipped by the suite itself:", ""]
+            lines += [f"- `{t}`: {suite.messages.get(t, '')}" for t in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--braket-sdk", type=Path, help="amazon-braket-sdk-python git dir")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--tasks", type=int, default=None, help="tasks per thread (50; quick 5)")
+    parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("--stem", default=None)
+    args = parser.parse_args()
+    if args.tasks is None:
+        args.tasks = 5 if args.quick else 50
+    stem = args.stem or ("sdk_suites_quick" if args.quick else "sdk_suites")
+    load = suite = None
+    with tempfile.TemporaryDirectory(prefix="sdk-suites-") as tmp:
+        workdir = Path(tmp)
+        if not args.skip_load:
+            emulator = Emulator(workdir, None, speed=200)
+            try:
+                load = run_load(emulator, args.threads, args.tasks)
+            finally:
+                emulator.stop()
+        if args.braket_sdk is not None:
+            suite = run_braket_suite(args.braket_sdk, args.quick, workdir)
+        else:
+            print(
+                "sdk_suites: no --braket-sdk GIT_DIR: the Braket suite is SKIPPED", file=sys.stderr
+            )
+    text = report(args, load, suite)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{stem}.md").write_text(text)
+    document: dict[str, Any] = {"command": sys.argv, "commit": commit()}
+    if load is not None:
+        document["load"] = {**load.__dict__, "met": load.met}
+    if suite is not None:
+        document["braket"] = {
+            "tag_installed": suite.tag_installed,
+            "tag_run": suite.tag_run,
+            "served": suite.counts(local=False),
+            "local_only": suite.counts(local=True),
+            "served_pass_ratio": suite.served_ratio,
+            "crashed": suite.crashed,
+            "outcomes": suite.outcomes,
+            "messages": suite.messages,
+            "deselected": suite.deselected,
+        }
+    (RESULTS / f"{stem}.json").write_text(json.dumps(document, indent=2) + "\n")
+    ok = (load is None or load.met) and (
+        suite is None or (suite.served_ratio >= TARGET and not suite.crashed)
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
