@@ -44,6 +44,8 @@ from flux_quantum.emulator.felis import FelisScenario, FelisService
 from flux_quantum.emulator.ibm import API as IBM_API
 from flux_quantum.emulator.ibm import PREFIX as IBM_PREFIX
 from flux_quantum.emulator.ibm import IbmScenario, IbmService
+from flux_quantum.emulator.ibm.cloud import CLOUD_URL, IbmCloud, cloud_service
+from flux_quantum.emulator.ibm.cloud import DEFAULT_CRN as IBM_CLOUD_CRN
 from flux_quantum.emulator.ibmqs import PREFIX as IBM_QS_PREFIX
 from flux_quantum.emulator.ibmqs import IbmQsScenario, IbmQsService
 from flux_quantum.emulator.ionq import PREFIX as IONQ_PREFIX
@@ -67,7 +69,7 @@ from flux_quantum.emulator.wire import Request, Response, json_response
 ACCESS_KEY = "flux-quantum-emulator"
 SECRET_KEY = "flux-quantum-emulator-secret"
 IBM_APIKEY = "flux-quantum-emulator"
-IBM_CRN = "crn:v1:flux-quantum:emulator:::"
+IBM_CRN = IBM_CLOUD_CRN
 
 
 class Emulator:
@@ -117,6 +119,9 @@ class Emulator:
         # IBM Quantum beside Braket, on the same port under /ibm (see the ibm package).
         self.ibm_scenario = ibm or IbmScenario.default()
         self.ibm = IbmService(self.ibm_scenario, self.clock, seed, self._stop, on_call)
+        # IBM Cloud's hosts around it (IAM, Global Search and Catalog, the Runtime API), as
+        # qiskit-ibm-runtime reaches them through the emulator as its HTTP proxy.
+        self.ibm_cloud = IbmCloud(self.ibm, self.ibm_scenario)
         # IQM (under /iqm) and Pasqal (/pasqal, its on-premises warden /pasqal-local), as
         # QRMI reaches them (see the iqm and pasqal packages).
         self.iqm = IqmService(iqm or IqmScenario.default(), self.clock, seed, self._stop, on_call)
@@ -157,6 +162,8 @@ class Emulator:
         return self
 
     def _handle(self, request: Request) -> Response:
+        if cloud_service(request.headers.get("host")) is not None:
+            return self.ibm_cloud.handle(request)
         if request.path == REPORT_PATH and request.method in ("GET", "HEAD"):
             return json_response(200, self.report())
         if request.path == RESERVATIONS_PATH and request.method == "POST":
@@ -303,6 +310,18 @@ class Emulator:
         env = dict(settings)
         for backend in self.ibm_scenario.backends:
             env.update({f"{backend.name}_{key}": value for key, value in settings.items()})
+        # qiskit-ibm-runtime's own settings (it reads IAM_URL; the rest are what its
+        # QiskitRuntimeService is given, with the emulator as its HTTP proxy: see
+        # docs/vendors.md).
+        env.update(
+            {
+                "QISKIT_IBM_CHANNEL": "ibm_quantum_platform",
+                "QISKIT_IBM_URL": CLOUD_URL,
+                "QISKIT_IBM_TOKEN": settings["QRMI_IBM_QCS_IAM_APIKEY"],
+                "QISKIT_IBM_INSTANCE": settings["QRMI_IBM_QCS_SERVICE_CRN"],
+                "IAM_URL": self.url + IBM_PREFIX,
+            }
+        )
         return env
 
     # -- what happened ------------------------------------------------------------------------

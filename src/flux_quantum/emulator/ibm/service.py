@@ -19,6 +19,7 @@ except for IAM token expiry (the client compares that with its own clock).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -32,6 +33,7 @@ from urllib.parse import parse_qs
 
 from flux_quantum.emulator.bill import BilledSession, BilledTask
 from flux_quantum.emulator.clock import Clock, timestamp
+from flux_quantum.emulator.ibm.pubs import PubError, pub_circuit
 from flux_quantum.emulator.ibm.runtime import IbmRefusal, IbmRuntime, JobQuery, refuse
 from flux_quantum.emulator.ibm.scenario import ERROR_CODES, IbmBackendSpec, IbmFault, IbmScenario
 from flux_quantum.emulator.ibm.wire import (
@@ -200,6 +202,8 @@ class IbmService(VendorSide[_Route, IbmFault]):
                 return _Route("GetJobResults", self._job_results, job, backend)
             if n == 3 and parts[2] == "logs" and method == "GET":
                 return _Route("GetJobLogs", self._job_logs, job, backend)
+        if head == "instances" and n == 2 and parts[1] == "usage" and method == "GET":
+            return _Route("GetInstanceUsage", self._instance_usage)
         if head == "sessions":
             if n == 1 and method == "POST":
                 body = _json(request)
@@ -225,9 +229,13 @@ class IbmService(VendorSide[_Route, IbmFault]):
         apikey = (form.get("apikey") or [""])[0]
         if not apikey or (self.scenario.apikey is not None and apikey != self.scenario.apikey):
             return iam_error(400, "Provided API key could not be found.")
-        nonce = secrets.token_hex(16)
-        token = f"{nonce}.{self._signature(nonce)}"
-        expiration = int(self._wall()) + TOKEN_LIFETIME
+        # A JWT (HS256), as IBM Cloud IAM issues one: IBM's SDKs read its expiry from it.
+        now = int(self._wall())
+        expiration = now + TOKEN_LIFETIME
+        claims = {"iss": "flux-quantum-emulator", "iat": now, "exp": expiration,
+                  "jti": secrets.token_hex(16), "scope": "ibm openid"}  # fmt: skip
+        signed = f"{_b64(json.dumps(_JWT_HEADER))}.{_b64(json.dumps(claims))}"
+        token = f"{signed}.{self._signature(signed)}"
         return json_response(
             200,
             {
@@ -240,21 +248,24 @@ class IbmService(VendorSide[_Route, IbmFault]):
             },
         )
 
-    def _signature(self, nonce: str) -> str:
+    def _signature(self, signed: str) -> str:
         """Tokens are signed, not remembered: like IBM's IAM, an emulator restarted on the
         same scenario (fresh queues, e.g. per benchmark run) still accepts them."""
         key = f"flux-quantum-emulator:{self.scenario.apikey}:{self.scenario.crn}".encode()
-        return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()[:32]
+        return _b64(hmac.new(key, signed.encode(), hashlib.sha256).digest())
+
+    def knows_token(self, request: Request) -> bool:
+        """Whether the request carries a bearer token this side's IAM issued."""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        signed, _, signature = token.rpartition(".")
+        return (
+            scheme.lower() == "bearer"
+            and bool(signed)
+            and hmac.compare_digest(signature, self._signature(signed))
+        )
 
     def _authorize(self, request: Request) -> None:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        nonce, _, signature = token.partition(".")
-        known = (
-            scheme.lower() == "bearer"
-            and bool(nonce)
-            and hmac.compare_digest(signature, self._signature(nonce))
-        )
-        if not known:
+        if not self.knows_token(request):
             raise refuse(1201, "Invalid credentials: no valid IAM bearer token.")
         crn = self.scenario.crn
         if crn is not None and request.headers.get("service-crn") != crn:
@@ -363,11 +374,10 @@ class IbmService(VendorSide[_Route, IbmFault]):
     def _pub(self, pub: Any, params: dict[str, Any], spec: IbmBackendSpec) -> tuple[str, int]:
         if not isinstance(pub, list) or not pub:
             raise refuse(1002, "each pub must be a list [circuit, parameter values, shots]", 400)
-        circuit = pub[0]
-        if not isinstance(circuit, str) or "OPENQASM" not in circuit:
-            raise refuse(1002, "the emulator runs circuits given as OpenQASM 3 strings only", 400)
-        if len(pub) > 1 and pub[1] not in (None, [], {}):
-            raise refuse(1002, "the emulator does not bind parameter values", 400)
+        try:  # QRMI's OpenQASM 3, or qiskit-ibm-runtime's QPY and values (ibm.pubs)
+            circuit = pub_circuit(pub[0], pub[1] if len(pub) > 1 else None)
+        except PubError as exc:
+            raise refuse(1002, str(exc), 400) from exc
         options = params.get("options")
         options = options if isinstance(options, dict) else {}
         shots = next(
@@ -444,6 +454,20 @@ class IbmService(VendorSide[_Route, IbmFault]):
         self.runtime.job(route.target)
         return text_response("")
 
+    def _instance_usage(self, route: _Route, request: Request) -> Response:
+        """The instance's usage this period: the seconds its jobs were billed, no limit."""
+        jobs, _ = self.runtime.bill(self.scenario.price_per_second)
+        consumed = sum(job.billed_seconds or 0.0 for job in jobs)
+        return json_response(
+            200,
+            {
+                "instance_id": request.headers.get("service-crn") or self.scenario.crn,
+                "plan_id": self.scenario.plan,
+                "usage_consumed_seconds": round(consumed),
+                "usage_limit_reached": False,
+            },
+        )
+
     # -- sessions -----------------------------------------------------------------------------
 
     def _create_session(self, route: _Route, request: Request, created: list[str]) -> Response:
@@ -473,6 +497,15 @@ class IbmService(VendorSide[_Route, IbmFault]):
         """Close now: queued and running jobs of the session are cancelled."""
         self.runtime.close_session(route.target)
         return Response(204)
+
+
+_JWT_HEADER = {"alg": "HS256", "typ": "JWT"}
+
+
+def _b64(data: str | bytes) -> str:
+    """base64url without padding (a JWT's segments)."""
+    raw = data.encode() if isinstance(data, str) else data
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def _json(request: Request) -> dict[str, Any]:
