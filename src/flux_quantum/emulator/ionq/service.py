@@ -59,6 +59,7 @@ from typing import Any
 from flux_quantum.emulator.bill import BilledTask, timed_task
 from flux_quantum.emulator.clock import Clock, iso, timestamp
 from flux_quantum.emulator.ibm.wire import braket_source
+from flux_quantum.emulator.ionq.account import characterization, estimate, job_cost, whoami
 from flux_quantum.emulator.ionq.scenario import (
     NOISE_MODELS,
     IonqBackendSpec,
@@ -84,6 +85,8 @@ from flux_quantum.emulator.simulate import simulate as run_program
 from flux_quantum.emulator.wire import Request, Response, body_field, json_response
 
 JOB_TYPES = ("ionq.circuit.v1", "ionq.qasm3.v1")
+# What IonQ answers without an API key.
+PUBLIC = ("ListBackends", "GetBackend")
 DEFAULT_SHOTS = 100
 LIST_LIMIT = 25
 
@@ -135,6 +138,7 @@ class IonqService(JobSide[IonqFault]):
         }
         self._ids = random.Random(f"{seed}:ionq-ids")
         self._jobs: dict[str, IonqJob] = {}
+        self._deleted: set[str] = set()  # gone from the API, still on the bill
         self._sessions: dict[str, IonqSession] = {}
 
     # -- views for tests and the facade ---------------------------------------------------
@@ -179,6 +183,8 @@ class IonqService(JobSide[IonqFault]):
         )
 
     def _authorize(self, route: JobRoute, request: Request) -> None:
+        if route.operation in PUBLIC:
+            return  # IonQ lists its backends to anyone
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
         if scheme != "apiKey" or value != self.scenario.api_key:
             raise IonqRefusal(401, "Invalid API key.")
@@ -193,6 +199,13 @@ class IonqService(JobSide[IonqFault]):
             if n == 1:
                 return JobRoute("ListBackends", self._backends)
             return JobRoute("GetBackend", self._backend, parts[1], parts[1])
+        if head == "backends" and method == "GET" and parts[2:3] == ["characterizations"] and n < 5:
+            name = "GetCharacterization" if n == 4 else "ListCharacterizations"
+            return JobRoute(name, self._characterizations, parts[1], parts[1])
+        if parts == ["whoami"] and method == "GET":
+            return JobRoute("WhoAmI", self._whoami)
+        if parts == ["jobs", "estimate"] and method == "GET":
+            return JobRoute("EstimateJobCost", self._estimate, None, request.first("backend"))
         if head == "jobs":
             if n == 1 and method == "POST":
                 return JobRoute("CreateJob", self._unknown, None, body_field(request, "backend"))
@@ -204,6 +217,10 @@ class IonqService(JobSide[IonqFault]):
             device = known.backend if known else None
             if n == 2 and method == "GET":
                 return JobRoute("GetJob", self._get_job, job, device)
+            if n == 2 and method == "DELETE":
+                return JobRoute("DeleteJob", self._delete, job, device)
+            if parts[2:] == ["cost"] and method == "GET":
+                return JobRoute("GetJobCost", self._cost, job, device)
             if parts[2:] == ["status", "cancel"] and method == "PUT":
                 return JobRoute("CancelJob", self._cancel, job, device)
             if parts[2:] == ["results", "probabilities"] and method == "GET":
@@ -211,6 +228,10 @@ class IonqService(JobSide[IonqFault]):
         if head == "sessions":
             if n == 1 and method == "POST":
                 return JobRoute("CreateSession", self._create_session)
+            if n == 1 and method == "GET":
+                return JobRoute("ListSessions", self._list_sessions)
+            if n == 3 and parts[2] == "jobs" and method == "GET":
+                return JobRoute("ListSessionJobs", self._list_jobs, parts[1])
             if n == 2 and method == "GET":
                 return JobRoute("GetSession", self._get_session, parts[1])
             if n == 3 and parts[2] == "end" and method == "POST":
@@ -384,7 +405,7 @@ class IonqService(JobSide[IonqFault]):
 
     def _job(self, job_id: str | None) -> IonqJob:
         job = self._jobs.get(job_id or "")
-        if job is None:
+        if job is None or job.id in self._deleted:
             raise IonqRefusal(404, f"Job {job_id} not found.")
         return job
 
@@ -421,7 +442,7 @@ class IonqService(JobSide[IonqFault]):
             "backend": job.backend,
             "dry_run": False,
             "submitter_id": "emulator-user",
-            "project_id": None,
+            "project_id": whoami(self.seed)["project_id"],
             "parent_job_id": None,
             "session_id": job.session_id,
             "metadata": job.metadata,
@@ -436,7 +457,8 @@ class IonqService(JobSide[IonqFault]):
             "output": {},
             "settings": {},
             "stats": {"qubits": job.qubits, "circuits": 1},
-            "results": None,
+            # Where its results are, once it has them (IonQ's artifact descriptors).
+            "results": _results(job.id) if status == "completed" else None,
             "child_job_ids": None,
             "shots": job.shots,
         }
@@ -445,7 +467,10 @@ class IonqService(JobSide[IonqFault]):
         return doc
 
     def _list_jobs(self, route: JobRoute, request: Request) -> Response:
-        target, session = request.first("target"), request.first("session_id")
+        """``GET /jobs`` (``target``, ``session_id``, ``status``, ``limit``, ``next``), or
+        ``GET /sessions/{id}/jobs`` (the route's target)."""
+        target, session = request.first("target"), route.target or request.first("session_id")
+        wanted = request.first("status")
         limit_text = request.first("limit") or str(LIST_LIMIT)
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= 1000:
             raise IonqRefusal(400, "limit must be an integer from 1 to 1000.")
@@ -453,7 +478,9 @@ class IonqService(JobSide[IonqFault]):
         with self._lock:
             now = self.clock.now()
             jobs = [j for j in reversed(self._jobs.values())
-                    if target in (None, j.backend) and session in (None, j.session_id)]  # fmt: skip
+                    if target in (None, j.backend) and session in (None, j.session_id)
+                    and j.id not in self._deleted
+                    and wanted in (None, self._status(j, now))]  # fmt: skip
             if after:
                 ids = [j.id for j in jobs]
                 jobs = jobs[ids.index(after) + 1 :] if after in ids else []
@@ -461,6 +488,51 @@ class IonqService(JobSide[IonqFault]):
             docs = [self._document(j, now) for j in page]
         more = len(jobs) > len(page)
         return json_response(200, {"jobs": docs, "next": page[-1].id if more else None})
+
+    def _delete(self, route: JobRoute, request: Request) -> Response:
+        """``DELETE /jobs/{id}``: gone from the API (a queued one is cancelled first)."""
+        with self._lock:
+            job = self._job(route.target)
+            now = self.clock.now()
+            if not job.refused and self._status(job, now) not in FINAL:
+                self._queues[job.backend].cancel(job.id, now)
+            self._deleted.add(job.id)
+        return json_response(200, {"id": job.id, "status": "deleted"})
+
+    def _cost(self, route: JobRoute, request: Request) -> Response:
+        with self._lock:
+            job = self._job(route.target)
+            status = self._status(job, self.clock.now())
+        charged = job.cost if status == "completed" else 0.0 if status in FINAL else None
+        return json_response(200, job_cost(job.cost, charged))
+
+    def _estimate(self, route: JobRoute, request: Request) -> Response:
+        spec = self.scenario.backend(route.device or "")
+        if spec is None:
+            raise IonqRefusal(400, f"backend must be one of {self._names()}, got {route.device!r}.")
+        query = {k: request.first(k) for k in ("type", "qubits", "shots", "1q_gates", "2q_gates")}
+        for key in ("qubits", "shots", "1q_gates", "2q_gates"):
+            if query[key] is not None and not str(query[key]).isdigit():
+                raise IonqRefusal(400, f"{key} must be a non-negative integer.")
+        with self._lock:
+            now = self.clock.now()
+            waiting = self._backend_doc(spec, now)["average_queue_time"]
+        return json_response(200, estimate(spec, query, waiting, iso(timestamp(self.clock, now))))
+
+    def _whoami(self, route: JobRoute, request: Request) -> Response:
+        return json_response(200, whoami(self.seed))
+
+    def _characterizations(self, route: JobRoute, request: Request) -> Response:
+        spec = self.scenario.backend(route.target or "")
+        if spec is None:
+            raise IonqRefusal(404, f"Backend {route.target} not found.")
+        document = characterization(spec, self.seed, iso(timestamp(self.clock, 0.0)))
+        if route.operation == "GetCharacterization":
+            wanted = request.path.rstrip("/").rsplit("/", 1)[-1]
+            if wanted != document["id"]:
+                raise IonqRefusal(404, f"Characterization {wanted} not found.")
+            return json_response(200, document)
+        return json_response(200, {"characterizations": [document], "pages": 1})
 
     def _cancel(self, route: JobRoute, request: Request) -> Response:
         with self._lock:
@@ -494,6 +566,16 @@ class IonqService(JobSide[IonqFault]):
             self._sessions[session.id] = session
             doc = self._session_doc(session, now)
         return json_response(201, doc)
+
+    def _list_sessions(self, route: JobRoute, request: Request) -> Response:
+        """``GET /sessions`` (``active``): newest first."""
+        active = request.first("active")
+        with self._lock:
+            now = self.clock.now()
+            docs = [self._session_doc(s, now) for s in reversed(self._sessions.values())]
+        if active is not None:
+            docs = [d for d in docs if d["active"] == (active == "true")]
+        return json_response(200, {"organization_id": "emulator-organization", "sessions": docs})
 
     def _session(self, session_id: str | None) -> IonqSession:
         session = self._sessions.get(session_id or "")
@@ -548,6 +630,17 @@ class IonqService(JobSide[IonqFault]):
             "started_at": at(first),
             "settings": settings,
         }
+
+
+def _results(job_id: str) -> dict[str, Any]:
+    """A completed job's results: its probabilities, as an artifact descriptor."""
+    return {
+        "probabilities": {
+            "id": f"{job_id}-probabilities",
+            "format": "ionq.probabilities.v1",
+            "media_type": "application/json",
+        }
+    }
 
 
 def _json_body(request: Request) -> dict[str, Any]:
