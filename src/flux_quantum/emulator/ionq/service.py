@@ -183,9 +183,10 @@ class IonqService(JobSide[IonqFault]):
         )
 
     def _authorize(self, route: JobRoute, request: Request) -> None:
-        if route.operation in PUBLIC:
-            return  # IonQ lists its backends to anyone
-        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        given = request.headers.get("authorization", "")
+        if route.operation in PUBLIC and not given:
+            return  # IonQ lists its backends to anyone (a key given must still be valid)
+        scheme, _, value = given.partition(" ")
         if scheme != "apiKey" or value != self.scenario.api_key:
             raise IonqRefusal(401, "Invalid API key.")
 
