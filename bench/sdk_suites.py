@@ -2,9 +2,11 @@
 """The vendors' own test suites and clients against the emulator, and the emulator under load.
 
 Usage:
-    python bench/sdk_suites.py --braket-sdk GIT_DIR [--quick] [--stem NAME]
+    python bench/sdk_suites.py --braket-sdk GIT_DIR [--qrmi GIT_DIR] [--quick] [--stem NAME]
 
-Two parts, each run against a real ``flux quantum emulator --background`` process:
+Its parts, each run against a real ``flux quantum emulator --background`` process (the
+git directories are clones, or the bare ones a mirror gives, of
+amazon-braket/amazon-braket-sdk-python and qiskit-community/qrmi):
 
 - ``load``: 16 threads x 50 tasks on dm1 (an 8-qubit GHZ program, the shape that aborted
   the emulator when its simulations ran in the request threads) and as many on SV1, all
@@ -24,8 +26,15 @@ Two parts, each run against a real ``flux quantum emulator --background`` proces
   (``LOCAL_ONLY``) run but are counted apart. Target: >= 95 % of the served tests pass,
   0 emulator crashes. ``--quick`` runs a subset of the served tests (about 4 minutes).
 
+- ``ionq``: ionq-core's own integration suite (``tests/integration`` of its sdist at the
+  installed version, through pip), with what its conftest reads from the emulator's env
+  file (IONQ_API_KEY, IONQ_API_URL), after two jobs of the account's history.
+- ``qrmi``: QRMI's Python examples for IBM, IQM and Pasqal (``examples/qrmi/python``, at
+  the installed qrmi's tag or the newest earlier one), run unchanged with the emulator's
+  env file, on inputs of the formats they read that an emulator can simulate.
+
 Results go to ``bench/results/<stem>.json`` and ``<stem>.md`` with the command, the commit
-and the suite's tag.
+it started at and the suites' tags.
 """
 
 from __future__ import annotations
@@ -220,23 +229,27 @@ def run_load(emulator: Emulator, threads: int, per_thread: int) -> LoadResult:
 def suite_tag(git_dir: Path) -> tuple[str, str]:
     """(the installed SDK's tag, the tag run: itself or the newest earlier one)."""
     installed = metadata.version("amazon-braket-sdk")
-    wanted = f"v{installed}"
     tags = subprocess.run(
         ["git", "--git-dir", str(_git_dir(git_dir)), "tag", "--list", "v*"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.split()
+    return f"v{installed}", newest_at_or_before(tags, f"v{installed}")
+
+
+def newest_at_or_before(tags: list[str], wanted: str) -> str:
+    """``wanted`` if it is a tag, else the newest release tag before it (``v`` or not)."""
     if wanted in tags:
-        return wanted, wanted
+        return wanted
 
     def key(tag: str) -> tuple[int, ...]:
         return tuple(int(p) for p in re.findall(r"\d+", tag)[:3])
 
-    earlier = [t for t in tags if re.fullmatch(r"v\d+\.\d+\.\d+", t) and key(t) <= key(wanted)]
-    if not earlier:
-        raise SystemExit(f"sdk_suites: {git_dir} has no tag at or before {wanted}")
-    return wanted, max(earlier, key=key)
+    releases = [t for t in tags if re.fullmatch(r"v?\d+\.\d+\.\d+", t) and key(t) <= key(wanted)]
+    if not releases:
+        raise SystemExit(f"sdk_suites: the repository has no tag at or before {wanted}")
+    return max(releases, key=key)
 
 
 def _git_dir(path: Path) -> Path:
@@ -441,6 +454,97 @@ def history(env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "-c", script], env=env, check=True)
 
 
+# -- QRMI's own Python examples ---------------------------------------------------------------
+
+# QRMI's examples for IBM, IQM and Pasqal: (directory, arguments, input file, what a
+# finished run prints). Their inputs come from their vendors' SDKs (qiskit-ibm-runtime,
+# iqm-client, pulser) with programs too wide to simulate (IBM's is 127 qubits): the
+# runner writes inputs of the same formats that an emulator can run (see ``qrmi_inputs``).
+QRMI_EXAMPLES = (
+    (
+        "ibm_quantum_compute_service",
+        ["ibm_fez", "sampler.json", "sampler"],
+        "Task ended - TaskStatus.Completed",
+    ),
+    ("iqm_server", ["garnet", "iqm.json", "circuit"], "Task ended - TaskStatus.Completed"),
+    ("pasqal_cloud", ["FRESNEL", "pulser.json"], "Task completed"),
+)
+
+
+@dataclass
+class QrmiResult:
+    tag_installed: str
+    tag_run: str
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    crashed: bool = False
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for run in self.runs.values() if run["ok"])
+
+
+def qrmi_inputs(into: Path) -> None:
+    """Inputs in the formats the examples read: a SamplerV2 job's JSON as QRMI's
+    generator writes it (OpenQASM 3 of an ISA circuit, ``support_qiskit: false``), an IQM
+    run request (flux-quantum's IQM program), and a Pulser sequence's abstract JSON."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from flux_quantum.vendors.iqm_program import run_request
+
+    bell = (
+        "OPENQASM 3.0;\nqubit[2] q;\nbit[2] c;\nh q[0];\ncz q[0], q[1];\nh q[1];\nc = measure q;\n"
+    )
+    (into / "iqm.json").write_text(run_request(bell, 100, 20))
+    isa = (
+        'OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] meas;\n'
+        "rz(pi/2) $0;\nsx $0;\nrz(pi/2) $0;\nrz(pi/2) $1;\nsx $1;\nrz(pi/2) $1;\n"
+        "cz $0, $1;\nrz(pi/2) $1;\nsx $1;\nrz(pi/2) $1;\n"
+        "meas[0] = measure $0;\nmeas[1] = measure $1;\n"
+    )
+    sampler = {
+        "pubs": [[isa, []]],
+        "version": 2,
+        "support_qiskit": False,
+        "shots": 100,
+        "options": {},
+    }
+    (into / "sampler.json").write_text(json.dumps(sampler))
+    (into / "pulser.json").write_text((ROOT / "t" / "data" / "pulser_two_atoms.json").read_text())
+
+
+def run_qrmi_examples(git_dir: Path, workdir: Path) -> QrmiResult:
+    installed = metadata.version("qrmi")
+    tags = subprocess.run(
+        ["git", "--git-dir", str(_git_dir(git_dir)), "tag", "--list"],
+        check=True, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    run = newest_at_or_before(tags, installed)
+    if run != installed:
+        print(f"sdk_suites: qrmi's repository has no tag {installed} (the installed qrmi); "
+              f"running {run}'s examples, the newest earlier tag", file=sys.stderr)  # fmt: skip
+    tree = workdir / "qrmi"
+    subprocess.run(["git", "clone", "--quiet", str(_git_dir(git_dir)), str(tree)], check=True)
+    subprocess.run(["git", "-C", str(tree), "checkout", "--quiet", run], check=True)
+    qrmi_inputs(workdir)
+    result = QrmiResult(installed, run)
+    emulator = Emulator(workdir, None, speed=60)
+    try:
+        env = {**os.environ, **emulator.env}
+        for example, arguments, finished in QRMI_EXAMPLES:
+            args = [str(workdir / a) if a.endswith(".json") else a for a in arguments]
+            script = tree / "examples" / "qrmi" / "python" / example / "example.py"
+            done = subprocess.run(
+                [sys.executable, str(script), *args], env=env, cwd=workdir,
+                capture_output=True, text=True, timeout=600, check=False,
+            )  # fmt: skip
+            out = done.stdout + done.stderr
+            ok = done.returncode == 0 and finished in out
+            result.runs[example] = {"ok": ok, "status": done.returncode, "tail": out[-600:]}
+        result.crashed = not emulator.alive()
+    finally:
+        emulator.stop()
+    return result
+
+
 # -- the report -------------------------------------------------------------------------------
 
 
@@ -456,14 +560,24 @@ def commit() -> str:
     return head + (" (modified)" if dirty else "")
 
 
+def shown_command() -> str:
+    """The command's arguments, each git directory as GIT_DIR (not where it was)."""
+    words = sys.argv[1:]
+    return " ".join(
+        "GIT_DIR" if i and words[i - 1] in ("--braket-sdk", "--qrmi") else word
+        for i, word in enumerate(words)
+    )
+
+
 def report(
     args: argparse.Namespace,
     load: LoadResult | None,
     suite: SuiteResult | None,
     ionq: IonqResult | None = None,
+    qrmi: QrmiResult | None = None,
 ) -> str:
     lines = [f"# sdk_suites{' --quick' if args.quick else ''}", ""]
-    lines.append(f"command: `python bench/sdk_suites.py {' '.join(sys.argv[1:])}` at {commit()}")
+    lines.append(f"command: `python bench/sdk_suites.py {shown_command()}` at {STARTED_AT}")
     lines.append("")
     if load is not None:
         lines += [
@@ -518,10 +632,28 @@ def report(
         for test, outcome in ionq.outcomes.items():
             if outcome != "passed":
                 lines.append(f"- {outcome}: `{test}`: {ionq.messages.get(test, '')}")
+    if qrmi is not None:
+        lines += [
+            "",
+            f"## QRMI's Python examples at {qrmi.tag_run}"
+            + (f" (installed qrmi {qrmi.tag_installed}: no such tag)" if qrmi.tag_installed != qrmi.tag_run else ""),
+            "",
+            f"- {qrmi.passed}/{len(qrmi.runs)} ran to their end; emulator crashes: {1 if qrmi.crashed else 0}",
+            "- inputs of the formats they read, that an emulator can simulate (their generators'"
+            " programs come from the vendors' SDKs, IBM's on 127 qubits)",
+        ]  # fmt: skip
+        for example, run in qrmi.runs.items():
+            lines.append(f"- `examples/qrmi/python/{example}/example.py`: "
+                         + ("finished" if run["ok"] else f"FAILED (exit {run['status']})"))  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
+STARTED_AT = ""  # the commit the run started at (set by main before anything runs)
+
+
 def main() -> int:
+    global STARTED_AT
+    STARTED_AT = commit()
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--braket-sdk", type=Path, help="amazon-braket-sdk-python git dir")
     parser.add_argument("--quick", action="store_true")
@@ -529,6 +661,7 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=None, help="tasks per thread (50; quick 5)")
     parser.add_argument("--skip-load", action="store_true")
     parser.add_argument("--skip-ionq", action="store_true")
+    parser.add_argument("--qrmi", type=Path, help="qiskit-community/qrmi git dir (its examples)")
     parser.add_argument("--stem", default=None)
     args = parser.parse_args()
     if args.tasks is None:
@@ -550,11 +683,12 @@ def main() -> int:
                 "sdk_suites: no --braket-sdk GIT_DIR: the Braket suite is SKIPPED", file=sys.stderr
             )
         ionq = None if args.skip_ionq else run_ionq_suite(workdir)
-    text = report(args, load, suite, ionq)
+        qrmi = None if args.qrmi is None else run_qrmi_examples(args.qrmi, workdir)
+    text = report(args, load, suite, ionq, qrmi)
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{stem}.md").write_text(text)
-    document: dict[str, Any] = {"command": sys.argv, "commit": commit()}
+    document: dict[str, Any] = {"command": shown_command(), "commit": STARTED_AT}
     if load is not None:
         document["load"] = {**load.__dict__, "met": load.met}
     if suite is not None:
@@ -577,11 +711,19 @@ def main() -> int:
             "outcomes": ionq.outcomes,
             "messages": ionq.messages,
         }
+    if qrmi is not None:
+        document["qrmi"] = {
+            "tag_installed": qrmi.tag_installed,
+            "tag_run": qrmi.tag_run,
+            "runs": qrmi.runs,
+            "crashed": qrmi.crashed,
+        }
     (RESULTS / f"{stem}.json").write_text(json.dumps(document, indent=2) + "\n")
     ok = (load is None or load.met) and (
         suite is None or (suite.served_ratio >= TARGET and not suite.crashed)
     )
     ok = ok and (ionq is None or not ionq.crashed)
+    ok = ok and (qrmi is None or (qrmi.passed == len(qrmi.runs) and not qrmi.crashed))
     return 0 if ok else 1
 
 
