@@ -503,7 +503,7 @@ class Bench:
         # What the service and the jobs inherit: QRMI's settings reaching the emulator's
         # IBM side, and where the local vendor finds its Braket side (the same port every
         # run), where loops are registered.
-        os.environ.update(self.emulator.ibm_env())
+        os.environ.update(self.emulator.ibm.env(self.emulator.url))
         os.environ["FLUX_QUANTUM_EMULATOR_URL"] = self.emulator.url
         os.environ["XDG_STATE_HOME"] = str(work / "state")
         builtin = subprocess.run(

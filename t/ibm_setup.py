@@ -98,7 +98,7 @@ class Ibm(Qpu):
         (workdir / "bell.qasm").write_text(BELL)
         (workdir / "ride.py").write_text(RIDE)
         saved = dict(os.environ)
-        os.environ.update(self.emu.ibm_env())
+        os.environ.update(self.emu.ibm.env(self.emu.url))
         try:
             self.inst = FluxInstance(workdir, size=1, config=config).start()
         finally:
@@ -108,9 +108,11 @@ class Ibm(Qpu):
         # The jobs get QRMI's settings but no key: they read their tasks through the
         # service, which has the credentials. A job that calls IBM itself (a session's
         # later task) carries the key, as it may in its owner's own instance.
-        self.secret = {k: v for k, v in self.emu.ibm_env().items() if k.endswith("_IAM_APIKEY")}
+        self.secret = {
+            k: v for k, v in self.emu.ibm.env(self.emu.url).items() if k.endswith("_IAM_APIKEY")
+        }
         self.inst.env = {k: v for k, v in self.inst.env.items() if k not in self.secret}
-        settings = {k: v for k, v in self.emu.ibm_env().items() if k not in self.secret}
+        settings = {k: v for k, v in self.emu.ibm.env(self.emu.url).items() if k not in self.secret}
         self.job_env = {**settings, "FLUX_QUANTUM_BACKENDS": str(self.catalog)}
 
     def status(self) -> dict[str, Any]:

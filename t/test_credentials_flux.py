@@ -47,7 +47,7 @@ def qpu(inst: FluxInstance) -> Iterator[Qpu]:
     catalog.write_text(catalog_text())
     q = Qpu(inst, catalog)
     # What the emulator's env file exports: its stand-in AWS and IBM keys among them.
-    q.job_env = {**q.job_env, **q.emu.env(), **q.emu.ibm_env()}
+    q.job_env = {**q.job_env, **q.emu.env(), **q.emu.ibm.env(q.emu.url)}
     yield q
     q.close()
 

@@ -47,7 +47,13 @@ cnot q[0], q[1];
 cnot q[1], q[2];
 c = measure q;
 """
-BELL = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n'
+# A Bell pair in the IBM line's ISA (rz, sx, cz on coupled qubits 0 and 1: h = rz sx rz,
+# cx = h cz h), written by hand: these tests are about faults, not compiling.
+BELL = (
+    'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\n'
+    "rz(pi/2) q[0];\nsx q[0];\nrz(pi/2) q[0];\nrz(pi/2) q[1];\nsx q[1];\nrz(pi/2) q[1];\n"
+    "cz q[0], q[1];\nrz(pi/2) q[1];\nsx q[1];\nrz(pi/2) q[1];\nc = measure q;\n"
+)
 CATALOG = parse_catalog(
     f"""
 devices:
@@ -127,7 +133,7 @@ def ibm_vendor(emu: Emulator, clock: ManualClock, attempts: int = 3) -> IbmVendo
         retry=RetryBudget(attempts=attempts, base_delay=0.01),
         clock=lambda: clock.epoch.timestamp() + clock.now(),
         sleep=lambda seconds: None,
-        environ=emu.ibm_env(),
+        environ=emu.ibm.env(emu.url),
     )
 
 
@@ -325,7 +331,7 @@ def test_ibm_fault_rate_is_seeded_per_seed(manual_clock: ManualClock) -> None:
             resource = qrmi.QuantumResource.from_config(
                 "ibm_line",
                 qrmi.ResourceType.IBMQuantumComputeService,
-                {k: v for k, v in emu.ibm_env().items() if k.startswith("QRMI_")},
+                {k: v for k, v in emu.ibm.env(emu.url).items() if k.startswith("QRMI_")},
             )
             for _ in range(16):
                 with contextlib.suppress(qrmi.QrmiError):
@@ -495,7 +501,7 @@ def test_the_report_over_http_needs_no_credential_and_carries_none(
     assert set(report) >= {"bill", "calls", "faults", "now"}
     assert set(report["bill"]) >= {"currency", "tasks", "sessions", "total"}
     for secret in emu.env().values():
-        if "secret" in secret or secret == emu.ibm_env()["QRMI_IBM_QCS_IAM_APIKEY"]:
+        if "secret" in secret or secret == emu.ibm.env(emu.url)["QRMI_IBM_QCS_IAM_APIKEY"]:
             assert secret not in text
     assert emu.call_count() == 1  # the report is not a vendor call
 

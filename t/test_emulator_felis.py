@@ -73,7 +73,7 @@ def test_job_is_created_uploaded_queued_run_and_counted(serve, clock):
     assert res.task_status(job) == qrmi.TaskStatus.Completed
     counts = counts_from_histogram(res.task_result(job).value)
     assert set(counts) == {"00", "11"} and sum(counts.values()) == 200
-    [billed] = served.service.bill()
+    [billed] = served.service.bill().tasks
     assert billed.state == "COMPLETED" and billed.billed_seconds == pytest.approx(10.0)
 
 

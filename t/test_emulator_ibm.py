@@ -39,7 +39,7 @@ def emu(clock, emulator_tier):
 
 
 def resource(emu: Emulator, backend: str = "ibm_line", **extra: str):
-    config = {k: v for k, v in emu.ibm_env().items() if k.startswith("QRMI_")}
+    config = {k: v for k, v in emu.ibm.env(emu.url).items() if k.startswith("QRMI_")}
     config.update(extra)
     return qrmi.QuantumResource.from_config(
         backend, qrmi.ResourceType.IBMQuantumComputeService, config

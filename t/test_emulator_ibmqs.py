@@ -99,7 +99,7 @@ def test_job_input_and_result_pass_through_the_bucket(serve, clock):
     [(counts, _raw)] = split_result(res.task_result(job).value)
     assert counts == {"10": 16}
     assert served.service.calls[-1].operation == "GetObject"
-    [billed] = served.service.bill()
+    [billed] = served.service.bill().tasks
     assert billed.state == "COMPLETED" and billed.billed_seconds == pytest.approx(10.0)
 
 
@@ -123,7 +123,7 @@ def test_stop_cancels_then_deletes(serve, clock):
     assert served.service.job_deleted(job)
     with pytest.raises(qrmi.TaskNotFoundError):
         res.task_status(job)
-    [billed] = served.service.bill()
+    [billed] = served.service.bill().tasks
     assert billed.state == "CANCELLED" and billed.billed_seconds is None
 
 

@@ -111,7 +111,7 @@ def test_job_queues_runs_and_gives_probabilities(serve, clock):
     assert set(probabilities) == {"0", "3"} and sum(probabilities.values()) == pytest.approx(1.0)
     counts = counts_from_probabilities(probabilities, 200, 2)
     assert set(counts) == {"00", "11"} and sum(counts.values()) == 200
-    [billed] = served.service.bill()
+    [billed] = served.service.bill().tasks
     assert billed.state == "COMPLETED" and billed.cost == pytest.approx(0.30 + 0.03 * 200)
 
 

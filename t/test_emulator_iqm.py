@@ -80,7 +80,8 @@ def test_job_queues_runs_completes_and_is_billed(serve, clock):
     assert value["measurement_counts"] == [
         {"measurement_keys": ["c_0", "c_1"], "counts": {"11": 32}}
     ]
-    (billed,), sessions = served.service.bill()
+    bill = served.service.bill()
+    (billed,), sessions = bill.tasks, bill.sessions
     assert billed.state == "COMPLETED" and billed.billed_seconds == 10.0 and sessions == []
     assert billed.cost == pytest.approx(3.0) and billed.token == "tok-1"
 
@@ -103,7 +104,7 @@ def test_task_stop_cancels_a_waiting_job(serve, clock):
     assert res.task_status(job) == qrmi.TaskStatus.Cancelled
     clock.advance(100)
     assert res.task_status(job) == qrmi.TaskStatus.Cancelled
-    (billed,), _ = served.service.bill()
+    (billed,) = served.service.bill().tasks
     assert billed.state == "CANCELLED" and billed.cost == 0.0
     assert served.service.counts()[0]["CancelJob"] == 1
 

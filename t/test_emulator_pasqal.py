@@ -193,7 +193,8 @@ def test_the_bill_charges_completed_qpu_seconds_at_the_site_rate(served, clock):
     cancelled = resource.task_start(payload())
     resource.task_stop(cancelled)
     clock.advance(30)
-    tasks, sessions = served.service.bill()
+    bill = served.service.bill()
+    tasks, sessions = bill.tasks, bill.sessions
     rows = {t.id: t for t in tasks}
     assert rows[done].billed_seconds == 10.0 and rows[done].cost == pytest.approx(5.0)
     assert rows[cancelled].cost == 0.0 and rows[cancelled].state == "CANCELLED"

@@ -165,6 +165,6 @@ def test_billed_seconds_is_the_jobs_run_time_the_bill_charges(served, clock):
     assert v.billed_seconds(ref) is None  # not run yet: no EXECUTING and SUCCEEDED events
     clock.advance(100)
     assert v.poll(ref).state is TaskState.COMPLETED
-    [billed] = [t for t in served.service.bill() if t.id == ref.task_id]
+    [billed] = [t for t in served.service.bill().tasks if t.id == ref.task_id]
     assert billed.billed_seconds and v.billed_seconds(ref) == pytest.approx(billed.billed_seconds)
     assert served.service.calls[-1].operation == "GetJob", served.service.calls[-1]

@@ -74,7 +74,7 @@ def vendor(emu: Emulator, clock: ManualClock) -> IbmVendor:
         retry=RetryBudget(attempts=3, base_delay=0.01),
         clock=lambda: clock.epoch.timestamp() + clock.now(),
         sleep=lambda seconds: None,
-        environ=emu.ibm_env(),
+        environ=emu.ibm.env(emu.url),
     )
 
 
@@ -166,7 +166,7 @@ def test_the_whole_job_is_billed_its_usage_seconds(emu, clock):
     clock.advance(30 + 10 + 400 * 0.01)
     assert ibm.poll(task).state is TaskState.COMPLETED
     assert ibm.billed_seconds(task) == pytest.approx(14)
-    tasks, _ = emu.ibm.bill()
+    tasks = emu.ibm.bill().tasks
     [billed] = tasks
     assert (billed.id, billed.token, billed.state, billed.shots) == (
         task.task_id,
@@ -202,7 +202,7 @@ def test_the_emulator_refuses_a_job_over_the_executions_limit_with_ibm_s_error(e
     assert error["code"] == 1002 and "10100000 executions" in error["message"]
     assert "10000000" in error["message"] and emu.ibm.job_ids() == []
     # The real client hears it too.
-    config = {k: v for k, v in emu.ibm_env().items() if k.startswith("QRMI_")}
+    config = {k: v for k, v in emu.ibm.env(emu.url).items() if k.startswith("QRMI_")}
     res = qrmi.QuantumResource.from_config(
         "ibm_line", qrmi.ResourceType.IBMQuantumComputeService, config
     )

@@ -170,7 +170,7 @@ def test_billed_seconds_is_the_jobs_qpu_time_the_bill_charges(served, clock):
     assert v.billed_seconds(ref) is None  # not run yet: no usage
     clock.advance(60)
     assert v.poll(ref).state is TaskState.COMPLETED
-    [billed] = [t for t in served.service.bill() if t.id == ref.task_id]
+    [billed] = [t for t in served.service.bill().tasks if t.id == ref.task_id]
     assert billed.billed_seconds and v.billed_seconds(ref) == pytest.approx(billed.billed_seconds)
     ops = [c.operation for c in served.service.calls]
     assert ops[-2:] == ["IamToken", "GetJob"], ops

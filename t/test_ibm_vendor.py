@@ -78,7 +78,7 @@ def vendor(emu: Emulator, clock, attempts: int = 3, **settings) -> IbmVendor:
         retry=RetryBudget(attempts=attempts, base_delay=0.01),
         clock=epoch_clock(clock),
         sleep=lambda seconds: None,
-        environ=emu.ibm_env(),
+        environ=emu.ibm.env(emu.url),
     )
 
 
@@ -289,7 +289,7 @@ def test_missing_credentials_say_which_variables_and_never_the_key(emu, clock):
     with pytest.raises(errors.AccessDenied) as raised:
         ibm.submit(LINE, BELL, 10, "fq-n")
     assert "ibm_line_QRMI_IBM_QCS_IAM_APIKEY" in str(raised.value)
-    env = dict(emu.ibm_env(), QRMI_IBM_QCS_IAM_APIKEY="secret-key-123")
+    env = dict(emu.ibm.env(emu.url), QRMI_IBM_QCS_IAM_APIKEY="secret-key-123")
     env.pop("ibm_line_QRMI_IBM_QCS_IAM_APIKEY")
     scenario = {"apikey": "other", "backends": BACKENDS}
     strict = Emulator(clock=clock, ibm=IbmScenario.from_dict(scenario)).start()
@@ -371,7 +371,15 @@ def test_exactly_one_job_per_request_across_a_kill_9(tmp_path: Path):
     recorded = tmp_path / "since"
     catalog_text = "devices:\n  - {name: line, vendor: ibm, id: ibm_line, class: qpu, qubits: 5, price: {per_minute: 96}}\n"
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, catalog_text, json.dumps(emu.ibm_env()), str(recorded), BELL],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            catalog_text,
+            json.dumps(emu.ibm.env(emu.url)),
+            str(recorded),
+            BELL,
+        ],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     try:
@@ -384,7 +392,7 @@ def test_exactly_one_job_per_request_across_a_kill_9(tmp_path: Path):
         since = float(recorded.read_text())
         restarted = IbmVendor(
             IbmSettings(settle=0), devices=parse_catalog(catalog_text, "t.yaml").devices,
-            environ=emu.ibm_env(),
+            environ=emu.ibm.env(emu.url),
         )  # fmt: skip
         line = parse_catalog(catalog_text, "t.yaml").get("line")
         found = restarted.find_task(line, "fq-kill-0-0", since=since)
@@ -423,7 +431,7 @@ def test_a_session_is_opened_ridden_and_released_when_the_job_ends(emu, clock):
     inside = IbmVendor(
         IbmSettings(settle=0),
         devices=CATALOG.devices,
-        environ={**emu.ibm_env(), **env},
+        environ={**emu.ibm.env(emu.url), **env},
         clock=epoch_clock(clock),
     )
     later = inside.submit(LINE, BELL, 10, "fq-s-1")
@@ -524,7 +532,7 @@ devices:
 """,
         "t.yaml",
     )
-    ibm = make_vendor("ibm", catalog, environ=emu.ibm_env())
+    ibm = make_vendor("ibm", catalog, environ=emu.ibm.env(emu.url))
     assert isinstance(ibm, IbmVendor) and ibm.settings.session_mode == "batch"
     local = make_vendor("local", catalog, environ={})
     assert isinstance(local, LocalVendor)

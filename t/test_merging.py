@@ -968,7 +968,7 @@ def test_ibm_takes_every_batch_within_its_limits(manual_clock):
             retry=RetryBudget(attempts=3, base_delay=0.01),
             clock=lambda: manual_clock.epoch.timestamp() + manual_clock.now(),
             sleep=lambda seconds: None,
-            environ=emu.ibm_env(),
+            environ=emu.ibm.env(emu.url),
         )
         limits = Limits.for_ibm(max_executions=1000, max_bytes=2500)
         rng = random.Random(11)

@@ -113,7 +113,7 @@ def test_submit_poll_result_and_billed_seconds(served, clock):
     result = v.result(task)
     assert result.counts == {"11": 200} and result.raw == {"counter": {"11": 200}}
     assert v.billed_seconds(task) == 10.0
-    (row,) = served.service.bill()[0]
+    (row,) = served.service.bill().tasks
     assert row.token == "fq-7-0" and row.shots == 200  # the token rode the sequence
 
 

@@ -1,6 +1,7 @@
-"""``flux quantum emulator``: run the local Braket and IBM Quantum emulator.
+"""``flux quantum emulator``: run the local vendor emulator (every side its table lists).
 
-This module owns the command's options and output: it prints the ``export K=V`` lines a
+This module owns the command's options and output: one ``--...-scenario FILE`` per side
+of the emulator's table that serves a scenario; it prints the ``export K=V`` lines a
 client needs (and writes them to ``--env-file``, with the emulator's pid in a comment),
 logs one line per call to stderr with ``-v``, and stops cleanly on SIGTERM or SIGINT.
 ``--background`` returns once the emulator serves (no wait on a clock), ``--stop``
@@ -35,34 +36,34 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flux_quantum.cli import table
-from flux_quantum.emulator import Call, Emulator, Scenario, ScenarioError, WallClock
+from flux_quantum.emulator import Call, Emulator, ScenarioError, WallClock
 from flux_quantum.emulator.bill import read_report
 from flux_quantum.emulator.braket.direct import book_wall
-from flux_quantum.emulator.felis import FelisScenario
-from flux_quantum.emulator.ibm import IbmScenario
-from flux_quantum.emulator.ibmqs import IbmQsScenario
-from flux_quantum.emulator.ionq import IonqScenario
-from flux_quantum.emulator.iqm import IqmScenario
-from flux_quantum.emulator.oqtopus import OqtopusScenario
-from flux_quantum.emulator.pasqal import PasqalScenario
 from flux_quantum.emulator.server import check_loopback
+from flux_quantum.emulator.side import SideEntry
+from flux_quantum.emulator.sides import SIDES
 from flux_quantum.errors import CommandError
 from flux_quantum.site import reservations
+
+# The sides that serve a scenario of their own, each read from its --...-scenario FILE.
+SCENARIO_SIDES: tuple[SideEntry, ...] = tuple(e for e in SIDES if e.scenario is not None)
+
+
+def _served() -> str:
+    """The sides, as the command's help names them: "Braket, IBM Quantum and IonQ"."""
+    names = [entry.label for entry in SCENARIO_SIDES]
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "emulator",
-        help="run a local Amazon Braket, IBM Quantum, IQM, Pasqal, Felis, OQTOPUS and IonQ emulator (tests, demos)",
+        help=f"run a local {_served()} emulator (tests, demos)",
         description=(
-            "Serve Amazon Braket's API (and the S3 it writes results to) and IBM Quantum's "
-            "(IAM and the Qiskit Runtime REST API, under /ibm), IQM's (the IQM Server API, "
-            "under /iqm), Pasqal's (Pasqal Cloud under /pasqal, an on-premises warden "
-            "under /pasqal-local), an on-premises IBM Quantum System's (under /ibm-qs) and "
-            "Alice & Bob's Felis (under /felis), OQTOPUS Cloud's User API (under /oqtopus) and "
-            "IonQ's (under /ionq) on loopback, with emulated "
-            "queues, offline or paused periods and faults from scenarios. Prints the "
-            "environment Braket and QRMI clients need, then runs until SIGTERM or SIGINT."
+            f"Serve the APIs of {_served()} on loopback (each side under its own path, "
+            "Braket's S3 under /s3), with emulated queues, offline or paused periods and "
+            "faults from scenarios. Prints the environment their clients need, then runs "
+            "until SIGTERM or SIGINT."
         ),
     )
     _add_arguments(parser)
@@ -72,30 +73,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="loopback address (127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="TCP port (default: any free one)")
-    parser.add_argument("--scenario", metavar="FILE", help="scenario YAML (default: built-in)")
-    parser.add_argument(
-        "--ibm-scenario", metavar="FILE", help="IBM Quantum scenario YAML (default: built-in)"
-    )
-    parser.add_argument(
-        "--iqm-scenario", metavar="FILE", help="IQM scenario YAML (default: built-in)"
-    )
-    parser.add_argument(
-        "--pasqal-scenario", metavar="FILE", help="Pasqal scenario YAML (default: built-in)"
-    )
-    parser.add_argument(
-        "--ibm-qs-scenario",
-        metavar="FILE",
-        help="IBM Quantum System scenario YAML (default: built-in)",
-    )
-    parser.add_argument(
-        "--felis-scenario", metavar="FILE", help="Felis scenario YAML (default: built-in)"
-    )
-    parser.add_argument(
-        "--oqtopus-scenario", metavar="FILE", help="OQTOPUS scenario YAML (default: built-in)"
-    )
-    parser.add_argument(
-        "--ionq-scenario", metavar="FILE", help="IonQ scenario YAML (default: built-in)"
-    )
+    for entry in SCENARIO_SIDES:
+        parser.add_argument(
+            entry.option,
+            dest=f"{entry.keyword}_file",
+            metavar="FILE",
+            help=f"{entry.label} scenario YAML (default: built-in)",
+        )
     parser.add_argument(
         "--speed", type=float, default=1.0, help="emulated seconds per real second (default 1)"
     )
@@ -116,6 +100,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the report (bill, calls, faults) of the emulator that wrote --env-file",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of queues and faults")
+    parser.add_argument(
+        "--lenient",
+        action="store_true",
+        help="run programs the vendors would refuse (not in a backend's ISA, outside IQM's "
+        "native set or couplers); default: strict, as the vendors are",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log each call to stderr")
     reserve = parser.add_argument_group(
         "Braket Direct windows",
@@ -339,34 +329,22 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         raise CommandError(f"--speed must be a number > 0, got {args.speed}")
     if not 0 <= args.port <= 65535:
         raise CommandError(f"--port must be between 0 and 65535, got {args.port}")
+    scenarios: dict[str, Any] = {}
     try:
-        scenario = Scenario.from_yaml(args.scenario) if args.scenario else Scenario.default()
-        ibm = IbmScenario.from_yaml(args.ibm_scenario) if args.ibm_scenario else None
-        iqm = IqmScenario.from_yaml(args.iqm_scenario) if args.iqm_scenario else None
-        pasqal = PasqalScenario.from_yaml(args.pasqal_scenario) if args.pasqal_scenario else None
-        ibm_qs = IbmQsScenario.from_yaml(args.ibm_qs_scenario) if args.ibm_qs_scenario else None
-        felis = FelisScenario.from_yaml(args.felis_scenario) if args.felis_scenario else None
-        oqtopus = (
-            OqtopusScenario.from_yaml(args.oqtopus_scenario) if args.oqtopus_scenario else None
-        )
-        ionq = IonqScenario.from_yaml(args.ionq_scenario) if args.ionq_scenario else None
+        for entry in SCENARIO_SIDES:
+            path = getattr(args, f"{entry.keyword}_file", None)
+            scenarios[entry.keyword] = entry.scenario.from_yaml(path) if path else None
     except ScenarioError as exc:
         raise CommandError(str(exc)) from exc
 
     emulator = Emulator(
-        scenario=scenario,
         clock=WallClock(speed=args.speed),
         host=host,
         port=args.port,
         seed=args.seed,
         on_call=_log_call if args.verbose else None,
-        ibm=ibm,
-        iqm=iqm,
-        pasqal=pasqal,
-        ibm_qs=ibm_qs,
-        felis=felis,
-        oqtopus=oqtopus,
-        ionq=ionq,
+        strict=not getattr(args, "lenient", False),
+        **scenarios,
     )
     stop = threading.Event()
 
@@ -387,17 +365,8 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
             os.write(ready_fd, b"ok")
             os.close(ready_fd)
         print(
-            f"flux-quantum-emulator: serving {len(scenario.devices)} Braket devices from "
-            f"{scenario.source}, {len(emulator.ibm_scenario.backends)} IBM backends from "
-            f"{emulator.ibm_scenario.source}, {len(emulator.iqm.scenario.devices)} IQM, "
-            f"{len(emulator.pasqal.scenario.devices)} Pasqal, "
-            f"{len(emulator.ibm_qs.scenario.backends)} IBM Quantum System, "
-            f"{len(emulator.felis.scenario.targets)} Felis, "
-            f"{len(emulator.oqtopus.scenario.devices)} OQTOPUS and "
-            f"{len(emulator.ionq.scenario.backends)} IonQ devices at {emulator.url} "
-            f"(speed {args.speed:g}, seed "
-            f"{args.seed}); "
-            "stop with SIGTERM or Ctrl-C",
+            f"flux-quantum-emulator: serving {_devices(emulator)} at {emulator.url} "
+            f"(speed {args.speed:g}, seed {args.seed}); stop with SIGTERM or Ctrl-C",
             file=sys.stderr,
             flush=True,
         )
@@ -408,6 +377,16 @@ def run_emulator(args: argparse.Namespace, ready_fd: int | None = None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def _devices(emulator: Emulator) -> str:
+    """What each side serves: "8 Braket devices from <default scenario>, 3 IBM Quantum
+    devices from <default IBM scenario>, ..."."""
+    served = []
+    for entry in SCENARIO_SIDES:
+        scenario = emulator.sides[entry.name].scenario
+        served.append(f"{entry.devices(scenario)} {entry.label} devices from {scenario.source}")
+    return ", ".join(served)
 
 
 # --- Braket Direct windows -------------------------------------------------------------

@@ -3,8 +3,8 @@
 This module owns the bill rules (what a Braket task or an IBM job costs once it has ended,
 from the scenario's prices and the same quantities the vendors' documents carry: shots,
 a managed simulator's ``executionDuration``, an IBM job's ``usage.seconds``, a Braket
-Direct reservation's window), the billed task, session and reservation records, and the
-report document served at ``GET /_emulator/report``
+Direct reservation's window), the billed task, session and reservation records, what one
+side bills (``SideBill``), and the report document served at ``GET /_emulator/report``
 (``Emulator.report()``). It is pure: it never reads a clock, takes a lock or does I/O, and
 a report never carries a credential (tokens in it are idempotency tokens, not secrets).
 """
@@ -15,7 +15,7 @@ import json
 import math
 import urllib.request
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum.emulator.queue import TaskProgress
@@ -223,6 +223,17 @@ class BilledReservation:
             "cancelled": self.cancelled,
             "used_seconds": self.used_seconds,
         }
+
+
+@dataclass(frozen=True)
+class SideBill:
+    """What one side of the emulator bills: its tasks, its sessions (IBM's; Braket's
+    hybrid jobs, billed their instance time) and its reservations (Braket Direct's), each
+    in the order the side made them. Every side's ``bill()`` answers one."""
+
+    tasks: list[BilledTask] = field(default_factory=list)
+    sessions: list[BilledSession] = field(default_factory=list)
+    reservations: list[BilledReservation] = field(default_factory=list)
 
 
 def report_document(

@@ -367,6 +367,14 @@ class DeviceQueue:
             self._push(task_id)
         self.advance(t)  # an idle device starts it at once
 
+    def refuse(self, task_id: str, t: float) -> None:
+        """Record our task as failed at ``t`` without queueing it: the vendor refused its
+        program when it validated it (it never waits, runs or blocks another task)."""
+        self.advance(t)
+        timing = _Timing(0.0, True, created=t)
+        timing.end = t
+        self._tasks[task_id] = timing
+
     def release(self, name: str, t: float) -> None:
         """Dedication ``name`` gives the device back at ``t`` (its session was closed)."""
         self.advance(t)

@@ -1,18 +1,26 @@
-"""Typed, located reads of a vendor scenario (IBM, IQM, Pasqal), and loading one from YAML.
+"""Typed, located reads of a vendor scenario, declared on its records, and loading one from YAML.
 
-This module owns what those scenarios read alike: ``load_yaml`` (a file's document, read
-once) and ``Reader``'s checks of one value each (a mapping and its keys, a number, an
-integer, a choice, a non-empty string, a flag, emulated-time periods), of a device list
-and its names, of a queue (the shared ``QueueSpec``), and of a fault's operations and call
-selection. Each vendor's scenario module keeps its own fields, defaults and rules. It must
-never know a vendor's fields, never touch the network, a clock or emulator state, and
-every mistake it finds is one ``ScenarioError``: "<vendor> scenario <source>: <where>
+This module owns how every side's scenario (but Braket's) is read: a scenario class is a
+``ScenarioFile`` (``from_yaml``, ``default``, ``from_dict``) whose dataclass fields say
+what they read: a plain field by its default's type (a flag, an integer >= 1, a number
+>= 0, a non-empty string, a choice, a queue, a nested record, a list), a ``setting`` with
+its bounds, choices or checks, its ``devices`` (a list of records, each named by its
+first field) and its ``faults`` (``JobFault``s on its operations, or its own reader);
+``load_yaml`` reads a file's document once, and ``Reader`` checks one value each and
+reads a whole scenario, device or fault from those declarations. A record may complete
+its values (``completed``: a default computed from another field) and refuse a
+combination (``invalid``). It must never know a vendor's fields (they are declared in
+each side's ``scenario``), never touch the network, a clock or emulator state, and every
+mistake it finds is one ``ScenarioError``: "<vendor> scenario <source>: <where>
 <problem>".
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -22,6 +30,75 @@ import yaml
 from flux_quantum.emulator.scenario import DISTRIBUTIONS, JobFault, QueueSpec, ScenarioError
 
 QUEUE_KEYS = ("depth", "arrival_rate", "service_time", "distribution", "shot_time")
+# A job fault's keys beside the one naming its device (``Reader.job_fault``).
+FAULT_KEYS = (
+    "operation", "status", "message", "after_commit", "delay", "reset", "fail_job", "calls",
+    "first", "after", "every", "rate", "start", "end",
+)  # fmt: skip
+_JOB_FAULT_FIELDS = {f.name for f in dataclasses.fields(JobFault)}
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    low: float | None = None,
+    choices: Sequence[Any] | None = None,
+    noun: str | None = None,
+    empty: bool = False,
+    kind: Any = None,
+    check: Callable[[Any], str | None] | None = None,
+    key: str | None = None,
+) -> Any:
+    """A scenario field with how it is read: ``low`` bounds a number, ``choices`` the
+    accepted values (of a list's items too), ``noun`` names a list's items (``empty``: it
+    may be empty), ``kind`` the type when the default does not say it (``str`` for a label
+    taken as written, ``"periods"`` for emulated-time windows, ``"pairs"`` for a coupling
+    map), ``check`` returns a
+    problem or None, ``key`` is its name in the file when not the field's."""
+    meta = {"low": low, "choices": choices, "noun": noun, "empty": empty, "kind": kind,
+            "check": check, "key": key}  # fmt: skip
+    if default is dataclasses.MISSING:
+        return dataclasses.field(metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def device_list(noun: str) -> Any:
+    """A scenario's list of device records (at least one; each a ``noun``, named by its
+    record's first field, none twice); the faults name one under ``noun``."""
+    return dataclasses.field(metadata={"devices": noun})
+
+
+def fault_list(
+    operations: Sequence[str] = (),
+    create: str = "",
+    read: Callable[[Reader, Any, int, Sequence[str]], Any] | None = None,
+) -> Any:
+    """A scenario's faults: ``JobFault``s (or the field's subclass of it) on
+    ``operations``, ``fail_job`` on ``create`` only; or each read by ``read`` (the reader,
+    the entry, its index, the devices' names)."""
+    meta = {"faults": True, "operations": tuple(operations), "create": create, "read": read}
+    return dataclasses.field(default=(), metadata=meta)
+
+
+def _key(f: dataclasses.Field[Any]) -> str:
+    return f.metadata.get("key") or f.name
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    """The field's default (a queue's: its service time is the side's default)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _at(prefix: str, key: str) -> str:
+    """Where a field is: ``key`` at the top level, ``device 'x': key`` in a device,
+    ``device 'x': price.key`` in a nested record."""
+    if prefix.endswith("."):
+        return prefix + key
+    return f"{prefix} {key}" if prefix else key
 
 
 def load_yaml(path: str | Path, label: str) -> tuple[Any, str]:
@@ -37,7 +114,20 @@ def load_yaml(path: str | Path, label: str) -> tuple[Any, str]:
     return (data if data is not None else {}), str(path)
 
 
-class ScenarioFile:
+class Record:
+    """What the reader asks of a scenario, device or fault record beyond its fields: its
+    values completed (a default computed from another field) and a combination of them
+    refused (the field and the problem, or None)."""
+
+    @classmethod
+    def completed(cls, values: dict[str, Any]) -> dict[str, Any]:
+        return values
+
+    def invalid(self) -> tuple[str, str] | None:
+        return None
+
+
+class ScenarioFile(Record):
     """A scenario class's ``from_yaml`` and ``default``: the class names itself in errors
     with ``LABEL``, has its default as the plain dict ``DEFAULT`` and reads a dict with
     its own ``from_dict``."""
@@ -47,7 +137,17 @@ class ScenarioFile:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> Self:
-        raise NotImplementedError
+        """The scenario ``data`` describes, read from the class's declared fields;
+        ScenarioError naming ``source`` and the field otherwise."""
+        scenario: Self = Reader(cls.LABEL, source).scenario(cls, data)
+        return scenario
+
+    @property
+    def specs(self) -> tuple[Any, ...]:
+        """The devices the scenario lists (its ``device_list`` field)."""
+        listed = next(f for f in dataclasses.fields(self) if "devices" in f.metadata)  # type: ignore[arg-type]
+        specs: tuple[Any, ...] = getattr(self, listed.name)
+        return specs
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Self:
@@ -118,6 +218,20 @@ class Reader:
                 raise self.fail(f"{where}[{i}]", f"must end after it starts, got {pair!r}")
             periods.append((start, end))
         return tuple(sorted(periods))
+
+    def pairs(self, value: Any, where: str) -> tuple[tuple[int, int], ...]:
+        """A coupling map: a list of [a, b] pairs of distinct qubit indices (>= 0)."""
+        if not isinstance(value, list):
+            raise self.fail(where, "must be a list of [a, b] qubit pairs")
+        pairs = []
+        for i, pair in enumerate(value):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise self.fail(f"{where}[{i}]", f"must be [a, b], got {pair!r:.40}")
+            a, b = (self.integer(q, f"{where}[{i}]", low=0) for q in pair)
+            if a == b:
+                raise self.fail(f"{where}[{i}]", f"must couple two qubits, got {pair!r}")
+            pairs.append((a, b))
+        return tuple(pairs)
 
     def listed(self, value: Any, key: str, noun: str) -> list[Any]:
         """The top level's non-empty list under ``key`` (of ``noun`` entries)."""
@@ -199,40 +313,6 @@ class Reader:
             **self.selection(f, where),
         }
 
-    def devices_and_faults(
-        self,
-        top: Mapping[str, Any],
-        key: str,
-        read: Callable[[Any, int], Any],
-        operations: Sequence[str],
-        create: str,
-    ) -> tuple[list[Any], tuple[JobFault, ...]]:
-        """A job-API scenario's devices under ``key`` (each read by ``read``, named by its
-        ``name``, none twice) and its ``faults``, each a ``JobFault`` on one of
-        ``operations`` naming its device under the singular of ``key``."""
-        noun = key.removesuffix("s")
-        raw = self.listed(top.get(key), key, noun)
-        specs = [read(entry, i) for i, entry in enumerate(raw)]
-        names = [spec.name for spec in specs]
-        self.distinct(names, f"{key}[{{i}}].name", noun)
-        accepted = (
-            "operation", noun, "status", "message", "after_commit", "delay", "reset",
-            "fail_job", "calls", "first", "after", "every", "rate", "start", "end",
-        )  # fmt: skip
-        faults = []
-        for index, entry in enumerate(top.get("faults") or []):
-            where = f"faults[{index}]"
-            f = self.mapping(entry, where, accepted)
-            ops = self.operations(f, where, operations)
-            faults.append(
-                JobFault(
-                    operations=tuple(ops),
-                    device=self.target(f, noun, where, names),
-                    **self.effects(f, where, ops, create),
-                )
-            )
-        return specs, tuple(faults)
-
     def selection(self, f: Mapping[str, Any], where: str) -> dict[str, Any]:
         """A fault's call selection (``rate`` when given, ``calls``, ``first``, ``after``,
         ``every``, ``start``, ``end``), as the keyword arguments of its fault."""
@@ -251,3 +331,156 @@ class Reader:
             "start": self.number(f["start"], f"{where}.start") if "start" in f else None,
             "end": self.number(f["end"], f"{where}.end") if "end" in f else None,
         }
+
+    # -- records, from their declared fields ----------------------------------------------
+
+    def value(self, f: dataclasses.Field[Any], hint: Any, raw: Any, prefix: str) -> Any:
+        """The value of field ``f`` (of type ``hint``) read from ``raw``, as declared."""
+        meta = f.metadata
+        where = _at(prefix, _key(f))
+        kind = meta.get("kind") or _kind(hint)
+        if kind == "periods":
+            return self.periods(raw, where)
+        if kind == "pairs":
+            return self.pairs(raw, where)
+        if kind is QueueSpec:
+            return self.queue(raw, prefix, service_time=_default(f).service_time)
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            mapping = self.mapping(raw, where, _keys(kind))
+            return kind(**self.record(kind, mapping, f"{where}."))
+        if kind is tuple:
+            return self.items(raw, where, meta)
+        if kind is bool:
+            if not isinstance(raw, bool):
+                raise self.fail(where, f"must be true or false, got {raw!r:.40}")
+            return raw
+        if kind is int:
+            return self.integer(raw, where, low=int(meta.get("low") or 1))
+        if kind is float:
+            return self.number(raw, where, low=meta.get("low") or 0.0)
+        if meta.get("choices"):
+            return self.choice(raw, where, meta["choices"])
+        if meta.get("kind") is str:
+            return str(raw)  # a label, taken as written
+        value = self.text(raw, where)
+        problem = meta["check"](value) if meta.get("check") else None
+        if problem:
+            raise self.fail(where, problem)
+        return value
+
+    def items(self, raw: Any, where: str, meta: Mapping[str, Any]) -> tuple[Any, ...]:
+        """A list field: its items, each a non-empty string or one of its choices."""
+        noun = meta.get("noun") or "item"
+        if not isinstance(raw, list) or not (raw or meta.get("empty")):
+            problem = f"must be a list of {noun}s" if meta.get("empty") else None
+            raise self.fail(where, problem or f"must list at least one {noun}")
+        choices = meta.get("choices")
+        return tuple(
+            self.choice(i, where, choices) if choices else self.text(i, where) for i in raw
+        )
+
+    def record(self, cls: Any, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        """The given fields of record class ``cls`` read from ``data`` (a mapping already
+        checked for unknown keys), by field name; absent ones keep their defaults."""
+        hints = _hints(cls)
+        return {
+            f.name: self.value(f, hints[f.name], data[_key(f)], prefix)
+            for f in dataclasses.fields(cls)
+            if f.init and _key(f) in data and f.name != "source"
+        }
+
+    def refuse_invalid(self, record: Any, where: str) -> None:
+        """Refuse a record whose ``invalid()`` names a field and its problem."""
+        check = getattr(record, "invalid", None)
+        found = check() if check is not None else None
+        if found:
+            raise self.fail(_at(where, found[0]), found[1])
+
+    def device(self, cls: Any, raw: Any, index: int, key: str, noun: str) -> Any:
+        """Device ``index`` of the list under ``key``: its name (the record's first field),
+        checked, then every other field where it says ``<noun> '<name>':``."""
+        name_field, *rest = [f for f in dataclasses.fields(cls) if f.init]
+        where = f"{key}[{index}]"
+        d = self.mapping(raw, where, _keys(cls))
+        name = self.value(name_field, str, d.get(_key(name_field)), f"{where}.")
+        prefix = f"{noun} {name!r}:"
+        values = self.record(cls, {k: v for k, v in d.items() if k != _key(name_field)}, prefix)
+        spec = cls(**cls.completed({name_field.name: name, **values}))
+        self.refuse_invalid(spec, prefix)
+        return spec
+
+    def job_fault(
+        self, cls: Any, raw: Any, index: int, noun: str, names: Sequence[str], meta: Any
+    ) -> Any:
+        """Fault ``index``: a ``JobFault`` (or subclass ``cls``, whose own fields are
+        optional strings) on the scenario's operations, naming its device under ``noun``."""
+        where = f"faults[{index}]"
+        extra = [f.name for f in dataclasses.fields(cls) if f.name not in _JOB_FAULT_FIELDS]
+        f = self.mapping(raw, where, (*FAULT_KEYS[:1], noun, *FAULT_KEYS[1:], *extra))
+        ops = self.operations(f, where, meta["operations"])
+        fault = cls(
+            operations=tuple(ops),
+            device=self.target(f, noun, where, names),
+            **{name: self.optional(f, name, where) for name in extra},
+            **self.effects(f, where, ops, meta["create"]),
+        )
+        self.refuse_invalid(fault, f"{where}.")
+        return fault
+
+    def scenario(self, cls: Any, data: Mapping[str, Any]) -> Any:
+        """The scenario of class ``cls`` ``data`` describes: its settings, its devices
+        and its faults, as its fields declare them."""
+        declared = [f for f in dataclasses.fields(cls) if f.init and f.name != "source"]
+        listed = next(f for f in declared if "devices" in f.metadata)
+        fault_field = next(f for f in declared if "faults" in f.metadata)
+        top = self.mapping(data, "(top level)", [_key(f) for f in declared])
+        noun = listed.metadata["devices"]
+        spec_type = _item_type(cls, listed.name)
+        raw = self.listed(top.get(listed.name), listed.name, noun)
+        specs = [self.device(spec_type, entry, i, listed.name, noun) for i, entry in enumerate(raw)]
+        first = _key(next(f for f in dataclasses.fields(spec_type) if f.init))
+        names = [getattr(spec, first) for spec in specs]
+        self.distinct(names, f"{listed.name}[{{i}}].{first}", noun)
+        settings = self.record(
+            cls, {k: v for k, v in top.items() if k not in (listed.name, fault_field.name)}, ""
+        )
+        read = fault_field.metadata["read"]
+        fault_type = _item_type(cls, fault_field.name)
+        fault_records = tuple(
+            read(self, entry, i, names)
+            if read
+            else self.job_fault(fault_type, entry, i, noun, names, fault_field.metadata)
+            for i, entry in enumerate(top.get(fault_field.name) or [])
+        )
+        values = cls.completed(
+            {**settings, listed.name: tuple(specs), fault_field.name: fault_records}
+        )
+        scenario = cls(**values, source=self.source)
+        self.refuse_invalid(scenario, "")
+        return scenario
+
+
+def _keys(cls: Any) -> list[str]:
+    return [_key(f) for f in dataclasses.fields(cls) if f.init and f.name != "source"]
+
+
+@functools.cache
+def _hints(cls: Any) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _item_type(cls: Any, name: str) -> Any:
+    """The item type of ``cls``'s tuple field ``name`` (``tuple[Spec, ...]``)."""
+    return typing.get_args(_hints(cls)[name])[0]
+
+
+def _kind(hint: Any) -> Any:
+    """What a field of type ``hint`` reads as: its type (``int | None``: int), ``tuple``
+    for a list, ``"periods"`` for a tuple of (start, end) pairs."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        return "periods" if args and typing.get_origin(args[0]) is tuple else tuple
+    if origin is not None and args:  # a union with None
+        return _kind(args[0])
+    return hint

@@ -17,12 +17,14 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from flux_quantum.emulator.bill import SideBill
 from flux_quantum.emulator.clock import Clock
-from flux_quantum.emulator.wire import Request, Response, connection_reset, json_response
+from flux_quantum.emulator.routes import UNKNOWN, Route, RouteTable, SideRoute
+from flux_quantum.emulator.wire import Request, Response, connection_reset
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,9 @@ class SideFault(Protocol):
     def device(self) -> str | None: ...
 
     @property
+    def message(self) -> str | None: ...
+
+    @property
     def after_commit(self) -> bool: ...
 
     @property
@@ -90,14 +95,14 @@ FaultT = TypeVar("FaultT", bound=SideFault)
 class VendorSide(Generic[RouteT, FaultT]):
     """One vendor side's requests answered and logged, from any number of server threads.
 
-    A subclass supplies ``_route`` (the request resolved, or its ``_refusal`` raised),
+    A subclass supplies ``_route`` (the request resolved, or a ``Refusal`` raised),
     ``_refused`` (what a refused request is logged as) and either ``_run`` or the pieces of
     the shared one: ``_faults_of`` and ``_fault_device`` (which faults a call counts against),
     ``_apply`` (the call itself), ``_fault_error`` and ``_internal_error``.
     """
 
-    # The side's refusal: raised by its routes and handlers, answered with its response.
-    _refusal: ClassVar[type[Refusal]] = Refusal
+    # What the side serves (its scenario; None: a side that serves another's, SQS).
+    scenario: Any = None
     # The seeded draws of a fault's ``rate`` ("<seed>:<draws>:<fault>:<call>"; "": none).
     _draws: ClassVar[str] = ""
 
@@ -137,6 +142,15 @@ class VendorSide(Generic[RouteT, FaultT]):
         with self._lock:
             return dict(self._call_counts), dict(self._effects)
 
+    def bill(self) -> SideBill:
+        """What the side's vendor charges for what it served so far (nothing by default)."""
+        return SideBill()
+
+    def env(self, url: str) -> dict[str, str]:
+        """The environment that points the vendor's clients at this side, the emulator
+        serving at ``url`` (nothing by default)."""
+        return {}
+
     # -- dispatch -----------------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response:
@@ -145,7 +159,7 @@ class VendorSide(Generic[RouteT, FaultT]):
         created: list[str] = []
         try:
             route = self._route(request)
-        except self._refusal as refusal:
+        except Refusal as refusal:
             route, response = self._refused(request, refusal), refusal.response
         else:
             response = self._run(route, request, now, created)
@@ -183,7 +197,7 @@ class VendorSide(Generic[RouteT, FaultT]):
             return early
         try:
             response = self._apply(route, request, before, created)
-        except self._refusal as refusal:
+        except Refusal as refusal:
             response = refusal.response
         except Exception as exc:  # an emulator bug must still answer like the service
             response = self._internal_error(route, f"emulator error in {route.operation}: {exc!r}")
@@ -263,82 +277,195 @@ class VendorSide(Generic[RouteT, FaultT]):
             self._effects.update(kinds)
 
 
+ScenarioT = TypeVar("ScenarioT")
+
+
+# What a side that names the request says of a path it does not serve.
+UNSERVED = "the emulator does not implement {method} {path}"
+
+
 @dataclass(frozen=True)
-class JobRoute:
-    """A resolved request of a ``JobSide``: its operation, the handler that answers it,
-    what it names (a job, an artifact) and the device it hits (faults select on that)."""
+class Missing:
+    """A side's words when what a request names is not there: a path it does not serve
+    (``{method}``, ``{path}``), a device or a job (``{name}``), each with the error code
+    the vendor's body carries (None: the side's default)."""
 
-    operation: str
-    handler: Callable[..., Response]
-    target: str | None = None
-    device: str | None = None
+    path: str
+    device: str = "{name} not found."
+    job: str = "Job {name} not found."
+    codes: tuple[str | None, str | None, str | None] = (None, None, None)
 
 
-class JobSide(VendorSide[JobRoute, FaultT]):
-    """A side of one vendor's job API (IQM's, an IBM Quantum System's, Felis's): its
-    faults are its scenario's and select on the route's device; a request it cannot route
-    is logged as ``Unknown``; its create (``_create_op``) may be failed by a ``fail_job``
-    fault, which ``_create`` is told; a job is read as its ``_document`` (``_get_job``).
-    The subclass supplies ``_route``, ``_authorize``, ``_create``, ``_job``,
-    ``_document`` and the error shapes."""
+class TableSide(VendorSide[SideRoute, FaultT], Generic[ScenarioT, FaultT]):
+    """A side whose API is a table of routes (``ROUTES``: method, path pattern, operation,
+    handler; see ``routes``) over its scenario's devices: its faults are its scenario's
+    and select on the route's device; a request no route takes is refused with the side's
+    ``_not_found`` and logged as ``Unknown``; a route that ``creates`` is answered by a
+    handler told the faults that fired (a ``fail_job`` one: the job will fail) that says
+    what it created. The subclass supplies ``ROUTES``, its handlers, ``_not_found``,
+    ``_error`` (its error body), ``_authorize`` and, where routes name a job's device,
+    ``_device_of``."""
 
-    _create_op: ClassVar[str] = "CreateJob"
+    ROUTES: ClassVar[tuple[Route, ...]] = ()
+    MISSING: ClassVar[Missing] = Missing("Not Found")
+    _table: ClassVar[RouteTable] = RouteTable(())
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "ROUTES" in cls.__dict__:
+            cls._table = RouteTable(cls.ROUTES)
+            missing = sorted(
+                h for h in cls._table.handlers() if not callable(getattr(cls, h, None))
+            )
+            if missing:
+                raise TypeError(f"{cls.__name__}.ROUTES names no handler {', '.join(missing)}")
 
     def __init__(
         self,
-        scenario: Any,
+        scenario: ScenarioT,
         clock: Clock,
-        seed: int,
-        stop: threading.Event | None,
-        on_call: Callable[[Call], None] | None,
+        seed: int = 0,
+        stop: threading.Event | None = None,
+        on_call: Callable[[Call], None] | None = None,
     ) -> None:
-        super().__init__(clock, seed, stop, on_call, faults=len(scenario.faults))
-        self.scenario = scenario
+        faults: Sequence[Any] = getattr(scenario, "faults", ())
+        super().__init__(clock, seed, stop, on_call, faults=len(faults))
+        self.scenario: ScenarioT = scenario
+        self._setup()
 
-    def _refused(self, request: Request, refusal: Refusal) -> JobRoute:
-        return JobRoute("Unknown", self._unknown)
+    def _setup(self) -> None:
+        """Make the side's own state from its scenario (none by default)."""
 
-    def _unknown(self, route: JobRoute, request: Request) -> Response:
+    # -- routing ------------------------------------------------------------------------------
+
+    def _route(self, request: Request) -> SideRoute:
+        route = self._table.resolve(self, request)
+        if route is None:
+            raise self._not_found(request)
+        return route
+
+    def _not_found(self, request: Request) -> Refusal:
+        """The side's answer to a path or method it does not serve."""
+        words = self.MISSING.path.format(method=request.method, path=request.path)
+        return Refusal(self._error(404, words, code=self.MISSING.codes[0]))
+
+    def _no_device(self, name: str | None) -> Refusal:
+        """The side's answer to a device it does not have."""
+        words = self.MISSING.device.format(name=name)
+        return Refusal(self._error(404, words, code=self.MISSING.codes[1]))
+
+    def _no_job(self, job_id: str | None) -> Refusal:
+        """The side's answer to a job it does not have."""
+        words = self.MISSING.job.format(name=job_id)
+        return Refusal(self._error(404, words, code=self.MISSING.codes[2]))
+
+    def _refused(self, request: Request, refusal: Refusal) -> SideRoute:
+        return UNKNOWN
+
+    def _device_of(self, kind: str, key: str) -> str | None:
+        """The device of the ``kind`` (a route's path field: job, session) ``key`` names."""
+        return None
+
+    # -- answers ------------------------------------------------------------------------------
+
+    def _error(
+        self, status: int, message: str, route: SideRoute | None = None, code: str | None = None
+    ) -> Response:
+        """An error in the side's shape (``code``: the vendor's error code, where its body
+        carries one)."""
         raise NotImplementedError
+
+    def _internal_error(self, route: SideRoute, message: str) -> Response:
+        return self._error(500, message, route)
+
+    def _fault_error(self, fault: FaultT, route: SideRoute) -> Response | None:
+        status = getattr(fault, "status", None)
+        if not status:
+            return None
+        return self._error(status, fault.message or "Injected fault.", route)
 
     def _faults_of(self) -> Sequence[FaultT]:
-        faults: Sequence[FaultT] = self.scenario.faults
+        faults: Sequence[FaultT] = getattr(self.scenario, "faults", ())
         return faults
 
-    def _fault_device(self, route: JobRoute) -> str | None:
+    def _fault_device(self, route: SideRoute) -> str | None:
         return route.device
 
-    def _authorize(self, route: JobRoute, request: Request) -> None:
+    def _authorize(self, route: SideRoute, request: Request) -> None:
         """Refuse a request whose credentials are not the scenario's."""
-        raise NotImplementedError
 
-    def _create(
-        self, route: JobRoute, request: Request, failure: str | None, created: list[str]
-    ) -> Response:
-        """Make the job (``failure``: it will fail with that message)."""
-        raise NotImplementedError
+    @staticmethod
+    def failure(faults: Sequence[Any]) -> str | None:
+        """What a created job fails with, from the ``fail_job`` fault that fired (None)."""
+        return next((f.fail_job for f in faults if getattr(f, "fail_job", None)), None)
 
-    def _job(self, job_id: str | None) -> Any:
-        """The job ``job_id`` (the side's refusal if it has none). Lock held."""
-        raise NotImplementedError
-
-    def _document(self, job: Any, now: float) -> dict[str, Any]:
-        """The job as the vendor's API answers it at ``now``. Lock held."""
-        raise NotImplementedError
-
-    def _get_job(self, route: JobRoute, request: Request) -> Response:
-        with self._lock:
-            doc = self._document(self._job(route.target), self.clock.now())
-        return json_response(200, doc)
+    def _created_effects(self, faults: Sequence[FaultT]) -> list[str]:
+        """The fault effects a create that made something counts for the report."""
+        return ["fail_job"] if self.failure(faults) else []
 
     def _apply(
-        self, route: JobRoute, request: Request, faults: list[FaultT], created: list[str]
+        self, route: SideRoute, request: Request, faults: list[FaultT], created: list[str]
     ) -> Response:
         self._authorize(route, request)
-        if route.operation != self._create_op:
-            return route.handler(route, request)
-        failure = next((f for f in (getattr(x, "fail_job", None) for x in faults) if f), None)
-        response = self._create(route, request, failure, created)
-        if created and failure:
-            self._count("fail_job")
+        if not route.creates:
+            response: Response = route.handler(route, request)
+            return response
+        response, made = route.handler(route, request, faults)
+        if made is not None:
+            created.append(made)
+            self._count(*self._created_effects(faults))
         return response
+
+
+# -- the sides of an emulator -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What a side is built with: the emulator's clock, seed, stop event and call hook, and
+    the sides built before it (by name), for a side that serves another's (SQS, Braket's
+    events)."""
+
+    clock: Clock
+    seed: int
+    stop: threading.Event
+    on_call: Callable[[Call], None] | None
+    sides: Mapping[str, VendorSide[Any, Any]]
+
+
+def serve(side: Callable[..., VendorSide[Any, Any]]) -> Callable[[Any, Wiring], Any]:
+    """How most sides are built: their class made from their scenario, the emulator's
+    clock and seed, its stop event and call hook."""
+
+    def build(scenario: Any, wiring: Wiring) -> VendorSide[Any, Any]:
+        return side(scenario, wiring.clock, wiring.seed, stop=wiring.stop, on_call=wiring.on_call)
+
+    return build
+
+
+@dataclass(frozen=True)
+class SideEntry:
+    """One side of the emulator, as its table lists it.
+
+    ``name`` is the emulator's attribute for it (``emulator.iqm``); ``vendor`` its name in
+    the report; ``prefixes`` the paths it answers under (none: every path no other side
+    takes); ``scenario`` what it serves (a class with ``default()``, ``from_yaml`` and
+    ``from_dict``; None: it serves no scenario of its own), given as the emulator's
+    keyword ``keyword`` and the command's ``option``; ``build`` makes the side from its
+    scenario. ``faults`` says whether the report lists its faults; ``label`` names it in
+    the command's help and its start line, with the ``devices`` it serves."""
+
+    name: str
+    vendor: str
+    prefixes: tuple[str, ...]
+    build: Callable[[Any, Wiring], VendorSide[Any, Any]]
+    scenario: Any = None
+    keyword: str = ""
+    option: str = ""
+    label: str = ""
+    devices: Callable[[Any], int] = len
+    faults: bool = True
+
+    def serves(self, path: str) -> bool:
+        """Whether ``path`` is under one of the side's prefixes."""
+        return any(path == p or path.startswith(p + "/") for p in self.prefixes)

@@ -12,15 +12,20 @@ program set (the service lays out the program set's files). It must never simula
 the caller's process (numba's ``workqueue`` layer aborts a process two threads simulate
 in) and never touch emulator state; errors come back as ``ProgramError`` with a message
 fit for a ValidationException or a task's failure (``ProgramSetError`` also says which
-program and which inputs failed, as Braket's ``programSetValidationFailures`` do).
+program and which inputs failed, as Braket's ``programSetValidationFailures`` do). A
+program's includes and width are read first (``openqasm``): it never opens a file a
+program names, and the worker runs the program as the simulator reads it while the result
+shows it as it was sent.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from flux_quantum.emulator import openqasm
+from flux_quantum.emulator.openqasm import ProgramError as ProgramError
 from flux_quantum.emulator.simulation_pool import SimulationFailed, shared_pool
 from flux_quantum.emulator.simulation_worker import ADJOINT_GRADIENT, pragmas_on_lines
 from flux_quantum.vendors.braket.sdk import sdk
@@ -34,10 +39,6 @@ PARTIAL_MEASUREMENT = (
     "Device requires all qubits in the program to be measured. This may be caused by "
     "declaring non-contiguous qubits or measuring partial qubits"
 )
-
-
-class ProgramError(ValueError):
-    """The action cannot run here; the message is what ValidationException says."""
 
 
 class ProgramSetError(ProgramError):
@@ -60,6 +61,8 @@ class SimulationRequest:
     device_qubits: int
     max_qubits: int
     measure_all: bool = False  # the device refuses a program that measures some qubits
+    # The action as it was sent, when ``action`` is it as the simulator reads it (``check``).
+    sent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,28 +141,28 @@ def read_program_set(action: str) -> list[SetProgram]:
     return programs
 
 
-def check(request: SimulationRequest) -> int:
+def check(request: SimulationRequest) -> SimulationRequest:
     """Refuse, as the service does at the create, a program that cannot run here (it
-    does not parse, is too wide, measures only some qubits where the device measures
-    all, asks for result types its shots cannot give); its qubit count otherwise.
-    Parsing runs in the caller's process; nothing is simulated."""
+    names a file to include, does not parse, is too wide, measures only some qubits where
+    the device measures all, asks for result types its shots cannot give); otherwise the
+    request to run (``run_checked``): its action as the simulator reads it, ``sent`` as
+    it was sent. Parsing runs in the caller's process; nothing is simulated."""
     if action_type(request.action) != OPENQASM_PROGRAM:
         raise ProgramError(f"action type must be {OPENQASM_PROGRAM} here")
-    return _check(request.action, request)
+    return replace(request, action=_check(request.action, request), sent=request.action)
 
 
 def simulate(request: SimulationRequest) -> dict[str, Any]:
     """Check the program, then run it in a simulation worker; the GateModelTaskResult
     document for results.json (result types with their values). The caller fills in
     ``taskMetadata`` (id, deviceId, times) when it publishes the result."""
-    check(request)
-    return run_checked(request)
+    return run_checked(check(request))
 
 
 def run_checked(request: SimulationRequest) -> dict[str, Any]:
     """Run a program ``check`` accepted in a simulation worker (ProgramError: the
     simulation failed, the message says why)."""
-    job = {"op": "program", "action": request.action, "shots": request.shots}
+    job = {"op": "program", "action": request.action, "sent": request.sent, "shots": request.shots}
     try:
         result: dict[str, Any] = shared_pool().run({**job, "backend": request.backend})
     except SimulationFailed as exc:
@@ -175,12 +178,13 @@ def simulate_program_set(
     (``measurements``, ``measuredQubits``). ``request`` gives the backend and the qubit
     limits (its action and shots are not read). ProgramSetError naming every executable
     that cannot run."""
-    check_programs(programs, request)
-    return run_program_set(programs, shots_per_executable, request)
+    readable = check_programs(programs, request)
+    return run_program_set(readable, shots_per_executable, request)
 
 
-def check_programs(programs: list[SetProgram], request: SimulationRequest) -> None:
-    """ProgramSetError naming every executable of ``programs`` that ``check`` refuses."""
+def check_programs(programs: list[SetProgram], request: SimulationRequest) -> list[SetProgram]:
+    """ProgramSetError naming every executable of ``programs`` that ``check`` refuses;
+    otherwise the programs as the simulator reads them (``run_program_set`` runs those)."""
     failures: list[dict[str, Any]] = []
     for index, program in enumerate(programs):
         for inputs_index in range(program.executables):
@@ -191,6 +195,7 @@ def check_programs(programs: list[SetProgram], request: SimulationRequest) -> No
                 failures.append(_failure(index, str(exc), with_inputs))
     if failures:
         raise ProgramSetError(_failed(failures), failures)
+    return [SetProgram(openqasm.for_simulator(p.source), p.inputs) for p in programs]
 
 
 def run_program_set(
@@ -226,8 +231,16 @@ def _simulator(backend: str) -> Any:
     return LocalSimulator(backend)._delegate
 
 
-def _check(action: str, request: SimulationRequest) -> int:
-    program = sdk("braket.ir.openqasm").Program.parse_raw(action)
+def _check(action: str, request: SimulationRequest) -> str:
+    """The action as the simulator reads it, or the ProgramError saying why it cannot run.
+    As Braket's service reads it: its standard include taken as a name (the simulator
+    would open a file of that name), any other refused, no wider than the device it was
+    sent to as it declares itself."""
+    document = json.loads(action)
+    readable = openqasm.for_simulator(document["source"])
+    openqasm.check_width(readable, request.device_qubits)
+    document["source"] = readable
+    program = sdk("braket.ir.openqasm").Program.parse_raw(json.dumps(document))
     simulator = _simulator(request.backend)
     adjoint = ADJOINT_GRADIENT.search(program.source)
     source = pragmas_on_lines(program.source)
@@ -258,7 +271,7 @@ def _check(action: str, request: SimulationRequest) -> int:
     if request.measure_all and measured and sorted(set(measured)) != sorted(circuit.qubit_set):
         raise ProgramError(PARTIAL_MEASUREMENT)
     if adjoint is not None:
-        return qubits
+        return json.dumps(document)
     try:
         circuit.validate_single_measured_register()
         simulator._validate_ir_results_compatibility(
@@ -268,7 +281,7 @@ def _check(action: str, request: SimulationRequest) -> int:
         simulator._validate_shots_and_ir_results(request.shots, circuit.results, qubits)
     except Exception as exc:
         raise ProgramError(f"the program cannot run: {exc}") from exc
-    return qubits
+    return json.dumps(document)
 
 
 def _openqasm_action() -> Any:

@@ -216,11 +216,13 @@ class SimulationPool:
             self.stats["workers_started"] += 1
 
     def prestart(self, count: int = 1) -> None:
-        """Start workers (up to ``count`` in all) without waiting for them: they import
-        the simulator while the emulator serves, and the first job finds one ready."""
+        """Have ``count`` workers started and ready (the first emulator of a process waits
+        for a worker's imports once, so that no client's first result waits for them
+        past its read timeout; later ones find it ready)."""
         with self._changed:
             missing = 0 if self._closed else max(0, min(count, self.workers) - self._count)
             self._count += missing
+            starting = [w for w in self._idle if not w.ready]
         started = []
         try:
             for _ in range(missing):
@@ -230,6 +232,22 @@ class SimulationPool:
                 self._count -= missing - len(started)
                 self._idle.extend(started)
                 self._changed.notify_all()
+        for worker in [*starting, *started]:
+            with contextlib.suppress(SimulationFailed):  # a job will say why, if it must
+                self._confirm_idle(worker)
+
+    def _confirm_idle(self, worker: _Worker) -> None:
+        """Confirm an idle worker ready, unless a job took it meanwhile (then the job does)."""
+        with self._changed:
+            if worker not in self._idle or worker.ready:
+                return
+            self._idle.remove(worker)
+        try:
+            self._confirm(worker)
+        except SimulationFailed:
+            self._lose(worker)
+            raise
+        self._release(worker)
 
     def _release(self, worker: _Worker) -> None:
         with self._changed:

@@ -4,7 +4,9 @@ writes each result as the managed service's ``results.json`` would carry it.
 This module owns what runs inside a worker process the emulator's ``SimulationPool``
 starts (``python -m flux_quantum.emulator.simulation_worker --memory BYTES``): one job at
 a time read as a JSON line on stdin, its answer written as one JSON line on the pipe the
-worker was started with (``{"ok": ...}`` or ``{"error": message}``). A program's answer is
+worker was started with (``{"ok": ...}`` or ``{"error": message}``); a job ``qpy``
+reads a Sampler pub's QPY circuit into OpenQASM 3 (``ibm.pubs``), Qiskit's native code
+kept out of the emulator's process as the simulator's is. A program's answer is
 its ``GateModelTaskResult`` document with every result type's value, as Amazon Braket's
 managed simulators give them: computed from the measurements when shots > 0 (as the SDK
 computes them), exact when shots = 0 (complex numbers as ``[re, im]`` pairs), no
@@ -136,11 +138,15 @@ def pragmas_on_lines(source: str) -> str:
     return _PRAGMA_MID_LINE.sub("\n#pragma", source)
 
 
-def run_program(action: str, shots: int, backend: str) -> dict[str, Any]:
-    """The results.json document of one ``braket.ir.openqasm.program`` action."""
+def run_program(action: str, shots: int, backend: str, sent: str | None = None) -> dict[str, Any]:
+    """The results.json document of one ``braket.ir.openqasm.program`` action (as the
+    simulator reads it; ``sent``: as it was sent, what the result shows)."""
     program = sdk("braket.ir.openqasm").Program.parse_raw(action)
+    shown = sdk("braket.ir.openqasm").Program.parse_raw(sent) if sent else program
     if ADJOINT_GRADIENT.search(program.source):
-        return adjoint_gradient(program, shots, backend)
+        document = adjoint_gradient(program, shots, backend)
+        document["additionalMetadata"]["action"] = json.loads(shown.json())
+        return document
     as_read = program.copy(update={"source": pragmas_on_lines(program.source)})
     try:
         result = _simulator(backend).run(as_read, shots=shots)
@@ -151,7 +157,7 @@ def run_program(action: str, shots: int, backend: str) -> dict[str, Any]:
     except Exception as exc:
         raise JobError(f"the program cannot run: {exc}") from exc
     document = _with_values(result, shots)
-    document["additionalMetadata"]["action"] = json.loads(program.json())
+    document["additionalMetadata"]["action"] = json.loads(shown.json())
     return document
 
 
@@ -365,11 +371,19 @@ def answer(job: dict[str, Any]) -> dict[str, Any]:
     try:
         match job.get("op"):
             case "program":
-                return {"ok": run_program(job["action"], int(job["shots"]), job["backend"])}
+                action, sent = job["action"], job.get("sent")
+                return {"ok": run_program(action, int(job["shots"]), job["backend"], sent)}
             case "program_set":
                 return {
                     "ok": run_program_set(job["executables"], int(job["shots"]), job["backend"])
                 }
+            case "qpy":
+                from flux_quantum.emulator.ibm.pubs import PubError, qpy_to_openqasm
+
+                try:
+                    return {"ok": qpy_to_openqasm(job["circuit"], job["values"])}
+                except PubError as exc:
+                    return {"error": str(exc)}
             case "ping":
                 return {"ok": "pong"}
             case other:

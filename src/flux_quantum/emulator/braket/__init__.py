@@ -13,12 +13,41 @@ shapes. What every side shares (the queue, the clock, the server, the bill) is t
 emulator package's. It must never import another vendor's side.
 """
 
+from typing import Any
+
 from flux_quantum.emulator.braket.direct import RESERVATIONS_PATH, book, book_wall
 from flux_quantum.emulator.braket.scenario import DeviceSpec, Fault, ReservationSpec, Scenario
 from flux_quantum.emulator.braket.service import BraketService
+from flux_quantum.emulator.side import SideEntry, Wiring, serve
+from flux_quantum.emulator.sqs import PREFIX as SQS_PREFIX
+from flux_quantum.emulator.sqs import SqsService
+
+
+def _events(scenario: Any, wiring: Wiring) -> SqsService:
+    """SQS beside Braket (under /sqs): the queue Braket's events go to, as a site's
+    EventBridge rule sends them; a long poll there sees what changed while it waited."""
+    braket = wiring.sides["braket"]
+    assert isinstance(braket, BraketService)
+    sqs = SqsService(
+        wiring.clock, braket.scenario.account, wiring.seed, wiring.stop, wiring.on_call,
+        before_receive=braket.publish_events,
+    )  # fmt: skip
+    braket.publish_to(sqs.add_queue(braket.scenario.events.queue))
+    return sqs
+
+
+# Amazon Braket's API (and the S3 it writes results to, under /s3) on every path no other
+# side takes, and the SQS queue its events go to.
+SIDE = SideEntry(
+    "braket", "braket", (), serve(BraketService), Scenario, "scenario", "--scenario", "Braket",
+    lambda s: len(s.devices),
+)  # fmt: skip
+EVENTS = SideEntry("sqs", "sqs", (SQS_PREFIX,), _events, faults=False)
 
 __all__ = [
+    "EVENTS",
     "RESERVATIONS_PATH",
+    "SIDE",
     "BraketService",
     "DeviceSpec",
     "Fault",

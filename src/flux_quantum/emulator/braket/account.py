@@ -71,11 +71,52 @@ _COLUMNS = (
 )
 
 
+def account_service(request: Request) -> str | None:
+    """Which account service a request is for (``sts``, ``iam``, ``ecr``, ``prices``), or
+    None (a Braket or S3 call)."""
+    if request.path == PRICES_PATH and request.method in ("GET", "HEAD"):
+        return "prices"
+    for prefix, service in ((STS_PREFIX, "sts"), (IAM_PREFIX, "iam"), (ECR_PREFIX, "ecr")):
+        if request.path == prefix or request.path.startswith(prefix + "/"):
+            return service
+    return None
+
+
+def account_operation(service: str, request: Request) -> str:
+    """The call log's name of an account call (its action, or ``GetPriceList``)."""
+    if service == "prices":
+        return "GetPriceList"
+    if service == "ecr":
+        return request.headers.get("x-amz-target", "").rpartition(".")[2] or "ECR"
+    return _action(request) or service.upper()
+
+
+def account_env(url: str) -> dict[str, str]:
+    """Where boto3 and the SDK reach the account's services on the emulator at ``url``."""
+    return {
+        "AWS_ENDPOINT_URL_STS": url + STS_PREFIX,
+        "AWS_ENDPOINT_URL_IAM": url + IAM_PREFIX,
+        "AWS_ENDPOINT_URL_ECR": url + ECR_PREFIX,
+        "BRAKET_PRICE_OFFERS_URL": url + PRICES_PATH,
+    }
+
+
 class AwsAccount:
-    """STS, IAM and the price list of the scenario's account."""
+    """STS, IAM, ECR's jobs images and the price list of the scenario's account."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
+
+    def answer(self, service: str, request: Request) -> Response:
+        """The answer of ``service`` (``account_service``) to ``request``."""
+        match service:
+            case "sts":
+                return self.sts(request)
+            case "iam":
+                return self.iam(request)
+            case "ecr":
+                return self.ecr(request)
+        return self.prices()
 
     # -- STS and IAM (query protocol) ------------------------------------------------------
 

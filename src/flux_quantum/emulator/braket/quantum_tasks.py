@@ -244,12 +244,12 @@ class QuantumTasks:
             executables = sum(program.executables for program in programs)
             per_executable = shots // executables
             try:
-                check_programs(programs, request)
+                readable = check_programs(programs, request)
             except ProgramSetError as exc:
                 raise set_invalid(exc) from exc
             kind = OPENQASM_PROGRAM_SET
             run: Callable[[], dict[str, Any]] = functools.partial(
-                _run_set, programs, per_executable, request
+                _run_set, programs, readable, per_executable, request
             )
         else:
             low, high = spec.shots
@@ -257,10 +257,10 @@ class QuantumTasks:
                 raise invalid(f"shots must be between {low} and {high} on {spec.name}, got {shots}")
             try:
                 kind = action_type(body["action"])
-                check(request)
+                checked = check(request)
             except ProgramError as exc:
                 raise invalid(str(exc)) from exc
-            run = functools.partial(run_checked, request)
+            run = functools.partial(run_checked, checked)
         with self._lock:
             existing = self._existing(token, body)
             if existing is not None:
@@ -451,11 +451,15 @@ def _json_string(value: Any) -> str:
 
 
 def _run_set(
-    programs: list[SetProgram], per_executable: int, request: SimulationRequest
+    programs: list[SetProgram],
+    readable: list[SetProgram],
+    per_executable: int,
+    request: SimulationRequest,
 ) -> dict[str, Any]:
-    """A program set's simulation: what its result files are written from."""
+    """A program set's simulation (``readable``: its programs as the simulator reads
+    them): what its result files are written from (``programs``, as sent)."""
     try:
-        runs = run_program_set(programs, per_executable, request)
+        runs = run_program_set(readable, per_executable, request)
     except ProgramSetError as exc:
         raise ProgramError(str(exc)) from exc
     return {

@@ -25,8 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledReservation, BilledSession, BilledTask
+from flux_quantum.emulator.bill import SideBill
 from flux_quantum.emulator.braket import s3
+from flux_quantum.emulator.braket.account import (
+    AwsAccount,
+    account_env,
+    account_operation,
+    account_service,
+)
 from flux_quantum.emulator.braket.devices import Devices
 from flux_quantum.emulator.braket.event_publisher import EventPublisher
 from flux_quantum.emulator.braket.hybrid_jobs import HybridJobs
@@ -50,6 +56,8 @@ from flux_quantum.emulator.side import Call, Refusal, VendorSide
 from flux_quantum.emulator.sqs import MessageQueue
 from flux_quantum.emulator.wire import Request, Response, json_response
 
+ACCESS_KEY = "flux-quantum-emulator"
+SECRET_KEY = "flux-quantum-emulator-secret"
 _REGION = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
 
 
@@ -70,7 +78,7 @@ class _FaultHit:
 class _Route:
     """What a request is, resolved before faults are applied."""
 
-    __slots__ = ("body", "device", "operation", "s3call", "target")
+    __slots__ = ("account", "body", "device", "operation", "s3call", "target")
 
     def __init__(
         self,
@@ -79,18 +87,18 @@ class _Route:
         device: str | None = None,
         body: dict[str, Any] | None = None,
         s3call: s3.S3Call | None = None,
+        account: str | None = None,
     ) -> None:
         self.operation = operation
         self.target = target
         self.device = device
         self.body = body or {}
         self.s3call = s3call
+        self.account = account  # the account service it is for (sts, iam, ecr, prices)
 
 
 class BraketService(VendorSide[_Route, Fault]):
     """The Braket side's requests answered, from any number of server threads."""
-
-    _refusal = BraketRefusal
 
     def __init__(
         self,
@@ -112,6 +120,7 @@ class BraketService(VendorSide[_Route, Fault]):
         self._tags = TaskTags(self._lock)
         self._hybrid = HybridJobs(self._devices, self.store, seed, self._lock)
         self._simulations = Simulations()
+        self._account = AwsAccount(scenario)
         self._tasks = QuantumTasks(
             self._devices,
             self._reservations,
@@ -173,23 +182,37 @@ class BraketService(VendorSide[_Route, Fault]):
         """Every reservation booked, by start."""
         return self._reservations.all()
 
-    def bill_reservations(self) -> list[BilledReservation]:
-        """Every reservation booked, with its cost and what its tasks did so far."""
-        self._tasks.settle()
+    def bill(self) -> SideBill:
+        """Every task created so far, with what Braket charges for it now; every hybrid
+        job, its instance time billed so far (as the bill's sessions); every reservation
+        booked, with its cost and what its tasks did so far."""
+        tasks, jobs = self._tasks.bill(), self._hybrid.bill()
         with self._lock:
-            return self._reservations.bill(self._tasks.records(), self.clock.now())
-
-    def bill(self) -> list[BilledTask]:
-        """Every task created so far, with what Braket charges for it now."""
-        return self._tasks.bill()
+            reservations = self._reservations.bill(self._tasks.records(), self.clock.now())
+        return SideBill(tasks, jobs, reservations)
 
     def job_starts(self) -> dict[str, float]:
         """When each hybrid job started, or will (emulated seconds), by ARN."""
         return self._hybrid.starts()
 
-    def bill_jobs(self) -> list[BilledSession]:
-        """Every hybrid job, its instance time billed so far (as the bill's sessions)."""
-        return self._hybrid.bill()
+    def env(self, url: str) -> dict[str, str]:
+        """The environment that points the Braket SDK, boto3 and botocore at this side,
+        served at ``url``. ``AWS_ENDPOINT_URL_BRAKET`` applies to every region, so regional
+        device ARNs and ``AwsQuantumTask(arn)`` in any region reach it too."""
+        return {
+            "AWS_ENDPOINT_URL_BRAKET": url,
+            "BRAKET_ENDPOINT": url,
+            "AWS_ENDPOINT_URL_S3": url + s3.PREFIX,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": self.scenario.region,
+            "AMZN_BRAKET_OUT_S3_BUCKET": self.scenario.bucket,
+            # No instance-metadata lookups: there is nothing but loopback to ask.
+            "AWS_EC2_METADATA_DISABLED": "true",
+            # The account around Braket: STS, IAM's jobs role, the jobs images (ECR) and
+            # Braket's price list, which the SDK's cost tracker reads.
+            **account_env(url),
+        }
 
     # -- dispatch -----------------------------------------------------------------------------
 
@@ -225,6 +248,8 @@ class BraketService(VendorSide[_Route, Fault]):
         """Apply the call through the collaborator that owns what it names."""
         if route.s3call is not None:
             return self._s3(request, route.s3call)
+        if route.account is not None:
+            return self._account.answer(route.account, request)
         target = str(route.target)
         match route.operation:
             case "CreateQuantumTask":
@@ -282,6 +307,9 @@ class BraketService(VendorSide[_Route, Fault]):
         if request.path == s3.PREFIX or request.path.startswith(s3.PREFIX + "/"):
             call = s3.classify(request)
             return _Route(call.operation, call.target, s3call=call)
+        service = account_service(request)
+        if service is not None:
+            return _Route(account_operation(service, request), account=service)
         method, parts = request.method, request.segments()
         if method == "GET" and request.path.startswith(CALIBRATIONS_PATH):
             name = request.path[len(CALIBRATIONS_PATH) :].removesuffix(".json")

@@ -11,5 +11,14 @@ import another vendor's side.
 from flux_quantum.emulator.felis.scenario import FelisFault, FelisScenario, FelisTargetSpec
 from flux_quantum.emulator.felis.service import FelisService
 from flux_quantum.emulator.felis.wire import API, PREFIX
+from flux_quantum.emulator.side import SideEntry, serve
 
-__all__ = ["API", "PREFIX", "FelisFault", "FelisScenario", "FelisService", "FelisTargetSpec"]
+# Alice & Bob's Felis (under /felis), as QRMI's AliceBobFelis resource reaches it.
+SIDE = SideEntry(
+    "felis", "alice-bob-felis", (PREFIX,), serve(FelisService), FelisScenario, "felis",
+    "--felis-scenario", "Felis", lambda s: len(s.targets),
+)  # fmt: skip
+
+__all__ = [
+    "API", "PREFIX", "SIDE", "FelisFault", "FelisScenario", "FelisService", "FelisTargetSpec",
+]  # fmt: skip

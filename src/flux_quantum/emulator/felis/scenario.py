@@ -29,11 +29,10 @@ Shape (every key but ``targets`` optional)::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum.emulator.reading import Reader, ScenarioFile
+from flux_quantum.emulator.reading import Record, ScenarioFile, device_list, fault_list, setting
 from flux_quantum.emulator.scenario import JobFault, QueueSpec
 
 OPERATIONS = ("ListTargets", "CreateJob", "UploadInput", "GetJob", "CancelJob", "DownloadOutput")
@@ -43,20 +42,22 @@ GATES = (
     "h", "x", "y", "z", "s", "s_adj", "t", "t_adj", "cnot", "cx", "cz", "swap",
     "rx", "ry", "rz", "mz", "m", "reset",
 )  # fmt: skip
-DEFAULT_USERNAME = "emulator-felis"
-DEFAULT_PASSWORD = "emulator-felis-secret"
-DEFAULT_PRICE_PER_SECOND = 0.50
 _TARGET = re.compile(r"^[A-Z0-9]+:[A-Z0-9]+:[A-Z0-9_]+$")
 
 
+def _target_name(name: str) -> str | None:
+    # QRMI turns the resource id's first two '_' into ':' (ab_emu_6q_physical_cats).
+    return None if _TARGET.match(name) else f"must read KIND:SIZE:NAME in capitals, got {name!r}"
+
+
 @dataclass(frozen=True)
-class FelisTargetSpec:
+class FelisTargetSpec(Record):
     """One emulated Felis target (a QPU or one of Alice & Bob's emulators)."""
 
-    name: str
-    qubits: int
-    queue: QueueSpec = QueueSpec()
-    instructions: tuple[str, ...] = GATES
+    name: str = setting(check=_target_name)
+    qubits: int = 1
+    queue: QueueSpec = QueueSpec(service_time=2.0)
+    instructions: tuple[str, ...] = setting(GATES, choices=GATES, noun="QIR call")
     max_shots: int = 100_000
 
     @property
@@ -90,65 +91,13 @@ class FelisScenario(ScenarioFile):
     LABEL = "Felis"
     DEFAULT = DEFAULT_FELIS_SCENARIO
 
-    targets: tuple[FelisTargetSpec, ...]
-    username: str = DEFAULT_USERNAME
-    password: str = DEFAULT_PASSWORD
-    price_per_second: float = DEFAULT_PRICE_PER_SECOND
+    targets: tuple[FelisTargetSpec, ...] = device_list("target")
+    username: str = "emulator-felis"
+    password: str = "emulator-felis-secret"
+    price_per_second: float = 0.50
     max_simulated_qubits: int = 20
-    faults: tuple[FelisFault, ...] = ()
+    faults: tuple[FelisFault, ...] = fault_list(OPERATIONS, "CreateJob")
     source: str = "<dict>"
 
     def target(self, name: str) -> FelisTargetSpec | None:
         return next((t for t in self.targets if t.name == name), None)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> FelisScenario:
-        return _Reader("Felis", source).scenario(data)
-
-
-class _Reader(Reader):
-    """The scenario's own fields, read with the shared typed reads."""
-
-    def scenario(self, data: Mapping[str, Any]) -> FelisScenario:
-        accepted = (
-            "username", "password", "price_per_second", "max_simulated_qubits", "targets",
-            "faults",
-        )  # fmt: skip
-        top = self.mapping(data, "(top level)", accepted)
-        targets, faults = self.devices_and_faults(
-            top, "targets", self.target_spec, OPERATIONS, "CreateJob"
-        )
-        return FelisScenario(
-            targets=tuple(targets),
-            username=self.text(top.get("username", DEFAULT_USERNAME), "username"),
-            password=self.text(top.get("password", DEFAULT_PASSWORD), "password"),
-            price_per_second=self.number(
-                top.get("price_per_second", DEFAULT_PRICE_PER_SECOND), "price_per_second"
-            ),
-            max_simulated_qubits=self.integer(
-                top.get("max_simulated_qubits", 20), "max_simulated_qubits", low=1
-            ),
-            faults=faults,
-            source=self.source,
-        )
-
-    def target_spec(self, raw: Any, index: int) -> FelisTargetSpec:
-        where = f"targets[{index}]"
-        d = self.mapping(raw, where, ("name", "qubits", "queue", "instructions", "max_shots"))
-        name = self.text(d.get("name"), f"{where}.name")
-        if not _TARGET.match(name):
-            # QRMI turns the resource id's first two '_' into ':' (ab_emu_6q_physical_cats).
-            raise self.fail(f"{where}.name", f"must read KIND:SIZE:NAME in capitals, got {name!r}")
-        where = f"target {name!r}:"
-        instructions = d.get("instructions", list(GATES))
-        if not isinstance(instructions, list) or not instructions:
-            raise self.fail(f"{where} instructions", "must list at least one QIR call")
-        return FelisTargetSpec(
-            name=name,
-            qubits=self.integer(d.get("qubits", 1), f"{where} qubits", low=1),
-            queue=self.queue(d.get("queue", {}), where, service_time=2.0),
-            instructions=tuple(
-                self.choice(i, f"{where} instructions", GATES) for i in instructions
-            ),
-            max_shots=self.integer(d.get("max_shots", 100_000), f"{where} max_shots", low=1),
-        )

@@ -53,18 +53,14 @@ from __future__ import annotations
 
 import base64
 import json
-import random
-import threading
-import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledTask, timed_task
-from flux_quantum.emulator.clock import Clock, iso, timestamp
+from flux_quantum.emulator import programs
+from flux_quantum.emulator.clock import iso, timestamp
 from flux_quantum.emulator.felis.scenario import FelisFault, FelisScenario, FelisTargetSpec
 from flux_quantum.emulator.felis.wire import (
     API,
@@ -74,12 +70,11 @@ from flux_quantum.emulator.felis.wire import (
     felis_error,
     openqasm,
 )
-from flux_quantum.emulator.queue import DeviceQueue
-from flux_quantum.emulator.scenario import DeviceQueueSpec
-from flux_quantum.emulator.side import Call, JobRoute, JobSide
-from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
-from flux_quantum.emulator.simulate import simulate as run_program
-from flux_quantum.emulator.wire import Request, Response, body_field, json_response
+from flux_quantum.emulator.job_side import JobSide, SideJob
+from flux_quantum.emulator.routes import Body, Route, SideRoute, owned
+from flux_quantum.emulator.side import Missing
+from flux_quantum.emulator.simulate import ProgramError
+from flux_quantum.emulator.wire import Request, Response, json_response
 from flux_quantum.vendors.felis_program import ProgramError as QirError
 from flux_quantum.vendors.felis_program import gates, histogram
 
@@ -87,63 +82,37 @@ DEFAULT_SHOTS = 1000
 
 
 @dataclass
-class FelisJob:
-    """One job: created, then given its input; its progress lives in its target's queue
-    once the input arrived."""
+class FelisJob(SideJob):
+    """One job on its target (``device``): created, then given its input; its progress
+    lives in its target's queue once the input arrived."""
 
-    id: str
-    target: str
-    created_t: float
-    input_params: dict[str, Any]
-    shots: int
+    input_params: dict[str, Any] = field(default_factory=dict)
     failure: str | None = None
     input_t: float | None = None  # when the input arrived (None: not yet)
     refused: str | None = None  # why its transpilation failed
     counts: dict[str, int] = field(default_factory=dict, repr=False)
 
+    @property
+    def billable(self) -> bool:
+        """Billed once its input arrived, unless it did not transpile."""
+        return self.input_t is not None and not self.refused
 
-class FelisService(JobSide[FelisFault]):
+
+class FelisService(JobSide[FelisScenario, FelisFault]):
     """The Felis side's requests answered, from any number of server threads."""
 
-    _refusal = FelisRefusal
+    vendor = "alice-bob-felis"
     _draws = "felis-fault"
-
-    def __init__(
-        self,
-        scenario: FelisScenario,
-        clock: Clock,
-        seed: int = 0,
-        stop: threading.Event | None = None,
-        on_call: Callable[[Call], None] | None = None,
-    ) -> None:
-        super().__init__(scenario, clock, seed, stop, on_call)
-        self.scenario: FelisScenario
-        self._queues = {
-            t.name: DeviceQueue(
-                DeviceQueueSpec.waiting_during(t.queue_key, t.name, t.queue, []), seed
-            )
-            for t in scenario.targets
-        }
-        self._ids = random.Random(f"{seed}:felis-ids")
-        self._jobs: dict[str, FelisJob] = {}
-
-    # -- views for tests and the facade ---------------------------------------------------
-
-    def job_ids(self, target: str | None = None) -> list[str]:
-        """Every job created so far (on ``target``), oldest first."""
-        with self._lock:
-            return [j.id for j in self._jobs.values() if target in (None, j.target)]
-
-    def bill(self) -> list[BilledTask]:
-        """Every job that got its input: a completed one billed its run seconds."""
-        with self._lock:
-            now = self.clock.now()
-            return [
-                timed_task("alice-bob-felis", job.id, job.target, None, job.shots, job.created_t,
-                           self._queues[job.target].progress(job.id, now),
-                           self.scenario.price_per_second)
-                for job in self._jobs.values() if job.input_t is not None and not job.refused
-            ]  # fmt: skip
+    _id_draws = "felis-ids"
+    MISSING = Missing("Not Found", "Target {name} not found.")
+    ROUTES = (
+        Route("GET", f"{API}/targets", "ListTargets", "_devices"),
+        Route("POST", f"{API}/jobs", "CreateJob", "_create", device=Body("target"), creates=True),
+        owned("GET", f"{API}/jobs/<job>", "GetJob", "_get_job"),
+        owned("DELETE", f"{API}/jobs/<job>", "CancelJob", "_cancel"),
+        owned("POST", f"{API}/jobs/<job>/input", "UploadInput", "_upload"),
+        owned("GET", f"{API}/jobs/<job>/output", "DownloadOutput", "_output"),
+    )
 
     def api_key(self) -> str:
         """The API key the scenario's credentials make (base64 of ``user:password``)."""
@@ -161,78 +130,37 @@ class FelisService(JobSide[FelisFault]):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _internal_error(self, route: JobRoute, message: str) -> Response:
-        return felis_error(500, message)
+    def _error(
+        self, status: int, message: str, route: SideRoute | None = None, code: str | None = None
+    ) -> Response:
+        return felis_error(status, message)
 
-    def _fault_error(self, fault: FelisFault, route: JobRoute) -> Response | None:
-        return (
-            felis_error(fault.status, fault.message or "Injected fault.") if fault.status else None
-        )
-
-    def _authorize(self, route: JobRoute, request: Request) -> None:
+    def _authorize(self, route: SideRoute, request: Request) -> None:
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "basic" or value != self.api_key():
             raise FelisRefusal(401, "Invalid API key.")
 
-    def _route(self, request: Request) -> JobRoute:
-        method = request.method
-        if not request.path.startswith(API + "/"):
-            raise FelisRefusal(404, "Not Found")
-        parts = request.segments(API)
-        head, n = parts[0], len(parts)
-        if head == "targets" and n == 1 and method == "GET":
-            return JobRoute("ListTargets", self._targets)
-        if head == "jobs":
-            if n == 1 and method == "POST":
-                return JobRoute("CreateJob", self._unknown, None, body_field(request, "target"))
-            job = parts[1] if n > 1 else ""
-            with self._lock:
-                known = self._jobs.get(job)
-            device = known.target if known else None
-            if n == 2 and method == "GET":
-                return JobRoute("GetJob", self._get_job, job, device)
-            if n == 2 and method == "DELETE":
-                return JobRoute("CancelJob", self._cancel, job, device)
-            if n == 3 and parts[2] == "input" and method == "POST":
-                return JobRoute("UploadInput", self._upload, job, device)
-            if n == 3 and parts[2] == "output" and method == "GET":
-                return JobRoute("DownloadOutput", self._output, job, device)
-        raise FelisRefusal(404, "Not Found")
-
-    def _unknown(self, route: JobRoute, request: Request) -> Response:
-        raise FelisRefusal(404, "Not Found")
-
     # -- targets ----------------------------------------------------------------------------
 
-    def _targets(self, route: JobRoute, request: Request) -> Response:
-        docs = [
-            {
-                "name": t.name,
-                "numQubits": t.qubits,
-                "instructions": [{"signature": f"__quantum__qis__{i}__body"} for i in t.instructions],
-                "inputParams": {
-                    "nbShots": {"required": False, "type": "int", "default": DEFAULT_SHOTS,
-                                "constraints": [{"min": 1, "max": t.max_shots}]},
-                },
-            }
-            for t in self.scenario.targets
-        ]  # fmt: skip
-        return json_response(200, docs)
+    def _device_doc(self, spec: FelisTargetSpec, now: float) -> dict[str, Any]:
+        calls = [{"signature": f"__quantum__qis__{i}__body"} for i in spec.instructions]
+        shots = {"required": False, "type": "int", "default": DEFAULT_SHOTS,
+                 "constraints": [{"min": 1, "max": spec.max_shots}]}  # fmt: skip
+        return {"name": spec.name, "numQubits": spec.qubits, "instructions": calls,
+                "inputParams": {"nbShots": shots}}  # fmt: skip
 
     # -- jobs -------------------------------------------------------------------------------
 
     def _create(
-        self, route: JobRoute, request: Request, failure: str | None, created: list[str]
-    ) -> Response:
+        self, route: SideRoute, request: Request, faults: list[FelisFault]
+    ) -> tuple[Response, str]:
         try:
             body = json.loads(request.body or b"null")
         except ValueError:
             raise FelisRefusal(422, "The request body is not JSON.") from None
         if not isinstance(body, dict):
             raise FelisRefusal(422, "The request body must be a job.")
-        spec = self.scenario.target(str(body.get("target")))
-        if spec is None:
-            raise FelisRefusal(404, f"Target {body.get('target')} not found.")
+        spec = self._spec(str(body.get("target")))
         params = body.get("inputParams") or {}
         shots = params.get("nbShots", DEFAULT_SHOTS) if isinstance(params, dict) else None
         if (
@@ -245,23 +173,16 @@ class FelisService(JobSide[FelisFault]):
             )
         with self._lock:
             job = FelisJob(
-                id=str(uuid.UUID(int=self._ids.getrandbits(128), version=4)),
-                target=spec.name,
+                id=self._new_id(),
+                device=spec.name,
                 created_t=self.clock.now(),
                 input_params=dict(params),
                 shots=shots,
-                failure=failure,
+                failure=self.failure(faults),
             )
             self._jobs[job.id] = job
             doc = self._document(job, job.created_t)
-        created.append(job.id)
-        return json_response(200, doc)
-
-    def _job(self, job_id: str | None) -> FelisJob:
-        job = self._jobs.get(job_id or "")
-        if job is None:
-            raise FelisRefusal(404, f"Job {job_id} not found.")
-        return job
+        return json_response(200, doc), job.id
 
     def _last(self, job: FelisJob, now: float) -> str:
         """The type of the job's last event at ``now`` (lock held)."""
@@ -269,7 +190,7 @@ class FelisService(JobSide[FelisFault]):
             return "CREATED"
         if job.refused:
             return "TRANSPILATION_FAILED"
-        return EVENTS[self._queues[job.target].progress(job.id, now).status]
+        return EVENTS[self._queues[job.device].progress(job.id, now).status]
 
     def _document(self, job: FelisJob, now: float) -> dict[str, Any]:
         """The job as Felis's ExternalJob (lock held)."""
@@ -285,7 +206,7 @@ class FelisService(JobSide[FelisFault]):
             events.append({"type": "TRANSPILATION_FAILED", "createdAt": at(job.input_t or now)})
             errors.append({"content": job.refused})
         elif job.input_t is not None:
-            progress = self._queues[job.target].progress(job.id, now)
+            progress = self._queues[job.device].progress(job.id, now)
             if progress.started_at is not None:
                 events.append({"type": "EXECUTING", "createdAt": at(progress.started_at)})
             last = EVENTS[progress.status]
@@ -295,7 +216,7 @@ class FelisService(JobSide[FelisFault]):
                 errors.append({"content": job.failure or "Execution failed."})
         return {
             "id": job.id,
-            "target": job.target,
+            "target": job.device,
             "inputDataFormat": "HUMAN_QIR",
             "outputDataFormat": "HISTOGRAM",
             "inputParams": job.input_params,
@@ -306,14 +227,13 @@ class FelisService(JobSide[FelisFault]):
             "errors": errors,
         }
 
-    def _upload(self, route: JobRoute, request: Request) -> Response:
+    def _upload(self, route: SideRoute, request: Request) -> Response:
         text = _multipart_input(request)
         with self._lock:
             job = self._job(route.target)
             if job.input_t is not None:
                 raise FelisRefusal(409, f"Job {job.id} already has its input.")
-        spec = self.scenario.target(job.target)
-        assert spec is not None
+        spec = self._spec(job.device)
         refused = None
         counts: dict[str, int] = {}
         try:
@@ -324,7 +244,7 @@ class FelisService(JobSide[FelisFault]):
             now = self.clock.now()
             job.input_t, job.refused, job.counts = now, refused, counts
             if refused is None:
-                self._queues[job.target].submit(
+                self._queues[job.device].submit(
                     job.id, now, job.shots, fails=job.failure is not None
                 )
             doc = self._document(job, now)
@@ -340,13 +260,7 @@ class FelisService(JobSide[FelisFault]):
         if widest > spec.qubits:
             raise QirError(f"the program uses {widest} qubits and {spec.name} has {spec.qubits}")
         source, measured = openqasm(calls)
-        action = json.dumps({"braketSchemaHeader": {"name": OPENQASM_PROGRAM, "version": "1"},
-                             "source": source, "inputs": {}})  # fmt: skip
-        result = run_program(
-            SimulationRequest(
-                action, shots, "braket_sv", spec.qubits, self.scenario.max_simulated_qubits
-            )
-        )
+        result = programs.run(source, shots, spec.qubits, self.scenario.max_simulated_qubits)
         column = {q: i for i, q in enumerate(result.get("measuredQubits") or [])}
         tally: Counter[str] = Counter()
         for row in result.get("measurements") or []:
@@ -356,7 +270,7 @@ class FelisService(JobSide[FelisFault]):
             tally["".join(bits)] += 1
         return dict(tally)
 
-    def _cancel(self, route: JobRoute, request: Request) -> Response:
+    def _cancel(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             now = self.clock.now()
@@ -365,12 +279,12 @@ class FelisService(JobSide[FelisFault]):
                 raise FelisRefusal(409, f"Job {job.id} is {last} and cannot be cancelled.")
             if job.input_t is None:  # never given its input: it never queued
                 job.input_t = now
-                self._queues[job.target].submit(job.id, now, job.shots)
-            self._queues[job.target].cancel(job.id, now)
+                self._queues[job.device].submit(job.id, now, job.shots)
+            self._queues[job.device].cancel(job.id, now)
             doc = self._document(job, now)
         return json_response(200, doc)
 
-    def _output(self, route: JobRoute, request: Request) -> Response:
+    def _output(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             last = self._last(job, self.clock.now())

@@ -13,11 +13,20 @@ from flux_quantum.emulator.ibm.runtime import IbmRuntime
 from flux_quantum.emulator.ibm.scenario import IbmBackendSpec, IbmFault, IbmScenario
 from flux_quantum.emulator.ibm.service import IbmService
 from flux_quantum.emulator.ibm.wire import API, IAM_PATH, PREFIX
+from flux_quantum.emulator.side import SideEntry, serve
+
+# IBM Quantum's cloud (IAM and the Qiskit Runtime REST API, under /ibm), as QRMI's
+# IBMQiskitRuntimeService resource reaches it.
+SIDE = SideEntry(
+    "ibm", "ibm", (PREFIX,), serve(IbmService), IbmScenario, "ibm", "--ibm-scenario",
+    "IBM Quantum", lambda s: len(s.backends),
+)  # fmt: skip
 
 __all__ = [
     "API",
     "IAM_PATH",
     "PREFIX",
+    "SIDE",
     "IbmBackendSpec",
     "IbmFault",
     "IbmRuntime",

@@ -22,19 +22,11 @@ from dataclasses import replace
 from typing import Any
 
 from flux_quantum.emulator.ibm.scenario import IbmScenario
-from flux_quantum.emulator.ibm.service import IbmService
+from flux_quantum.emulator.ibm.service import CRN, IbmService
 from flux_quantum.emulator.ibm.wire import API, IAM_PATH, ibm_error
 from flux_quantum.emulator.wire import Request, Response, json_response
 
 DOMAIN = "cloud.ibm.com"
-# What a client that runs through the emulator as its proxy gives as ``url``.
-CLOUD_URL = f"http://{DOMAIN}"
-# The emulator's instance CRN when its IBM scenario names none: a us-east Qiskit Runtime
-# instance, as IBM Cloud writes one (qiskit-ibm-runtime reads the region from it).
-DEFAULT_CRN = (
-    "crn:v1:bluemix:public:quantum-computing:us-east:"
-    "a/0123456789abcdef0123456789abcdef:f1a2b3c4-flux-quantum-emulator::"
-)
 # The Global Catalog ids of Qiskit Runtime's plans, and how the catalog names them.
 PLANS = {
     "open": ("flux-quantum-emulator-open-plan", "Open", "free"),
@@ -60,7 +52,7 @@ class IbmCloud:
 
     @property
     def crn(self) -> str:
-        return self.scenario.crn or DEFAULT_CRN
+        return self.scenario.crn or CRN
 
     def handle(self, request: Request) -> Response:
         service = cloud_service(request.headers.get("host")) or ""

@@ -65,6 +65,7 @@ class IbmJob:
     result: str | None = field(default=None, repr=False)
     shots: int = 0
     failure: str | None = None
+    failure_code: int = 1010  # IBM's code of its failure (1517: a non-ISA circuit)
 
 
 @dataclass
@@ -264,13 +265,15 @@ class IbmRuntime:
         failure: str | None,
         cancels: bool = False,
         support_qiskit: bool = True,
+        refused: tuple[int, str] | None = None,
     ) -> str:
         """Queue a sampler job of ``shots`` in all (its pubs' shots summed: it runs as
         long as all of them take, as one job), its pubs' ``results`` simulated beforehand
         (``(register, rows, num_bits, shots)`` each, answered in the pubs' order once it
         completes, RuntimeEncoder JSON or, without ``support_qiskit``, IBM's plain JSON);
         its id. With a ``failure`` it fails instead of completing; with ``cancels`` IBM
-        cancels it when it would start."""
+        cancels it when it would start; ``refused`` (IBM's code and reason) fails it at
+        once, as IBM's validation does, without queueing or running it."""
         with self._lock:
             now = self.clock.now()
             queue = self._queues[spec.name]
@@ -292,17 +295,21 @@ class IbmRuntime:
                 session_id=session_id,
                 cost=cost,
                 result=sampler_result(results, job_id, support_qiskit),
-                failure=failure,
+                failure=refused[1] if refused else failure,
+                failure_code=refused[0] if refused else 1010,
                 shots=shots,
             )
-            queue.submit(
-                job_id,
-                now,
-                shots,
-                fails=failure is not None,
-                dedication=dedication,
-                vendor_cancels=cancels,
-            )
+            if refused is not None:
+                queue.refuse(job_id, now)
+            else:
+                queue.submit(
+                    job_id,
+                    now,
+                    shots,
+                    fails=failure is not None,
+                    dedication=dedication,
+                    vendor_cancels=cancels,
+                )
             self._jobs[job_id] = job
             self._created[job_id] = job
             if session_id is not None:
@@ -341,7 +348,7 @@ class IbmRuntime:
         status, progress = self._status(job, now)
         state: dict[str, Any] = {"status": status}
         if status == "Failed":
-            state.update(reason=job.failure or "Job failed", reason_code=1010)
+            state.update(reason=job.failure or "Job failed", reason_code=job.failure_code)
         elif status == "Cancelled":
             state["reason"] = "Job was cancelled"
         doc: dict[str, Any] = {

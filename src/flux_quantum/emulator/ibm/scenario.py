@@ -10,6 +10,7 @@ mistake is one ``ScenarioError`` naming the source, the backend and the field.
 Format::
 
     plan: open | paid          # open: a dedicated session is refused with code 1352
+    strict: true               # false: circuits outside a backend's ISA run anyway
     apikey: KEY                # the IAM API key the emulator accepts (default: any)
     crn: CRN                   # the service instance CRN it expects (default: any)
     price_per_second: 1.60     # what a completed job's usage seconds cost on the bill
@@ -21,6 +22,7 @@ Format::
         qubits: 156
         processor: {family: Heron, revision: "2"}
         basis_gates: [cz, id, rz, sx, x]
+        coupling_map: [[0, 1], ...]      # default: heavy-hex for 127/133/156 qubits, else a line
         queue: {depth: 30, service_time: 8, ...}   # as the Braket side's queue
         status: online | paused | offline
         paused: [[start, end], ...]     # emulated seconds; jobs queue but do not start
@@ -46,11 +48,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from flux_quantum.emulator import topology
 from flux_quantum.emulator.bill import IBM_PAID_PRICE_PER_SECOND
-from flux_quantum.emulator.reading import Reader, load_yaml
+from flux_quantum.emulator.reading import (
+    Reader,
+    Record,
+    ScenarioFile,
+    device_list,
+    fault_list,
+    setting,
+)
 from flux_quantum.emulator.scenario import BaseFault, QueueSpec
 
 PLANS = ("open", "paid")
@@ -75,6 +84,7 @@ OPERATIONS = (
     "DeleteJob",
     "GetJobResults",
     "GetJobLogs",
+    "GetInstanceUsage",
     "CreateSession",
     "GetSession",
     "UpdateSession",
@@ -108,20 +118,43 @@ class Calibration:
 
 
 @dataclass(frozen=True)
-class IbmBackendSpec:
+class Processor:
+    """A backend's processor type, as IBM names it (both taken as written)."""
+
+    family: str = setting("Heron", kind=str)
+    revision: str = setting("2", kind=str)
+
+
+@dataclass(frozen=True)
+class IbmBackendSpec(Record):
     """One emulated IBM backend."""
 
     name: str
-    qubits: int
-    processor_family: str = "Heron"
-    processor_revision: str = "2"
-    basis_gates: tuple[str, ...] = ("cz", "id", "rz", "sx", "x")
-    queue: QueueSpec = field(default_factory=QueueSpec)
-    status: str = "online"
+    qubits: int = 27
+    processor: Processor = Processor()
+    basis_gates: tuple[str, ...] = setting(
+        ("cz", "id", "rz", "sx", "x"), noun="gate name", empty=True
+    )
+    queue: QueueSpec = QueueSpec()
+    status: str = setting("online", choices=STATUSES)
     paused: tuple[tuple[float, float], ...] = ()
     calibration: Calibration = field(default_factory=Calibration)
     max_shots: int = 100_000
     clops: int = 250_000
+    coupling_map: tuple[tuple[int, int], ...] = setting((), kind="pairs")
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        """Its coupled qubit pairs (``topology.ibm``)."""
+        return topology.ibm(self.qubits, self.coupling_map)
+
+    @property
+    def processor_family(self) -> str:
+        return self.processor.family
+
+    @property
+    def processor_revision(self) -> str:
+        return self.processor.revision
 
     @property
     def queue_key(self) -> str:
@@ -150,154 +183,48 @@ class IbmFault(BaseFault):
         return ERROR_CODES.get(self.code or 1000, (500, ""))[0]
 
 
-@dataclass(frozen=True)
-class IbmScenario:
-    """Everything the IBM side serves, immutable."""
-
-    backends: tuple[IbmBackendSpec, ...]
-    plan: str = "paid"
-    apikey: str | None = None
-    crn: str | None = None
-    faults: tuple[IbmFault, ...] = ()
-    source: str = "<dict>"
-    price_per_second: float = IBM_PAID_PRICE_PER_SECOND
-    max_executions: int = MAX_EXECUTIONS
-    max_input_bytes: int = MAX_INPUT_BYTES
-
-    def backend(self, name: str) -> IbmBackendSpec | None:
-        for spec in self.backends:
-            if spec.name == name:
-                return spec
-        return None
-
-    @classmethod
-    def default(cls) -> IbmScenario:
-        """ibm_fez, ibm_torino and ibm_kingston on a paid plan."""
-        return cls.from_dict(DEFAULT_IBM_SCENARIO, source="<default IBM scenario>")
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> IbmScenario:
-        return cls.from_dict(*load_yaml(path, "IBM"))
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> IbmScenario:
-        return _Reader("IBM", source).scenario(data)
-
-
-class _Reader(Reader):
-    """The IBM scenario's own fields, read with the shared typed reads."""
-
-    def scenario(self, data: Mapping[str, Any]) -> IbmScenario:
-        accepted = (
-            "plan", "apikey", "crn", "price_per_second", "max_executions", "max_input_bytes",
-            "backends", "faults",
-        )  # fmt: skip
-        top = self.mapping(data, "(top level)", accepted)
-        raw_backends = self.listed(top.get("backends"), "backends", "backend")
-        backends = [self.backend(raw, i) for i, raw in enumerate(raw_backends)]
-        names = [b.name for b in backends]
-        self.distinct(names, "backends[{i}].name", "backend")
-        faults = tuple(self.fault(raw, i, names) for i, raw in enumerate(top.get("faults") or []))
-        plan = self.choice(top.get("plan", "paid"), "plan", PLANS)
-        default_price = IBM_PAID_PRICE_PER_SECOND if plan == "paid" else 0.0
-        price = top.get("price_per_second", default_price)
-        return IbmScenario(
-            backends=tuple(backends),
-            plan=plan,
-            price_per_second=self.number(price, "price_per_second"),
-            max_executions=self.integer(
-                top.get("max_executions", MAX_EXECUTIONS), "max_executions", low=1
-            ),
-            max_input_bytes=self.integer(
-                top.get("max_input_bytes", MAX_INPUT_BYTES), "max_input_bytes", low=1
-            ),
-            apikey=self.text(top["apikey"], "apikey") if "apikey" in top else None,
-            crn=self.text(top["crn"], "crn") if "crn" in top else None,
-            faults=faults,
-            source=self.source,
+def _fault(reader: Reader, raw: Any, index: int, backends: Sequence[str]) -> IbmFault:
+    where = f"faults[{index}]"
+    accepted = (
+        "operation", "backend", "status", "code", "message", "after_commit", "delay",
+        "fail_job", "cancel_job", "reset", "calls", "first", "after", "every", "rate",
+        "start", "end",
+    )  # fmt: skip
+    f = reader.mapping(raw, where, accepted)
+    ops = reader.operations(f, where, OPERATIONS)
+    status = reader.integer(f["status"], f"{where}.status", 400) if "status" in f else None
+    code = reader.integer(f["code"], f"{where}.code", 1) if "code" in f else None
+    delay = reader.number(f.get("delay", 0.0), f"{where}.delay")
+    fail_job = reader.optional(f, "fail_job", where)
+    after_commit, reset, cancel_job = (
+        reader.flag(f, key, where) for key in ("after_commit", "reset", "cancel_job")
+    )
+    error = status is not None or code is not None
+    effects = [error, delay > 0, fail_job is not None, reset, cancel_job]
+    late_pair = after_commit and delay > 0 and (error or reset) and sum(effects) == 2
+    if sum(effects) != 1 and not late_pair:
+        raise reader.fail(
+            where, "needs exactly one effect: status/code, delay, reset, fail_job or cancel_job"
         )
-
-    def backend(self, raw: Any, index: int) -> IbmBackendSpec:
-        where = f"backends[{index}]"
-        accepted = (
-            "name", "qubits", "processor", "basis_gates", "queue", "status", "paused",
-            "calibration", "max_shots", "clops",
-        )  # fmt: skip
-        b = self.mapping(raw, where, accepted)
-        name = self.text(b.get("name"), f"{where}.name")
-        where = f"backend {name!r}:"
-        processor = self.mapping(
-            b.get("processor", {}), f"{where} processor", ("family", "revision")
+    if (fail_job is not None or cancel_job) and ops != ["CreateJob"]:
+        raise reader.fail(f"{where}.operation", "must be CreateJob with fail_job/cancel_job")
+    if after_commit and (fail_job is not None or cancel_job):
+        raise reader.fail(
+            f"{where}.after_commit", "goes with status/code, reset or delay, not a job effect"
         )
-        queue = self.queue(b.get("queue", {}), where, service_time=1.0)
-        calibration = self.mapping(
-            b.get("calibration", {}),
-            f"{where} calibration",
-            ("gate_error_1q", "gate_error_2q", "readout_error", "t1_us", "t2_us"),
-        )
-        gates = b.get("basis_gates", list(IbmBackendSpec.basis_gates))
-        if not isinstance(gates, list) or not all(isinstance(g, str) and g for g in gates):
-            raise self.fail(f"{where} basis_gates", "must be a list of gate names")
-        return IbmBackendSpec(
-            name=name,
-            qubits=self.integer(b.get("qubits", 27), f"{where} qubits", low=1),
-            processor_family=str(processor.get("family", "Heron")),
-            processor_revision=str(processor.get("revision", "2")),
-            basis_gates=tuple(gates),
-            queue=queue,
-            status=self.choice(b.get("status", "online"), f"{where} status", STATUSES),
-            paused=self.periods(b.get("paused", []), f"{where} paused"),
-            calibration=Calibration(
-                **{k: self.number(v, f"{where} calibration.{k}") for k, v in calibration.items()}
-            ),
-            max_shots=self.integer(b.get("max_shots", 100_000), f"{where} max_shots", low=1),
-            clops=self.integer(b.get("clops", 250_000), f"{where} clops", low=1),
-        )
-
-    def fault(self, raw: Any, index: int, backends: Sequence[str]) -> IbmFault:
-        where = f"faults[{index}]"
-        accepted = (
-            "operation", "backend", "status", "code", "message", "after_commit", "delay",
-            "fail_job", "cancel_job", "reset", "calls", "first", "after", "every", "rate",
-            "start", "end",
-        )  # fmt: skip
-        f = self.mapping(raw, where, accepted)
-        ops = self.operations(f, where, OPERATIONS)
-        backend = self.target(f, "backend", where, backends)
-        status = self.integer(f["status"], f"{where}.status", 400) if "status" in f else None
-        code = self.integer(f["code"], f"{where}.code", 1) if "code" in f else None
-        delay = self.number(f.get("delay", 0.0), f"{where}.delay")
-        fail_job = self.optional(f, "fail_job", where)
-        after_commit = self.flag(f, "after_commit", where)
-        reset = self.flag(f, "reset", where)
-        cancel_job = self.flag(f, "cancel_job", where)
-        error = status is not None or code is not None
-        effects = [error, delay > 0, fail_job is not None, reset, cancel_job]
-        late_pair = after_commit and delay > 0 and (error or reset) and sum(effects) == 2
-        if sum(effects) != 1 and not late_pair:
-            raise self.fail(
-                where, "needs exactly one effect: status/code, delay, reset, fail_job or cancel_job"
-            )
-        if (fail_job is not None or cancel_job) and ops != ["CreateJob"]:
-            raise self.fail(f"{where}.operation", "must be CreateJob with fail_job/cancel_job")
-        if after_commit and (fail_job is not None or cancel_job):
-            raise self.fail(
-                f"{where}.after_commit", "goes with status/code, reset or delay, not a job effect"
-            )
-        selection = self.selection(f, where)
-        return IbmFault(
-            operations=tuple(ops),
-            backend=backend,
-            status=status,
-            code=code,
-            message=self.optional(f, "message", where),
-            after_commit=after_commit,
-            delay=delay,
-            fail_job=fail_job,
-            reset=reset,
-            cancel_job=cancel_job,
-            **selection,
-        )
+    return IbmFault(
+        operations=tuple(ops),
+        backend=reader.target(f, "backend", where, backends),
+        status=status,
+        code=code,
+        message=reader.optional(f, "message", where),
+        after_commit=after_commit,
+        delay=delay,
+        fail_job=fail_job,
+        reset=reset,
+        cancel_job=cancel_job,
+        **reader.selection(f, where),
+    )
 
 
 # The default: three Heron backends (names as IBM Quantum Platform lists them), loaded
@@ -332,3 +259,37 @@ DEFAULT_IBM_SCENARIO: dict[str, Any] = {
         },
     ],
 }
+
+
+@dataclass(frozen=True)
+class IbmScenario(ScenarioFile):
+    """Everything the IBM side serves, immutable."""
+
+    LABEL = "IBM"
+    DEFAULT = DEFAULT_IBM_SCENARIO
+
+    backends: tuple[IbmBackendSpec, ...] = device_list("backend")
+    plan: str = setting("paid", choices=PLANS)
+    apikey: str | None = None
+    crn: str | None = None
+    faults: tuple[IbmFault, ...] = fault_list(read=_fault)
+    source: str = "<dict>"
+    # Strict: a circuit not written in its backend's ISA fails with IBM's 1517.
+    strict: bool = True
+    # Open plan: 0; paid: IBM_PAID_PRICE_PER_SECOND unless the scenario says.
+    price_per_second: float = IBM_PAID_PRICE_PER_SECOND
+    max_executions: int = MAX_EXECUTIONS
+    max_input_bytes: int = MAX_INPUT_BYTES
+
+    @classmethod
+    def completed(cls, values: dict[str, Any]) -> dict[str, Any]:
+        if "price_per_second" in values:
+            return values
+        paid = values.get("plan", "paid") == "paid"
+        return {**values, "price_per_second": IBM_PAID_PRICE_PER_SECOND if paid else 0.0}
+
+    def backend(self, name: str) -> IbmBackendSpec | None:
+        for spec in self.backends:
+            if spec.name == name:
+                return spec
+        return None

@@ -24,23 +24,22 @@ import hashlib
 import hmac
 import json
 import secrets
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from flux_quantum.emulator.bill import BilledSession, BilledTask
+from flux_quantum.emulator import isa, openqasm, programs
+from flux_quantum.emulator.bill import SideBill
 from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.ibm.pubs import PubError, pub_circuit
-from flux_quantum.emulator.ibm.runtime import IbmRefusal, IbmRuntime, JobQuery, refuse
+from flux_quantum.emulator.ibm.runtime import IbmRuntime, JobQuery, refuse
 from flux_quantum.emulator.ibm.scenario import ERROR_CODES, IbmBackendSpec, IbmFault, IbmScenario
 from flux_quantum.emulator.ibm.wire import (
     API,
     IAM_PATH,
+    PREFIX,
     bit_rows,
-    braket_source,
     configuration,
     iam_error,
     ibm_error,
@@ -50,9 +49,9 @@ from flux_quantum.emulator.ibm.wire import (
     text_response,
 )
 from flux_quantum.emulator.queue import TaskTimeline
-from flux_quantum.emulator.side import Call, Refusal, VendorSide
-from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
-from flux_quantum.emulator.simulate import simulate as run_program
+from flux_quantum.emulator.routes import Body, Query, Route, SideRoute, on_device, owned
+from flux_quantum.emulator.side import Refusal, TableSide
+from flux_quantum.emulator.simulate import ProgramError
 from flux_quantum.emulator.wire import Request, Response, json_response
 
 BACKEND_VERSION = "1.0.0"
@@ -60,34 +59,61 @@ DEFAULT_SHOTS = 4096
 LIST_LIMIT = 200
 TOKEN_LIFETIME = 3600
 MAX_SIMULATED_QUBITS = 20
+# What QRMI reads with a backend's name for any backend (flux-quantum's default) when the
+# scenario names no key or instance.
+APIKEY = "flux-quantum-emulator"
+# A us-east Qiskit Runtime instance, as IBM Cloud writes one: qiskit-ibm-runtime reads
+# the region of the Runtime API it calls from it.
+CRN = (
+    "crn:v1:bluemix:public:quantum-computing:us-east:"
+    "a/0123456789abcdef0123456789abcdef:f1a2b3c4-flux-quantum-emulator::"
+)
+# What a client that reaches the emulator as its HTTP proxy gives qiskit-ibm-runtime as
+# ``url`` (IBM Cloud's hosts are derived from its host name: ``ibm.cloud``).
+CLOUD_URL = "http://cloud.ibm.com"
 
 
-@dataclass(frozen=True)
-class _Route:
-    operation: str
-    handler: Callable[..., Response]
-    target: str | None = None
-    backend: str | None = None
-    body: Any = None
+def _session(method: str, path: str, operation: str, handler: str) -> Route:
+    return owned(method, path, operation, handler, "session")
 
 
-class IbmService(VendorSide[_Route, IbmFault]):
+class IbmService(TableSide[IbmScenario, IbmFault]):
     """The IBM side's requests answered, from any number of server threads."""
 
-    _refusal = IbmRefusal
     _draws = "ibm-fault"
+    ROUTES = (
+        Route("POST", IAM_PATH, "IamToken", "_iam_token"),
+        Route("GET", f"{API}/backends", "ListBackends", "_list_backends"),
+        on_device("GET", f"{API}/backends/<b>/status", "GetBackendStatus", "_backend_doc", "b"),
+        on_device("GET", f"{API}/backends/<b>/configuration", "GetBackendConfiguration",
+                  "_backend_doc", "b"),
+        on_device("GET", f"{API}/backends/<b>/properties", "GetBackendProperties",
+                  "_backend_doc", "b"),
+        Route("POST", f"{API}/jobs", "CreateJob", "_create_job", Body("backend"), Body("backend"),
+              creates=True),
+        Route("GET", f"{API}/jobs", "ListJobs", "_list_jobs", device=Query("backend")),
+        owned("GET", f"{API}/jobs/<job>", "GetJob", "_get_job"),
+        owned("DELETE", f"{API}/jobs/<job>", "DeleteJob", "_delete_job"),
+        owned("POST", f"{API}/jobs/<job>/cancel", "CancelJob", "_cancel_job"),
+        owned("GET", f"{API}/jobs/<job>/results", "GetJobResults", "_job_results"),
+        owned("GET", f"{API}/jobs/<job>/logs", "GetJobLogs", "_job_logs"),
+        Route("GET", f"{API}/instances/usage", "GetInstanceUsage", "_instance_usage"),
+        Route("POST", f"{API}/sessions", "CreateSession", "_create_session",
+              device=Body("backend", "backend_name"), creates=True),
+        _session("GET", f"{API}/sessions/<session>", "GetSession", "_get_session"),
+        _session("PATCH", f"{API}/sessions/<session>", "UpdateSession", "_update_session"),
+        _session("DELETE", f"{API}/sessions/<session>/close", "CloseSession", "_close_session"),
+    )  # fmt: skip
 
     def __init__(
         self,
         scenario: IbmScenario,
         clock: Clock,
         seed: int = 0,
-        stop: threading.Event | None = None,
-        on_call: Callable[[Call], None] | None = None,
         wall: Callable[[], float] = time.time,
+        **wiring: Any,
     ) -> None:
-        super().__init__(clock, seed, stop, on_call, faults=len(scenario.faults))
-        self.scenario = scenario
+        super().__init__(scenario, clock, seed, **wiring)
         self.runtime = IbmRuntime(scenario.backends, clock, seed)
         self._wall = wall
 
@@ -122,110 +148,68 @@ class IbmService(VendorSide[_Route, IbmFault]):
     def pending(self, backend: str) -> int:
         return self.runtime.pending(backend)
 
-    def bill(self) -> tuple[list[BilledTask], list[BilledSession]]:
+    def bill(self) -> SideBill:
         """Every job and session so far, at the scenario's ``price_per_second``."""
-        return self.runtime.bill(self.scenario.price_per_second)
+        return SideBill(*self.runtime.bill(self.scenario.price_per_second))
+
+    def env(self, url: str) -> dict[str, str]:
+        """QRMI's settings for each emulated backend (``<backend>_QRMI_IBM_QCS_*``, as qrmi
+        reads them), plus the same without a prefix (flux-quantum's default for any
+        backend), the emulator serving at ``url``."""
+        base = url.rstrip("/")
+        settings = {
+            "QRMI_IBM_QCS_ENDPOINT": base + API,
+            "QRMI_IBM_QCS_IAM_ENDPOINT": base + PREFIX,
+            "QRMI_IBM_QCS_IAM_APIKEY": self.scenario.apikey or APIKEY,
+            "QRMI_IBM_QCS_SERVICE_CRN": self.scenario.crn or CRN,
+        }
+        env = dict(settings)
+        for backend in self.scenario.backends:
+            env.update({f"{backend.name}_{key}": value for key, value in settings.items()})
+        # qiskit-ibm-runtime's own settings (it reads IAM_URL; the rest are what its
+        # QiskitRuntimeService is given, with the emulator as its HTTP proxy: see
+        # docs/vendors.md and ibm.cloud).
+        env.update(
+            {
+                "QISKIT_IBM_CHANNEL": "ibm_quantum_platform",
+                "QISKIT_IBM_URL": CLOUD_URL,
+                "QISKIT_IBM_TOKEN": settings["QRMI_IBM_QCS_IAM_APIKEY"],
+                "QISKIT_IBM_INSTANCE": settings["QRMI_IBM_QCS_SERVICE_CRN"],
+                "IAM_URL": base + PREFIX,
+            }
+        )
+        return env
 
     # -- dispatch -----------------------------------------------------------------------------
 
-    def _refused(self, request: Request, refusal: Refusal) -> _Route:
-        return _Route("Unknown", self._unknown)
+    def _not_found(self, request: Request) -> Refusal:
+        return refuse(1000, f"the emulator does not implement {request.method} {request.path}", 404)
 
-    def _faults_of(self) -> Sequence[IbmFault]:
-        return self.scenario.faults
+    def _device_of(self, kind: str, key: str) -> str | None:
+        if kind == "session":
+            return self.runtime.backend_of_session(key)
+        return self.runtime.backend_of_job(key)
 
-    def _fault_device(self, route: _Route) -> str | None:
-        return route.backend
+    def _created_effects(self, faults: Sequence[IbmFault]) -> list[str]:
+        return [*super()._created_effects(faults), *["cancel_job" for f in faults if f.cancel_job]]
 
-    def _apply(
-        self, route: _Route, request: Request, faults: list[IbmFault], created: list[str]
+    def _error(
+        self, status: int, message: str, route: SideRoute | None = None, code: str | None = None
     ) -> Response:
-        if route.operation != "IamToken" and route.operation != "Unknown":
-            self._authorize(request)
-        if route.operation == "CreateJob":
-            failure = next((f.fail_job for f in faults if f.fail_job), None)
-            cancels = any(f.cancel_job for f in faults)
-            response = route.handler(route, failure, cancels, created)
-            if created:
-                self._count(*(["fail_job"] if failure else []), *(["cancel_job"] * cancels))
-            return response
-        if route.operation == "CreateSession":
-            return route.handler(route, request, created)
-        return route.handler(route, request)
+        return ibm_error(status, 1000, message)
 
-    def _internal_error(self, route: _Route, message: str) -> Response:
-        return ibm_error(500, 1000, message)
-
-    def _fault_error(self, fault: IbmFault, route: _Route) -> Response | None:
-        return self._fault_response(fault, route) if fault.status or fault.code else None
-
-    def _fault_response(self, fault: IbmFault, route: _Route) -> Response:
+    def _fault_error(self, fault: IbmFault, route: SideRoute) -> Response | None:
+        if not (fault.status or fault.code):
+            return None
         status = fault.http_status()
         code = fault.code or {429: 1202}.get(status, 1000)
         message = fault.message or f"{ERROR_CODES.get(code, (0, 'Error.'))[1]} (injected)"
         return ibm_error(status, code, message)
 
-    def _route(self, request: Request) -> _Route:
-        method, path = request.method, request.path
-        if path == IAM_PATH and method == "POST":
-            return _Route("IamToken", self._iam_token, body=request.body)
-        if not path.startswith(API + "/"):
-            raise refuse(1000, f"the emulator does not implement {method} {path}", 404)
-        parts = request.segments(API)
-        head, n = parts[0], len(parts)
-        if head == "backends":
-            if n == 1 and method == "GET":
-                return _Route("ListBackends", self._list_backends)
-            if n == 3 and method == "GET":
-                operation = {
-                    "status": "GetBackendStatus",
-                    "configuration": "GetBackendConfiguration",
-                    "properties": "GetBackendProperties",
-                }.get(parts[2])
-                if operation:
-                    return _Route(operation, self._backend_doc, parts[1], parts[1], parts[2])
-        if head == "jobs":
-            if n == 1 and method == "POST":
-                body = _json(request)
-                backend = body.get("backend") if isinstance(body.get("backend"), str) else None
-                return _Route("CreateJob", self._create_job, backend, backend, body)
-            if n == 1 and method == "GET":
-                return _Route("ListJobs", self._list_jobs, backend=request.first("backend"))
-            job, backend = parts[1], self.runtime.backend_of_job(parts[1])
-            if n == 2 and method == "GET":
-                return _Route("GetJob", self._get_job, job, backend)
-            if n == 2 and method == "DELETE":
-                return _Route("DeleteJob", self._delete_job, job, backend)
-            if n == 3 and parts[2] == "cancel" and method == "POST":
-                return _Route("CancelJob", self._cancel_job, job, backend)
-            if n == 3 and parts[2] == "results" and method == "GET":
-                return _Route("GetJobResults", self._job_results, job, backend)
-            if n == 3 and parts[2] == "logs" and method == "GET":
-                return _Route("GetJobLogs", self._job_logs, job, backend)
-        if head == "instances" and n == 2 and parts[1] == "usage" and method == "GET":
-            return _Route("GetInstanceUsage", self._instance_usage)
-        if head == "sessions":
-            if n == 1 and method == "POST":
-                body = _json(request)
-                backend = body.get("backend") or body.get("backend_name")
-                return _Route("CreateSession", self._create_session, None, backend, body)
-            sid = parts[1] if n > 1 else ""
-            backend = self.runtime.backend_of_session(sid)
-            if n == 2 and method == "GET":
-                return _Route("GetSession", self._get_session, sid, backend)
-            if n == 2 and method == "PATCH":
-                return _Route("UpdateSession", self._update_session, sid, backend, _json(request))
-            if n == 3 and parts[2] == "close" and method == "DELETE":
-                return _Route("CloseSession", self._close_session, sid, backend)
-        raise refuse(1000, f"the emulator does not implement {method} {path}", 404)
-
-    def _unknown(self, route: _Route, request: Request) -> Response:
-        raise refuse(1000, "unknown operation", 404)
-
     # -- IAM ----------------------------------------------------------------------------------
 
-    def _iam_token(self, route: _Route, request: Request) -> Response:
-        form = parse_qs((route.body or b"").decode("utf-8", "replace"))
+    def _iam_token(self, route: SideRoute, request: Request) -> Response:
+        form = parse_qs(request.body.decode("utf-8", "replace"))
         apikey = (form.get("apikey") or [""])[0]
         if not apikey or (self.scenario.apikey is not None and apikey != self.scenario.apikey):
             return iam_error(400, "Provided API key could not be found.")
@@ -264,7 +248,9 @@ class IbmService(VendorSide[_Route, IbmFault]):
             and hmac.compare_digest(signature, self._signature(signed))
         )
 
-    def _authorize(self, request: Request) -> None:
+    def _authorize(self, route: SideRoute, request: Request) -> None:
+        if route.operation == "IamToken":
+            return
         if not self.knows_token(request):
             raise refuse(1201, "Invalid credentials: no valid IAM bearer token.")
         crn = self.scenario.crn
@@ -279,7 +265,7 @@ class IbmService(VendorSide[_Route, IbmFault]):
             raise refuse(1007, f"Backend {name} not found.")
         return spec
 
-    def _list_backends(self, route: _Route, request: Request) -> Response:
+    def _list_backends(self, route: SideRoute, request: Request) -> Response:
         specs = self.scenario.backends
         devices = []
         for spec, (status, reason, pending) in zip(
@@ -300,10 +286,10 @@ class IbmService(VendorSide[_Route, IbmFault]):
             devices.append(entry)
         return json_response(200, {"devices": devices})
 
-    def _backend_doc(self, route: _Route, request: Request) -> Response:
+    def _backend_doc(self, route: SideRoute, request: Request) -> Response:
         spec = self._spec(route.target)
         [(status, reason, pending)] = self.runtime.backend_states([spec])
-        if route.body == "status":
+        if route.operation == "GetBackendStatus":
             return json_response(
                 200,
                 {
@@ -314,7 +300,7 @@ class IbmService(VendorSide[_Route, IbmFault]):
                     "backend_version": BACKEND_VERSION,
                 },
             )
-        if route.body == "configuration":
+        if route.operation == "GetBackendConfiguration":
             return json_response(200, configuration(spec, BACKEND_VERSION))
         when = timestamp(self.clock, 0.0)
         return json_response(200, properties(spec, BACKEND_VERSION, self.seed, when))
@@ -322,12 +308,12 @@ class IbmService(VendorSide[_Route, IbmFault]):
     # -- jobs ---------------------------------------------------------------------------------
 
     def _create_job(
-        self, route: _Route, failure: str | None, cancels: bool, created: list[str]
-    ) -> Response:
-        body = route.body
+        self, route: SideRoute, request: Request, faults: list[IbmFault]
+    ) -> tuple[Response, str]:
+        body = _json(request)
         if body.get("program_id") != "sampler":
             raise refuse(1002, "the emulator runs the sampler program only", 400)
-        spec = self._spec(route.backend)
+        spec = self._spec(route.device)
         params = body.get("params")
         if not isinstance(params, dict) or not isinstance(params.get("pubs"), list):
             raise refuse(1002, "params.pubs must be a list of pubs", 400)
@@ -351,8 +337,9 @@ class IbmService(VendorSide[_Route, IbmFault]):
                 f"{self.scenario.max_executions} for a Sampler job.",
             )
         session_id = body.get("session_id")
+        refused = self._non_isa(pubs, spec)
         results = []
-        for qasm, shots in pubs:
+        for qasm, shots in pubs if refused is None else []:
             results.append((register_name(qasm), *self._simulate(qasm, shots, spec), shots))
         job_id = self.runtime.create_job(
             spec,
@@ -360,16 +347,35 @@ class IbmService(VendorSide[_Route, IbmFault]):
             results,
             shots=executions,
             session_id=session_id,
-            cost=body.get("cost") if isinstance(body.get("cost"), int) else 0,
-            failure=failure,
-            cancels=cancels,
+            cost=_integer(body, "cost", 0),
+            failure=self.failure(faults),
+            cancels=any(f.cancel_job for f in faults),
             support_qiskit=params.get("support_qiskit") is not False,
+            refused=refused,
         )
-        created.append(job_id)
         answer = {"id": job_id, "backend": spec.name, "private": False}
         if session_id is not None:
             answer["session_id"] = session_id
-        return json_response(200, answer)
+        return json_response(200, answer), job_id
+
+    def _non_isa(self, pubs: list[tuple[str, int]], spec: IbmBackendSpec) -> tuple[int, str] | None:
+        """IBM's code and reason when a pub's circuit is not written in the backend's
+        ISA (the job is created and fails at once, as IBM's validation fails it); None
+        when all are, or the scenario is not strict."""
+        for qasm, _shots in pubs:  # wider than the device: IBM's validation refuses it
+            try:
+                openqasm.check_width(qasm, spec.qubits)
+            except ProgramError as exc:
+                raise refuse(
+                    1002, f"Error in the validation process of the job: {exc}", 400
+                ) from None
+        if not self.scenario.strict:
+            return None
+        for qasm, _shots in pubs:
+            detail = isa.violation(qasm, spec.basis_gates, spec.pairs, spec.qubits)
+            if detail is not None:
+                return isa.CODE, isa.reason(detail)
+        return None
 
     def _pub(self, pub: Any, params: dict[str, Any], spec: IbmBackendSpec) -> tuple[str, int]:
         if not isinstance(pub, list) or not pub:
@@ -394,24 +400,18 @@ class IbmService(VendorSide[_Route, IbmFault]):
         return circuit, shots
 
     def _simulate(self, qasm: str, shots: int, spec: IbmBackendSpec) -> tuple[list[int], int]:
-        action = json.dumps(
-            {
-                "braketSchemaHeader": {"name": OPENQASM_PROGRAM, "version": "1"},
-                "source": braket_source(qasm),
-            }
-        )
-        request = SimulationRequest(action, shots, "braket_sv", spec.qubits, MAX_SIMULATED_QUBITS)
+        source = programs.braket_source(qasm)
         try:
-            result = run_program(request)
+            result = programs.run(source, shots, spec.qubits, MAX_SIMULATED_QUBITS)
         except ProgramError as exc:
             raise refuse(1002, f"Error in the validation process of the job: {exc}", 400) from exc
         return bit_rows(result.get("measurements") or [])
 
-    def _get_job(self, route: _Route, request: Request) -> Response:
+    def _get_job(self, route: SideRoute, request: Request) -> Response:
         with_params = request.first("exclude_params") != "true"
         return json_response(200, self.runtime.job_document(route.target, with_params))
 
-    def _list_jobs(self, route: _Route, request: Request) -> Response:
+    def _list_jobs(self, route: SideRoute, request: Request) -> Response:
         q = request.first
         try:
             limit = min(LIST_LIMIT, int(q("limit") or LIST_LIMIT))
@@ -439,24 +439,24 @@ class IbmService(VendorSide[_Route, IbmFault]):
             200, {"jobs": page, "count": len(rows), "offset": offset, "limit": limit}
         )
 
-    def _cancel_job(self, route: _Route, request: Request) -> Response:
+    def _cancel_job(self, route: SideRoute, request: Request) -> Response:
         self.runtime.cancel_job(route.target)
         return Response(204)
 
-    def _delete_job(self, route: _Route, request: Request) -> Response:
+    def _delete_job(self, route: SideRoute, request: Request) -> Response:
         self.runtime.delete_job(route.target)
         return Response(204)
 
-    def _job_results(self, route: _Route, request: Request) -> Response:
+    def _job_results(self, route: SideRoute, request: Request) -> Response:
         return text_response(self.runtime.job_result(route.target))
 
-    def _job_logs(self, route: _Route, request: Request) -> Response:
+    def _job_logs(self, route: SideRoute, request: Request) -> Response:
         self.runtime.job(route.target)
         return text_response("")
 
-    def _instance_usage(self, route: _Route, request: Request) -> Response:
+    def _instance_usage(self, route: SideRoute, request: Request) -> Response:
         """The instance's usage this period: the seconds its jobs were billed, no limit."""
-        jobs, _ = self.runtime.bill(self.scenario.price_per_second)
+        jobs = self.bill().tasks
         consumed = sum(job.billed_seconds or 0.0 for job in jobs)
         return json_response(
             200,
@@ -470,30 +470,31 @@ class IbmService(VendorSide[_Route, IbmFault]):
 
     # -- sessions -----------------------------------------------------------------------------
 
-    def _create_session(self, route: _Route, request: Request, created: list[str]) -> Response:
-        body = route.body
+    def _create_session(
+        self, route: SideRoute, request: Request, faults: list[IbmFault]
+    ) -> tuple[Response, str]:
+        body = _json(request)
         mode = body.get("mode", "dedicated")
         if mode not in ("dedicated", "batch"):
             raise refuse(1000, f"mode must be dedicated or batch, got {mode!r}", 400)
-        spec = self._spec(route.backend)
+        spec = self._spec(route.device)
         if mode == "dedicated" and self.scenario.plan == "open":
             raise refuse(1352)
-        max_ttl = body.get("max_ttl") if isinstance(body.get("max_ttl"), int) else 28800
+        max_ttl = _integer(body, "max_ttl", 28800)
         doc = self.runtime.open_session(spec, mode, max_ttl)
-        created.append(doc["id"])
-        return json_response(200, doc)
+        return json_response(200, doc), doc["id"]
 
-    def _get_session(self, route: _Route, request: Request) -> Response:
+    def _get_session(self, route: SideRoute, request: Request) -> Response:
         return json_response(200, self.runtime.session_document(route.target))
 
-    def _update_session(self, route: _Route, request: Request) -> Response:
-        accepting = route.body.get("accepting_jobs")
+    def _update_session(self, route: SideRoute, request: Request) -> Response:
+        accepting = _json(request).get("accepting_jobs")
         if not isinstance(accepting, bool):
             raise refuse(1000, "accepting_jobs must be true or false", 400)
         self.runtime.set_accepting(route.target, accepting)
         return Response(204)
 
-    def _close_session(self, route: _Route, request: Request) -> Response:
+    def _close_session(self, route: SideRoute, request: Request) -> Response:
         """Close now: queued and running jobs of the session are cancelled."""
         self.runtime.close_session(route.target)
         return Response(204)
@@ -518,3 +519,8 @@ def _json(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise refuse(1000, "the body is not a JSON object", 400)
     return body
+
+
+def _integer(body: dict[str, Any], key: str, default: int) -> int:
+    value = body.get(key)
+    return value if isinstance(value, int) else default

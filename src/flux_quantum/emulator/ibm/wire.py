@@ -9,10 +9,8 @@ two forms: qiskit-ibm-runtime's ``RuntimeEncoder`` JSON (``PrimitiveResult`` >
 ``SamplerPubResult`` > ``DataBin`` > ``BitArray``) for a job sent with
 ``support_qiskit: true`` or none, and the plain JSON IBM answers a job sent with
 ``support_qiskit: false`` (``{"results": [{"data": {REGISTER: {"samples": ["0x3", ...],
-"num_bits": N}}, "metadata": {...}}], "metadata": {...}}``), and the
-translation of an IBM-flavoured OpenQASM 3 circuit (``stdgates.inc`` names such as ``sx``,
-``cx``) into the dialect the Braket local simulator runs. It holds no state and does no
-I/O.
+"num_bits": N}}, "metadata": {...}}], "metadata": {...}}``), and the name of a
+circuit's classical register. It holds no state and does no I/O.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from flux_quantum.emulator import topology
 from flux_quantum.emulator.ibm.scenario import ERROR_CODES, IbmBackendSpec
 from flux_quantum.emulator.wire import Response
 
@@ -35,22 +34,6 @@ PREFIX = "/ibm"
 API = PREFIX + "/api/v1"
 IAM_PATH = PREFIX + "/identity/token"
 
-# qiskit's stdgates.inc names the Braket simulator does not know, as Braket gates.
-_STDGATE_ALIASES: dict[str, str] = {
-    "sx": "gate sx a { v a; }",
-    "sxdg": "gate sxdg a { vi a; }",
-    "cx": "gate cx a, b { cnot a, b; }",
-    "ccx": "gate ccx a, b, c { ccnot a, b, c; }",
-    "sdg": "gate sdg a { si a; }",
-    "tdg": "gate tdg a { ti a; }",
-    "id": "gate id a { i a; }",
-    "p": "gate p(l) a { phaseshift(l) a; }",
-    "cp": "gate cp(l) a, b { cphaseshift(l) a, b; }",
-    "rzz": "gate rzz(t) a, b { zz(t) a, b; }",
-    "rxx": "gate rxx(t) a, b { xx(t) a, b; }",
-    "ryy": "gate ryy(t) a, b { yy(t) a, b; }",
-}
-_INCLUDE = re.compile(r'^\s*include\s+"stdgates\.inc"\s*;\s*$', re.M)
 _REGISTER = re.compile(
     r"^\s*(?:bit\s*(?:\[\s*(\d+)\s*\])?\s+(\w+)|creg\s+(\w+)\s*\[\s*(\d+)\s*\])", re.M
 )
@@ -90,12 +73,9 @@ def parse_timestamp(text: str) -> datetime:
 
 
 def coupling_map(spec: IbmBackendSpec) -> list[list[int]]:
-    """A line of qubits, both directions (real backends are heavy-hex; a line keeps the
-    emulator's map readable and every neighbour pair valid)."""
-    edges = []
-    for q in range(spec.qubits - 1):
-        edges += [[q, q + 1], [q + 1, q]]
-    return edges
+    """The backend's coupled pairs, both directions (its two-qubit gate is symmetric):
+    heavy-hex for IBM's 127-, 133- and 156-qubit processors (see ``topology``)."""
+    return topology.both_ways(spec.pairs)
 
 
 def two_qubit_gates(spec: IbmBackendSpec) -> list[str]:
@@ -184,24 +164,6 @@ def _gate(gate: str, qubits: list[int], error: float, length: float, date: str) 
 
 
 # --- circuits ------------------------------------------------------------------------------
-
-
-def braket_source(qasm: str) -> str:
-    """``qasm`` (OpenQASM 3 as IBM takes it) in the dialect the Braket simulator runs:
-    ``include "stdgates.inc"`` dropped, the stdgates names it lacks defined from its own."""
-    source = _INCLUDE.sub("", qasm)
-    definitions = []
-    for name, definition in _STDGATE_ALIASES.items():
-        used = re.search(rf"(^|[;{{}}])\s*{name}\s*[\s(]", source, re.M)
-        defined = re.search(rf"\bgate\s+{name}\b", source)
-        if used and not defined:
-            definitions.append(definition)
-    if not definitions:
-        return source
-    lines = source.splitlines()
-    # Definitions go after the version line (which must stay first).
-    at = next((i + 1 for i, line in enumerate(lines) if line.strip().startswith("OPENQASM")), 0)
-    return "\n".join(lines[:at] + definitions + lines[at:]) + "\n"
 
 
 def register_name(qasm: str) -> str:

@@ -12,5 +12,15 @@ vendor's side.
 from flux_quantum.emulator.ibmqs.scenario import IbmQsBackendSpec, IbmQsFault, IbmQsScenario
 from flux_quantum.emulator.ibmqs.service import IbmQsService
 from flux_quantum.emulator.ibmqs.wire import API, PREFIX
+from flux_quantum.emulator.side import SideEntry, serve
 
-__all__ = ["API", "PREFIX", "IbmQsBackendSpec", "IbmQsFault", "IbmQsScenario", "IbmQsService"]
+# An on-premises IBM Quantum System (under /ibm-qs: its API, IAM and S3 bucket), as QRMI's
+# IBMQuantumSystem resource reaches it.
+SIDE = SideEntry(
+    "ibm_qs", "ibm-quantum-system", (PREFIX,), serve(IbmQsService), IbmQsScenario, "ibm_qs",
+    "--ibm-qs-scenario", "IBM Quantum System", lambda s: len(s.backends),
+)  # fmt: skip
+
+__all__ = [
+    "API", "PREFIX", "SIDE", "IbmQsBackendSpec", "IbmQsFault", "IbmQsScenario", "IbmQsService",
+]  # fmt: skip

@@ -14,6 +14,7 @@ Shape (every key but ``backends`` optional)::
     bucket: flux-quantum-qs          # the S3 bucket jobs' input and results live in
     region: us-east-1
     price_per_second: 1.60           # US dollars per QPU second
+    strict: true                     # false: circuits outside a backend's ISA run anyway
     backends:
       - name: ibm_kobe               # the QRMI resource id
         qubits: 5
@@ -21,6 +22,8 @@ Shape (every key but ``backends`` optional)::
         queue: {depth: 2, service_time: 5}
         paused: [[100, 200]]         # paused: jobs wait, none starts (QRMI: Paused)
         status: online               # or paused / offline for the whole run
+        basis_gates: [ecr, id, rz, sx, x]
+        coupling_map: [[0, 1], ...]  # default: heavy-hex for 127/133/156 qubits, else a line
     faults:
       - operation: CreateJob         # or a list; see OPERATIONS
         backend: ibm_kobe
@@ -36,11 +39,11 @@ the pay-as-you-go rate of IBM's cloud (US$1.60 per QPU second) for comparison.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum.emulator.reading import Reader, ScenarioFile
+from flux_quantum.emulator import topology
+from flux_quantum.emulator.reading import Record, ScenarioFile, device_list, fault_list, setting
 from flux_quantum.emulator.scenario import JobFault, QueueSpec
 
 OPERATIONS = (
@@ -59,24 +62,32 @@ OPERATIONS = (
     "GetObject",
 )
 STATUSES = ("online", "paused", "offline")
-DEFAULT_APIKEY = "emulator-ibm-qs-apikey"
-DEFAULT_CRN = "crn:v1:flux-quantum:emulator:quantum-system:::"
-DEFAULT_ACCESS_KEY = "emulator-qs-access-key"
-DEFAULT_SECRET_KEY = "emulator-qs-secret-key"
-DEFAULT_BUCKET = "flux-quantum-qs"
-DEFAULT_PRICE_PER_SECOND = 1.60
+
+
+def _backend_name(name: str) -> str | None:
+    # QRMI reads its settings from environment variables named <name>_QRMI_IBM_QS_*.
+    if name.isascii() and name.replace("_", "").isalnum():
+        return None
+    return f"must be letters, digits and '_', got {name!r}"
 
 
 @dataclass(frozen=True)
-class IbmQsBackendSpec:
+class IbmQsBackendSpec(Record):
     """One emulated backend of an IBM Quantum System."""
 
-    name: str
-    qubits: int
-    queue: QueueSpec = QueueSpec()
+    name: str = setting(check=_backend_name)
+    qubits: int = 5
+    queue: QueueSpec = QueueSpec(service_time=2.0)
     lanes: int = 1
-    status: str = "online"
+    status: str = setting("online", choices=STATUSES)
     paused: tuple[tuple[float, float], ...] = ()
+    basis_gates: tuple[str, ...] = setting(("ecr", "id", "rz", "sx", "x"), noun="gate name")
+    coupling_map: tuple[tuple[int, int], ...] = setting((), kind="pairs")
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        """Its coupled qubit pairs (``topology.ibm``)."""
+        return topology.ibm(self.qubits, self.coupling_map)
 
     @property
     def queue_key(self) -> str:
@@ -102,64 +113,19 @@ class IbmQsScenario(ScenarioFile):
     LABEL = "IBM Quantum System"
     DEFAULT = DEFAULT_IBM_QS_SCENARIO
 
-    backends: tuple[IbmQsBackendSpec, ...]
-    apikey: str = DEFAULT_APIKEY
-    crn: str = DEFAULT_CRN
-    access_key_id: str = DEFAULT_ACCESS_KEY
-    secret_access_key: str = DEFAULT_SECRET_KEY
-    bucket: str = DEFAULT_BUCKET
+    backends: tuple[IbmQsBackendSpec, ...] = device_list("backend")
+    apikey: str = "emulator-ibm-qs-apikey"
+    crn: str = "crn:v1:flux-quantum:emulator:quantum-system:::"
+    access_key_id: str = "emulator-qs-access-key"
+    secret_access_key: str = "emulator-qs-secret-key"
+    bucket: str = "flux-quantum-qs"
     region: str = "us-east-1"
-    price_per_second: float = DEFAULT_PRICE_PER_SECOND
+    price_per_second: float = 1.60
     max_simulated_qubits: int = 20
-    faults: tuple[IbmQsFault, ...] = ()
+    faults: tuple[IbmQsFault, ...] = fault_list(OPERATIONS, "CreateJob")
     source: str = "<dict>"
+    # Strict: a circuit not written in its backend's ISA fails with IBM's 1517.
+    strict: bool = True
 
     def backend(self, name: str) -> IbmQsBackendSpec | None:
         return next((b for b in self.backends if b.name == name), None)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> IbmQsScenario:
-        return _Reader("IBM Quantum System", source).scenario(data)
-
-
-class _Reader(Reader):
-    """The scenario's own fields, read with the shared typed reads."""
-
-    def scenario(self, data: Mapping[str, Any]) -> IbmQsScenario:
-        texts = ("apikey", "crn", "access_key_id", "secret_access_key", "bucket", "region")
-        accepted = (*texts, "price_per_second", "max_simulated_qubits", "backends", "faults")
-        top = self.mapping(data, "(top level)", accepted)
-        backends, faults = self.devices_and_faults(
-            top, "backends", self.backend, OPERATIONS, "CreateJob"
-        )
-        defaults = IbmQsScenario(backends=())
-        values = {k: self.text(top.get(k, getattr(defaults, k)), k) for k in texts}
-        return IbmQsScenario(
-            backends=tuple(backends),
-            price_per_second=self.number(
-                top.get("price_per_second", DEFAULT_PRICE_PER_SECOND), "price_per_second"
-            ),
-            max_simulated_qubits=self.integer(
-                top.get("max_simulated_qubits", 20), "max_simulated_qubits", low=1
-            ),
-            faults=faults,
-            source=self.source,
-            **values,
-        )
-
-    def backend(self, raw: Any, index: int) -> IbmQsBackendSpec:
-        where = f"backends[{index}]"
-        d = self.mapping(raw, where, ("name", "qubits", "queue", "lanes", "status", "paused"))
-        name = self.text(d.get("name"), f"{where}.name")
-        if not name.isascii() or not name.replace("_", "").isalnum():
-            # QRMI reads its settings from environment variables named <name>_QRMI_IBM_QS_*.
-            raise self.fail(f"{where}.name", f"must be letters, digits and '_', got {name!r}")
-        where = f"backend {name!r}:"
-        return IbmQsBackendSpec(
-            name=name,
-            qubits=self.integer(d.get("qubits", 5), f"{where} qubits", low=1),
-            queue=self.queue(d.get("queue", {}), where, service_time=2.0),
-            lanes=self.integer(d.get("lanes", 1), f"{where} lanes", low=1),
-            status=self.choice(d.get("status", "online"), f"{where} status", STATUSES),
-            paused=self.periods(d.get("paused", []), f"{where} paused"),
-        )

@@ -60,16 +60,14 @@ from __future__ import annotations
 import json
 import math
 import secrets
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
-from flux_quantum.emulator.bill import BilledTask, timed_task
-from flux_quantum.emulator.clock import Clock, iso, timestamp
-from flux_quantum.emulator.ibm.wire import bit_rows, braket_source, register_name, sampler_result
+from flux_quantum.emulator import isa, openqasm, programs, topology
+from flux_quantum.emulator.clock import iso, timestamp
+from flux_quantum.emulator.ibm.wire import bit_rows, register_name, sampler_result
 from flux_quantum.emulator.ibmqs.scenario import IbmQsBackendSpec, IbmQsFault, IbmQsScenario
 from flux_quantum.emulator.ibmqs.wire import (
     API,
@@ -84,66 +82,72 @@ from flux_quantum.emulator.ibmqs.wire import (
     object_of,
     qs_error,
 )
-from flux_quantum.emulator.queue import DeviceQueue
+from flux_quantum.emulator.job_side import JobSide, SideJob
+from flux_quantum.emulator.routes import Body, Route, SideRoute, on_device, owned
 from flux_quantum.emulator.scenario import DeviceQueueSpec
-from flux_quantum.emulator.side import Call, JobRoute, JobSide, Refusal
-from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
-from flux_quantum.emulator.simulate import simulate as run_program
-from flux_quantum.emulator.wire import Request, Response, body_field, json_response
+from flux_quantum.emulator.side import UNSERVED, Missing, Refusal
+from flux_quantum.emulator.simulate import ProgramError
+from flux_quantum.emulator.wire import Request, Response, json_response
 
 DEFAULT_SHOTS = 4096
 TOKEN_LIFETIME = 3600
 
 
 @dataclass
-class QsJob:
-    """One job: the facts fixed at creation; its progress lives in its backend's queue."""
+class QsJob(SideJob):
+    """One job on its backend (``device``): the facts fixed at creation; its progress
+    lives in its backend's queue."""
 
-    id: str
-    backend: str
-    program_id: str
-    created_t: float
-    shots: int
-    storage: dict[str, Any] = field(repr=False)
-    result: str = field(repr=False)
+    program_id: str = "sampler"
+    storage: dict[str, Any] = field(default_factory=dict, repr=False)
+    result: str = field(default="", repr=False)
     timeout_secs: int | None = None
     failure: str | None = None
     deleted: bool = False
 
 
-def _queue_spec(spec: IbmQsBackendSpec) -> DeviceQueueSpec:
-    """The shared queue model's view of a backend: paused periods start no job; a backend
-    paused or offline for the whole run never serves."""
-    down = [(0.0, math.inf)] if spec.status != "online" else list(spec.paused)
-    return DeviceQueueSpec.waiting_during(spec.queue_key, spec.name, spec.queue, down)
+_V1 = API + "/v1"
 
 
-class IbmQsService(JobSide[IbmQsFault]):
+class IbmQsService(JobSide[IbmQsScenario, IbmQsFault]):
     """The IBM Quantum System side's requests answered, from any number of server threads."""
 
+    vendor = "ibm-quantum-system"
     _draws = "ibm-qs-fault"
+    MISSING = Missing(
+        UNSERVED, "Backend {name} not found.",
+        codes=("not_found", "backend_not_found", "job_not_found"),
+    )  # fmt: skip
+    ROUTES = (
+        Route("POST", IAM_PATH, "IamToken", "_iam"),
+        Route("PUT", f"{S3}/<bucket>/<key*>", "PutObject", "_put_object", "s3://<bucket>/<key>"),
+        Route("GET", f"{S3}/<bucket>/<key*>", "GetObject", "_get_object", "s3://<bucket>/<key>"),
+        Route("GET", f"{_V1}/backends", "ListBackends", "_list_backends"),
+        on_device("GET", f"{_V1}/backends/<b>", "GetBackend", "_backend", "b"),
+        on_device("GET", f"{_V1}/backends/<b>/lanes", "GetBackendLanes", "_backend", "b"),
+        on_device("GET", f"{_V1}/backends/<b>/configuration", "GetBackendConfiguration",
+                  "_backend", "b"),
+        on_device("GET", f"{_V1}/backends/<b>/properties", "GetBackendProperties", "_backend",
+                  "b"),
+        Route("GET", f"{_V1}/jobs", "ListJobs", "_list_jobs"),
+        Route("POST", f"{_V1}/jobs", "CreateJob", "_create", device=Body("backend"), creates=True),
+        owned("GET", f"{_V1}/jobs/<job>", "GetJob", "_get_job"),
+        owned("DELETE", f"{_V1}/jobs/<job>", "DeleteJob", "_delete"),
+        owned("POST", f"{_V1}/jobs/<job>/cancel", "CancelJob", "_cancel"),
+    )  # fmt: skip
 
-    def __init__(
-        self,
-        scenario: IbmQsScenario,
-        clock: Clock,
-        seed: int = 0,
-        stop: threading.Event | None = None,
-        on_call: Callable[[Call], None] | None = None,
-    ) -> None:
-        super().__init__(scenario, clock, seed, stop, on_call)
-        self.scenario: IbmQsScenario
-        self._queues = {b.name: DeviceQueue(_queue_spec(b), seed) for b in scenario.backends}
-        self._jobs: dict[str, QsJob] = {}
+    def _setup(self) -> None:
+        super()._setup()
         self._objects: dict[tuple[str, str], bytes] = {}
         self._tokens: set[str] = set()
 
-    # -- views for tests and the facade ---------------------------------------------------
+    def _queue_spec(self, spec: IbmQsBackendSpec) -> DeviceQueueSpec:
+        """Paused periods start no job; a backend paused or offline for the whole run
+        never serves."""
+        down = [(0.0, math.inf)] if spec.status != "online" else list(spec.paused)
+        return DeviceQueueSpec.waiting_during(spec.queue_key, spec.name, spec.queue, down)
 
-    def job_ids(self, backend: str | None = None) -> list[str]:
-        """Every job created so far (on ``backend``), oldest first, deleted ones too."""
-        with self._lock:
-            return [j.id for j in self._jobs.values() if backend in (None, j.backend)]
+    # -- views for tests and the facade ---------------------------------------------------
 
     def job_deleted(self, job_id: str) -> bool:
         with self._lock:
@@ -153,17 +157,6 @@ class IbmQsService(JobSide[IbmQsFault]):
         """The object ``key`` of the scenario's bucket, as the client put it."""
         with self._lock:
             return self._objects.get((self.scenario.bucket, key))
-
-    def bill(self) -> list[BilledTask]:
-        """Every job so far: a completed one billed its run seconds x ``price_per_second``."""
-        with self._lock:
-            now = self.clock.now()
-            return [
-                timed_task("ibm-quantum-system", job.id, job.backend, None, job.shots,
-                           job.created_t, self._queues[job.backend].progress(job.id, now),
-                           self.scenario.price_per_second)
-                for job in self._jobs.values()
-            ]  # fmt: skip
 
     def env(self, url: str) -> dict[str, str]:
         """QRMI's settings reaching this service from ``url`` (the emulator's base URL), as
@@ -185,19 +178,25 @@ class IbmQsService(JobSide[IbmQsFault]):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _authorize(self, route: JobRoute, request: Request) -> None:
-        if route.operation in ("PutObject", "GetObject"):
-            self._authorize_s3(request)
-        elif route.operation not in ("IamToken", "Unknown"):
-            self._authorize_api(request)
+    def _not_found(self, request: Request) -> Refusal:
+        if request.path.startswith(S3 + "/"):
+            what = f"the emulator does not implement {request.method} {request.path}"
+            return S3Refusal(404, "NoSuchKey", what)
+        return super()._not_found(request)
 
-    def _internal_error(self, route: JobRoute, message: str) -> Response:
+    def _error(
+        self, status: int, message: str, route: SideRoute | None = None, code: str | None = None
+    ) -> Response:
+        return qs_error(status, code or f"http_{status}", message)
+
+    def _internal_error(self, route: SideRoute, message: str) -> Response:
         return qs_error(500, "internal_error", message)
 
-    def _fault_error(self, fault: IbmQsFault, route: JobRoute) -> Response | None:
-        if not fault.status:
-            return None
-        return qs_error(fault.status, f"http_{fault.status}", fault.message or "Injected fault.")
+    def _authorize(self, route: SideRoute, request: Request) -> None:
+        if route.operation in ("PutObject", "GetObject"):
+            self._authorize_s3(request)
+        elif route.operation != "IamToken":
+            self._authorize_api(request)
 
     def _authorize_api(self, request: Request) -> None:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -213,66 +212,9 @@ class IbmQsService(JobSide[IbmQsFault]):
         if not auth.startswith(f"AWS4-HMAC-SHA256 Credential={self.scenario.access_key_id}/"):
             raise S3Refusal(403, "InvalidAccessKeyId", "The access key ID does not exist.")
 
-    def _route(self, request: Request) -> JobRoute:
-        method, path = request.method, request.path
-        if path == IAM_PATH and method == "POST":
-            return JobRoute("IamToken", self._iam)
-        if path.startswith(S3 + "/"):
-            parts = request.segments(S3)
-            if len(parts) >= 2:
-                key = "/".join(parts[1:])
-                if method == "PUT":
-                    return JobRoute("PutObject", self._put_object, f"s3://{parts[0]}/{key}")
-                if method == "GET":
-                    return JobRoute("GetObject", self._get_object, f"s3://{parts[0]}/{key}")
-            raise S3Refusal(404, "NoSuchKey", f"the emulator does not implement {method} {path}")
-        if not path.startswith(API + "/v1/"):
-            raise QsRefusal(404, "not_found", f"the emulator does not implement {method} {path}")
-        parts = request.segments(API + "/v1")
-        head, n = parts[0], len(parts)
-        if head == "backends" and method == "GET":
-            if n == 1:
-                return JobRoute("ListBackends", self._list_backends)
-            operation = {
-                None: "GetBackend",
-                "lanes": "GetBackendLanes",
-                "configuration": "GetBackendConfiguration",
-                "properties": "GetBackendProperties",
-            }.get(parts[2] if n == 3 else None if n == 2 else "-")
-            if operation is not None:
-                return JobRoute(operation, self._backend, parts[1], parts[1])
-        if head == "jobs":
-            if n == 1:
-                if method == "GET":
-                    return JobRoute("ListJobs", self._list_jobs)
-                if method == "POST":
-                    return JobRoute(
-                        "CreateJob", self._unknown, None, body_field(request, "backend")
-                    )
-            job = parts[1] if n > 1 else ""
-            with self._lock:
-                known = self._jobs.get(job)
-            backend = known.backend if known else None
-            if n == 2 and method == "GET":
-                return JobRoute("GetJob", self._get_job, job, backend)
-            if n == 2 and method == "DELETE":
-                return JobRoute("DeleteJob", self._delete, job, backend)
-            if n == 3 and parts[2] == "cancel" and method == "POST":
-                return JobRoute("CancelJob", self._cancel, job, backend)
-        raise QsRefusal(404, "not_found", f"the emulator does not implement {method} {path}")
-
-    def _unknown(self, route: JobRoute, request: Request) -> Response:
-        raise QsRefusal(404, "not_found", "Not found.")
-
-    def _spec(self, name: str | None) -> IbmQsBackendSpec:
-        spec = self.scenario.backend(name or "")
-        if spec is None:
-            raise QsRefusal(404, "backend_not_found", f"Backend {name} not found.")
-        return spec
-
     # -- IAM and the bucket -----------------------------------------------------------------
 
-    def _iam(self, route: JobRoute, request: Request) -> Response:
+    def _iam(self, route: SideRoute, request: Request) -> Response:
         form = parse_qs(request.body.decode("utf-8", "replace"))
         grant = (form.get("grant_type") or [""])[0]
         apikey = (form.get("apikey") or [""])[0]
@@ -292,19 +234,19 @@ class IbmQsService(JobSide[IbmQsFault]):
         }
         return json_response(200, doc)
 
-    def _object_key(self, route: JobRoute) -> tuple[str, str]:
+    def _object_key(self, route: SideRoute) -> tuple[str, str]:
         bucket, _, key = (route.target or "").removeprefix("s3://").partition("/")
         if bucket != self.scenario.bucket:
             raise S3Refusal(404, "NoSuchBucket", f"The bucket {bucket} does not exist.")
         return bucket, key
 
-    def _put_object(self, route: JobRoute, request: Request) -> Response:
+    def _put_object(self, route: SideRoute, request: Request) -> Response:
         where = self._object_key(route)
         with self._lock:
             self._objects[where] = request.body
         return Response(200, b"", (("ETag", f'"{secrets.token_hex(16)}"'),))
 
-    def _get_object(self, route: JobRoute, request: Request) -> Response:
+    def _get_object(self, route: SideRoute, request: Request) -> Response:
         where = self._object_key(route)
         with self._lock:
             data = self._objects.get(where)
@@ -347,13 +289,13 @@ class IbmQsService(JobSide[IbmQsFault]):
             "locked": False,
         }
 
-    def _list_backends(self, route: JobRoute, request: Request) -> Response:
+    def _list_backends(self, route: SideRoute, request: Request) -> Response:
         now = self.clock.now()
         return json_response(
             200, {"backends": [self._backend_doc(b, now) for b in self.scenario.backends]}
         )
 
-    def _backend(self, route: JobRoute, request: Request) -> Response:
+    def _backend(self, route: SideRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         if route.operation == "GetBackend":
             return json_response(200, self._backend_doc(spec, self.clock.now()))
@@ -362,15 +304,14 @@ class IbmQsService(JobSide[IbmQsFault]):
                      "ibm_quantum_compute": {"lanes": 1}}  # fmt: skip
             return json_response(200, lanes)
         if route.operation == "GetBackendConfiguration":
-            pairs = [[i, i + 1] for i in range(spec.qubits - 1)]
             return json_response(
                 200,
                 {
                     "backend_name": spec.name,
                     "backend_version": "1.0.0",
                     "n_qubits": spec.qubits,
-                    "basis_gates": ["ecr", "id", "rz", "sx", "x"],
-                    "coupling_map": pairs + [[b, a] for a, b in pairs],
+                    "basis_gates": list(spec.basis_gates),
+                    "coupling_map": topology.both_ways(spec.pairs),
                     "simulator": False,
                     "max_shots": 100_000,
                 },
@@ -384,8 +325,9 @@ class IbmQsService(JobSide[IbmQsFault]):
     # -- jobs -------------------------------------------------------------------------------
 
     def _create(
-        self, route: JobRoute, request: Request, failure: str | None, created: list[str]
-    ) -> Response:
+        self, route: SideRoute, request: Request, faults: list[IbmQsFault]
+    ) -> tuple[Response, str]:
+        failure = self.failure(faults)
         try:
             body = json.loads(request.body or b"null")
         except ValueError:
@@ -408,27 +350,33 @@ class IbmQsService(JobSide[IbmQsFault]):
             raise QsRefusal(409, "conflict", f"A job with id {body['id']} already exists.")
         if data is None:
             raise QsRefusal(400, "invalid_request", "The job's input could not be read.")
-        result, shots = self._run_pubs(data, spec, body["id"])
+        result, shots, refused = self._run_pubs(data, spec, body["id"])
         with self._lock:
             now = self.clock.now()
             job = QsJob(
                 id=body["id"],
-                backend=spec.name,
+                device=spec.name,
                 program_id=body["program_id"],
                 created_t=now,
                 shots=shots,
                 storage=storage,
                 result=result,
                 timeout_secs=body.get("timeout_secs"),
-                failure=failure,
+                failure=refused or failure,
             )
-            self._queues[spec.name].submit(job.id, now, shots, fails=failure is not None)
+            if refused is not None:  # it fails at once, as the system's validation fails it
+                self._queues[spec.name].refuse(job.id, now)
+            else:
+                self._queues[spec.name].submit(job.id, now, shots, fails=failure is not None)
             self._jobs[job.id] = job
-        created.append(job.id)
-        return Response(204)
+        return Response(204), job.id
 
-    def _run_pubs(self, data: bytes, spec: IbmQsBackendSpec, job_id: str) -> tuple[str, int]:
-        """The sampler input's result document and its shots summed (QsRefusal: invalid)."""
+    def _run_pubs(
+        self, data: bytes, spec: IbmQsBackendSpec, job_id: str
+    ) -> tuple[str, int, str | None]:
+        """The sampler input's result document, its shots summed, and why the job fails
+        at once (IBM's non-ISA reason: a circuit outside the backend's ISA, when the
+        scenario is strict; None) (QsRefusal: invalid input)."""
         try:
             params = json.loads(data)
         except ValueError:
@@ -444,42 +392,39 @@ class IbmQsService(JobSide[IbmQsFault]):
             shots = pub[2] if len(pub) > 2 and pub[2] is not None else default
             if isinstance(shots, bool) or not isinstance(shots, int) or shots < 1:
                 raise QsRefusal(400, "invalid_request", "A pub's shots must be an integer >= 1.")
+            try:  # wider than the device: refused before it is a job
+                openqasm.check_width(pub[0], spec.qubits)
+            except ProgramError as exc:
+                raise QsRefusal(400, "invalid_request", f"The circuit cannot run: {exc}.") from None
+            detail = None
+            if self.scenario.strict:
+                detail = isa.violation(pub[0], spec.basis_gates, spec.pairs, spec.qubits)
+            if detail is not None:
+                return "", shots, isa.reason(detail)
             rows, num_bits = self._simulate(pub[0], shots, spec)
             results.append((register_name(pub[0]), rows, num_bits, shots))
         support_qiskit = bool(params.get("support_qiskit", False))
         text = sampler_result(results, job_id, support_qiskit=support_qiskit)
-        return text, sum(r[3] for r in results)
+        return text, sum(r[3] for r in results), None
 
     def _simulate(self, qasm: str, shots: int, spec: IbmQsBackendSpec) -> tuple[list[int], int]:
-        action = json.dumps(
-            {"braketSchemaHeader": {"name": OPENQASM_PROGRAM, "version": "1"},
-             "source": braket_source(qasm)}
-        )  # fmt: skip
-        request = SimulationRequest(
-            action, shots, "braket_sv", spec.qubits, self.scenario.max_simulated_qubits
-        )
+        source = programs.braket_source(qasm)
         try:
-            result = run_program(request)
+            result = programs.run(source, shots, spec.qubits, self.scenario.max_simulated_qubits)
         except ProgramError as exc:
             raise QsRefusal(400, "invalid_request", f"The circuit cannot run: {exc}.") from None
         return bit_rows(result.get("measurements") or [])
 
-    def _job(self, job_id: str | None) -> QsJob:
-        job = self._jobs.get(job_id or "")
-        if job is None or job.deleted:
-            raise QsRefusal(404, "job_not_found", f"Job {job_id} not found.")
-        return job
-
     def _status(self, job: QsJob, now: float) -> str:
-        return STATUS[self._queues[job.backend].progress(job.id, now).status]
+        return STATUS[self._queues[job.device].progress(job.id, now).status]
 
     def _document(self, job: QsJob, now: float) -> dict[str, Any]:
         """The job as the API's GET /v1/jobs/{id} answers it (lock held)."""
-        progress = self._queues[job.backend].progress(job.id, now)
+        progress = self._queues[job.device].progress(job.id, now)
         status = STATUS[progress.status]
         doc: dict[str, Any] = {
             "id": job.id,
-            "backend": job.backend,
+            "backend": job.device,
             "program_id": job.program_id,
             "log_level": "debug",
             "status": status,
@@ -501,13 +446,13 @@ class IbmQsService(JobSide[IbmQsFault]):
             )
         return doc
 
-    def _list_jobs(self, route: JobRoute, request: Request) -> Response:
+    def _list_jobs(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             now = self.clock.now()
             jobs = [self._document(j, now) for j in self._jobs.values() if not j.deleted]
         return json_response(200, {"jobs": jobs})
 
-    def _cancel(self, route: JobRoute, request: Request) -> Response:
+    def _cancel(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             now = self.clock.now()
@@ -516,10 +461,10 @@ class IbmQsService(JobSide[IbmQsFault]):
                 raise QsRefusal(
                     409, "conflict", f"Job {job.id} is {status} and cannot be cancelled."
                 )
-            self._queues[job.backend].cancel(job.id, now)
+            self._queues[job.device].cancel(job.id, now)
         return Response(204)
 
-    def _delete(self, route: JobRoute, request: Request) -> Response:
+    def _delete(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             now = self.clock.now()

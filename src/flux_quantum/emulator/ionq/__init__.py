@@ -11,5 +11,14 @@ shape and the circuit translation. It must never import another vendor's side.
 from flux_quantum.emulator.ionq.scenario import IonqBackendSpec, IonqFault, IonqScenario
 from flux_quantum.emulator.ionq.service import IonqService
 from flux_quantum.emulator.ionq.wire import API, PREFIX
+from flux_quantum.emulator.side import SideEntry, serve
 
-__all__ = ["API", "PREFIX", "IonqBackendSpec", "IonqFault", "IonqScenario", "IonqService"]
+# IonQ (under /ionq), as its own client ionq-core reaches it.
+SIDE = SideEntry(
+    "ionq", "ionq", (PREFIX,), serve(IonqService), IonqScenario, "ionq", "--ionq-scenario",
+    "IonQ", lambda s: len(s.backends),
+)  # fmt: skip
+
+__all__ = [
+    "API", "PREFIX", "SIDE", "IonqBackendSpec", "IonqFault", "IonqScenario", "IonqService",
+]  # fmt: skip

@@ -86,10 +86,10 @@ def estimate(
                 {
                     "sku": f"{spec.name}-shot",
                     "unit": "gates",
-                    "unit_cost": spec.per_shot,
+                    "unit_cost": spec.price.per_shot,
                     "cost_1q_gate": 0.0,
                     "cost_2q_gate": 0.0,
-                    "job_cost_minimum": spec.per_task,
+                    "job_cost_minimum": spec.price.per_task,
                 }
             ],
         },

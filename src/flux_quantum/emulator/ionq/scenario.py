@@ -28,11 +28,10 @@ Shape (every key but ``backends`` optional)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum.emulator.reading import Reader, ScenarioFile
+from flux_quantum.emulator.reading import Record, ScenarioFile, device_list, fault_list, setting
 from flux_quantum.emulator.scenario import JobFault, QueueSpec
 
 OPERATIONS = (
@@ -51,21 +50,29 @@ NOISE_MODELS = {
     "forte-1": 0.003,
     "forte-enterprise-1": 0.003,
 }
-DEFAULT_API_KEY = "flux-quantum-emulator-ionq"
 
 
 @dataclass(frozen=True)
-class IonqBackendSpec:
+class Price:
+    """What a job costs: ``per_task`` plus ``per_shot`` x its shots (US dollars)."""
+
+    per_task: float = 0.0
+    per_shot: float = 0.0
+
+
+@dataclass(frozen=True)
+class IonqBackendSpec(Record):
     """One emulated IonQ backend (a QPU or the cloud simulator)."""
 
     name: str
-    qubits: int
-    status: str = "available"
-    queue: QueueSpec = QueueSpec()
-    per_task: float = 0.0
-    per_shot: float = 0.0
+    qubits: int = 25
+    status: str = setting("available", choices=STATUSES)
+    queue: QueueSpec = QueueSpec(service_time=5.0)
+    price: Price = Price()
     max_shots: int = 100_000
-    noise_models: tuple[str, ...] = ()
+    noise_models: tuple[str, ...] = setting(
+        (), choices=tuple(NOISE_MODELS), noun="noise model name", empty=True
+    )
 
     @property
     def queue_key(self) -> str:
@@ -73,7 +80,7 @@ class IonqBackendSpec:
 
     def cost(self, shots: int) -> float:
         """What a job of ``shots`` shots costs here (US dollars)."""
-        return round(self.per_task + self.per_shot * shots, 6)
+        return round(self.price.per_task + self.price.per_shot * shots, 6)
 
 
 IonqFault = JobFault  # the side's faults (see JobFault)
@@ -100,59 +107,11 @@ class IonqScenario(ScenarioFile):
     LABEL = "IonQ"
     DEFAULT = DEFAULT_IONQ_SCENARIO
 
-    backends: tuple[IonqBackendSpec, ...]
-    api_key: str = DEFAULT_API_KEY
+    backends: tuple[IonqBackendSpec, ...] = device_list("backend")
+    api_key: str = "flux-quantum-emulator-ionq"
     max_simulated_qubits: int = 20
-    faults: tuple[IonqFault, ...] = ()
+    faults: tuple[IonqFault, ...] = fault_list(OPERATIONS, "CreateJob")
     source: str = "<dict>"
 
     def backend(self, name: str) -> IonqBackendSpec | None:
         return next((b for b in self.backends if b.name == name), None)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> IonqScenario:
-        return _Reader("IonQ", source).scenario(data)
-
-
-class _Reader(Reader):
-    """The scenario's own fields, read with the shared typed reads."""
-
-    def scenario(self, data: Mapping[str, Any]) -> IonqScenario:
-        top = self.mapping(
-            data, "(top level)", ("api_key", "max_simulated_qubits", "backends", "faults")
-        )
-        backends, faults = self.devices_and_faults(
-            top, "backends", self.backend_spec, OPERATIONS, "CreateJob"
-        )
-        return IonqScenario(
-            backends=tuple(backends),
-            api_key=self.text(top.get("api_key", DEFAULT_API_KEY), "api_key"),
-            max_simulated_qubits=self.integer(
-                top.get("max_simulated_qubits", 20), "max_simulated_qubits", low=1
-            ),
-            faults=faults,
-            source=self.source,
-        )
-
-    def backend_spec(self, raw: Any, index: int) -> IonqBackendSpec:
-        where = f"backends[{index}]"
-        accepted = ("name", "qubits", "status", "queue", "price", "max_shots", "noise_models")
-        d = self.mapping(raw, where, accepted)
-        name = self.text(d.get("name"), f"{where}.name")
-        where = f"backend {name!r}:"
-        price = self.mapping(d.get("price", {}), f"{where} price", ("per_task", "per_shot"))
-        models = d.get("noise_models", [])
-        if not isinstance(models, list):
-            raise self.fail(f"{where} noise_models", "must be a list of noise model names")
-        return IonqBackendSpec(
-            name=name,
-            qubits=self.integer(d.get("qubits", 25), f"{where} qubits", low=1),
-            status=self.choice(d.get("status", "available"), f"{where} status", STATUSES),
-            queue=self.queue(d.get("queue", {}), where, service_time=5.0),
-            per_task=self.number(price.get("per_task", 0.0), f"{where} price.per_task"),
-            per_shot=self.number(price.get("per_shot", 0.0), f"{where} price.per_shot"),
-            max_shots=self.integer(d.get("max_shots", 100_000), f"{where} max_shots", low=1),
-            noise_models=tuple(
-                self.choice(m, f"{where} noise_models", tuple(NOISE_MODELS)) for m in models
-            ),
-        )

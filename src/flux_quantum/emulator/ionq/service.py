@@ -49,16 +49,13 @@ from __future__ import annotations
 
 import json
 import random
-import threading
-import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledTask, timed_task
-from flux_quantum.emulator.clock import Clock, iso, timestamp
-from flux_quantum.emulator.ibm.wire import braket_source
+from flux_quantum.emulator import programs
+from flux_quantum.emulator.bill import BilledTask
+from flux_quantum.emulator.clock import iso, timestamp
 from flux_quantum.emulator.ionq.account import characterization, estimate, job_cost, whoami
 from flux_quantum.emulator.ionq.scenario import (
     NOISE_MODELS,
@@ -77,12 +74,12 @@ from flux_quantum.emulator.ionq.wire import (
     openqasm,
     probabilities,
 )
-from flux_quantum.emulator.queue import DeviceQueue
+from flux_quantum.emulator.job_side import JobSide, SideJob
+from flux_quantum.emulator.routes import Body, Query, Route, SideRoute, on_device, owned
 from flux_quantum.emulator.scenario import DeviceQueueSpec
-from flux_quantum.emulator.side import Call, JobRoute, JobSide
-from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
-from flux_quantum.emulator.simulate import simulate as run_program
-from flux_quantum.emulator.wire import Request, Response, body_field, json_response
+from flux_quantum.emulator.side import Missing
+from flux_quantum.emulator.simulate import ProgramError
+from flux_quantum.emulator.wire import Request, Response, json_response
 
 JOB_TYPES = ("ionq.circuit.v1", "ionq.qasm3.v1")
 # What IonQ answers without an API key.
@@ -92,15 +89,12 @@ LIST_LIMIT = 25
 
 
 @dataclass
-class IonqJob:
-    """One job: queued on its backend unless its program could not run (``refused``)."""
+class IonqJob(SideJob):
+    """One job on its backend (``device``): queued unless its program could not run
+    (``refused``: not billed)."""
 
-    id: str
-    backend: str
-    type: str
-    created_t: float
-    shots: int
-    cost: float
+    type: str = "ionq.circuit.v1"
+    cost: float = 0.0
     session_id: str | None = None
     name: str | None = None
     metadata: dict[str, str] | None = None
@@ -109,63 +103,66 @@ class IonqJob:
     refused: tuple[str, str] | None = None  # (failure code, message): failed at once
     qubits: int = 0
     counts: dict[str, int] = field(default_factory=dict, repr=False)
+    deleted: bool = False  # gone from the API (DELETE), still on the bill
+
+    @property
+    def billable(self) -> bool:
+        return self.refused is None
 
 
-class IonqService(JobSide[IonqFault]):
+class IonqService(JobSide[IonqScenario, IonqFault]):
     """The IonQ side's requests answered, from any number of server threads."""
 
-    _refusal = IonqRefusal
+    vendor = "ionq"
     _draws = "ionq-fault"
+    _id_draws = "ionq-ids"
+    MISSING = Missing("Not Found", "Backend {name} not found.")
+    ROUTES = (
+        Route("GET", f"{API}/backends", "ListBackends", "_devices"),
+        on_device("GET", f"{API}/backends/<backend>", "GetBackend", "_device", "backend"),
+        on_device("GET", f"{API}/backends/<backend>/characterizations", "ListCharacterizations",
+                  "_characterizations", "backend"),
+        on_device("GET", f"{API}/backends/<backend>/characterizations/<id>",
+                  "GetCharacterization", "_characterizations", "backend"),
+        Route("GET", f"{API}/whoami", "WhoAmI", "_whoami"),
+        Route("POST", f"{API}/jobs", "CreateJob", "_create", device=Body("backend"), creates=True),
+        Route("GET", f"{API}/jobs", "ListJobs", "_list_jobs"),
+        Route("GET", f"{API}/jobs/estimate", "EstimateJobCost", "_estimate",
+              device=Query("backend")),
+        owned("GET", f"{API}/jobs/<job>", "GetJob", "_get_job"),
+        owned("DELETE", f"{API}/jobs/<job>", "DeleteJob", "_delete"),
+        owned("GET", f"{API}/jobs/<job>/cost", "GetJobCost", "_cost"),
+        owned("PUT", f"{API}/jobs/<job>/status/cancel", "CancelJob", "_cancel"),
+        owned("GET", f"{API}/jobs/<job>/results/probabilities", "GetProbabilities",
+              "_probabilities"),
+        Route("POST", f"{API}/sessions", "CreateSession", "_create_session"),
+        Route("GET", f"{API}/sessions", "ListSessions", "_list_sessions"),
+        Route("GET", f"{API}/sessions/<session>", "GetSession", "_get_session", "<session>"),
+        Route("GET", f"{API}/sessions/<session>/jobs", "ListSessionJobs", "_list_jobs",
+              "<session>"),
+        Route("POST", f"{API}/sessions/<session>/end", "EndSession", "_end_session", "<session>"),
+    )  # fmt: skip
 
-    def __init__(
-        self,
-        scenario: IonqScenario,
-        clock: Clock,
-        seed: int = 0,
-        stop: threading.Event | None = None,
-        on_call: Callable[[Call], None] | None = None,
-    ) -> None:
-        super().__init__(scenario, clock, seed, stop, on_call)
-        self.scenario: IonqScenario
-        self._queues = {
-            b.name: DeviceQueue(
-                DeviceQueueSpec.waiting_during(
-                    b.queue_key, b.name, b.queue, [], down=b.status != "available"
-                ),
-                seed,
-            )
-            for b in scenario.backends
-        }
-        self._ids = random.Random(f"{seed}:ionq-ids")
-        self._jobs: dict[str, IonqJob] = {}
-        self._deleted: set[str] = set()  # gone from the API, still on the bill
+    def _setup(self) -> None:
+        super()._setup()
         self._sessions: dict[str, IonqSession] = {}
 
-    # -- views for tests and the facade ---------------------------------------------------
+    def _queue_spec(self, spec: IonqBackendSpec) -> DeviceQueueSpec:
+        """A backend not available serves nothing."""
+        down = spec.status != "available"
+        return DeviceQueueSpec.waiting_during(spec.queue_key, spec.name, spec.queue, [], down=down)
 
-    def job_ids(self, backend: str | None = None) -> list[str]:
-        """Every job created so far (on ``backend``), oldest first."""
-        with self._lock:
-            return [j.id for j in self._jobs.values() if backend in (None, j.backend)]
+    # -- views for tests and the facade ---------------------------------------------------
 
     def session_ids(self) -> list[str]:
         """Every session created so far, oldest first."""
         with self._lock:
             return list(self._sessions)
 
-    def bill(self) -> list[BilledTask]:
-        """Every job queued: a completed one billed its price (per job and per shot)."""
-        with self._lock:
-            now = self.clock.now()
-            rows = []
-            for job in self._jobs.values():
-                if job.refused:
-                    continue
-                task = timed_task("ionq", job.id, job.backend, None, job.shots, job.created_t,
-                                  self._queues[job.backend].progress(job.id, now), 0.0)  # fmt: skip
-                cost = job.cost if task.state == "COMPLETED" else 0.0
-                rows.append(replace(task, cost=cost))
-            return rows
+    def _bill_row(self, job: IonqJob, now: float) -> BilledTask:
+        """A completed job costs its price (per job and per shot); any other nothing."""
+        task = super()._bill_row(job, now)
+        return replace(task, cost=job.cost if task.state == "COMPLETED" else 0.0)
 
     def env(self, url: str) -> dict[str, str]:
         """Where IonQ's clients reach this service from ``url`` (the emulator's base URL)
@@ -174,15 +171,12 @@ class IonqService(JobSide[IonqFault]):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _internal_error(self, route: JobRoute, message: str) -> Response:
-        return ionq_error(500, message)
+    def _error(
+        self, status: int, message: str, route: SideRoute | None = None, code: str | None = None
+    ) -> Response:
+        return ionq_error(status, message)
 
-    def _fault_error(self, fault: IonqFault, route: JobRoute) -> Response | None:
-        return (
-            ionq_error(fault.status, fault.message or "Injected fault.") if fault.status else None
-        )
-
-    def _authorize(self, route: JobRoute, request: Request) -> None:
+    def _authorize(self, route: SideRoute, request: Request) -> None:
         given = request.headers.get("authorization", "")
         if route.operation in PUBLIC and not given:
             return  # IonQ lists its backends to anyone (a key given must still be valid)
@@ -190,61 +184,9 @@ class IonqService(JobSide[IonqFault]):
         if scheme != "apiKey" or value != self.scenario.api_key:
             raise IonqRefusal(401, "Invalid API key.")
 
-    def _route(self, request: Request) -> JobRoute:
-        method = request.method
-        if not request.path.startswith(API + "/"):
-            raise IonqRefusal(404, "Not Found")
-        parts = request.segments(API)
-        head, n = parts[0], len(parts)
-        if head == "backends" and method == "GET" and n in (1, 2):
-            if n == 1:
-                return JobRoute("ListBackends", self._backends)
-            return JobRoute("GetBackend", self._backend, parts[1], parts[1])
-        if head == "backends" and method == "GET" and parts[2:3] == ["characterizations"] and n < 5:
-            name = "GetCharacterization" if n == 4 else "ListCharacterizations"
-            return JobRoute(name, self._characterizations, parts[1], parts[1])
-        if parts == ["whoami"] and method == "GET":
-            return JobRoute("WhoAmI", self._whoami)
-        if parts == ["jobs", "estimate"] and method == "GET":
-            return JobRoute("EstimateJobCost", self._estimate, None, request.first("backend"))
-        if head == "jobs":
-            if n == 1 and method == "POST":
-                return JobRoute("CreateJob", self._unknown, None, body_field(request, "backend"))
-            if n == 1 and method == "GET":
-                return JobRoute("ListJobs", self._list_jobs)
-            job = parts[1] if n > 1 else ""
-            with self._lock:
-                known = self._jobs.get(job)
-            device = known.backend if known else None
-            if n == 2 and method == "GET":
-                return JobRoute("GetJob", self._get_job, job, device)
-            if n == 2 and method == "DELETE":
-                return JobRoute("DeleteJob", self._delete, job, device)
-            if parts[2:] == ["cost"] and method == "GET":
-                return JobRoute("GetJobCost", self._cost, job, device)
-            if parts[2:] == ["status", "cancel"] and method == "PUT":
-                return JobRoute("CancelJob", self._cancel, job, device)
-            if parts[2:] == ["results", "probabilities"] and method == "GET":
-                return JobRoute("GetProbabilities", self._probabilities, job, device)
-        if head == "sessions":
-            if n == 1 and method == "POST":
-                return JobRoute("CreateSession", self._create_session)
-            if n == 1 and method == "GET":
-                return JobRoute("ListSessions", self._list_sessions)
-            if n == 3 and parts[2] == "jobs" and method == "GET":
-                return JobRoute("ListSessionJobs", self._list_jobs, parts[1])
-            if n == 2 and method == "GET":
-                return JobRoute("GetSession", self._get_session, parts[1])
-            if n == 3 and parts[2] == "end" and method == "POST":
-                return JobRoute("EndSession", self._end_session, parts[1])
-        raise IonqRefusal(404, "Not Found")
-
-    def _unknown(self, route: JobRoute, request: Request) -> Response:
-        raise IonqRefusal(404, "Not Found")
-
     # -- backends ---------------------------------------------------------------------------
 
-    def _backend_doc(self, spec: IonqBackendSpec, now: float) -> dict[str, Any]:
+    def _device_doc(self, spec: IonqBackendSpec, now: float) -> dict[str, Any]:
         waiting = self._queues[spec.name].queue_size(now)
         return {
             "backend": spec.name,
@@ -272,25 +214,12 @@ class IonqService(JobSide[IonqFault]):
             ],  # fmt: skip
         }
 
-    def _backends(self, route: JobRoute, request: Request) -> Response:
-        with self._lock:
-            now = self.clock.now()
-            docs = [self._backend_doc(b, now) for b in self.scenario.backends]
-        return json_response(200, docs)
-
-    def _backend(self, route: JobRoute, request: Request) -> Response:
-        spec = self.scenario.backend(route.target or "")
-        if spec is None:
-            raise IonqRefusal(404, f"Backend {route.target} not found.")
-        with self._lock:
-            doc = self._backend_doc(spec, self.clock.now())
-        return json_response(200, doc)
-
     # -- jobs -------------------------------------------------------------------------------
 
     def _create(
-        self, route: JobRoute, request: Request, failure: str | None, created: list[str]
-    ) -> Response:
+        self, route: SideRoute, request: Request, faults: list[IonqFault]
+    ) -> tuple[Response, str]:
+        failure = self.failure(faults)
         body = _json_body(request)
         spec = self.scenario.backend(str(body.get("backend")))
         if spec is None:
@@ -331,8 +260,8 @@ class IonqService(JobSide[IonqFault]):
                     raise IonqRefusal(404, f"Session {session_id} not found.")
                 session.admit(spec.name, spec.cost(shots), now, self._billed(now))
             job = IonqJob(
-                id=str(uuid.UUID(int=self._ids.getrandbits(128), version=4)),
-                backend=spec.name,
+                id=self._new_id(),
+                device=spec.name,
                 type=job_type,
                 created_t=now,
                 shots=shots,
@@ -351,10 +280,8 @@ class IonqService(JobSide[IonqFault]):
                 session.jobs[job.id] = job.cost
             if refused is None:
                 self._queues[spec.name].submit(job.id, now, shots, fails=failure is not None)
-        created.append(job.id)
-        return json_response(
-            201, {"id": job.id, "status": "submitted", "session_id": job.session_id}
-        )
+        answer = {"id": job.id, "status": "submitted", "session_id": job.session_id}
+        return json_response(201, answer), job.id
 
     def _names(self) -> str:
         return ", ".join(b.name for b in self.scenario.backends)
@@ -365,17 +292,11 @@ class IonqService(JobSide[IonqFault]):
         """The job's counts (qubit 0 first) and measured width, or why it fails at once."""
         try:
             # OpenQASM 3 as IonQ takes it (stdgates.inc's names) in the simulator's dialect.
-            source = braket_source(openqasm(str(body.get("type")), body.get("input")))
+            source = programs.braket_source(openqasm(str(body.get("type")), body.get("input")))
         except CircuitError as exc:
             raise IonqRefusal(400, f"input: {exc}.") from None
-        action = json.dumps({"braketSchemaHeader": {"name": OPENQASM_PROGRAM, "version": "1"},
-                             "source": source, "inputs": {}})  # fmt: skip
         try:
-            result = run_program(
-                SimulationRequest(
-                    action, shots, "braket_sv", spec.qubits, self.scenario.max_simulated_qubits
-                )
-            )
+            result = programs.run(source, shots, spec.qubits, self.scenario.max_simulated_qubits)
         except ProgramError as exc:
             code = "NotEnoughQubits" if "but the device has" in str(exc) else "PreflightError"
             return {}, 0, (code, str(exc))
@@ -398,23 +319,17 @@ class IonqService(JobSide[IonqFault]):
             if job.refused:
                 billed[job.id] = False
                 continue
-            progress = self._queues[job.backend].progress(job.id, now)
+            progress = self._queues[job.device].progress(job.id, now)
             billed[job.id] = progress.status not in ("FAILED",) and not (
                 progress.status in ("CANCELLED", "CANCELLING") and progress.started_at is None
             )
         return billed
 
-    def _job(self, job_id: str | None) -> IonqJob:
-        job = self._jobs.get(job_id or "")
-        if job is None or job.id in self._deleted:
-            raise IonqRefusal(404, f"Job {job_id} not found.")
-        return job
-
     def _status(self, job: IonqJob, now: float) -> str:
         """IonQ's status of the job at ``now`` (lock held)."""
         if job.refused:
             return "failed"
-        return STATUSES[self._queues[job.backend].progress(job.id, now).status]
+        return STATUSES[self._queues[job.device].progress(job.id, now).status]
 
     def _document(self, job: IonqJob, now: float) -> dict[str, Any]:
         """The job as IonQ's SingleCircuitJob (lock held)."""
@@ -428,7 +343,7 @@ class IonqService(JobSide[IonqFault]):
             ended = job.created_t
             failure = {"code": job.refused[0], "message": job.refused[1]}
         else:
-            progress = self._queues[job.backend].progress(job.id, now)
+            progress = self._queues[job.device].progress(job.id, now)
             started, ended = progress.started_at, progress.ended_at
             if progress.status == "FAILED":
                 failure = {"code": "QuantumComputerError", "message": job.failure or "failed"}
@@ -440,7 +355,7 @@ class IonqService(JobSide[IonqFault]):
             "id": job.id,
             "status": status,
             "type": job.type,
-            "backend": job.backend,
+            "backend": job.device,
             "dry_run": False,
             "submitter_id": "emulator-user",
             "project_id": whoami(self.seed)["project_id"],
@@ -467,7 +382,7 @@ class IonqService(JobSide[IonqFault]):
             doc["noise"] = job.noise
         return doc
 
-    def _list_jobs(self, route: JobRoute, request: Request) -> Response:
+    def _list_jobs(self, route: SideRoute, request: Request) -> Response:
         """``GET /jobs`` (``target``, ``session_id``, ``status``, ``limit``, ``next``), or
         ``GET /sessions/{id}/jobs`` (the route's target)."""
         target, session = request.first("target"), route.target or request.first("session_id")
@@ -479,9 +394,8 @@ class IonqService(JobSide[IonqFault]):
         with self._lock:
             now = self.clock.now()
             jobs = [j for j in reversed(self._jobs.values())
-                    if target in (None, j.backend) and session in (None, j.session_id)
-                    and j.id not in self._deleted
-                    and wanted in (None, self._status(j, now))]  # fmt: skip
+                    if target in (None, j.device) and session in (None, j.session_id)
+                    and not j.deleted and wanted in (None, self._status(j, now))]  # fmt: skip
             if after:
                 ids = [j.id for j in jobs]
                 jobs = jobs[ids.index(after) + 1 :] if after in ids else []
@@ -490,24 +404,24 @@ class IonqService(JobSide[IonqFault]):
         more = len(jobs) > len(page)
         return json_response(200, {"jobs": docs, "next": page[-1].id if more else None})
 
-    def _delete(self, route: JobRoute, request: Request) -> Response:
+    def _delete(self, route: SideRoute, request: Request) -> Response:
         """``DELETE /jobs/{id}``: gone from the API (a queued one is cancelled first)."""
         with self._lock:
             job = self._job(route.target)
             now = self.clock.now()
             if not job.refused and self._status(job, now) not in FINAL:
-                self._queues[job.backend].cancel(job.id, now)
-            self._deleted.add(job.id)
+                self._queues[job.device].cancel(job.id, now)
+            job.deleted = True
         return json_response(200, {"id": job.id, "status": "deleted"})
 
-    def _cost(self, route: JobRoute, request: Request) -> Response:
+    def _cost(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             status = self._status(job, self.clock.now())
         charged = job.cost if status == "completed" else 0.0 if status in FINAL else None
         return json_response(200, job_cost(job.cost, charged))
 
-    def _estimate(self, route: JobRoute, request: Request) -> Response:
+    def _estimate(self, route: SideRoute, request: Request) -> Response:
         spec = self.scenario.backend(route.device or "")
         if spec is None:
             raise IonqRefusal(400, f"backend must be one of {self._names()}, got {route.device!r}.")
@@ -517,33 +431,31 @@ class IonqService(JobSide[IonqFault]):
                 raise IonqRefusal(400, f"{key} must be a non-negative integer.")
         with self._lock:
             now = self.clock.now()
-            waiting = self._backend_doc(spec, now)["average_queue_time"]
+            waiting = self._device_doc(spec, now)["average_queue_time"]
         return json_response(200, estimate(spec, query, waiting, iso(timestamp(self.clock, now))))
 
-    def _whoami(self, route: JobRoute, request: Request) -> Response:
+    def _whoami(self, route: SideRoute, request: Request) -> Response:
         return json_response(200, whoami(self.seed))
 
-    def _characterizations(self, route: JobRoute, request: Request) -> Response:
-        spec = self.scenario.backend(route.target or "")
-        if spec is None:
-            raise IonqRefusal(404, f"Backend {route.target} not found.")
+    def _characterizations(self, route: SideRoute, request: Request) -> Response:
+        spec = self._spec(route.device)
         document = characterization(spec, self.seed, iso(timestamp(self.clock, 0.0)))
-        if route.operation == "GetCharacterization":
-            wanted = request.path.rstrip("/").rsplit("/", 1)[-1]
-            if wanted != document["id"]:
-                raise IonqRefusal(404, f"Characterization {wanted} not found.")
-            return json_response(200, document)
-        return json_response(200, {"characterizations": [document], "pages": 1})
+        wanted = route.fields.get("id")
+        if wanted is None:
+            return json_response(200, {"characterizations": [document], "pages": 1})
+        if wanted != document["id"]:
+            raise IonqRefusal(404, f"Characterization {wanted} not found.")
+        return json_response(200, document)
 
-    def _cancel(self, route: JobRoute, request: Request) -> Response:
+    def _cancel(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             now = self.clock.now()
             if not job.refused and self._status(job, now) not in FINAL:
-                self._queues[job.backend].cancel(job.id, now)
+                self._queues[job.device].cancel(job.id, now)
         return json_response(200, {"id": job.id, "status": "canceled"})
 
-    def _probabilities(self, route: JobRoute, request: Request) -> Response:
+    def _probabilities(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             status = self._status(job, self.clock.now())
@@ -553,7 +465,7 @@ class IonqService(JobSide[IonqFault]):
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def _create_session(self, route: JobRoute, request: Request) -> Response:
+    def _create_session(self, route: SideRoute, request: Request) -> Response:
         body = _json_body(request)
         spec = self.scenario.backend(str(body.get("backend")))
         if spec is None:
@@ -562,13 +474,13 @@ class IonqService(JobSide[IonqFault]):
             )
         with self._lock:
             now = self.clock.now()
-            session_id = str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
+            session_id = self._new_id()
             session = IonqSession.create(session_id, spec.name, now, body.get("settings"))
             self._sessions[session.id] = session
             doc = self._session_doc(session, now)
         return json_response(201, doc)
 
-    def _list_sessions(self, route: JobRoute, request: Request) -> Response:
+    def _list_sessions(self, route: SideRoute, request: Request) -> Response:
         """``GET /sessions`` (``active``): newest first."""
         active = request.first("active")
         with self._lock:
@@ -584,13 +496,13 @@ class IonqService(JobSide[IonqFault]):
             raise IonqRefusal(404, f"Session {session_id} not found.")
         return session
 
-    def _get_session(self, route: JobRoute, request: Request) -> Response:
+    def _get_session(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             now = self.clock.now()
             doc = self._session_doc(self._session(route.target), now)
         return json_response(200, doc)
 
-    def _end_session(self, route: JobRoute, request: Request) -> Response:
+    def _end_session(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             now = self.clock.now()
             session = self._session(route.target)

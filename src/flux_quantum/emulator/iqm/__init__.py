@@ -11,5 +11,12 @@ What every side shares is the emulator package's. It must never import another v
 from flux_quantum.emulator.iqm.scenario import IqmDeviceSpec, IqmFault, IqmScenario
 from flux_quantum.emulator.iqm.service import IqmService
 from flux_quantum.emulator.iqm.wire import API, PREFIX
+from flux_quantum.emulator.side import SideEntry, serve
 
-__all__ = ["API", "PREFIX", "IqmDeviceSpec", "IqmFault", "IqmScenario", "IqmService"]
+# IQM (under /iqm), as QRMI's IQMServer resource reaches it.
+SIDE = SideEntry(
+    "iqm", "iqm", (PREFIX,), serve(IqmService), IqmScenario, "iqm", "--iqm-scenario", "IQM",
+    lambda s: len(s.devices),
+)  # fmt: skip
+
+__all__ = ["API", "PREFIX", "SIDE", "IqmDeviceSpec", "IqmFault", "IqmScenario", "IqmService"]

@@ -11,6 +11,7 @@ Shape (every key but ``devices`` optional)::
     price_per_second: 0.30         # credits per QPU second (IQM publishes no list price)
     long_poll: 0                   # real seconds a wait_until_terminal GET may be held
     max_simulated_qubits: 20
+    strict: true                   # false: non-native instructions, uncoupled cz run anyway
     devices:
       - id: garnet                 # IQM's alias, the QRMI resource id (no '_': QRMI turns
         qubits: 20                 #   the last one into ':')
@@ -20,6 +21,8 @@ Shape (every key but ``devices`` optional)::
         paused: [[100, 200]]       # maintenance: online, takes no job (QRMI: Paused)
         offline: [[500, 600]]      # down (QRMI: Offline)
         status: online             # or maintenance / offline for the whole run
+        couplers: [[1, 2], ...]    # QB numbers coupled by a cz (default: Garnet's lattice
+                                   #   for 20 qubits, else a square lattice)
     faults:
       - operation: SubmitJob       # or a list; see OPERATIONS
         device: garnet
@@ -38,13 +41,13 @@ seconds x ``price_per_second``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from flux_quantum.emulator.reading import Reader, load_yaml
-from flux_quantum.emulator.scenario import BaseFault, QueueSpec
+from flux_quantum.emulator import topology
+from flux_quantum.emulator.reading import Record, ScenarioFile, device_list, fault_list, setting
+from flux_quantum.emulator.scenario import JobFault, QueueSpec
 
 OPERATIONS = (
     "GetQuantumComputer",
@@ -71,25 +74,56 @@ ERROR_CODES: Mapping[int, str] = {
     502: "bad_gateway",
     503: "service_unavailable",
 }
-DEFAULT_TOKEN = "emulator-iqm-token"
-DEFAULT_PRICE_PER_SECOND = 0.30
+
+
+def _device_id(name: str) -> str | None:
+    # QRMI reads '_' and ',' in a resource id, and its settings are environment variables
+    # named <id>_QRMI_IQM_ISA_*: letters and digits only.
+    return (
+        None
+        if name.isascii() and name.isalnum()
+        else f"must be letters and digits only, got {name!r}"
+    )
 
 
 @dataclass(frozen=True)
-class IqmDeviceSpec:
+class IqmDeviceSpec(Record):
     """One emulated IQM quantum computer."""
 
-    id: str
-    qubits: int
-    queue: QueueSpec = QueueSpec()
+    id: str = setting(check=_device_id)
+    qubits: int = 20
+    queue: QueueSpec = QueueSpec(service_time=2.0)
     max_slots: int = 8
-    status: str = "online"
+    status: str = setting("online", choices=STATUSES)
     paused: tuple[tuple[float, float], ...] = ()
     offline: tuple[tuple[float, float], ...] = ()
-    display_name: str = ""
-    description: str = ""
+    display_name: str = setting("", kind=str)
+    description: str = setting("", kind=str)
     max_shots: int = 100_000
     max_executions: int = 1_000_000
+    couplers: tuple[tuple[int, int], ...] = setting((), kind="pairs")
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        """Its coupled qubits, 0-based: the scenario's ``couplers`` (QB numbers), else
+        Garnet's lattice for 20 qubits, else a square lattice (IQM's Crystal layouts)."""
+        if self.couplers:
+            return tuple((a - 1, b - 1) for a, b in self.couplers)
+        return topology.GARNET if self.qubits == 20 else tuple(topology.square(self.qubits))
+
+    @classmethod
+    def completed(cls, values: dict[str, Any]) -> dict[str, Any]:
+        qubits = values.get("qubits", 20)
+        return {
+            **values,
+            "display_name": values.get("display_name") or values["id"].capitalize(),
+            "description": values.get("description")
+            or f"{qubits}-qubit QPU (flux-quantum emulator)",
+        }
+
+    @property
+    def name(self) -> str:
+        return self.id
 
     @property
     def queue_key(self) -> str:
@@ -101,125 +135,16 @@ class IqmDeviceSpec:
 
 
 @dataclass(frozen=True)
-class IqmFault(BaseFault):
-    """One injected fault: an HTTP error, a delay, a reset connection or a failed job."""
+class IqmFault(JobFault):
+    """One injected fault: an HTTP error (with IQM's ``error_code``), a delay, a reset
+    connection or a failed job."""
 
-    device: str | None = None
-    status: int | None = None
     error_code: str | None = None
-    fail_job: str | None = None
 
-
-@dataclass(frozen=True)
-class IqmScenario:
-    """Everything the IQM side serves, immutable."""
-
-    devices: tuple[IqmDeviceSpec, ...]
-    token: str = DEFAULT_TOKEN
-    price_per_second: float = DEFAULT_PRICE_PER_SECOND
-    long_poll: float = 0.0
-    max_simulated_qubits: int = 20
-    faults: tuple[IqmFault, ...] = ()
-    source: str = "<dict>"
-
-    def device(self, device_id: str) -> IqmDeviceSpec | None:
-        return next((d for d in self.devices if d.id == device_id), None)
-
-    @classmethod
-    def default(cls) -> IqmScenario:
-        """IQM Garnet (cloud, 20 qubits) and an on-premises 54-qubit IQM Radiance."""
-        return cls.from_dict(DEFAULT_IQM_SCENARIO, source="<default IQM scenario>")
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> IqmScenario:
-        return cls.from_dict(*load_yaml(path, "IQM"))
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> IqmScenario:
-        return _Reader("IQM", source).scenario(data)
-
-
-class _Reader(Reader):
-    """The IQM scenario's own fields, read with the shared typed reads."""
-
-    def scenario(self, data: Mapping[str, Any]) -> IqmScenario:
-        accepted = (
-            "token",
-            "price_per_second",
-            "long_poll",
-            "max_simulated_qubits",
-            "devices",
-            "faults",
-        )
-        top = self.mapping(data, "(top level)", accepted)
-        raw = self.listed(top.get("devices"), "devices", "device")
-        devices = [self.device(entry, i) for i, entry in enumerate(raw)]
-        ids = [d.id for d in devices]
-        self.distinct(ids, "devices[{i}].id", "device")
-        faults = tuple(self.fault(f, i, ids) for i, f in enumerate(top.get("faults") or []))
-        return IqmScenario(
-            devices=tuple(devices),
-            token=self.text(top.get("token", DEFAULT_TOKEN), "token"),
-            price_per_second=self.number(
-                top.get("price_per_second", DEFAULT_PRICE_PER_SECOND), "price_per_second"
-            ),
-            long_poll=self.number(top.get("long_poll", 0.0), "long_poll"),
-            max_simulated_qubits=self.integer(
-                top.get("max_simulated_qubits", 20), "max_simulated_qubits", low=1
-            ),
-            faults=faults,
-            source=self.source,
-        )
-
-    def device(self, raw: Any, index: int) -> IqmDeviceSpec:
-        where = f"devices[{index}]"
-        accepted = (
-            "id", "qubits", "queue", "max_slots", "status", "paused", "offline",
-            "display_name", "description", "max_shots", "max_executions",
-        )  # fmt: skip
-        d = self.mapping(raw, where, accepted)
-        name = self.text(d.get("id"), f"{where}.id")
-        if not name.isascii() or not name.isalnum():
-            # QRMI reads '_' and ',' in a resource id, and its settings are environment
-            # variables named <id>_QRMI_IQM_ISA_*: letters and digits only.
-            raise self.fail(f"{where}.id", f"must be letters and digits only, got {name!r}")
-        where = f"device {name!r}:"
-        queue = self.queue(d.get("queue", {}), where, service_time=2.0)
-        qubits = self.integer(d.get("qubits", 20), f"{where} qubits", low=1)
-        return IqmDeviceSpec(
-            id=name,
-            qubits=qubits,
-            queue=queue,
-            max_slots=self.integer(d.get("max_slots", 8), f"{where} max_slots", low=1),
-            status=self.choice(d.get("status", "online"), f"{where} status", STATUSES),
-            paused=self.periods(d.get("paused", []), f"{where} paused"),
-            offline=self.periods(d.get("offline", []), f"{where} offline"),
-            display_name=str(d.get("display_name") or name.capitalize()),
-            description=str(d.get("description") or f"{qubits}-qubit QPU (flux-quantum emulator)"),
-            max_shots=self.integer(d.get("max_shots", 100_000), f"{where} max_shots", low=1),
-            max_executions=self.integer(
-                d.get("max_executions", 1_000_000), f"{where} max_executions", low=1
-            ),
-        )
-
-    def fault(self, raw: Any, index: int, devices: Sequence[str]) -> IqmFault:
-        where = f"faults[{index}]"
-        accepted = (
-            "operation", "device", "status", "error_code", "message", "after_commit", "delay",
-            "reset", "fail_job", "calls", "first", "after", "every", "rate", "start", "end",
-        )  # fmt: skip
-        f = self.mapping(raw, where, accepted)
-        ops = self.operations(f, where, OPERATIONS)
-        device = self.target(f, "device", where, devices)
-        error_code = self.optional(f, "error_code", where)
-        if error_code is not None and "status" not in f:
-            raise self.fail(f"{where}.error_code", "needs a status to answer with")
-        return IqmFault(
-            operations=tuple(ops),
-            device=device,
-            error_code=error_code,
-            **self.effects(f, where, ops, "SubmitJob"),
-        )
+    def invalid(self) -> tuple[str, str] | None:
+        if self.error_code is not None and self.status is None:
+            return "error_code", "needs a status to answer with"
+        return None
 
 
 # The default: IQM's cloud Garnet (20 qubits, as IQM Resonance lists it) and an
@@ -242,3 +167,24 @@ DEFAULT_IQM_SCENARIO: dict[str, Any] = {
         },
     ],
 }
+
+
+@dataclass(frozen=True)
+class IqmScenario(ScenarioFile):
+    """Everything the IQM side serves, immutable."""
+
+    LABEL = "IQM"
+    DEFAULT = DEFAULT_IQM_SCENARIO
+
+    devices: tuple[IqmDeviceSpec, ...] = device_list("device")
+    token: str = "emulator-iqm-token"
+    price_per_second: float = 0.30
+    long_poll: float = 0.0
+    max_simulated_qubits: int = 20
+    faults: tuple[IqmFault, ...] = fault_list(OPERATIONS, "SubmitJob")
+    source: str = "<dict>"
+    # Strict: instructions outside the native set, or a cz on uncoupled qubits, refused.
+    strict: bool = True
+
+    def device(self, device_id: str) -> IqmDeviceSpec | None:
+        return next((d for d in self.devices if d.id == device_id), None)

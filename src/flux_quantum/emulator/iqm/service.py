@@ -63,15 +63,13 @@ from __future__ import annotations
 import json
 import math
 import random
-import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledSession, BilledTask, timed_task
-from flux_quantum.emulator.clock import Clock, iso, timestamp
+from flux_quantum.emulator import programs
+from flux_quantum.emulator.clock import iso, timestamp
 from flux_quantum.emulator.iqm.scenario import IqmDeviceSpec, IqmFault, IqmScenario
 from flux_quantum.emulator.iqm.wire import (
     API,
@@ -83,69 +81,75 @@ from flux_quantum.emulator.iqm.wire import (
     braket_source,
     iqm_error,
 )
-from flux_quantum.emulator.queue import DeviceQueue, TaskTimeline
+from flux_quantum.emulator.job_side import JobSide, SideJob
+from flux_quantum.emulator.queue import TaskTimeline
+from flux_quantum.emulator.routes import Route, SideRoute, on_device, owned
 from flux_quantum.emulator.scenario import DeviceQueueSpec
-from flux_quantum.emulator.side import Call, JobRoute, JobSide
-from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
-from flux_quantum.emulator.simulate import simulate as run_program
+from flux_quantum.emulator.side import UNSERVED, Missing
+from flux_quantum.emulator.simulate import ProgramError
 from flux_quantum.emulator.wire import Request, Response, json_response
+from flux_quantum.vendors.iqm_program import NATIVE, validate_circuit
 from flux_quantum.vendors.iqm_program import ProgramError as IqmProgramError
-from flux_quantum.vendors.iqm_program import validate_circuit
 
 
 @dataclass
-class IqmJob:
+class IqmJob(SideJob):
     """One job: the facts fixed at creation; its progress lives in its device's queue."""
 
-    id: str
-    device: str
-    qc_id: str
-    tag: str | None
-    shots: int
-    created_t: float
-    payload: dict[str, Any] = field(repr=False)
-    measurements: list[dict[str, list[list[int]]]] = field(repr=False)
+    qc_id: str = ""
+    tag: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict, repr=False)
+    measurements: list[dict[str, list[list[int]]]] = field(default_factory=list, repr=False)
     failure: str | None = None
 
-
-def _queue_spec(spec: IqmDeviceSpec) -> DeviceQueueSpec:
-    """The shared queue model's view of a device: maintenance and offline periods stop it
-    (and, checked here, refuse creates); a device down for the whole run never serves."""
-    down = [(0.0, math.inf)] if spec.status != "online" else [*spec.paused, *spec.offline]
-    return DeviceQueueSpec.waiting_during(spec.queue_key, spec.id, spec.queue, down)
+    @property
+    def token(self) -> str | None:
+        return self.tag
 
 
-class IqmService(JobSide[IqmFault]):
+_QC = f"{API}/quantum-computers/<qc>"
+_CAL = f"{API}/calibration-sets/<qc>/<cal>"
+
+
+class IqmService(JobSide[IqmScenario, IqmFault]):
     """The IQM side's requests answered, from any number of server threads."""
 
-    _refusal = IqmRefusal
+    vendor = "iqm"
     _draws = "iqm-fault"
-    _create_op = "SubmitJob"
+    _id_draws = "iqm-ids"
+    MISSING = Missing(
+        UNSERVED, "Quantum computer {name} not found.",
+        codes=("not_found", "qc_not_found", "job_not_found"),
+    )  # fmt: skip
+    ROUTES = (
+        on_device("GET", _QC, "GetQuantumComputer", "_qc", "qc"),
+        Route("GET", f"{_QC}/artifacts/<artifact>", "GetQcArtifact", "_qc_artifact",
+              "<artifact>", "<qc>"),
+        Route("GET", _CAL, "GetCalibrationSet", "_calibration_set", "<cal>", "<qc>"),
+        Route("GET", f"{_CAL}/dynamic-quantum-architecture", "GetDynamicQuantumArchitecture",
+              "_dqa", "<cal>", "<qc>"),
+        Route("GET", f"{_CAL}/metrics", "GetQualityMetrics", "_metrics", "<cal>", "<qc>"),
+        owned("POST", f"{API}/jobs/<job>/cancel", "CancelJob", "_cancel"),
+        Route("POST", f"{API}/jobs/<qc>/<type>", "SubmitJob", "_create", "<type>", "<qc>",
+              creates=True),
+        owned("GET", f"{API}/jobs/<job>", "GetJob", "_get_job"),
+        owned("GET", f"{API}/jobs/<job>/artifacts/<kind>", "GetJobArtifact", "_artifact"),
+    )  # fmt: skip
 
-    def __init__(
-        self,
-        scenario: IqmScenario,
-        clock: Clock,
-        seed: int = 0,
-        stop: threading.Event | None = None,
-        on_call: Callable[[Call], None] | None = None,
-    ) -> None:
-        super().__init__(scenario, clock, seed, stop, on_call)
-        self.scenario: IqmScenario
-        self._queues = {d.id: DeviceQueue(_queue_spec(d), seed) for d in scenario.devices}
+    def _setup(self) -> None:
+        super()._setup()
         self._qc_ids = {
-            d.id: str(uuid.UUID(int=random.Random(f"{seed}:iqm-qc:{d.id}").getrandbits(128)))
-            for d in scenario.devices
+            d.id: str(uuid.UUID(int=random.Random(f"{self.seed}:iqm-qc:{d.id}").getrandbits(128)))
+            for d in self.scenario.devices
         }
-        self._ids = random.Random(f"{seed}:iqm-ids")
-        self._jobs: dict[str, IqmJob] = {}
+
+    def _queue_spec(self, spec: IqmDeviceSpec) -> DeviceQueueSpec:
+        """Maintenance and offline periods stop a device (and, checked here, refuse
+        creates); a device down for the whole run never serves."""
+        down = [(0.0, math.inf)] if spec.status != "online" else [*spec.paused, *spec.offline]
+        return DeviceQueueSpec.waiting_during(spec.queue_key, spec.id, spec.queue, down)
 
     # -- views for tests and the facade ---------------------------------------------------
-
-    def job_ids(self, device: str | None = None) -> list[str]:
-        """Every job created so far (on ``device``), oldest first."""
-        with self._lock:
-            return [j.id for j in self._jobs.values() if device in (None, j.device)]
 
     def job_tag(self, job_id: str) -> str | None:
         with self._lock:
@@ -160,19 +164,6 @@ class IqmService(JobSide[IqmFault]):
         with self._lock:
             return self._queues[device].queue_size(self.clock.now())
 
-    def bill(self) -> tuple[list[BilledTask], list[BilledSession]]:
-        """Every job so far: a completed one billed its run seconds x ``price_per_second``
-        (credits, as IQM prices QPU time); IQM has no sessions."""
-        with self._lock:
-            now = self.clock.now()
-            tasks = [
-                timed_task("iqm", job.id, job.device, job.tag, job.shots, job.created_t,
-                           self._queues[job.device].progress(job.id, now),
-                           self.scenario.price_per_second)
-                for job in self._jobs.values()
-            ]  # fmt: skip
-        return tasks, []
-
     def env(self, url: str) -> dict[str, str]:
         """QRMI's settings reaching this service from ``url`` (the emulator's base URL), as
         a site writes them for QRMI's Slurm plugin: per device ``<id>_QRMI_IQM_ISA_*``."""
@@ -185,62 +176,20 @@ class IqmService(JobSide[IqmFault]):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _internal_error(self, route: JobRoute, message: str) -> Response:
-        return iqm_error(500, message)
+    def _error(
+        self, status: int, message: str, route: SideRoute | None = None, code: str | None = None
+    ) -> Response:
+        return iqm_error(status, message, code)
 
-    def _fault_error(self, fault: IqmFault, route: JobRoute) -> Response | None:
+    def _fault_error(self, fault: IqmFault, route: SideRoute) -> Response | None:
         if not fault.status:
             return None
         return iqm_error(fault.status, fault.message or "Injected fault.", fault.error_code)
 
-    def _authorize(self, route: JobRoute, request: Request) -> None:
+    def _authorize(self, route: SideRoute, request: Request) -> None:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or token != self.scenario.token:
             raise IqmRefusal(401, "Unauthorized: missing or invalid API token.", "unauthorized")
-
-    def _route(self, request: Request) -> JobRoute:
-        method, path = request.method, request.path
-        if not path.startswith(API + "/"):
-            raise IqmRefusal(404, f"the emulator does not implement {method} {path}", "not_found")
-        parts = request.segments(API)
-        head, n = parts[0], len(parts)
-        if head == "quantum-computers" and method == "GET" and n >= 2:
-            qc = parts[1]
-            if n == 2:
-                return JobRoute("GetQuantumComputer", self._qc, qc, qc)
-            if n == 4 and parts[2] == "artifacts":
-                return JobRoute("GetQcArtifact", self._qc_artifact, parts[3], qc)
-        if head == "calibration-sets" and method == "GET" and n >= 3:
-            qc = parts[1]
-            if n == 3:
-                return JobRoute("GetCalibrationSet", self._calibration_set, parts[2], qc)
-            if n == 4 and parts[3] == "dynamic-quantum-architecture":
-                return JobRoute("GetDynamicQuantumArchitecture", self._dqa, parts[2], qc)
-            if n == 4 and parts[3] == "metrics":
-                return JobRoute("GetQualityMetrics", self._metrics, parts[2], qc)
-        if head == "jobs":
-            if n == 3 and method == "POST" and parts[2] != "cancel":
-                return JobRoute("SubmitJob", self._unknown, parts[2], parts[1])
-            job = parts[1] if n > 1 else ""
-            with self._lock:
-                known = self._jobs.get(job)
-            device = known.device if known else None
-            if n == 2 and method == "GET":
-                return JobRoute("GetJob", self._get_job, job, device)
-            if n == 3 and parts[2] == "cancel" and method == "POST":
-                return JobRoute("CancelJob", self._cancel, job, device)
-            if n == 4 and parts[2] == "artifacts" and method == "GET":
-                return JobRoute("GetJobArtifact", self._artifact, job, device)
-        raise IqmRefusal(404, f"the emulator does not implement {method} {path}", "not_found")
-
-    def _unknown(self, route: JobRoute, request: Request) -> Response:
-        raise IqmRefusal(404, "Not found.", "not_found")
-
-    def _spec(self, qc: str | None) -> IqmDeviceSpec:
-        spec = self.scenario.device(qc or "")
-        if spec is None:
-            raise IqmRefusal(404, f"Quantum computer {qc} not found.", "qc_not_found")
-        return spec
 
     # -- quantum computers ------------------------------------------------------------------
 
@@ -254,7 +203,7 @@ class IqmService(JobSide[IqmFault]):
             return "maintenance"
         return "online"
 
-    def _qc(self, route: JobRoute, request: Request) -> Response:
+    def _qc(self, route: SideRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         with self._lock:
             now = self.clock.now()
@@ -291,11 +240,11 @@ class IqmService(JobSide[IqmFault]):
         }
         return json_response(200, doc)
 
-    def _qc_artifact(self, route: JobRoute, request: Request) -> Response:
+    def _qc_artifact(self, route: SideRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         if route.target != "static-quantum-architectures":
             raise IqmRefusal(404, f"Artifact {route.target} not found.", "qc_artifact_not_found")
-        pairs = [[f"QB{i + 1}", f"QB{i + 2}"] for i in range(spec.qubits - 1)]
+        pairs = [[f"QB{a + 1}", f"QB{b + 1}"] for a, b in spec.pairs]
         return json_response(
             200,
             [{"dut_label": spec.id, "qubits": spec.qubit_names(), "computational_resonators": [],
@@ -310,11 +259,11 @@ class IqmService(JobSide[IqmFault]):
             return default
         raise IqmRefusal(404, f"Calibration set {wanted} not found.", "calibration_set_not_found")
 
-    def _dqa(self, route: JobRoute, request: Request) -> Response:
+    def _dqa(self, route: SideRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         cal = self._calibration_id(spec, route.target)
         qubits = spec.qubit_names()
-        pairs = [[a, b] for i, a in enumerate(qubits) for b in qubits[i + 1 :]]
+        pairs = [[f"QB{a + 1}", f"QB{b + 1}"] for a, b in spec.pairs]
 
         def gate(implementation: str, loci: list[list[str]]) -> dict[str, Any]:
             return {
@@ -335,7 +284,7 @@ class IqmService(JobSide[IqmFault]):
         }
         return json_response(200, doc)
 
-    def _calibration_set(self, route: JobRoute, request: Request) -> Response:
+    def _calibration_set(self, route: SideRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         cal = self._calibration_id(spec, route.target)
         return json_response(
@@ -348,7 +297,7 @@ class IqmService(JobSide[IqmFault]):
             },
         )
 
-    def _metrics(self, route: JobRoute, request: Request) -> Response:
+    def _metrics(self, route: SideRoute, request: Request) -> Response:
         spec = self._spec(route.device)
         cal = self._calibration_id(spec, route.target)
         rng = random.Random(f"{self.seed}:iqm-metrics:{spec.id}")
@@ -365,8 +314,9 @@ class IqmService(JobSide[IqmFault]):
     # -- jobs -------------------------------------------------------------------------------
 
     def _create(
-        self, route: JobRoute, request: Request, failure: str | None, created: list[str]
-    ) -> Response:
+        self, route: SideRoute, request: Request, faults: list[IqmFault]
+    ) -> tuple[Response, str]:
+        failure = self.failure(faults)
         spec = self._spec(route.device)
         if route.target not in JOB_TYPES:
             raise IqmRefusal(400, f"Unsupported job type {route.target!r}.", "unsupported_job_type")
@@ -398,7 +348,7 @@ class IqmService(JobSide[IqmFault]):
                     f"You have {active} jobs waiting or processing on {spec.id}, its limit.",
                     "quota_exceeded",
                 )
-            job_id = str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
+            job_id = self._new_id()
             job = IqmJob(
                 id=job_id,
                 device=spec.id,
@@ -413,8 +363,7 @@ class IqmService(JobSide[IqmFault]):
             queue.submit(job_id, now, job.shots, fails=failure is not None)
             self._jobs[job_id] = job
             doc = self._document(job, now)
-        created.append(job_id)
-        return json_response(200, doc)
+        return json_response(200, doc), job_id
 
     def _check_payload(self, body: Any, spec: IqmDeviceSpec) -> tuple[list[dict[str, Any]], int]:
         if (
@@ -440,6 +389,8 @@ class IqmService(JobSide[IqmFault]):
             )
         circuits = []
         for i, circuit in enumerate(body["circuits"]):
+            if self.scenario.strict:
+                self._check_native(circuit, i, spec)
             try:
                 circuits.append(validate_circuit(circuit, spec.qubits, f"circuit {i}"))
             except IqmProgramError as exc:
@@ -448,21 +399,38 @@ class IqmService(JobSide[IqmFault]):
                 ) from None
         return circuits, shots
 
+    def _check_native(self, circuit: Any, index: int, spec: IqmDeviceSpec) -> None:
+        """Refuse, as IQM's server validates a circuit against its dynamic quantum
+        architecture (iqm-client's ``_validate_instruction`` words), an instruction
+        outside the native set, or a ``cz`` on qubits the device does not couple."""
+        coupled = {frozenset((f"QB{a + 1}", f"QB{b + 1}")) for a, b in spec.pairs}
+        instructions = circuit.get("instructions") if isinstance(circuit, dict) else None
+        for ins in instructions if isinstance(instructions, list) else []:
+            name = ins.get("name") if isinstance(ins, dict) else None
+            qubits = ins.get("qubits") if isinstance(ins, dict) else None
+            if name not in NATIVE:
+                raise IqmRefusal(
+                    400, f"Circuit {index}: Unknown quantum operation '{name}'.", "invalid_input"
+                )
+            if (
+                name == "cz"
+                and isinstance(qubits, list)
+                and frozenset(map(str, qubits)) not in coupled
+            ):
+                locus = tuple(map(str, qubits))
+                raise IqmRefusal(
+                    400,
+                    f"Circuit {index}: {locus} is not allowed as locus for 'cz'.",
+                    "invalid_input",
+                )
+
     def _simulate(
         self, circuit: dict[str, Any], shots: int, spec: IqmDeviceSpec
     ) -> dict[str, list[list[int]]]:
         """The circuit's ``measurements`` (key -> one row of bits per shot), simulated."""
         source, keys = braket_source(circuit)
-        request = SimulationRequest(
-            action=json.dumps({"braketSchemaHeader": {"name": OPENQASM_PROGRAM, "version": "1"},
-                               "source": source, "inputs": {}}),
-            shots=shots,
-            backend="braket_sv",
-            device_qubits=spec.qubits,
-            max_qubits=self.scenario.max_simulated_qubits,
-        )  # fmt: skip
         try:
-            result = run_program(request)
+            result = programs.run(source, shots, spec.qubits, self.scenario.max_simulated_qubits)
         except ProgramError as exc:
             raise IqmRefusal(400, f"The circuit cannot run: {exc}.", "invalid_input") from None
         rows = result.get("measurements") or []
@@ -471,12 +439,6 @@ class IqmService(JobSide[IqmFault]):
         return {
             key: [[int(row[column[q]]) for q in qubits] for row in rows] for key, qubits in keys
         }
-
-    def _job(self, job_id: str | None) -> IqmJob:
-        job = self._jobs.get(job_id or "")
-        if job is None:
-            raise IqmRefusal(404, f"Job {job_id} not found.", "job_not_found")
-        return job
 
     def _status(self, job: IqmJob, now: float) -> str:
         return STATUS[self._queues[job.device].progress(job.id, now).status]
@@ -518,7 +480,7 @@ class IqmService(JobSide[IqmFault]):
             ]  # fmt: skip
         return doc
 
-    def _get_job(self, route: JobRoute, request: Request) -> Response:
+    def _get_job(self, route: SideRoute, request: Request) -> Response:
         wait = request.first("wait_until_terminal") == "true"
         limit = min(30.0, float(request.first("timeout_seconds") or 10))
         deadline = min(limit, self.scenario.long_poll) if wait else 0.0
@@ -537,7 +499,7 @@ class IqmService(JobSide[IqmFault]):
             response = Response(200, response.body, headers)
         return response
 
-    def _cancel(self, route: JobRoute, request: Request) -> Response:
+    def _cancel(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             now = self.clock.now()
@@ -550,8 +512,8 @@ class IqmService(JobSide[IqmFault]):
             doc = self._document(job, now)
         return json_response(200, doc)
 
-    def _artifact(self, route: JobRoute, request: Request) -> Response:
-        kind = request.segments(API)[3]
+    def _artifact(self, route: SideRoute, request: Request) -> Response:
+        kind = route.fields["kind"]
         with self._lock:
             job = self._job(route.target)
             status = self._status(job, self.clock.now())

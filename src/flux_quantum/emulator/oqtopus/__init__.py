@@ -16,5 +16,14 @@ from flux_quantum.emulator.oqtopus.scenario import (
 )
 from flux_quantum.emulator.oqtopus.service import OqtopusService
 from flux_quantum.emulator.oqtopus.wire import PREFIX
+from flux_quantum.emulator.side import SideEntry, serve
 
-__all__ = ["PREFIX", "OqtopusDeviceSpec", "OqtopusFault", "OqtopusScenario", "OqtopusService"]
+# OQTOPUS Cloud's User API (under /oqtopus), as the oqtopus-client SDK reaches it.
+SIDE = SideEntry(
+    "oqtopus", "oqtopus", (PREFIX,), serve(OqtopusService), OqtopusScenario, "oqtopus",
+    "--oqtopus-scenario", "OQTOPUS", lambda s: len(s.devices),
+)  # fmt: skip
+
+__all__ = [
+    "PREFIX", "SIDE", "OqtopusDeviceSpec", "OqtopusFault", "OqtopusScenario", "OqtopusService",
+]  # fmt: skip

@@ -31,11 +31,10 @@ Shape (every key but ``devices`` optional)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum.emulator.reading import Reader, ScenarioFile
+from flux_quantum.emulator.reading import Record, ScenarioFile, device_list, fault_list, setting
 from flux_quantum.emulator.scenario import JobFault, QueueSpec
 
 OPERATIONS = (
@@ -44,20 +43,18 @@ OPERATIONS = (
 )  # fmt: skip
 TYPES = ("QPU", "simulator")
 STATUSES = ("available", "unavailable")
-DEFAULT_TOKEN = "emulator-oqtopus-token"
-DEFAULT_PRICE_PER_SECOND = 0.30
 
 
 @dataclass(frozen=True)
-class OqtopusDeviceSpec:
+class OqtopusDeviceSpec(Record):
     """One emulated OQTOPUS device (a QPU or a simulator)."""
 
     name: str
-    qubits: int
-    type: str = "QPU"
-    basis_gates: tuple[str, ...] = ("sx", "x", "rz", "cx")
-    queue: QueueSpec = QueueSpec()
-    status: str = "available"
+    qubits: int = 1
+    type: str = setting("QPU", choices=TYPES)
+    basis_gates: tuple[str, ...] = setting(("sx", "x", "rz", "cx"), noun="gate name")
+    queue: QueueSpec = QueueSpec(service_time=2.0)
+    status: str = setting("available", choices=STATUSES)
     unavailable: tuple[tuple[float, float], ...] = ()
     max_shots: int = 100_000
 
@@ -88,62 +85,12 @@ class OqtopusScenario(ScenarioFile):
     LABEL = "OQTOPUS"
     DEFAULT = DEFAULT_OQTOPUS_SCENARIO
 
-    devices: tuple[OqtopusDeviceSpec, ...]
-    token: str = DEFAULT_TOKEN
-    price_per_second: float = DEFAULT_PRICE_PER_SECOND
+    devices: tuple[OqtopusDeviceSpec, ...] = device_list("device")
+    token: str = "emulator-oqtopus-token"
+    price_per_second: float = 0.30
     max_simulated_qubits: int = 20
-    faults: tuple[OqtopusFault, ...] = ()
+    faults: tuple[OqtopusFault, ...] = fault_list(OPERATIONS, "SubmitJob")
     source: str = "<dict>"
 
     def device(self, name: str) -> OqtopusDeviceSpec | None:
         return next((d for d in self.devices if d.name == name), None)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> OqtopusScenario:
-        return _Reader("OQTOPUS", source).scenario(data)
-
-
-class _Reader(Reader):
-    """The scenario's own fields, read with the shared typed reads."""
-
-    def scenario(self, data: Mapping[str, Any]) -> OqtopusScenario:
-        accepted = ("token", "price_per_second", "max_simulated_qubits", "devices", "faults")
-        top = self.mapping(data, "(top level)", accepted)
-        devices, faults = self.devices_and_faults(
-            top, "devices", self.device_spec, OPERATIONS, "SubmitJob"
-        )
-        return OqtopusScenario(
-            devices=tuple(devices),
-            token=self.text(top.get("token", DEFAULT_TOKEN), "token"),
-            price_per_second=self.number(
-                top.get("price_per_second", DEFAULT_PRICE_PER_SECOND), "price_per_second"
-            ),
-            max_simulated_qubits=self.integer(
-                top.get("max_simulated_qubits", 20), "max_simulated_qubits", low=1
-            ),
-            faults=faults,
-            source=self.source,
-        )
-
-    def device_spec(self, raw: Any, index: int) -> OqtopusDeviceSpec:
-        where = f"devices[{index}]"
-        d = self.mapping(
-            raw, where,
-            ("name", "type", "qubits", "basis_gates", "queue", "status", "unavailable",
-             "max_shots"),
-        )  # fmt: skip
-        name = self.text(d.get("name"), f"{where}.name")
-        where = f"device {name!r}:"
-        gates = d.get("basis_gates", list(OqtopusDeviceSpec.basis_gates))
-        if not isinstance(gates, list) or not gates:
-            raise self.fail(f"{where} basis_gates", "must list at least one gate name")
-        return OqtopusDeviceSpec(
-            name=name,
-            qubits=self.integer(d.get("qubits", 1), f"{where} qubits", low=1),
-            type=self.choice(d.get("type", "QPU"), f"{where} type", TYPES),
-            basis_gates=tuple(self.text(g, f"{where} basis_gates") for g in gates),
-            queue=self.queue(d.get("queue", {}), where, service_time=2.0),
-            status=self.choice(d.get("status", "available"), f"{where} status", STATUSES),
-            unavailable=self.periods(d.get("unavailable", []), f"{where} unavailable"),
-            max_shots=self.integer(d.get("max_shots", 100_000), f"{where} max_shots", low=1),
-        )

@@ -54,19 +54,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import random
-import threading
-import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledTask, timed_task
-from flux_quantum.emulator.clock import Clock, iso, timestamp
-from flux_quantum.emulator.ibm.wire import braket_source  # stdgates.inc, as IBM's side runs it
+from flux_quantum.emulator import programs
+from flux_quantum.emulator.clock import iso, timestamp
+from flux_quantum.emulator.job_side import JobSide
 from flux_quantum.emulator.oqtopus.scenario import (
     OqtopusDeviceSpec,
     OqtopusFault,
@@ -81,12 +77,11 @@ from flux_quantum.emulator.oqtopus.wire import (
     unzipped,
     zipped,
 )
-from flux_quantum.emulator.queue import DeviceQueue
+from flux_quantum.emulator.routes import Body, Route, SideRoute, on_device, owned
 from flux_quantum.emulator.scenario import DeviceQueueSpec
-from flux_quantum.emulator.side import Call, JobRoute, JobSide
-from flux_quantum.emulator.simulate import OPENQASM_PROGRAM, ProgramError, SimulationRequest
-from flux_quantum.emulator.simulate import simulate as run_program
-from flux_quantum.emulator.wire import Request, Response, body_field, json_response
+from flux_quantum.emulator.side import Missing
+from flux_quantum.emulator.simulate import ProgramError
+from flux_quantum.emulator.wire import Request, Response, json_response
 
 SUBMIT_FIELDS = (
     "name", "description", "device_id", "job_type", "shots", "transpiler_info",
@@ -114,55 +109,55 @@ class OqtopusJob:
     def shots(self) -> int:
         return int(self.request.get("shots") or 0)
 
+    # What the bill reads (as of a ``job_side.SideJob``): a job is billed from its submit,
+    # named by its name, once its program ran.
+    @property
+    def created_t(self) -> float:
+        return self.registered_t if self.submitted_t is None else self.submitted_t
 
-class OqtopusService(JobSide[OqtopusFault]):
+    @property
+    def token(self) -> str | None:
+        name = self.request.get("name")
+        return name if isinstance(name, str) else None
+
+    @property
+    def billable(self) -> bool:
+        return self.device is not None and self.submitted_t is not None and not self.refused
+
+
+class OqtopusService(JobSide[OqtopusScenario, OqtopusFault]):
     """The OQTOPUS side's requests answered, from any number of server threads."""
 
-    _refusal = OqtopusRefusal
+    vendor = "oqtopus"
     _draws = "oqtopus-fault"
-    _create_op = "SubmitJob"
+    _id_draws = "oqtopus-ids"
+    MISSING = Missing("Not Found", "device not found: {name}", "job not found: {name}")
+    ROUTES = (
+        Route("GET", f"{PREFIX}/devices", "ListDevices", "_devices"),
+        on_device("GET", f"{PREFIX}/devices/<device>", "GetDevice", "_device", "device"),
+        Route("POST", STORAGE, "UploadInput", "_upload"),
+        owned("GET", f"{STORAGE}/<key*>", "DownloadObject", "_download", "key"),
+        Route("POST", f"{PREFIX}/jobs", "RegisterJob", "_register"),
+        Route("GET", f"{PREFIX}/jobs", "ListJobs", "_list"),
+        owned("GET", f"{PREFIX}/jobs/<job>", "GetJob", "_get_job"),
+        owned("DELETE", f"{PREFIX}/jobs/<job>", "DeleteJob", "_delete"),
+        owned("GET", f"{PREFIX}/jobs/<job>/status", "GetJobStatus", "_status"),
+        Route("POST", f"{PREFIX}/jobs/<job>/submit", "SubmitJob", "_create", "<job>",
+              Body("device_id"), creates=True),
+        owned("POST", f"{PREFIX}/jobs/<job>/cancel", "CancelJob", "_cancel"),
+    )  # fmt: skip
 
-    def __init__(
-        self,
-        scenario: OqtopusScenario,
-        clock: Clock,
-        seed: int = 0,
-        stop: threading.Event | None = None,
-        on_call: Callable[[Call], None] | None = None,
-    ) -> None:
-        super().__init__(scenario, clock, seed, stop, on_call)
-        self.scenario: OqtopusScenario
-        self._queues = {
-            d.name: DeviceQueue(
-                DeviceQueueSpec.waiting_during(
-                    d.queue_key, d.name, d.queue, d.unavailable, down=d.status != "available"
-                ),
-                seed,
-            )
-            for d in scenario.devices
-        }
-        self._ids = random.Random(f"{seed}:oqtopus-ids")
-        self._secret = f"{seed}:{scenario.token}:storage"
-        self._jobs: dict[str, OqtopusJob] = {}
+    def _setup(self) -> None:
+        super()._setup()
+        self._secret = f"{self.seed}:{self.scenario.token}:storage"
 
-    # -- views for tests and the facade ---------------------------------------------------
-
-    def job_ids(self, device: str | None = None) -> list[str]:
-        """Every job registered so far (submitted to ``device``), oldest first."""
-        with self._lock:
-            return [j.id for j in self._jobs.values() if device in (None, j.device)]
-
-    def bill(self) -> list[BilledTask]:
-        """Every submitted job whose program ran: a succeeded one billed its run seconds."""
-        with self._lock:
-            now = self.clock.now()
-            return [
-                timed_task("oqtopus", job.id, job.device, job.request.get("name"), job.shots,
-                           job.submitted_t, self._queues[job.device].progress(job.id, now),
-                           self.scenario.price_per_second)
-                for job in self._jobs.values()
-                if job.device is not None and job.submitted_t is not None and not job.refused
-            ]  # fmt: skip
+    def _queue_spec(self, spec: OqtopusDeviceSpec) -> DeviceQueueSpec:
+        """A device in an ``unavailable`` period starts nothing; one unavailable for the
+        whole run never serves."""
+        down = spec.status != "available"
+        return DeviceQueueSpec.waiting_during(
+            spec.queue_key, spec.name, spec.queue, spec.unavailable, down=down
+        )
 
     def env(self, url: str) -> dict[str, str]:
         """The settings reaching this service from ``url`` (the emulator's base URL), per
@@ -175,62 +170,20 @@ class OqtopusService(JobSide[OqtopusFault]):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _internal_error(self, route: JobRoute, message: str) -> Response:
-        return OqtopusRefusal(500, message).response
+    def _error(
+        self, status: int, message: str, route: SideRoute | None = None, code: str | None = None
+    ) -> Response:
+        return OqtopusRefusal(status, message).response
 
-    def _fault_error(self, fault: OqtopusFault, route: JobRoute) -> Response | None:
-        if not fault.status:
-            return None
-        return OqtopusRefusal(fault.status, fault.message or "Injected fault.").response
+    def _device_of(self, kind: str, key: str) -> str | None:
+        """The device of the job ``key`` names (a job id, or a storage key under it)."""
+        return super()._device_of(kind, key.partition("/")[0])
 
-    def _authorize(self, route: JobRoute, request: Request) -> None:
+    def _authorize(self, route: SideRoute, request: Request) -> None:
         if route.operation in _STORAGE_OPS:
             return  # presigned: the signature is checked by the handler
         if request.headers.get("q-api-token") != self.scenario.token:
             raise OqtopusRefusal(401, "Unauthorized")
-
-    def _route(self, request: Request) -> JobRoute:
-        method = request.method
-        parts = request.segments(PREFIX)
-        if not parts:
-            raise OqtopusRefusal(404, "Not Found")
-        head, n = parts[0], len(parts)
-        if head == "devices" and method == "GET":
-            if n == 1:
-                return JobRoute("ListDevices", self._devices)
-            if n == 2:
-                return JobRoute("GetDevice", self._device, parts[1], parts[1])
-        if head == "storage":
-            if n == 1 and method == "POST":
-                return JobRoute("UploadInput", self._upload)
-            if n > 1 and method == "GET":
-                key = "/".join(parts[1:])
-                return JobRoute("DownloadObject", self._download, key, self._device_of(parts[1]))
-        if head == "jobs":
-            if n == 1 and method == "POST":
-                return JobRoute("RegisterJob", self._register)
-            if n == 1 and method == "GET":
-                return JobRoute("ListJobs", self._list)
-            job, device = parts[1] if n > 1 else "", self._device_of(parts[1] if n > 1 else "")
-            if n == 2 and method == "GET":
-                return JobRoute("GetJob", self._get_job, job, device)
-            if n == 2 and method == "DELETE":
-                return JobRoute("DeleteJob", self._delete, job, device)
-            if n == 3 and parts[2] == "status" and method == "GET":
-                return JobRoute("GetJobStatus", self._status, job, device)
-            if n == 3 and parts[2] == "submit" and method == "POST":
-                return JobRoute("SubmitJob", self._unknown, job, body_field(request, "device_id"))
-            if n == 3 and parts[2] == "cancel" and method == "POST":
-                return JobRoute("CancelJob", self._cancel, job, device)
-        raise OqtopusRefusal(404, "Not Found")
-
-    def _device_of(self, job_id: str) -> str | None:
-        with self._lock:
-            known = self._jobs.get(job_id)
-        return known.device if known else None
-
-    def _unknown(self, route: JobRoute, request: Request) -> Response:
-        raise OqtopusRefusal(404, "Not Found")
 
     # -- devices ----------------------------------------------------------------------------
 
@@ -252,20 +205,6 @@ class OqtopusService(JobSide[OqtopusFault]):
             doc["available_at"] = iso(timestamp(self.clock, down[0][1]))
         return doc
 
-    def _devices(self, route: JobRoute, request: Request) -> Response:
-        with self._lock:
-            now = self.clock.now()
-            docs = [self._device_doc(spec, now) for spec in self.scenario.devices]
-        return json_response(200, docs)
-
-    def _device(self, route: JobRoute, request: Request) -> Response:
-        spec = self.scenario.device(route.target or "")
-        if spec is None:
-            raise OqtopusRefusal(404, f"device not found: {route.target}")
-        with self._lock:
-            doc = self._device_doc(spec, self.clock.now())
-        return json_response(200, doc)
-
     # -- storage (the presigned URLs) -----------------------------------------------------
 
     def _sign(self, key: str) -> str:
@@ -279,7 +218,7 @@ class OqtopusService(JobSide[OqtopusFault]):
     def _base(request: Request) -> str:
         return f"http://{request.headers.get('host', '127.0.0.1')}"
 
-    def _upload(self, route: JobRoute, request: Request) -> Response:
+    def _upload(self, route: SideRoute, request: Request) -> Response:
         form = _form(request)
         key = form.get("key", b"").decode()
         if not key or form.get("signature", b"").decode() != self._sign(key):
@@ -300,7 +239,7 @@ class OqtopusService(JobSide[OqtopusFault]):
             job.input = document
         return Response(204)
 
-    def _download(self, route: JobRoute, request: Request) -> Response:
+    def _download(self, route: SideRoute, request: Request) -> Response:
         key = route.target or ""
         if request.first("signature") != self._sign(key):
             raise OqtopusRefusal(403, "The request signature does not match the key.")
@@ -318,10 +257,10 @@ class OqtopusService(JobSide[OqtopusFault]):
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def _register(self, route: JobRoute, request: Request) -> Response:
+    def _register(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = OqtopusJob(
-                id=str(uuid.UUID(int=self._ids.getrandbits(128), version=4)),
+                id=self._new_id(),
                 registered_t=self.clock.now(),
             )
             self._jobs[job.id] = job
@@ -332,8 +271,8 @@ class OqtopusService(JobSide[OqtopusFault]):
         return json_response(200, {"job_id": job.id, "presigned_url": presigned})
 
     def _create(
-        self, route: JobRoute, request: Request, failure: str | None, created: list[str]
-    ) -> Response:
+        self, route: SideRoute, request: Request, faults: list[OqtopusFault]
+    ) -> tuple[Response, str]:
         body = _json_object(request)
         spec = self.scenario.device(str(body.get("device_id")))
         if spec is None:
@@ -355,43 +294,31 @@ class OqtopusService(JobSide[OqtopusFault]):
                 raise OqtopusRefusal(400, f"job {job.id} is already submitted")
             if job.input is None:
                 raise OqtopusRefusal(400, f"job {job.id} has no input: upload it first")
-            programs = job.input.get("program")
+            sources = job.input.get("program")
         refused, counts = None, {}
         try:
-            counts = self._simulate(programs, shots, spec)
+            counts = self._simulate(sources, shots, spec)
         except ProgramError as exc:
             refused = f"transpile failed: {exc}"
         with self._lock:
             now = self.clock.now()
             job.request = {k: body[k] for k in SUBMIT_FIELDS if body.get(k) is not None}
-            job.device, job.submitted_t, job.failure = spec.name, now, failure
+            job.device, job.submitted_t, job.failure = spec.name, now, self.failure(faults)
             job.refused, job.counts = refused, counts
             if refused is None:
-                self._queues[spec.name].submit(job.id, now, shots, fails=failure is not None)
-        created.append(job.id)
-        return json_response(200, {"message": "submitted"})
+                self._queues[spec.name].submit(job.id, now, shots, fails=job.failure is not None)
+        return json_response(200, {"message": "submitted"}), job.id
 
-    def _simulate(self, programs: Any, shots: int, spec: OqtopusDeviceSpec) -> dict[str, int]:
+    def _simulate(self, sources: Any, shots: int, spec: OqtopusDeviceSpec) -> dict[str, int]:
         """The program's counts, classical bit 0 first (ProgramError: it cannot run)."""
-        if not isinstance(programs, list) or len(programs) != 1 or not isinstance(programs[0], str):
+        if not isinstance(sources, list) or len(sources) != 1 or not isinstance(sources[0], str):
             raise ProgramError("a sampling job takes exactly one OpenQASM program")
-        action = json.dumps({"braketSchemaHeader": {"name": OPENQASM_PROGRAM, "version": "1"},
-                             "source": braket_source(programs[0]), "inputs": {}})  # fmt: skip
-        result = run_program(
-            SimulationRequest(
-                action, shots, "braket_sv", spec.qubits, self.scenario.max_simulated_qubits
-            )
-        )
+        source = programs.braket_source(sources[0])
+        result = programs.run(source, shots, spec.qubits, self.scenario.max_simulated_qubits)
         tally: Counter[str] = Counter(
             "".join(str(int(bit)) for bit in row) for row in result.get("measurements") or []
         )
         return dict(tally)
-
-    def _job(self, job_id: str | None) -> OqtopusJob:
-        job = self._jobs.get(job_id or "")
-        if job is None:
-            raise OqtopusRefusal(404, f"job not found: {job_id}")
-        return job
 
     def _status_of(self, job: OqtopusJob, now: float) -> str:
         """The job's status at ``now`` (lock held)."""
@@ -442,18 +369,18 @@ class OqtopusService(JobSide[OqtopusFault]):
         }
         return {k: v for k, v in doc.items() if v is not None}
 
-    def _get_job(self, route: JobRoute, request: Request) -> Response:
+    def _get_job(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             doc = self._document(self._job(route.target), self.clock.now(), request)
         return json_response(200, doc)
 
-    def _status(self, route: JobRoute, request: Request) -> Response:
+    def _status(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             status = self._status_of(job, self.clock.now())
         return json_response(200, {"job_id": job.id, "status": status})
 
-    def _list(self, route: JobRoute, request: Request) -> Response:
+    def _list(self, route: SideRoute, request: Request) -> Response:
         text = request.first("q") or ""
         wanted = request.first("status")
         with self._lock:
@@ -471,7 +398,7 @@ class OqtopusService(JobSide[OqtopusFault]):
         page = _positive(request.first("page"), 1)
         return json_response(200, docs[(page - 1) * size : page * size])
 
-    def _cancel(self, route: JobRoute, request: Request) -> Response:
+    def _cancel(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             now = self.clock.now()
@@ -482,7 +409,7 @@ class OqtopusService(JobSide[OqtopusFault]):
             self._queues[job.device].cancel(job.id, now)
         return json_response(200, {"message": "cancel request accepted"})
 
-    def _delete(self, route: JobRoute, request: Request) -> Response:
+    def _delete(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
             job = self._job(route.target)
             status = self._status_of(job, self.clock.now())

@@ -13,10 +13,19 @@ another vendor's side.
 from flux_quantum.emulator.pasqal.scenario import PasqalDeviceSpec, PasqalFault, PasqalScenario
 from flux_quantum.emulator.pasqal.service import PasqalService
 from flux_quantum.emulator.pasqal.wire import LOCAL_PREFIX, PREFIX
+from flux_quantum.emulator.side import SideEntry, serve
+
+# Pasqal Cloud (under /pasqal) and an on-premises warden (/pasqal-local), as QRMI's
+# PasqalCloud and PasqalLocal resources reach them.
+SIDE = SideEntry(
+    "pasqal", "pasqal", (PREFIX, LOCAL_PREFIX), serve(PasqalService), PasqalScenario, "pasqal",
+    "--pasqal-scenario", "Pasqal", lambda s: len(s.devices),
+)  # fmt: skip
 
 __all__ = [
     "LOCAL_PREFIX",
     "PREFIX",
+    "SIDE",
     "PasqalDeviceSpec",
     "PasqalFault",
     "PasqalScenario",

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flux_quantum.emulator.bill import BilledSession, BilledTask, timed_task
+from flux_quantum.emulator.bill import BilledTask, timed_task
 from flux_quantum.emulator.clock import Clock, timestamp
 from flux_quantum.emulator.pasqal.scenario import PasqalDeviceSpec, PasqalScenario
 from flux_quantum.emulator.pasqal.wire import (
@@ -82,18 +82,17 @@ class PasqalBatches:
             batch = self.get(task_id)
             return self._queues[batch.device].timeline(batch.id, self.clock.now())
 
-    def bill(self) -> tuple[list[BilledTask], list[BilledSession]]:
+    def bill(self) -> list[BilledTask]:
         """Every batch so far; a completed one is billed its QPU seconds at the site rate."""
         with self._lock:
             now = self.clock.now()
-            tasks = [
+            return [
                 timed_task("pasqal", self.task_id(batch), batch.device,
                            pasqal_program.token_of(batch.sequence), batch.runs, batch.created_t,
                            self._queues[batch.device].progress(batch.id, now),
                            self.scenario.site_price_per_second)
                 for batch in self._batches.values()
             ]  # fmt: skip
-        return tasks, []
 
     def waiting(self, spec: PasqalDeviceSpec) -> int:
         """How many tasks wait in ``spec``'s queue now, background load included."""

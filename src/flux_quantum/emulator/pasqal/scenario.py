@@ -39,12 +39,18 @@ Format::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from flux_quantum.emulator.reading import Reader, load_yaml
+from flux_quantum.emulator.reading import (
+    Reader,
+    Record,
+    ScenarioFile,
+    device_list,
+    fault_list,
+    setting,
+)
 from flux_quantum.emulator.scenario import BaseFault, QueueSpec
 
 KINDS = ("cloud", "local")
@@ -66,26 +72,34 @@ OPERATIONS = (
     "LocalGetJob",
     "LocalListJobs",
     "LocalJobLogs",
+    "LocalCancelJob",
     "LocalSpecs",
     "LocalCreateSession",
     "LocalRevokeSession",
 )
+CREATES = {"CreateBatch", "LocalCreateJob"}
 SITE_PRICE_PER_SECOND = 0.5
 
 
 @dataclass(frozen=True)
-class PasqalDeviceSpec:
+class PasqalDeviceSpec(Record):
     """One emulated Pasqal device, reached through the cloud API or a local warden."""
 
     name: str
-    kind: str = "cloud"
+    kind: str = setting("cloud", choices=KINDS)
     atoms: int = 61
     max_runs: int = 1000
     max_slots: int | None = None
-    queue: QueueSpec = field(default_factory=QueueSpec)
-    status: str = "online"
+    queue: QueueSpec = QueueSpec()
+    status: str = setting("online", choices=STATUSES)
     paused: tuple[tuple[float, float], ...] = ()
     offline: tuple[tuple[float, float], ...] = ()
+
+    def invalid(self) -> tuple[str, str] | None:
+        if self.kind == "cloud" and self.name not in CLOUD_DEVICES:
+            choices = ", ".join(CLOUD_DEVICES)
+            return "name (a cloud device)", f"must be one of {choices}, got {self.name!r}"
+        return None
 
     @property
     def queue_key(self) -> str:
@@ -115,125 +129,34 @@ class PasqalFault(BaseFault):
     fail_job: str | None = None
 
 
-@dataclass(frozen=True)
-class PasqalScenario:
-    """Everything the Pasqal side serves, immutable."""
-
-    devices: tuple[PasqalDeviceSpec, ...]
-    project_id: str | None = None
-    client_id: str | None = None
-    client_secret: str | None = field(default=None, repr=False)
-    faults: tuple[PasqalFault, ...] = ()
-    site_price_per_second: float = SITE_PRICE_PER_SECOND
-    source: str = "<dict>"
-
-    def device(self, name: str, kind: str | None = None) -> PasqalDeviceSpec | None:
-        for spec in self.devices:
-            if spec.name == name and kind in (None, spec.kind):
-                return spec
-        return None
-
-    @classmethod
-    def default(cls) -> PasqalScenario:
-        """FRESNEL in the cloud and an on-premises FRESNEL_ONPREM behind a warden."""
-        return cls.from_dict(DEFAULT_PASQAL_SCENARIO, source="<default Pasqal scenario>")
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> PasqalScenario:
-        return cls.from_dict(*load_yaml(path, "Pasqal"))
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> PasqalScenario:
-        return _Reader("Pasqal", source).scenario(data)
-
-
-class _Reader(Reader):
-    """The Pasqal scenario's own fields, read with the shared typed reads."""
-
-    def scenario(self, data: Mapping[str, Any]) -> PasqalScenario:
-        accepted = (
-            "project_id", "client_id", "client_secret", "site_price_per_second", "devices",
-            "faults",
-        )  # fmt: skip
-        top = self.mapping(data, "(top level)", accepted)
-        raw = self.listed(top.get("devices"), "devices", "device")
-        devices = [self.device(item, i) for i, item in enumerate(raw)]
-        names = [d.name for d in devices]
-        self.distinct(names, "devices[{i}].name", "device")
-        if ("client_id" in top) != ("client_secret" in top):
-            raise self.fail("client_id", "and client_secret must be given together")
-        faults = tuple(self.fault(f, i, names) for i, f in enumerate(top.get("faults") or []))
-        return PasqalScenario(
-            devices=tuple(devices),
-            project_id=self.text(top["project_id"], "project_id") if "project_id" in top else None,
-            client_id=self.text(top["client_id"], "client_id") if "client_id" in top else None,
-            client_secret=(
-                self.text(top["client_secret"], "client_secret") if "client_secret" in top else None
-            ),
-            faults=faults,
-            site_price_per_second=self.number(
-                top.get("site_price_per_second", SITE_PRICE_PER_SECOND), "site_price_per_second"
-            ),
-            source=self.source,
-        )
-
-    def device(self, raw: Any, index: int) -> PasqalDeviceSpec:
-        accepted = (
-            "name", "kind", "atoms", "max_runs", "max_slots", "queue", "status", "paused",
-            "offline",
-        )  # fmt: skip
-        d = self.mapping(raw, f"devices[{index}]", accepted)
-        name = self.text(d.get("name"), f"devices[{index}].name")
-        where = f"device {name!r}:"
-        kind = self.choice(d.get("kind", "cloud"), f"{where} kind", KINDS)
-        if kind == "cloud":
-            self.choice(name, f"{where} name (a cloud device)", CLOUD_DEVICES)
-        queue = self.queue(d.get("queue", {}), where, service_time=1.0)
-        slots = d.get("max_slots")
-        return PasqalDeviceSpec(
-            name=name,
-            kind=kind,
-            atoms=self.integer(d.get("atoms", 61), f"{where} atoms", low=1),
-            max_runs=self.integer(d.get("max_runs", 1000), f"{where} max_runs", low=1),
-            max_slots=None if slots is None else self.integer(slots, f"{where} max_slots", 1),
-            queue=queue,
-            status=self.choice(d.get("status", "online"), f"{where} status", STATUSES),
-            paused=self.periods(d.get("paused", []), f"{where} paused"),
-            offline=self.periods(d.get("offline", []), f"{where} offline"),
-        )
-
-    def fault(self, raw: Any, index: int, devices: list[str]) -> PasqalFault:
-        where = f"faults[{index}]"
-        accepted = (
-            "operation", "device", "status", "message", "reset", "fail_job", "after_commit",
-            "calls", "first", "after", "every", "start", "end",
-        )  # fmt: skip
-        f = self.mapping(raw, where, accepted)
-        ops = self.operations(f, where, OPERATIONS)
-        device = self.target(f, "device", where, devices)
-        status = self.integer(f["status"], f"{where}.status", 400) if "status" in f else None
-        fail_job = self.optional(f, "fail_job", where)
-        reset = self.flag(f, "reset", where)
-        after_commit = self.flag(f, "after_commit", where)
-        if sum((status is not None, reset, fail_job is not None)) != 1:
-            raise self.fail(where, "needs exactly one effect: status, reset or fail_job")
-        if fail_job is not None and not set(ops) <= {"CreateBatch", "LocalCreateJob"}:
-            raise self.fail(
-                f"{where}.operation", "must be CreateBatch/LocalCreateJob with fail_job"
-            )
-        if fail_job is not None and after_commit:
-            raise self.fail(f"{where}.after_commit", "goes with status or reset, not fail_job")
-        selection = self.selection(f, where)
-        return PasqalFault(
-            operations=tuple(ops),
-            device=device,
-            status=status,
-            message=self.optional(f, "message", where),
-            reset=reset,
-            fail_job=fail_job,
-            after_commit=after_commit,
-            **selection,
-        )
+def _fault(reader: Reader, raw: Any, index: int, devices: Sequence[str]) -> PasqalFault:
+    where = f"faults[{index}]"
+    accepted = (
+        "operation", "device", "status", "message", "reset", "fail_job", "after_commit",
+        "calls", "first", "after", "every", "start", "end",
+    )  # fmt: skip
+    f = reader.mapping(raw, where, accepted)
+    ops = reader.operations(f, where, OPERATIONS)
+    status = reader.integer(f["status"], f"{where}.status", 400) if "status" in f else None
+    fail_job = reader.optional(f, "fail_job", where)
+    reset = reader.flag(f, "reset", where)
+    after_commit = reader.flag(f, "after_commit", where)
+    if sum((status is not None, reset, fail_job is not None)) != 1:
+        raise reader.fail(where, "needs exactly one effect: status, reset or fail_job")
+    if fail_job is not None and not set(ops) <= CREATES:
+        raise reader.fail(f"{where}.operation", "must be CreateBatch/LocalCreateJob with fail_job")
+    if fail_job is not None and after_commit:
+        raise reader.fail(f"{where}.after_commit", "goes with status or reset, not fail_job")
+    return PasqalFault(
+        operations=tuple(ops),
+        device=reader.target(f, "device", where, devices),
+        status=status,
+        message=reader.optional(f, "message", where),
+        reset=reset,
+        fail_job=fail_job,
+        after_commit=after_commit,
+        **reader.selection(f, where),
+    )
 
 
 DEFAULT_PASQAL_SCENARIO: dict[str, Any] = {
@@ -255,3 +178,30 @@ DEFAULT_PASQAL_SCENARIO: dict[str, Any] = {
         },
     ],
 }
+
+
+@dataclass(frozen=True)
+class PasqalScenario(ScenarioFile):
+    """Everything the Pasqal side serves, immutable."""
+
+    LABEL = "Pasqal"
+    DEFAULT = DEFAULT_PASQAL_SCENARIO
+
+    devices: tuple[PasqalDeviceSpec, ...] = device_list("device")
+    project_id: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    faults: tuple[PasqalFault, ...] = fault_list(read=_fault)
+    site_price_per_second: float = SITE_PRICE_PER_SECOND
+    source: str = "<dict>"
+
+    def invalid(self) -> tuple[str, str] | None:
+        if (self.client_id is None) != (self.client_secret is None):
+            return "client_id", "and client_secret must be given together"
+        return None
+
+    def device(self, name: str, kind: str | None = None) -> PasqalDeviceSpec | None:
+        for spec in self.devices:
+            if spec.name == name and kind in (None, spec.kind):
+                return spec
+        return None

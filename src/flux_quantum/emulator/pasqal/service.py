@@ -69,18 +69,17 @@ runs or ``max_slots``. ``env(url)`` gives every device's QRMI settings.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
-from flux_quantum.emulator.bill import BilledSession, BilledTask
+from flux_quantum.emulator.bill import SideBill
 from flux_quantum.emulator.clock import Clock
 from flux_quantum.emulator.pasqal.batches import PasqalBatches
 from flux_quantum.emulator.pasqal.scenario import PasqalFault, PasqalScenario
 from flux_quantum.emulator.pasqal.tokens import PasqalTokens
-from flux_quantum.emulator.pasqal.warden import Handler, PasqalWarden
+from flux_quantum.emulator.pasqal.warden import PasqalWarden
 from flux_quantum.emulator.pasqal.wire import (
     API,
     AUTH_PATH,
@@ -93,37 +92,67 @@ from flux_quantum.emulator.pasqal.wire import (
     warden_error,
 )
 from flux_quantum.emulator.queue import TaskTimeline
-from flux_quantum.emulator.side import Call, Refusal, VendorSide
+from flux_quantum.emulator.routes import Body, Query, Route, SideRoute, on_device, owned
+from flux_quantum.emulator.side import Refusal, TableSide
 from flux_quantum.emulator.wire import Request, Response, json_response
 
 LIST_LIMIT = 100
+_LOCAL = f"{LOCAL_PREFIX}/<device>"
 
 
-@dataclass(frozen=True)
-class _Route:
-    operation: str
-    handler: Handler
-    device: str | None = None
-    target: str | None = None
-    local: bool = False
+def _batch(method: str, path: str, operation: str, handler: str) -> Route:
+    return owned(method, path, operation, handler, "batch")
 
 
-class PasqalService(VendorSide[_Route, PasqalFault]):
+def _local(method: str, path: str, operation: str, handler: str) -> Route:
+    return on_device(method, f"{_LOCAL}{path}", operation, handler, "device")
+
+
+def _local_job(method: str, path: str, operation: str, handler: str) -> Route:
+    return Route(method, f"{_LOCAL}/jobs/<job>{path}", operation, handler, "<job>", "<device>")
+
+
+class PasqalService(TableSide[PasqalScenario, PasqalFault]):
     """The Pasqal side's requests answered, from any number of server threads."""
 
-    _refusal = PasqalRefusal
+    ROUTES = (
+        Route("POST", AUTH_PATH, "Token", "_token"),
+        Route("GET", f"{API}/<v>/devices", "GetDevice", "_get_device",
+              device=Query("device_type")),
+        Route("GET", f"{API}/<v>/devices/public-specs", "GetDeviceSpecs", "_public_specs"),
+        on_device("GET", f"{API}/<v>/devices/specs/<device>", "GetDeviceSpecs", "_specs",
+                  "device"),
+        Route("POST", f"{API}/v1/batches", "CreateBatch", "_create_batch",
+              device=Body("device_type"), creates=True),
+        Route("GET", f"{API}/v2/batches", "ListBatches", "_list_batches",
+              device=Query("device_type")),
+        _batch("GET", f"{API}/v2/batches/<batch>", "GetBatch", "_get_batch"),
+        _batch("GET", f"{API}/v1/batches/<batch>/full_results", "GetResults", "_full_results"),
+        _batch("PATCH", f"{API}/v2/batches/<batch>/cancel", "CancelBatch", "_cancel_batch"),
+        owned("GET", f"{API}/v2/jobs/<job>", "GetJob", "_get_job"),
+        _local("GET", "/accessible", "LocalAccessible", "_accessible"),
+        Route("POST", f"{_LOCAL}/jobs", "LocalCreateJob", "_create_local", device="<device>",
+              creates=True),
+        _local("GET", "/jobs", "LocalListJobs", "_list_local"),
+        _local("GET", "/qpu/specs", "LocalSpecs", "_local_specs"),
+        _local("POST", "/sessions", "LocalCreateSession", "_open_session"),
+        _local_job("GET", "", "LocalGetJob", "_get_local"),
+        _local_job("GET", "/logs", "LocalJobLogs", "_local_logs"),
+        _local_job("PATCH", "/cancel", "LocalCancelJob", "_cancel_local"),
+        _local_job("POST", "/cancel", "LocalCancelJob", "_cancel_local"),
+        Route("DELETE", f"{_LOCAL}/sessions/<session>", "LocalRevokeSession", "_revoke_session",
+              "<session>", "<device>"),
+    )  # fmt: skip
 
     def __init__(
         self,
         scenario: PasqalScenario,
         clock: Clock,
         seed: int = 0,
-        stop: threading.Event | None = None,
-        on_call: Callable[[Call], None] | None = None,
         wall: Callable[[], float] = time.time,
+        **wiring: Any,
     ) -> None:
-        super().__init__(clock, seed, stop, on_call, faults=len(scenario.faults))
-        self.scenario = scenario
+        super().__init__(scenario, clock, seed, **wiring)
         self._batches = PasqalBatches(scenario, clock, seed, self._lock)
         self._warden = PasqalWarden(self._batches, self._lock)
         self._tokens = PasqalTokens(scenario, seed, wall)
@@ -138,9 +167,9 @@ class PasqalService(VendorSide[_Route, PasqalFault]):
     def job_timeline(self, task_id: str) -> TaskTimeline:
         return self._batches.timeline(task_id)
 
-    def bill(self) -> tuple[list[BilledTask], list[BilledSession]]:
+    def bill(self) -> SideBill:
         """Every batch so far; a completed one is billed its QPU seconds at the site rate."""
-        return self._batches.bill()
+        return SideBill(self._batches.bill())
 
     def env(self, url: str) -> dict[str, str]:
         """QRMI's settings (``<device>_``-prefixed, as a site's QRMI configuration for the
@@ -163,123 +192,87 @@ class PasqalService(VendorSide[_Route, PasqalFault]):
 
     # -- dispatch -----------------------------------------------------------------------------
 
-    def _refused(self, request: Request, refusal: Refusal) -> _Route:
-        return _Route("Unknown", self._unknown, local=request.path.startswith(LOCAL_PREFIX))
+    def _route(self, request: Request) -> SideRoute:
+        route = super()._route(request)
+        if route.operation.startswith("Local") and self._local_device(request) is None:
+            raise self._not_found(request)
+        return route
 
-    def _target(self, route: _Route) -> str | None:
-        return route.target or route.device
-
-    def _faults_of(self) -> Sequence[PasqalFault]:
-        return self.scenario.faults
-
-    def _fault_device(self, route: _Route) -> str | None:
-        return route.device
-
-    def _apply(
-        self, route: _Route, request: Request, faults: list[PasqalFault], created: list[str]
-    ) -> Response:
-        args = [next((f.fail_job for f in faults if f.fail_job), "")]
-        response = route.handler(request, args)
-        if response.status == 200 and route.operation in ("CreateBatch", "LocalCreateJob"):
-            created.append(json.loads(response.body).get("data", {}).get("id", "")
-                           if route.operation == "CreateBatch"
-                           else str(json.loads(response.body)["id"]))  # fmt: skip
-            if args[0]:
-                self._count("fail_job")
-        return response
-
-    def _internal_error(self, route: _Route, message: str) -> Response:
-        return (warden_error if route.local else pasqal_error)(500, message)
-
-    def _fault_error(self, fault: PasqalFault, route: _Route) -> Response | None:
-        if not fault.status:
-            return None
-        message = fault.message or f"injected error {fault.status}"
-        return (warden_error if route.local else pasqal_error)(fault.status, message)
-
-    def _route(self, request: Request) -> _Route:
-        method, path = request.method, request.path
-        if path.startswith(LOCAL_PREFIX + "/"):
-            return self._local_route(request)
-        if path == AUTH_PATH and method == "POST":
-            return _Route("Token", self._token)
-        parts = request.segments(API)
-        if not path.startswith(API + "/") or len(parts) < 2:
-            raise PasqalRefusal(
-                pasqal_error(404, f"the emulator does not implement {method} {path}")
-            )
-        version, head, rest = parts[0], parts[1], parts[2:]
-        n = len(rest)
-        if head == "devices" and method == "GET":
-            if n == 0:
-                return _Route("GetDevice", self._get_device, request.first("device_type"))
-            if rest == ["public-specs"]:
-                return _Route("GetDeviceSpecs", self._public_specs)
-            if n == 2 and rest[0] == "specs":
-                return _Route("GetDeviceSpecs", self._specs, rest[1])
-        if head == "batches":
-            if n == 0 and method == "POST" and version == "v1":
-                return _Route("CreateBatch", self._create_batch, self._body_device(request))
-            if n == 0 and method == "GET" and version == "v2":
-                return _Route("ListBatches", self._list_batches, request.first("device_type"))
-            batch = self._batches.find(rest[0]) if n else None
-            device = batch.device if batch else None
-            if n == 1 and method == "GET" and version == "v2":
-                return _Route("GetBatch", self._get_batch, device, rest[0])
-            if rest[1:] == ["full_results"] and method == "GET" and version == "v1":
-                return _Route("GetResults", self._full_results, device, rest[0])
-            if rest[1:] == ["cancel"] and method == "PATCH" and version == "v2":
-                return _Route("CancelBatch", self._cancel_batch, device, rest[0])
-        if head == "jobs" and n == 1 and method == "GET" and version == "v2":
-            batch = self._batches.find(rest[0], by_job=True)
-            return _Route("GetJob", self._get_job, batch.device if batch else None, rest[0])
-        raise PasqalRefusal(pasqal_error(404, f"the emulator does not implement {method} {path}"))
-
-    def _local_route(self, request: Request) -> _Route:
-        method = request.method
+    def _local_device(self, request: Request) -> str | None:
         parts = request.segments(LOCAL_PREFIX)
         spec = self.scenario.device(parts[0], "local") if parts else None
-        if spec is None:
-            raise PasqalRefusal(warden_error(404, f"no on-premises device at {request.path}"))
-        device, rest = spec.name, parts[1:]
-        n = len(rest)
-        if rest == ["accessible"] and method == "GET":
-            return _Route("LocalAccessible", self._warden.accessible, device, local=True)
-        warden, munged = self._warden, self._warden.munged  # every other call needs munge
-        routes: dict[tuple[str, ...], tuple[str, Handler]] = {
-            ("POST", "jobs"): ("LocalCreateJob", warden.create),
-            ("GET", "jobs"): ("LocalListJobs", warden.list),
-            ("GET", "qpu", "specs"): ("LocalSpecs", warden.specs),
-            ("POST", "sessions"): ("LocalCreateSession", warden.open_session),
-        }
-        if n >= 1 and (method, *rest) in [tuple(k) for k in routes]:
-            operation, handler = routes[(method, *rest)]
-            return _Route(operation, munged(handler), device, local=True)
-        if n >= 2 and rest[0] == "jobs":
-            target = rest[1]
-            if n == 2 and method == "GET":
-                return _Route("LocalGetJob", munged(warden.get), device, target, True)
-            if rest[2:] == ["logs"] and method == "GET":
-                return _Route("LocalJobLogs", munged(warden.logs), device, target, True)
-            if rest[2:] == ["cancel"] and method in ("PATCH", "POST"):
-                return _Route("LocalCancelJob", munged(warden.cancel), device, target, True)
-        if n == 2 and rest[0] == "sessions" and method == "DELETE":
-            return _Route(
-                "LocalRevokeSession", munged(warden.revoke_session), device, rest[1], True
-            )
-        raise PasqalRefusal(
-            warden_error(404, f"the emulator does not implement {method} {request.path}")
-        )
+        return spec.name if spec else None
 
-    def _unknown(self, request: Request, args: list[str]) -> Response:
-        raise PasqalRefusal(pasqal_error(404, "unknown operation"))
+    def _not_found(self, request: Request) -> Refusal:
+        what = f"the emulator does not implement {request.method} {request.path}"
+        if not request.path.startswith(LOCAL_PREFIX + "/"):
+            return PasqalRefusal(pasqal_error(404, what))
+        if self._local_device(request) is None:
+            return PasqalRefusal(warden_error(404, f"no on-premises device at {request.path}"))
+        return PasqalRefusal(warden_error(404, what))
 
-    def _token(self, request: Request, args: list[str]) -> Response:
+    def _target(self, route: SideRoute) -> str | None:
+        return route.target or route.device
+
+    def _device_of(self, kind: str, key: str) -> str | None:
+        batch = self._batches.find(key, by_job=kind == "job")
+        return batch.device if batch else None
+
+    def _error(
+        self, status: int, message: str, route: SideRoute | None = None, code: str | None = None
+    ) -> Response:
+        local = route is not None and route.operation.startswith("Local")
+        return (warden_error if local else pasqal_error)(status, message)
+
+    def _fault_error(self, fault: PasqalFault, route: SideRoute) -> Response | None:
+        if not fault.status:
+            return None
+        return self._error(fault.status, fault.message or f"injected error {fault.status}", route)
+
+    def _authorize(self, route: SideRoute, request: Request) -> None:
+        """Every warden call but ``/accessible`` must carry a munge credential (the
+        emulator cannot decode one without munged, so any non-empty one passes); Pasqal
+        Cloud's handlers check their bearer token themselves (some calls need none)."""
+        if route.operation.startswith("Local") and route.operation != "LocalAccessible":
+            self._warden.check_munge(request)
+
+    def _token(self, route: SideRoute, request: Request) -> Response:
         return self._tokens.issue(request)
+
+    # -- the warden ---------------------------------------------------------------------------
+
+    def _accessible(self, route: SideRoute, request: Request) -> Response:
+        return self._warden.accessible(route)
+
+    def _create_local(
+        self, route: SideRoute, request: Request, faults: list[PasqalFault]
+    ) -> tuple[Response, str]:
+        return self._warden.create(route, request, self.failure(faults) or "")
+
+    def _list_local(self, route: SideRoute, request: Request) -> Response:
+        return self._warden.list(route)
+
+    def _local_specs(self, route: SideRoute, request: Request) -> Response:
+        return self._warden.specs(route)
+
+    def _open_session(self, route: SideRoute, request: Request) -> Response:
+        return self._warden.open_session(route, request)
+
+    def _revoke_session(self, route: SideRoute, request: Request) -> Response:
+        return self._warden.revoke_session(route)
+
+    def _get_local(self, route: SideRoute, request: Request) -> Response:
+        return self._warden.get(route)
+
+    def _local_logs(self, route: SideRoute, request: Request) -> Response:
+        return self._warden.logs(route)
+
+    def _cancel_local(self, route: SideRoute, request: Request) -> Response:
+        return self._warden.cancel(route)
 
     # -- devices ------------------------------------------------------------------------------
 
-    def _get_device(self, request: Request, args: list[str]) -> Response:
+    def _get_device(self, route: SideRoute, request: Request) -> Response:
         spec = self.scenario.device(request.first("device_type") or "", "cloud")
         if spec is None:
             return ok([])
@@ -295,24 +288,18 @@ class PasqalService(VendorSide[_Route, PasqalFault]):
             ]
         )
 
-    def _specs(self, request: Request, args: list[str]) -> Response:
+    def _specs(self, route: SideRoute, request: Request) -> Response:
         self._tokens.authorize(request)
-        return ok(specs_document(self._batches.device(request.segments(API)[-1])))
+        return ok(specs_document(self._batches.device(route.device)))
 
-    def _public_specs(self, request: Request, args: list[str]) -> Response:
+    def _public_specs(self, route: SideRoute, request: Request) -> Response:
         return ok([specs_document(s) for s in self.scenario.devices if s.kind == "cloud"])
 
     # -- batches ------------------------------------------------------------------------------
 
-    def _body_device(self, request: Request) -> str | None:
-        try:
-            body = json.loads(request.body or b"{}")
-        except ValueError:
-            return None
-        value = body.get("device_type") if isinstance(body, dict) else None
-        return value if isinstance(value, str) else None
-
-    def _create_batch(self, request: Request, args: list[str]) -> Response:
+    def _create_batch(
+        self, route: SideRoute, request: Request, faults: list[PasqalFault]
+    ) -> tuple[Response, str]:
         self._tokens.authorize(request)
         try:
             body = json.loads(request.body or b"{}")
@@ -326,18 +313,18 @@ class PasqalService(VendorSide[_Route, PasqalFault]):
         if self.scenario.project_id is not None and project != self.scenario.project_id:
             raise PasqalRefusal(pasqal_error(403, f"Forbidden: no access to project {project!r}."))
         self._batches.admit(spec, body.get("sequence_builder"), jobs[0].get("runs"), pasqal_error)
-        batch = self._batches.add(spec, body["sequence_builder"], jobs[0]["runs"], args[0],
-                                  project_id=str(project or ""))  # fmt: skip
+        batch = self._batches.add(spec, body["sequence_builder"], jobs[0]["runs"],
+                                  self.failure(faults) or "", project_id=str(project or ""))  # fmt: skip
         with self._lock:
-            return ok(self._batches.document(batch, self.clock.now()))
+            return ok(self._batches.document(batch, self.clock.now())), batch.id
 
-    def _get_batch(self, request: Request, args: list[str]) -> Response:
+    def _get_batch(self, route: SideRoute, request: Request) -> Response:
         self._tokens.authorize(request)
-        batch = self._batches.get(request.segments(API)[2])
+        batch = self._batches.get(route.target)
         with self._lock:
             return ok(self._batches.document(batch, self.clock.now()))
 
-    def _list_batches(self, request: Request, args: list[str]) -> Response:
+    def _list_batches(self, route: SideRoute, request: Request) -> Response:
         """Batches of a device type created at or after ``start_date`` (ISO 8601), oldest
         first, ``offset``/``limit`` paged (what ``find_task`` reads)."""
         self._tokens.authorize(request)
@@ -360,9 +347,9 @@ class PasqalService(VendorSide[_Route, PasqalFault]):
                 "pagination": {"total": len(rows), "start": offset, "end": offset + len(page)}}  # fmt: skip
         return json_response(200, body)
 
-    def _get_job(self, request: Request, args: list[str]) -> Response:
+    def _get_job(self, route: SideRoute, request: Request) -> Response:
         self._tokens.authorize(request)
-        key = request.segments(API)[2]
+        key = route.fields["job"]
         batch = self._batches.find(key, by_job=True)
         if batch is None:
             raise PasqalRefusal(pasqal_error(404, f"Job {key} not found."))
@@ -373,16 +360,15 @@ class PasqalService(VendorSide[_Route, PasqalFault]):
             doc["errors"] = [batch.failure or "Job failed"]
         return ok(doc)
 
-    def _full_results(self, request: Request, args: list[str]) -> Response:
+    def _full_results(self, route: SideRoute, request: Request) -> Response:
         self._tokens.authorize(request)
-        batch = self._batches.get(request.segments(API)[2])
+        batch = self._batches.get(route.target)
         with self._lock:
             status, _ = self._batches.status(batch, self.clock.now())
         if status != "DONE":
             raise PasqalRefusal(pasqal_error(400, f"Batch {batch.id} has no results ({status})."))
         return ok({batch.job_id: {"counter": batch.counts}})
 
-    def _cancel_batch(self, request: Request, args: list[str]) -> Response:
+    def _cancel_batch(self, route: SideRoute, request: Request) -> Response:
         self._tokens.authorize(request)
-        batch = self._batches.get(request.segments(API)[2])
-        return self._batches.cancel(batch, pasqal_error)
+        return self._batches.cancel(self._batches.get(route.target), pasqal_error)

@@ -11,23 +11,15 @@ holding the side's lock nor read the wall clock, and it cannot verify a munge cr
 
 from __future__ import annotations
 
-import builtins
 import json
 import threading
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from flux_quantum.emulator.pasqal.batches import Batch, PasqalBatches
-from flux_quantum.emulator.pasqal.wire import (
-    LOCAL_PREFIX,
-    PasqalRefusal,
-    specs_document,
-    warden_error,
-)
+from flux_quantum.emulator.pasqal.wire import PasqalRefusal, specs_document, warden_error
+from flux_quantum.emulator.routes import SideRoute
 from flux_quantum.emulator.wire import Request, Response, json_response
-
-Handler = Callable[[Request, list[str]], Response]
 
 
 class PasqalWarden:
@@ -39,19 +31,15 @@ class PasqalWarden:
         self._lock = lock
         self._sessions: dict[str, tuple[str, str]] = {}  # id -> (device, user id)
 
-    def munged(self, handler: Handler) -> Handler:
+    @staticmethod
+    def check_munge(request: Request) -> None:
         """The warden's check: a munge credential must come with the request (the emulator
         cannot decode one without munged, so any non-empty credential passes)."""
+        if not request.headers.get("x-munge-cred", "").strip():
+            raise PasqalRefusal(warden_error(401, "invalid munge token"))
 
-        def checked(request: Request, args: list[str]) -> Response:
-            if not request.headers.get("x-munge-cred", "").strip():
-                raise PasqalRefusal(warden_error(401, "invalid munge token"))
-            return handler(request, args)
-
-        return checked
-
-    def accessible(self, request: Request, args: list[str]) -> Response:
-        spec = self._batches.device(request.segments(LOCAL_PREFIX)[0], "local")
+    def accessible(self, route: SideRoute) -> Response:
+        spec = self._batches.device(route.device, "local")
         state = spec.state_at(self.clock.now())
         doc: dict[str, Any] = {
             "is_accessible": state == "online",
@@ -70,16 +58,16 @@ class PasqalWarden:
 
     # -- sessions -----------------------------------------------------------------------------
 
-    def open_session(self, request: Request, args: list[str]) -> Response:
-        spec = self._batches.device(request.segments(LOCAL_PREFIX)[0], "local")
+    def open_session(self, route: SideRoute, request: Request) -> Response:
+        spec = self._batches.device(route.device, "local")
         body = json.loads(request.body or b"{}")
         session = str(uuid.uuid4())
         with self._lock:
             self._sessions[session] = (spec.name, str(body.get("user_id", "")))
         return json_response(200, {"id": session})
 
-    def revoke_session(self, request: Request, args: list[str]) -> Response:
-        session = request.segments(LOCAL_PREFIX)[-1]
+    def revoke_session(self, route: SideRoute) -> Response:
+        session = route.fields["session"]
         with self._lock:
             if self._sessions.pop(session, None) is None:
                 raise PasqalRefusal(warden_error(404, f"Session {session} not found."))
@@ -87,44 +75,45 @@ class PasqalWarden:
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    def create(self, request: Request, args: list[str]) -> Response:
-        spec = self._batches.device(request.segments(LOCAL_PREFIX)[0], "local")
+    def create(self, route: SideRoute, request: Request, failure: str) -> tuple[Response, str]:
+        """A job from the request's sequence (``failure``: it will fail with that)."""
+        spec = self._batches.device(route.device, "local")
         with self._lock:
             session = self._sessions.get(request.headers.get("x-warden-session", ""))
         if session is None or session[0] != spec.name:
             raise PasqalRefusal(warden_error(403, "no valid X-Warden-Session for this QPU"))
         body = json.loads(request.body or b"{}")
         self._batches.admit(spec, body.get("sequence"), body.get("shots"), warden_error)
-        batch = self._batches.add(spec, body["sequence"], body["shots"], args[0],
+        batch = self._batches.add(spec, body["sequence"], body["shots"], failure,
                                   user_id=session[1])  # fmt: skip
         with self._lock:
-            return json_response(200, self._batches.local_document(batch, self.clock.now()))
+            doc = self._batches.local_document(batch, self.clock.now())
+        return json_response(200, doc), str(doc["id"])
 
-    def _job(self, request: Request) -> Batch:
-        key = request.segments(LOCAL_PREFIX)[2]
+    def _job(self, route: SideRoute) -> Batch:
+        key = route.fields["job"]
         batch = self._batches.find(key) if key.isdigit() else None
         if batch is None:
             raise PasqalRefusal(warden_error(404, f"Job {key} not found."))
         return batch
 
-    def get(self, request: Request, args: list[str]) -> Response:
-        batch = self._job(request)
+    def get(self, route: SideRoute) -> Response:
+        batch = self._job(route)
         with self._lock:
             return json_response(200, self._batches.local_document(batch, self.clock.now()))
 
-    def list(self, request: Request, args: list[str]) -> Response:
-        device = request.segments(LOCAL_PREFIX)[0]
+    def list(self, route: SideRoute) -> Response:
         with self._lock:
-            docs = self._batches.local_documents(device, self.clock.now())
+            docs = self._batches.local_documents(str(route.device), self.clock.now())
         return json_response(200, docs)
 
-    def logs(self, request: Request, args: builtins.list[str]) -> Response:
-        self._job(request)
+    def logs(self, route: SideRoute) -> Response:
+        self._job(route)
         return json_response(200, {"logs": ""})
 
-    def cancel(self, request: Request, args: builtins.list[str]) -> Response:
-        return self._batches.cancel(self._job(request), warden_error)
+    def cancel(self, route: SideRoute) -> Response:
+        return self._batches.cancel(self._job(route), warden_error)
 
-    def specs(self, request: Request, args: builtins.list[str]) -> Response:
-        spec = self._batches.device(request.segments(LOCAL_PREFIX)[0], "local")
+    def specs(self, route: SideRoute) -> Response:
+        spec = self._batches.device(route.device, "local")
         return json_response(200, {"specs": specs_document(spec)["specs"]})

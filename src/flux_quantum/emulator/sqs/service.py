@@ -60,8 +60,6 @@ class _Route:
 class SqsService(VendorSide[_Route, Any]):
     """The SQS side's requests answered, from any number of server threads."""
 
-    _refusal = SqsRefusal
-
     def __init__(
         self,
         clock: Clock,
@@ -94,6 +92,10 @@ class SqsService(VendorSide[_Route, Any]):
         """The queue is deleted: its readers get QueueDoesNotExist from now on."""
         with self._lock:
             self._queues.pop(name, None)
+
+    def env(self, url: str) -> dict[str, str]:
+        """Where boto3's SQS client reaches this side, the emulator serving at ``url``."""
+        return {"AWS_ENDPOINT_URL_SQS": url + PREFIX}
 
     def queue_url(self, base: str, name: str) -> str:
         """The queue's URL on this side, the emulator answering at ``base``."""
