@@ -3,16 +3,16 @@ and SearchQuantumTasks, and what Braket bills for each task.
 
 This module owns every quantum task created (its ``TaskRecord``, by ARN, and the ARN of
 each clientToken, ids drawn from the seed): a create checked (its fields, device and
-region, availability, reservation, shots and program set; a ``jobToken`` of a running
-hybrid job on the device puts it ahead of the public queue, ``HybridJobs``), simulated
-on the Braket local simulator outside the lock and submitted to its device's queue, a
-repeated clientToken
-answered with its task (or ConflictException), a task described as GetQuantumTask and
-SearchQuantumTasks show it (status, queue position, times), cancelled, and billed. Its
-progress is its device's ``DeviceQueue``'s, its tags ``TaskTags``', the reservations
-``Reservations``'. It must never sleep or simulate holding the side's lock, and never read
-the wall clock.
-"""
+region, availability, reservation, shots, program or program set as the service checks
+it; a ``jobToken`` of a running hybrid job on the device puts it ahead of the public
+queue, ``HybridJobs``), submitted to its device's queue and answered, its program then
+run by ``Simulations`` in a worker process; a repeated clientToken answered with its task
+(or ConflictException); a task described as GetQuantumTask and SearchQuantumTasks show it
+(status, queue position, times), once the simulation of a task that ended has said how
+(``settle``: a failed simulation fails its task), cancelled, and billed. Its progress is
+its device's ``DeviceQueue``'s, its tags ``TaskTags``', the reservations
+``Reservations``'. It must never sleep, wait or simulate holding the side's lock, and
+never read the wall clock."""
 
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 This module owns the Braket side as the client sees it: it routes every request the
 emulator does not give another side (the Braket rest-json operations CreateQuantumTask,
 GetQuantumTask, CancelQuantumTask, SearchQuantumTasks, GetDevice, SearchDevices, the
-tag operations and the hybrid jobs' CreateJob, GetJob and CancelJob, and, under ``/s3``, the minimal S3 that serves each task's result files
+tag operations and the hybrid jobs' CreateJob, GetJob, CancelJob and SearchJobs, the
+account's STS, IAM, ECR and price list (``account``), a Rigetti QPU's calibrations
+(``pulse``), and, under ``/s3``, the minimal S3 that serves each task's result files
 once the task has ended), reads the request's region, counts the call against the
 scenario's faults (drawn from the seed) and answers with those that fire before or after
 the call is applied. What a call does is its collaborators': ``QuantumTasks`` (tasks),
