@@ -5,7 +5,7 @@ This module owns what runs inside a worker process the emulator's ``SimulationPo
 starts (``python -m flux_quantum.emulator.simulation_worker --memory BYTES``): one job at
 a time read as a JSON line on stdin, its answer written as one JSON line on the pipe the
 worker was started with (``{"ok": ...}`` or ``{"error": message}``); a job ``qpy``
-reads a Sampler pub's QPY circuit into OpenQASM 3 (``ibm.pubs``), Qiskit's native code
+reads a Sampler pub's QPY circuit into OpenQASM 3 (for ``ibm.pubs``), Qiskit's native code
 kept out of the emulator's process as the simulator's is. A program's answer is
 its ``GateModelTaskResult`` document with every result type's value, as Amazon Braket's
 managed simulators give them: computed from the measurements when shots > 0 (as the SDK
@@ -22,12 +22,15 @@ never read emulator state, and never run two jobs at once.
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 import json
 import math
 import os
 import re
 import resource
 import sys
+import zlib
 from typing import Any
 
 from flux_quantum.vendors.braket.sdk import sdk
@@ -363,6 +366,34 @@ def _observable_words(terms: list[tuple[float, str, list[tuple[str, int]]]]) -> 
     return " ".join(words)
 
 
+# -- Sampler pubs in QPY ----------------------------------------------------------------------
+
+
+def qpy_to_openqasm(encoded: str, bound: list[list[float]]) -> str:
+    """A RuntimeEncoder QPY circuit (base64 of zlib) with its parameters bound to the one
+    set of values ``bound``, as OpenQASM 3 (``JobError``: it cannot be)."""
+    try:
+        from qiskit import qasm3, qpy
+    except ImportError as exc:  # qiskit is what reads QPY
+        raise JobError("the emulator reads QPY circuits only where qiskit is installed") from exc
+    try:
+        raw = zlib.decompress(base64.standard_b64decode(encoded))
+        [loaded] = qpy.load(io.BytesIO(raw))
+    except Exception as exc:
+        raise JobError(f"the pub's QPY circuit cannot be read: {exc}") from exc
+    if loaded.num_parameters:
+        if len(bound) != 1 or len(bound[0]) != loaded.num_parameters:
+            raise JobError(
+                f"the circuit has {loaded.num_parameters} parameters: the emulator binds one "
+                "set of values per pub"
+            )
+        loaded = loaded.assign_parameters(bound[0])
+    elif bound:
+        raise JobError("parameter values were given for a circuit without parameters")
+    text: str = qasm3.dumps(loaded)
+    return text
+
+
 # -- the process ------------------------------------------------------------------------------
 
 
@@ -378,12 +409,7 @@ def answer(job: dict[str, Any]) -> dict[str, Any]:
                     "ok": run_program_set(job["executables"], int(job["shots"]), job["backend"])
                 }
             case "qpy":
-                from flux_quantum.emulator.ibm.pubs import PubError, qpy_to_openqasm
-
-                try:
-                    return {"ok": qpy_to_openqasm(job["circuit"], job["values"])}
-                except PubError as exc:
-                    return {"error": str(exc)}
+                return {"ok": qpy_to_openqasm(job["circuit"], job["values"])}
             case "ping":
                 return {"ok": "pong"}
             case other:

@@ -6,8 +6,8 @@ QRMI sends a pub's circuit as an OpenQASM 3 string; qiskit-ibm-runtime sends it 
 (``{"__type__": "ndarray", "__value__": base64(zlib(npy))}``, or a plain list). This
 module owns turning either into the OpenQASM 3 text the side simulates: a QPY circuit is
 loaded with Qiskit and its parameters bound to the pub's one set of values before it is
-written as OpenQASM 3, in a simulation worker (``qpy_to_openqasm`` runs there: Qiskit's
-native code never runs in the emulator's process). It must never evaluate anything but
+written as OpenQASM 3, in a simulation worker (its job ``qpy``: Qiskit's native code never
+runs in the emulator's process). It must never evaluate anything but
 QPY and npy (no pickle), and refuses what it cannot run with ``PubError`` and a sentence
 the side answers with IBM's validation error.
 """
@@ -41,32 +41,6 @@ def pub_circuit(circuit: Any, values: Any) -> str:
         text: str = shared_pool().run(job)
     except SimulationFailed as exc:
         raise PubError(str(exc)) from exc
-    return text
-
-
-def qpy_to_openqasm(encoded: str, bound: list[list[float]]) -> str:
-    """A RuntimeEncoder QPY circuit (base64 of zlib) with its parameters bound to the one
-    set of values ``bound``, as OpenQASM 3 (``PubError``: it cannot be). Runs in a
-    simulation worker."""
-    try:
-        from qiskit import qasm3, qpy
-    except ImportError as exc:  # qiskit is what reads QPY
-        raise PubError("the emulator reads QPY circuits only where qiskit is installed") from exc
-    try:
-        raw = zlib.decompress(base64.standard_b64decode(encoded))
-        [loaded] = qpy.load(io.BytesIO(raw))
-    except Exception as exc:
-        raise PubError(f"the pub's QPY circuit cannot be read: {exc}") from exc
-    if loaded.num_parameters:
-        if len(bound) != 1 or len(bound[0]) != loaded.num_parameters:
-            raise PubError(
-                f"the circuit has {loaded.num_parameters} parameters: the emulator binds one "
-                "set of values per pub"
-            )
-        loaded = loaded.assign_parameters(bound[0])
-    elif bound:
-        raise PubError("parameter values were given for a circuit without parameters")
-    text: str = qasm3.dumps(loaded)
     return text
 
 
