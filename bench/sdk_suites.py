@@ -536,7 +536,7 @@ def run_qrmi_examples(git_dir: Path, workdir: Path) -> QrmiResult:
                 [sys.executable, str(script), *args], env=env, cwd=workdir,
                 capture_output=True, text=True, timeout=600, check=False,
             )  # fmt: skip
-            out = done.stdout + done.stderr
+            out = (done.stdout + done.stderr).replace(str(workdir), "<workdir>")
             ok = done.returncode == 0 and finished in out
             result.runs[example] = {"ok": ok, "status": done.returncode, "tail": out[-600:]}
         result.crashed = not emulator.alive()
