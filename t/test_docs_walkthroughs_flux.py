@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from user_clients import qiskit_runtime_python
 from walkthrough import blocks, commands, no_emulator_left, run_walkthrough
 
 pytestmark = pytest.mark.flux
@@ -359,3 +360,25 @@ def test_ionq_on_the_emulator(tmp_path: Path) -> None:
         "its $1.00 limit spent." in out
     ), out
     ended_cleanly(out, tmp_path)
+
+
+def test_later_iterations_with_qiskit_ibm_runtime(tmp_path: Path) -> None:
+    # The user's client in its own venv, as the page makes it (skipped loudly without an
+    # index to install from; the page's own commands then find it made).
+    qiskit_runtime_python()
+    found = blocks("### Later iterations with qiskit-ibm-runtime", DOCS / "vendors.md")
+    assert len(found) == 2, found
+    stop = "flux quantum emulator --stop --env-file /tmp/fq/emulator.env"
+    assert f"then `{stop}` in your login shell" in (DOCS / "vendors.md").read_text()
+    out = run_walkthrough([*found, stop], tmp_path, with_heredocs)
+    # Both iterations rode the job's session (True) and counted what rx(theta) gives.
+    iterations = re.findall(r"^iteration (\S+) (True|False) (\{.*\})$", out, re.M)
+    assert [(theta, rode) for theta, rode, _ in iterations] == [
+        ("0.0", "True"),
+        ("3.14159", "True"),
+    ], out
+    assert iterations[0][2] == "{'0': 100}" and iterations[1][2] == "{'1': 100}", out
+    assert '"sessions_opened": 1' in out and '"sessions_closed": 1' in out, out
+    assert "ERROR" not in out, out
+    assert "\nleft: 0\n" in out, out
+    no_emulator_left(tmp_path)

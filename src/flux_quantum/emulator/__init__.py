@@ -12,7 +12,8 @@ shape: ``service`` (its requests routed, faulted and answered), ``scenario`` (wh
 serves, from YAML or a dict), ``wire`` (its paths and answer shapes) and the collaborators
 its service owns. What the sides share stays here: ``side`` (route, run, log and count a
 request), ``queue`` (a device's queue in emulated time), ``clock``, ``server`` (sockets),
-``wire`` (request and response), ``simulate`` (circuits on the Braket local simulator),
+``wire`` (request and response), ``simulate`` (circuits checked, then run on the Braket
+local simulator in the worker processes of ``simulation_pool``, ``simulation_worker``),
 ``scenario`` (the queue, price, downtime and fault every side describes alike),
 ``reading`` and ``bill`` (the report). The whole state is a pure function of an injected
 clock (``WallClock`` with a ``speed``, or a ``ManualClock`` tests step), a seed and the

@@ -35,11 +35,14 @@ from flux_quantum.emulator.braket.direct import (
 from flux_quantum.emulator.braket.s3 import PREFIX as S3_PREFIX
 from flux_quantum.emulator.braket.service import ACCESS_KEY, SECRET_KEY
 from flux_quantum.emulator.clock import Clock, WallClock
+from flux_quantum.emulator.ibm import IbmService
+from flux_quantum.emulator.ibm.cloud import IbmCloud, cloud_service
 from flux_quantum.emulator.queue import TaskTimeline
 from flux_quantum.emulator.scenario import ScenarioError
 from flux_quantum.emulator.server import HttpServer, check_loopback
 from flux_quantum.emulator.side import Call, SideEntry, VendorSide, Wiring
 from flux_quantum.emulator.sides import SIDES
+from flux_quantum.emulator.simulation_pool import shared_pool
 from flux_quantum.emulator.sqs import SqsService
 from flux_quantum.emulator.wire import Request, Response, json_response
 
@@ -122,9 +125,17 @@ class Emulator:
         self._stop.clear()
         self._server = HttpServer(self.host, self.port, self._handle)
         self._server.start()
+        # The simulation workers import the simulator while the emulator serves, so that
+        # the first task's result does not wait for them.
+        shared_pool().prestart()
         return self
 
     def _handle(self, request: Request) -> Response:
+        if cloud_service(request.headers.get("host")) is not None and "ibm" in self.sides:
+            # IBM Cloud's hosts, reached through the emulator as an HTTP proxy (ibm.cloud).
+            return IbmCloud(self.side("ibm", IbmService), self.sides["ibm"].scenario).handle(
+                request
+            )
         if request.path == REPORT_PATH and request.method in ("GET", "HEAD"):
             return json_response(200, self.report())
         if request.path == RESERVATIONS_PATH and request.method == "POST":
@@ -156,6 +167,7 @@ class Emulator:
         server, self._server = self._server, None
         if server is not None:
             server.stop()
+        self._braket.close()
 
     def __enter__(self) -> Emulator:
         return self.start()

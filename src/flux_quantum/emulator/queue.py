@@ -404,6 +404,11 @@ class DeviceQueue:
         timing.cancelled_at = t
         return "CANCELLING" if self.spec.queue.cancel_latency > 0 else "CANCELLED"
 
+    def fail(self, task_id: str) -> None:
+        """Our task ends FAILED rather than COMPLETED (its program failed to run); its
+        timing is unchanged."""
+        self._tasks[task_id].fails = True
+
     def progress(self, task_id: str, t: float) -> TaskProgress:
         """The state of our task at ``t`` (advances to ``t`` first)."""
         self.advance(t)

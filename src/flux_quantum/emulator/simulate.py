@@ -1,31 +1,44 @@
-"""Run a quantum task's OpenQASM 3 action on the Braket local simulator and build its results.
+"""Check a quantum task's OpenQASM 3 action and have it run on the Braket local simulator.
 
-This module owns the one place where the emulator executes circuits: it parses the task's
-``action`` (a ``braket.ir.openqasm.Program`` JSON string, or a
-``braket.ir.openqasm.program_set`` of them), checks its size, runs it on the backend of
-``braket.devices.LocalSimulator`` and returns what the real service writes: the
-``GateModelTaskResult`` JSON of ``{outputS3Directory}/results.json`` for a program, each
-executable's measurements for a program set (the service lays out the program set's
-files). It must never run a program wider than the scenario's ``max_simulated_qubits``
-(memory grows as 2^n) and never touch emulator state; errors come back as ``ProgramError``
-with a message fit for a ValidationException (``ProgramSetError`` also says which program
-and which inputs failed, as Braket's ``programSetValidationFailures`` do). A program's
-includes and width are read first (``openqasm``): it never opens a file a program names.
+This module owns what every vendor side asks of a circuit: its ``action`` (a
+``braket.ir.openqasm.Program`` JSON string, or a ``braket.ir.openqasm.program_set`` of
+them) checked in the caller's process as the service checks it at the create (it
+parses, fits the device and the scenario's ``max_simulated_qubits``, measures all its
+qubits where the device requires it, asks for result types its shots can give), then
+run in a simulation worker process (``simulation_pool``), whose answer is what the real
+service writes: the ``GateModelTaskResult`` JSON of ``{outputS3Directory}/results.json``
+for a program (result types with their values), each executable's measurements for a
+program set (the service lays out the program set's files). It must never simulate in
+the caller's process (numba's ``workqueue`` layer aborts a process two threads simulate
+in) and never touch emulator state; errors come back as ``ProgramError`` with a message
+fit for a ValidationException or a task's failure (``ProgramSetError`` also says which
+program and which inputs failed, as Braket's ``programSetValidationFailures`` do). A
+program's includes and width are read first (``openqasm``): it never opens a file a
+program names, and the worker runs the program as the simulator reads it while the result
+shows it as it was sent.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flux_quantum.emulator import openqasm
 from flux_quantum.emulator.openqasm import ProgramError as ProgramError
+from flux_quantum.emulator.simulation_pool import SimulationFailed, shared_pool
+from flux_quantum.emulator.simulation_worker import ADJOINT_GRADIENT, pragmas_on_lines
 from flux_quantum.vendors.braket.sdk import sdk
 
 OPENQASM_PROGRAM = "braket.ir.openqasm.program"
 OPENQASM_PROGRAM_SET = "braket.ir.openqasm.program_set"
 ACTIONS = (OPENQASM_PROGRAM, OPENQASM_PROGRAM_SET)
+# Braket's refusal of a program that measures only some of its qubits on a device whose
+# capabilities say requiresAllQubitsMeasurement (SV1, DM1, IonQ).
+PARTIAL_MEASUREMENT = (
+    "Device requires all qubits in the program to be measured. This may be caused by "
+    "declaring non-contiguous qubits or measuring partial qubits"
+)
 
 
 class ProgramSetError(ProgramError):
@@ -47,6 +60,9 @@ class SimulationRequest:
     backend: str
     device_qubits: int
     max_qubits: int
+    measure_all: bool = False  # the device refuses a program that measures some qubits
+    # The action as it was sent, when ``action`` is it as the simulator reads it (``check``).
+    sent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,66 +141,123 @@ def read_program_set(action: str) -> list[SetProgram]:
     return programs
 
 
-def simulate(request: SimulationRequest) -> dict[str, Any]:
-    """Run the program; return the GateModelTaskResult document for results.json.
-
-    The caller fills in ``taskMetadata`` (id, deviceId, times) when it publishes the result.
-    """
+def check(request: SimulationRequest) -> SimulationRequest:
+    """Refuse, as the service does at the create, a program that cannot run here (it
+    names a file to include, does not parse, is too wide, measures only some qubits where
+    the device measures all, asks for result types its shots cannot give); otherwise the
+    request to run (``run_checked``): its action as the simulator reads it, ``sent`` as
+    it was sent. Parsing runs in the caller's process; nothing is simulated."""
     if action_type(request.action) != OPENQASM_PROGRAM:
         raise ProgramError(f"action type must be {OPENQASM_PROGRAM} here")
-    return _run(_simulator(request.backend), request.action, request)
+    return replace(request, action=_check(request.action, request), sent=request.action)
+
+
+def simulate(request: SimulationRequest) -> dict[str, Any]:
+    """Check the program, then run it in a simulation worker; the GateModelTaskResult
+    document for results.json (result types with their values). The caller fills in
+    ``taskMetadata`` (id, deviceId, times) when it publishes the result."""
+    return run_checked(check(request))
+
+
+def run_checked(request: SimulationRequest) -> dict[str, Any]:
+    """Run a program ``check`` accepted in a simulation worker (ProgramError: the
+    simulation failed, the message says why)."""
+    job = {"op": "program", "action": request.action, "sent": request.sent, "shots": request.shots}
+    try:
+        result: dict[str, Any] = shared_pool().run({**job, "backend": request.backend})
+    except SimulationFailed as exc:
+        raise ProgramError(str(exc)) from exc
+    return result
 
 
 def simulate_program_set(
     programs: list[SetProgram], shots_per_executable: int, request: SimulationRequest
 ) -> list[list[dict[str, Any]]]:
-    """Run every executable of ``programs`` for ``shots_per_executable`` shots; for each
-    program, each executable's GateModelTaskResult document (``measurements``,
-    ``measuredQubits``). ``request`` gives the backend and the qubit limits (its action and
-    shots are not read). ProgramSetError naming every executable that cannot run."""
-    simulator = _simulator(request.backend)
+    """Check, then run every executable of ``programs`` for ``shots_per_executable``
+    shots; for each program, each executable's GateModelTaskResult document
+    (``measurements``, ``measuredQubits``). ``request`` gives the backend and the qubit
+    limits (its action and shots are not read). ProgramSetError naming every executable
+    that cannot run."""
+    readable = check_programs(programs, request)
+    return run_program_set(readable, shots_per_executable, request)
+
+
+def check_programs(programs: list[SetProgram], request: SimulationRequest) -> list[SetProgram]:
+    """ProgramSetError naming every executable of ``programs`` that ``check`` refuses;
+    otherwise the programs as the simulator reads them (``run_program_set`` runs those)."""
     failures: list[dict[str, Any]] = []
-    results: list[list[dict[str, Any]]] = []
     for index, program in enumerate(programs):
-        runs = []
         for inputs_index in range(program.executables):
             try:
-                runs.append(
-                    _run(simulator, program.executable(inputs_index), request, shots_per_executable)
-                )
+                _check(program.executable(inputs_index), request)
             except ProgramError as exc:
                 with_inputs = inputs_index if program.inputs else None
                 failures.append(_failure(index, str(exc), with_inputs))
-        results.append(runs)
     if failures:
         raise ProgramSetError(_failed(failures), failures)
-    return results
+    return [SetProgram(openqasm.for_simulator(p.source), p.inputs) for p in programs]
+
+
+def run_program_set(
+    programs: list[SetProgram], shots_per_executable: int, request: SimulationRequest
+) -> list[list[dict[str, Any]]]:
+    """Run checked ``programs`` in a simulation worker (ProgramSetError naming the
+    executables whose simulation failed, ProgramError when the worker failed)."""
+    job = {
+        "op": "program_set",
+        "executables": [[p.executable(i) for i in range(p.executables)] for p in programs],
+        "shots": shots_per_executable,
+        "backend": request.backend,
+    }
+    try:
+        answer = shared_pool().run(job)
+    except SimulationFailed as exc:
+        raise ProgramError(str(exc)) from exc
+    failures = answer["failures"]
+    for failure in failures:
+        if not programs[failure["programIndex"]].inputs:
+            failure.pop("inputsIndex", None)
+    if failures:
+        raise ProgramSetError(_failed(failures), failures)
+    runs: list[list[dict[str, Any]]] = answer["runs"]
+    return runs
 
 
 def _simulator(backend: str) -> Any:
     # Imported here: the Braket simulator costs seconds to import and only tasks need it.
     LocalSimulator = sdk("braket.devices").LocalSimulator
 
-    # LocalSimulator wraps the simulator; the emulator needs its raw IR result (what the
-    # managed service writes), not the SDK object LocalSimulator.run() wraps it in.
+    # The raw simulator, whose parser and checks the SDK's LocalSimulator wraps.
     return LocalSimulator(backend)._delegate
 
 
-def _run(
-    simulator: Any, action: str, request: SimulationRequest, shots: int | None = None
-) -> dict[str, Any]:
-    # The program as Braket's service reads it: its standard include taken as a name
-    # (the simulator would open a file of that name), any other refused, and no wider
-    # than the device it was sent to, as it declares itself.
+def _check(action: str, request: SimulationRequest) -> str:
+    """The action as the simulator reads it, or the ProgramError saying why it cannot run.
+    As Braket's service reads it: its standard include taken as a name (the simulator
+    would open a file of that name), any other refused, no wider than the device it was
+    sent to as it declares itself."""
     document = json.loads(action)
-    source = openqasm.for_simulator(document["source"])
-    openqasm.check_width(source, request.device_qubits)
-    document["source"] = source
+    readable = openqasm.for_simulator(document["source"])
+    openqasm.check_width(readable, request.device_qubits)
+    document["source"] = readable
     program = sdk("braket.ir.openqasm").Program.parse_raw(json.dumps(document))
+    simulator = _simulator(request.backend)
+    adjoint = ADJOINT_GRADIENT.search(program.source)
+    source = pragmas_on_lines(program.source)
+    if adjoint is not None:
+        # The local simulator's parser does not know this result type; the worker
+        # computes it (simulation_worker.adjoint_gradient): check the rest.
+        source = program.source[: adjoint.start()] + program.source[adjoint.end() :]
+        if request.shots != 0:
+            raise ProgramError("adjoint gradient result types are supported only with shots = 0")
+        if request.backend != "braket_sv":
+            raise ProgramError("the adjoint gradient result type is supported only on SV1")
     try:
-        qubits = simulator.parse_program(program).circuit.num_qubits
+        parsed = simulator.parse_program(program.copy(update={"source": source}))
+        circuit = parsed.circuit
     except Exception as exc:
         raise ProgramError(f"the OpenQASM program does not parse: {exc}") from exc
+    qubits = circuit.num_qubits
     if qubits > request.device_qubits:
         raise ProgramError(
             f"the program uses {qubits} qubits but the device has {request.device_qubits}"
@@ -194,11 +267,25 @@ def _run(
             f"the program uses {qubits} qubits; the emulator simulates at most "
             f"{request.max_qubits} (scenario field max_simulated_qubits)"
         )
+    measured = circuit.measured_qubits
+    if request.measure_all and measured and sorted(set(measured)) != sorted(circuit.qubit_set):
+        raise ProgramError(PARTIAL_MEASUREMENT)
+    if adjoint is not None:
+        return json.dumps(document)
     try:
-        result = simulator.run(program, shots=request.shots if shots is None else shots)
+        circuit.validate_single_measured_register()
+        simulator._validate_ir_results_compatibility(
+            circuit.results, device_action_type=_openqasm_action()
+        )
+        simulator._validate_input_provided(circuit)
+        simulator._validate_shots_and_ir_results(request.shots, circuit.results, qubits)
     except Exception as exc:
         raise ProgramError(f"the program cannot run: {exc}") from exc
-    return json.loads(result.json())
+    return json.dumps(document)
+
+
+def _openqasm_action() -> Any:
+    return sdk("braket.device_schema").DeviceActionType.OPENQASM
 
 
 def _failure(program: int, error: str, inputs: int | None = None) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 This module owns the translation of a ``DeviceSpec`` into the provider-specific Braket
 capabilities schema (IonQ, IQM, Rigetti, gate-model simulator) that the SDK parses with
 ``BraketSchemaBase.parse_raw_schema``: deviceCost, executionWindows, shotsRange, qubit count,
-native gates, connectivity, the program set action and its limits where the device takes
+native gates, connectivity, a Rigetti QPU's pulse section (``pulse``), the program set action and its limits where the device takes
 program sets, and a QPU's calibration the way Braket publishes it
 (``standardized``: per-qubit and per-pair fidelities in the version-1 schema for IQM and
 Rigetti, device-wide ones in version 3 plus the ``provider`` fidelity for IonQ). It must
@@ -18,6 +18,7 @@ import math
 from datetime import datetime
 from typing import Any
 
+from flux_quantum.emulator.braket.pulse import has_pulse, pulse_properties
 from flux_quantum.emulator.braket.scenario import CalibrationSpec, DeviceSpec
 
 OPENQASM_ACTION = "braket.ir.openqasm.program"
@@ -95,16 +96,26 @@ _IONQ_PROVIDER = "braket.device_schema.ionq.ionq_provider_properties"
 _SPREAD_PATTERN = (0.0, 1.0, -1.0, 0.5, -0.5)
 
 
+def requires_all_measured(spec: DeviceSpec) -> bool:
+    """Whether the device refuses a program that measures only some of its qubits, as
+    Braket's managed simulators (SV1, DM1) and IonQ's QPUs do; IQM's and Rigetti's
+    measure any subset."""
+    return spec.provider == "IonQ" or (
+        spec.type == "SIMULATOR" and spec.arn.split("/")[-2] == "amazon"
+    )
+
+
 def _header(name: str, version: str = "1") -> dict[str, str]:
     return {"name": name, "version": version}
 
 
-def capabilities_json(spec: DeviceSpec, updated_at: datetime) -> str:
-    """The JSON string GetDevice returns as ``deviceCapabilities`` for ``spec``."""
-    return json.dumps(capabilities(spec, updated_at), separators=(",", ":"))
+def capabilities_json(spec: DeviceSpec, updated_at: datetime, base_url: str = "") -> str:
+    """The JSON string GetDevice returns as ``deviceCapabilities`` for ``spec``
+    (``base_url``: where the emulator serves, for the URLs a document names)."""
+    return json.dumps(capabilities(spec, updated_at, base_url), separators=(",", ":"))
 
 
-def capabilities(spec: DeviceSpec, updated_at: datetime) -> dict[str, Any]:
+def capabilities(spec: DeviceSpec, updated_at: datetime, base_url: str = "") -> dict[str, Any]:
     service = {
         "braketSchemaHeader": _header("braket.device_schema.device_service_properties"),
         "executionWindows": [
@@ -130,8 +141,8 @@ def capabilities(spec: DeviceSpec, updated_at: datetime) -> dict[str, Any]:
             "supportedResultTypes": [dict(r) for r in _RESULT_TYPES],
             "supportPhysicalQubits": spec.type == "QPU",
             "supportsPartialVerbatimBox": False,
-            "requiresContiguousQubitIndices": False,
-            "requiresAllQubitsMeasurement": False,
+            "requiresContiguousQubitIndices": requires_all_measured(spec),
+            "requiresAllQubitsMeasurement": requires_all_measured(spec),
             "disabledQubitRewiringSupported": spec.type == "QPU",
         }
     }
@@ -184,6 +195,8 @@ def capabilities(spec: DeviceSpec, updated_at: datetime) -> dict[str, Any]:
             "braketSchemaHeader": _header(_PARAMETERS[spec.provider]),
         },
     }
+    if has_pulse(spec) and base_url:
+        document["pulse"] = pulse_properties(spec, base_url)
     if spec.calibration is not None:
         if spec.provider == "IonQ":
             document["provider"] = ionq_provider(spec.calibration)

@@ -13,7 +13,8 @@ import threading
 from typing import Any
 
 from flux_quantum.emulator.braket import search
-from flux_quantum.emulator.braket.capabilities import capabilities_json
+from flux_quantum.emulator.braket.capabilities import capabilities_json, grid_connectivity
+from flux_quantum.emulator.braket.pulse import has_pulse, native_gate_calibrations
 from flux_quantum.emulator.braket.scenario import DeviceSpec, Scenario
 from flux_quantum.emulator.braket.wire import BraketRefusal, braket_error, invalid, iso8601
 from flux_quantum.emulator.clock import Clock, timestamp
@@ -31,9 +32,9 @@ class Devices:
         self.clock = clock
         self._lock = lock
         self._queues = {spec.arn: DeviceQueue(spec, seed) for spec in scenario.devices}
-        self._capabilities = {
-            spec.arn: capabilities_json(spec, clock.epoch) for spec in scenario.devices
-        }
+        # By (device, the emulator's URL as the client reached it): a document may name
+        # the emulator's own URLs (a Rigetti QPU's calibrations).
+        self._capabilities: dict[tuple[str, str], str] = {}
 
     def queue(self, arn: str) -> DeviceQueue:
         """The queue of the device ``arn`` (lock held while it is read or changed)."""
@@ -60,7 +61,26 @@ class Devices:
 
     # -- GetDevice ----------------------------------------------------------------------------
 
-    def get(self, arn: str, region: str) -> Response:
+    def capabilities(self, spec: DeviceSpec, base_url: str) -> str:
+        """The device's capabilities document (lock held)."""
+        key = (spec.arn, base_url)
+        if key not in self._capabilities:
+            self._capabilities[key] = capabilities_json(spec, self.clock.epoch, base_url)
+        return self._capabilities[key]
+
+    def calibrations(self, name: str) -> Response:
+        """GET of a Rigetti QPU's native gate calibrations (its ARN's last segment)."""
+        spec = next((s for s in self.scenario.devices if s.arn.split("/")[-1] == name), None)
+        if spec is None or not has_pulse(spec):
+            return json_response(404, {"message": f"no calibrations for device {name!r}"})
+        pairs = [
+            (int(a) - 1, int(b) - 1)
+            for a, neighbours in grid_connectivity(spec.qubits).items()
+            for b in neighbours
+        ]
+        return json_response(200, native_gate_calibrations(spec, pairs))
+
+    def get(self, arn: str, region: str, base_url: str = "") -> Response:
         with self._lock:
             spec = self.for_region(arn, region)
             queue = self._queues[spec.arn]
@@ -69,13 +89,14 @@ class Devices:
             size = queue.queue_size(now)
             priority = queue.priority_size(now)
             size -= priority
+            capabilities_document = self.capabilities(spec, base_url)
         doc: dict[str, Any] = {
             "deviceArn": spec.arn,
             "deviceName": spec.name,
             "providerName": spec.provider,
             "deviceType": spec.type,
             "deviceStatus": status.status,
-            "deviceCapabilities": self._capabilities[spec.arn],
+            "deviceCapabilities": capabilities_document,
             "deviceQueueInfo": [
                 {
                     "queue": "QUANTUM_TASKS_QUEUE",

@@ -4,7 +4,7 @@ A Braket hybrid job runs a container on a classical instance with priority acces
 device: the tasks it creates carry its job token (``jobToken`` on CreateQuantumTask,
 which the SDK takes from ``AMZN_BRAKET_JOB_TOKEN`` in the container's environment) and
 run ahead of the device's public queue while the job runs; Braket bills the instance per
-second while it runs, and the tasks as any task. This module owns every job created (by
+second while it runs, and the tasks as any task. This module owns every job created (and SearchJobs over them) (by
 ARN and by clientToken, ids and tokens drawn from the seed): a create checked as
 Braket's model says (its name, role, device, output path, instance), its state on the
 emulated clock (QUEUED for the scenario's ``startup`` seconds, then RUNNING until
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum.emulator.bill import BilledSession
+from flux_quantum.emulator.braket import search
 from flux_quantum.emulator.braket.devices import Devices
 from flux_quantum.emulator.braket.s3 import ObjectStore
 from flux_quantum.emulator.braket.wire import BraketRefusal, braket_error, invalid, iso8601
@@ -211,6 +212,33 @@ class HybridJobs:
             if status == "FAILED":
                 doc["failureReason"] = "MaxRuntimeExceeded"
             return json_response(200, doc)
+
+    def search(self, body: dict[str, Any], region: str) -> Response:
+        """SearchJobs: the jobs of ``region`` passing every filter (``jobArn``,
+        ``status``, ``createdAt`` with EQUAL, LT, LTE, GT, GTE, BETWEEN, and CONTAINS on
+        ``jobArn``), oldest first, paginated."""
+        found = search.filters(body, "SearchJobs")
+        with self._lock:
+            now = self.clock.now()
+            rows = []
+            for job in self._jobs.values():
+                if job.region != region:
+                    continue
+                doc: dict[str, Any] = {
+                    "jobArn": job.arn,
+                    "jobName": job.name,
+                    "status": job.status(now),
+                    "device": job.device_arn,
+                    "createdAt": iso8601(timestamp(self.clock, job.created)),
+                }
+                if now >= job.starts:
+                    doc["startedAt"] = iso8601(timestamp(self.clock, job.starts))
+                if doc["status"] in ("CANCELLED", "FAILED"):
+                    doc["endedAt"] = iso8601(timestamp(self.clock, job.ends()))
+                if all(search.job_matches(doc, f) for f in found):
+                    rows.append(doc)
+        page, token = search.paginate(rows, body)
+        return json_response(200, {"jobs": page, **token})
 
     def cancel(self, arn: str) -> Response:
         with self._lock:

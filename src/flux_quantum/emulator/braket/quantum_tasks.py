@@ -3,28 +3,31 @@ and SearchQuantumTasks, and what Braket bills for each task.
 
 This module owns every quantum task created (its ``TaskRecord``, by ARN, and the ARN of
 each clientToken, ids drawn from the seed): a create checked (its fields, device and
-region, availability, reservation, shots and program set; a ``jobToken`` of a running
-hybrid job on the device puts it ahead of the public queue, ``HybridJobs``), simulated
-on the Braket local simulator outside the lock and submitted to its device's queue, a
-repeated clientToken
-answered with its task (or ConflictException), a task described as GetQuantumTask and
-SearchQuantumTasks show it (status, queue position, times), cancelled, and billed. Its
-progress is its device's ``DeviceQueue``'s, its tags ``TaskTags``', the reservations
-``Reservations``'. It must never sleep or simulate holding the side's lock, and never read
-the wall clock.
-"""
+region, availability, reservation, shots, program or program set as the service checks
+it; a ``jobToken`` of a running hybrid job on the device puts it ahead of the public
+queue, ``HybridJobs``), submitted to its device's queue and answered, its program then
+run by ``Simulations`` in a worker process; a repeated clientToken answered with its task
+(or ConflictException); a task described as GetQuantumTask and SearchQuantumTasks show it
+(status, queue position, times), once the simulation of a task that ended has said how
+(``settle``: a failed simulation fails its task), cancelled, and billed. Its progress is
+its device's ``DeviceQueue``'s, its tags ``TaskTags``', the reservations
+``Reservations``'. It must never sleep, wait or simulate holding the side's lock, and
+never read the wall clock."""
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
 import threading
 import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flux_quantum.emulator.bill import BilledTask, braket_charge
 from flux_quantum.emulator.braket import search
+from flux_quantum.emulator.braket.capabilities import requires_all_measured
 from flux_quantum.emulator.braket.devices import Devices
 from flux_quantum.emulator.braket.hybrid_jobs import HybridJobs
 from flux_quantum.emulator.braket.program_sets import (
@@ -35,6 +38,7 @@ from flux_quantum.emulator.braket.program_sets import (
 from flux_quantum.emulator.braket.reservations import Reservations, reservation_arn
 from flux_quantum.emulator.braket.s3 import ObjectStore
 from flux_quantum.emulator.braket.scenario import BRAKET_ERRORS
+from flux_quantum.emulator.braket.simulations import Simulations
 from flux_quantum.emulator.braket.task_record import TaskRecord
 from flux_quantum.emulator.braket.task_tags import TaskTags
 from flux_quantum.emulator.braket.wire import BraketRefusal, braket_error, invalid, iso8601
@@ -47,8 +51,10 @@ from flux_quantum.emulator.simulate import (
     SetProgram,
     SimulationRequest,
     action_type,
-    simulate,
-    simulate_program_set,
+    check,
+    check_programs,
+    run_checked,
+    run_program_set,
 )
 from flux_quantum.emulator.wire import Response, json_response
 
@@ -79,6 +85,7 @@ class QuantumTasks:
         seed: int,
         lock: threading.Lock,
         hybrid: HybridJobs,
+        simulations: Simulations,
     ) -> None:
         self.scenario = devices.scenario
         self._hybrid = hybrid
@@ -88,9 +95,37 @@ class QuantumTasks:
         self._tags = tags
         self._store = store
         self._lock = lock
+        self._simulations = simulations
         self._tasks: dict[str, TaskRecord] = {}
         self._tokens: dict[str, str] = {}
         self._ids = random.Random(f"{seed}:task-ids")
+
+    # -- simulations --------------------------------------------------------------------------
+
+    def settle(self, arns: Iterable[str] | None = None) -> None:
+        """Wait for the simulations of the tasks (``arns``, default all) that have ended in
+        their device's queue, then make those whose program failed end FAILED: a reader
+        never sees COMPLETED before the result exists. Called without the lock."""
+        wanted = set(self._simulations.pending() if arns is None else arns)
+        with self._lock:
+            now = self.clock.now()
+            due = [
+                arn
+                for arn in wanted
+                if arn in self._tasks
+                and self._devices.queue(self._tasks[arn].device_arn).progress(arn, now).status
+                in ("COMPLETED", "FAILED")
+            ]
+        self._simulations.wait(due)
+        finished = self._simulations.finished()
+        with self._lock:
+            for arn, failure in finished:
+                if failure is not None and arn in self._tasks:
+                    self._devices.queue(self._tasks[arn].device_arn).fail(arn)
+
+    def result_of(self, arn: str) -> dict[str, Any] | None:
+        """The task's simulated result document (None: not simulated, or it failed)."""
+        return self._simulations.result(arn)
 
     # -- views --------------------------------------------------------------------------------
 
@@ -122,6 +157,7 @@ class QuantumTasks:
     def bill(self) -> list[BilledTask]:
         """Every task created so far, with what Braket charges for it now (see ``bill``);
         a task in a reservation costs nothing (the reservation is billed instead)."""
+        self.settle()
         with self._lock:
             now = self.clock.now()
             rows = []
@@ -200,6 +236,7 @@ class QuantumTasks:
             backend=spec.backend,
             device_qubits=spec.qubits,
             max_qubits=self.scenario.max_simulated_qubits,
+            measure_all=requires_all_measured(spec),
         )
         programs: list[SetProgram] = []
         if names_program_set(body["action"]):
@@ -207,24 +244,23 @@ class QuantumTasks:
             executables = sum(program.executables for program in programs)
             per_executable = shots // executables
             try:
-                runs = simulate_program_set(programs, per_executable, request)
+                readable = check_programs(programs, request)
             except ProgramSetError as exc:
                 raise set_invalid(exc) from exc
             kind = OPENQASM_PROGRAM_SET
-            result: dict[str, Any] = {
-                "programs": [program.document() for program in programs],
-                "runs": runs,
-                "shotsPerExecutable": per_executable,
-            }
+            run: Callable[[], dict[str, Any]] = functools.partial(
+                _run_set, programs, readable, per_executable, request
+            )
         else:
             low, high = spec.shots
             if not low <= shots <= high:
                 raise invalid(f"shots must be between {low} and {high} on {spec.name}, got {shots}")
             try:
                 kind = action_type(body["action"])
-                result = simulate(request)
+                checked = check(request)
             except ProgramError as exc:
                 raise invalid(str(exc)) from exc
+            run = functools.partial(run_checked, checked)
         with self._lock:
             existing = self._existing(token, body)
             if existing is not None:
@@ -250,7 +286,6 @@ class QuantumTasks:
                 key_prefix=body["outputS3KeyPrefix"],
                 directory=f"{prefix}/{task_id}" if prefix else task_id,
                 created_t=now,
-                result=result,
                 failure_reason=fail_task,
                 associations=tuple(dict(a) for a in body.get("associations") or ()),
                 reservation=reservation,
@@ -270,6 +305,9 @@ class QuantumTasks:
             if job is not None:
                 self._hybrid.rode(job, arn)
             self._tasks[arn] = record
+            # The service answers the create, then simulates: the task's program runs in
+            # a simulation worker while it waits in its queue (``settle``).
+            self._simulations.start(arn, run)
             self._tokens[token] = arn
             self._tags.add(arn, body.get("tags"))
             self._store.create_bucket(record.bucket)
@@ -303,6 +341,7 @@ class QuantumTasks:
         return task
 
     def get(self, arn: str, region: str) -> Response:
+        self.settle([arn])
         with self._lock:
             task = self._task(arn, region)
             return json_response(200, self._describe(task, self.clock.now()))
@@ -355,7 +394,9 @@ class QuantumTasks:
         if progress.ended_at is not None:
             doc["endedAt"] = iso8601(timestamp(self.clock, progress.ended_at))
         if progress.status == "FAILED":
-            doc["failureReason"] = task.failure_reason or "Task failed"
+            doc["failureReason"] = (
+                task.failure_reason or self._simulations.failure(task.arn) or "Task failed"
+            )
         if progress.status == "COMPLETED":
             doc["numSuccessfulShots"] = task.shots
         if task.associations:
@@ -365,6 +406,7 @@ class QuantumTasks:
         return doc
 
     def cancel(self, arn: str, region: str) -> Response:
+        self.settle([arn])
         with self._lock:
             task = self._task(arn, region)
             now = self.clock.now()
@@ -376,7 +418,9 @@ class QuantumTasks:
                     braket_error(
                         "ConflictException",
                         409,
-                        f"Quantum task {task.arn} is {progress.status} and cannot be cancelled",
+                        # Braket's own words (the SDK's integration suite matches them).
+                        f"Amazon Braket cannot cancel a quantum task in the {progress.status} "
+                        f"status ({task.arn})",
                     ),
                 )
             status = queue.cancel(task.arn, now)
@@ -386,6 +430,7 @@ class QuantumTasks:
 
     def search(self, body: dict[str, Any], region: str) -> Response:
         filters = search.filters(body, "SearchQuantumTasks")
+        self.settle()
         with self._lock:
             now = self.clock.now()
             rows = []
@@ -403,3 +448,22 @@ def _json_string(value: Any) -> str:
     if value is None:
         return "{}"
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def _run_set(
+    programs: list[SetProgram],
+    readable: list[SetProgram],
+    per_executable: int,
+    request: SimulationRequest,
+) -> dict[str, Any]:
+    """A program set's simulation (``readable``: its programs as the simulator reads
+    them): what its result files are written from (``programs``, as sent)."""
+    try:
+        runs = run_program_set(readable, per_executable, request)
+    except ProgramSetError as exc:
+        raise ProgramError(str(exc)) from exc
+    return {
+        "programs": [program.document() for program in programs],
+        "runs": runs,
+        "shotsPerExecutable": per_executable,
+    }

@@ -79,11 +79,16 @@ class Reservations:
     def check(self, arn: str, spec: DeviceSpec, now: float) -> None:
         """Refuse a create in reservation ``arn`` on ``spec`` unless it is booked on that
         device and its window has not ended (lock held)."""
+        # Braket's own words lead (the SDK's integration suite matches them).
         reservation = self._booked.get(arn)
-        if reservation is None:
-            raise invalid(f"Reservation {arn} was not found in this account")
-        if reservation.device != spec.arn:
+        if reservation is not None and reservation.device != spec.arn:
             raise invalid(f"Reservation {arn} is for device {reservation.device}, not {spec.arn}")
+        if spec.type == "SIMULATOR":
+            raise invalid(
+                f"Braket Direct is not supported for {spec.name}: simulators take no reservations"
+            )
+        if reservation is None:
+            raise invalid(f"Reservation arn is invalid: {arn} was not found in this account")
         if reservation.end <= now:
             ended = iso8601(timestamp(self.clock, reservation.end))
             raise invalid(f"Reservation {arn} ended at {ended}; it takes no more quantum tasks")

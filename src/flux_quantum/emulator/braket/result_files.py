@@ -5,7 +5,8 @@ task once: ``{outputS3Directory}/results.json`` of a COMPLETED program (its simu
 ``GateModelTaskResult``, task metadata, and a managed simulator's ``executionDuration``),
 and a program set's files where Braket lays them out (results.json, metadata.json and per
 program its results.json, program.json and one file per executable) when it COMPLETED or
-FAILED. It must never publish a task before its device's queue says it ended, and never
+FAILED. It must never publish a task before its device's queue says it ended and its
+simulation's outcome is in, and never
 sleep or read the wall clock; it runs with the side's lock held, so a task's results.json
 appears atomically with its end.
 """
@@ -13,7 +14,7 @@ appears atomically with its end.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flux_quantum.emulator.bill import execution_ms
@@ -22,6 +23,7 @@ from flux_quantum.emulator.braket.s3 import ObjectStore
 from flux_quantum.emulator.braket.task_record import TaskRecord
 from flux_quantum.emulator.braket.wire import iso8601
 from flux_quantum.emulator.clock import timestamp
+from flux_quantum.emulator.simulate import read_program_set
 
 RESULTS_FILENAME = "results.json"
 
@@ -35,21 +37,30 @@ class ResultFiles:
         self._store = store
         self._published: set[str] = set()
 
-    def publish(self, tasks: Iterable[TaskRecord], now: float) -> None:
-        """Write results.json for every task that has COMPLETED by ``now`` (lock held)."""
+    def publish(
+        self,
+        tasks: Iterable[TaskRecord],
+        now: float,
+        result_of: Callable[[str], dict[str, Any] | None],
+    ) -> None:
+        """Write results.json for every task that has COMPLETED by ``now`` and whose
+        simulated result (``result_of``) has come in (lock held)."""
         for task in tasks:
-            if task.arn in self._published or task.result is None:
+            if task.arn in self._published:
                 continue
             progress = self._devices.queue(task.device_arn).progress(task.arn, now)
             if progress.status in ("QUEUED", "RUNNING", "CANCELLING"):
                 continue
+            result = result_of(task.arn)
+            if progress.status == "COMPLETED" and result is None:
+                continue  # its simulation has not been settled yet
             self._published.add(task.arn)
             if task.programs and progress.status in ("COMPLETED", "FAILED"):
-                self._publish_program_set(task, progress.status, progress.ended_at or now)
+                self._publish_program_set(task, progress.status, progress.ended_at or now, result)
                 continue
-            if progress.status != "COMPLETED":
+            if progress.status != "COMPLETED" or result is None:
                 continue
-            document = json.loads(json.dumps(task.result))
+            document = json.loads(json.dumps(result))
             metadata = document.setdefault("taskMetadata", {})
             metadata["id"] = task.arn
             metadata["deviceId"] = task.device_arn
@@ -78,13 +89,20 @@ class ResultFiles:
             key = f"{task.directory}/{RESULTS_FILENAME}"
             self._store.put(task.bucket, key, body, when, "application/json")
 
-    def _publish_program_set(self, task: TaskRecord, status: str, ended: float) -> None:
+    def _publish_program_set(
+        self, task: TaskRecord, status: str, ended: float, result: dict[str, Any] | None
+    ) -> None:
         """Write a program set's results where Braket does (lock held): results.json
         naming the other files relative to ``s3Location``, metadata.json, and for program
         i ``programs/i/results.json``, its ``program.json`` and one
         ``executables/j.json`` per executable (its measurements, or for a FAILED task the
         failure)."""
-        assert task.result is not None
+        if result is None:  # it failed: its programs, as the create read them
+            programs = read_program_set(task.action)
+            result = {
+                "programs": [program.document() for program in programs],
+                "runs": [[{}] * program.executables for program in programs],
+            }
         when = timestamp(self.clock, ended)
         completed = status == "COMPLETED"
         failed = {
@@ -99,7 +117,7 @@ class ResultFiles:
 
         executables_metadata = []
         for index, (program, runs) in enumerate(
-            zip(task.result["programs"], task.result["runs"], strict=True)
+            zip(result["programs"], result["runs"], strict=True)
         ):
             names = []
             for inputs_index, run in enumerate(runs):

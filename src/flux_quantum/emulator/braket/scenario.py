@@ -78,6 +78,7 @@ BRAKET_OPERATIONS = (
     "GetJob",
     "CancelJob",
     "SearchQuantumTasks",
+    "SearchJobs",
     "GetDevice",
     "SearchDevices",
     "ListTagsForResource",

@@ -15,6 +15,7 @@ from typing import Any
 from flux_quantum.emulator.braket.wire import invalid, iso8601
 
 TASK_FILTERS = ("quantumTaskArn", "deviceArn", "status", "createdAt", "jobArn")
+JOB_FILTERS = ("jobArn", "jobName", "status", "createdAt", "device")
 
 
 def filters(body: dict[str, Any], operation: str) -> list[dict[str, Any]]:
@@ -34,9 +35,21 @@ def filters(body: dict[str, Any], operation: str) -> list[dict[str, Any]]:
 
 def task_matches(doc: dict[str, Any], f: dict[str, Any]) -> bool:
     """Whether the task GetQuantumTask describes as ``doc`` passes filter ``f``."""
+    return _matches(doc, f, TASK_FILTERS)
+
+
+def job_matches(doc: dict[str, Any], f: dict[str, Any]) -> bool:
+    """Whether the job SearchJobs lists as ``doc`` passes filter ``f``."""
+    if f.get("operator") == "CONTAINS" and f["name"] in JOB_FILTERS:
+        actual = doc.get(f["name"])
+        return actual is not None and any(str(v) in str(actual) for v in f["values"])
+    return _matches(doc, f, JOB_FILTERS)
+
+
+def _matches(doc: dict[str, Any], f: dict[str, Any], names: tuple[str, ...]) -> bool:
     name, values, operator = f["name"], [str(v) for v in f["values"]], f.get("operator", "EQUAL")
-    if name not in TASK_FILTERS:
-        raise invalid(f"filter name {name!r} must be one of {', '.join(TASK_FILTERS)}")
+    if name not in names:
+        raise invalid(f"filter name {name!r} must be one of {', '.join(names)}")
     actual = doc.get(name)
     if actual is None:
         return False

@@ -3,7 +3,9 @@
 This module owns the Braket side as the client sees it: it routes every request the
 emulator does not give another side (the Braket rest-json operations CreateQuantumTask,
 GetQuantumTask, CancelQuantumTask, SearchQuantumTasks, GetDevice, SearchDevices, the
-tag operations and the hybrid jobs' CreateJob, GetJob and CancelJob, and, under ``/s3``, the minimal S3 that serves each task's result files
+tag operations and the hybrid jobs' CreateJob, GetJob, CancelJob and SearchJobs, the
+account's STS, IAM, ECR and price list (``account``), a Rigetti QPU's calibrations
+(``pulse``), and, under ``/s3``, the minimal S3 that serves each task's result files
 once the task has ended), reads the request's region, counts the call against the
 scenario's faults (drawn from the seed) and answers with those that fire before or after
 the call is applied. What a call does is its collaborators': ``QuantumTasks`` (tasks),
@@ -27,9 +29,16 @@ from typing import Any
 
 from flux_quantum.emulator.bill import SideBill
 from flux_quantum.emulator.braket import s3
+from flux_quantum.emulator.braket.account import (
+    AwsAccount,
+    account_env,
+    account_operation,
+    account_service,
+)
 from flux_quantum.emulator.braket.devices import Devices
 from flux_quantum.emulator.braket.event_publisher import EventPublisher
 from flux_quantum.emulator.braket.hybrid_jobs import HybridJobs
+from flux_quantum.emulator.braket.pulse import CALIBRATIONS_PATH
 from flux_quantum.emulator.braket.quantum_tasks import QuantumTasks
 from flux_quantum.emulator.braket.reservations import Reservations
 from flux_quantum.emulator.braket.result_files import ResultFiles
@@ -40,6 +49,7 @@ from flux_quantum.emulator.braket.scenario import (
     ReservationSpec,
     Scenario,
 )
+from flux_quantum.emulator.braket.simulations import Simulations
 from flux_quantum.emulator.braket.task_tags import TaskTags
 from flux_quantum.emulator.braket.wire import BraketRefusal, braket_error, json_body
 from flux_quantum.emulator.clock import Clock, timestamp
@@ -70,7 +80,7 @@ class _FaultHit:
 class _Route:
     """What a request is, resolved before faults are applied."""
 
-    __slots__ = ("body", "device", "operation", "s3call", "target")
+    __slots__ = ("account", "body", "device", "operation", "s3call", "target")
 
     def __init__(
         self,
@@ -79,12 +89,14 @@ class _Route:
         device: str | None = None,
         body: dict[str, Any] | None = None,
         s3call: s3.S3Call | None = None,
+        account: str | None = None,
     ) -> None:
         self.operation = operation
         self.target = target
         self.device = device
         self.body = body or {}
         self.s3call = s3call
+        self.account = account  # the account service it is for (sts, iam, ecr, prices)
 
 
 class BraketService(VendorSide[_Route, Fault]):
@@ -109,6 +121,8 @@ class BraketService(VendorSide[_Route, Fault]):
         self._reservations = Reservations(self._devices, seed, self._lock)
         self._tags = TaskTags(self._lock)
         self._hybrid = HybridJobs(self._devices, self.store, seed, self._lock)
+        self._simulations = Simulations()
+        self._account = AwsAccount(scenario)
         self._tasks = QuantumTasks(
             self._devices,
             self._reservations,
@@ -117,6 +131,7 @@ class BraketService(VendorSide[_Route, Fault]):
             seed,
             self._lock,
             self._hybrid,
+            self._simulations,
         )
         self._results = ResultFiles(self._devices, self.store)
         self._events: EventPublisher | None = None
@@ -129,9 +144,15 @@ class BraketService(VendorSide[_Route, Fault]):
         self._events = EventPublisher(self._tasks, self._devices, queue, self.seed, self._lock)
 
     def publish_events(self) -> None:
-        """Send the state changes up to now not sent yet (``EventPublisher.publish``)."""
+        """Send the state changes up to now not sent yet (``EventPublisher.publish``),
+        once the simulations of the tasks that ended have said how they ended."""
         if self._events is not None:
+            self._tasks.settle()
             self._events.publish()
+
+    def close(self) -> None:
+        """Drop the simulations not started (the emulator stops)."""
+        self._simulations.close()
 
     def counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """(calls by operation, fault effects by kind), with the events sent, lost and
@@ -190,6 +211,9 @@ class BraketService(VendorSide[_Route, Fault]):
             "AMZN_BRAKET_OUT_S3_BUCKET": self.scenario.bucket,
             # No instance-metadata lookups: there is nothing but loopback to ask.
             "AWS_EC2_METADATA_DISABLED": "true",
+            # The account around Braket: STS, IAM's jobs role, the jobs images (ECR) and
+            # Braket's price list, which the SDK's cost tracker reads.
+            **account_env(url),
         }
 
     # -- dispatch -----------------------------------------------------------------------------
@@ -226,6 +250,8 @@ class BraketService(VendorSide[_Route, Fault]):
         """Apply the call through the collaborator that owns what it names."""
         if route.s3call is not None:
             return self._s3(request, route.s3call)
+        if route.account is not None:
+            return self._account.answer(route.account, request)
         target = str(route.target)
         match route.operation:
             case "CreateQuantumTask":
@@ -250,8 +276,12 @@ class BraketService(VendorSide[_Route, Fault]):
                 return self._tasks.cancel(target, region)
             case "SearchQuantumTasks":
                 return self._tasks.search(route.body, region)
+            case "SearchJobs":
+                return self._hybrid.search(route.body, region)
             case "GetDevice":
-                return self._devices.get(target, region)
+                return self._devices.get(target, region, _base_url(request))
+            case "GetCalibrations":
+                return self._devices.calibrations(target)
             case "SearchDevices":
                 return self._devices.search(route.body, region)
             case _:
@@ -279,7 +309,13 @@ class BraketService(VendorSide[_Route, Fault]):
         if request.path == s3.PREFIX or request.path.startswith(s3.PREFIX + "/"):
             call = s3.classify(request)
             return _Route(call.operation, call.target, s3call=call)
+        service = account_service(request)
+        if service is not None:
+            return _Route(account_operation(service, request), account=service)
         method, parts = request.method, request.segments()
+        if method == "GET" and request.path.startswith(CALIBRATIONS_PATH):
+            name = request.path[len(CALIBRATIONS_PATH) :].removesuffix(".json")
+            return _Route("GetCalibrations", name)
         head = parts[0] if parts else ""
         rest = "/".join(parts[1:])  # an ARN whose '/' the client did not encode
         if method == "POST" and parts == ["quantum-task"]:
@@ -303,6 +339,8 @@ class BraketService(VendorSide[_Route, Fault]):
                 return _Route("CancelJob", arn, self._hybrid.device_of(arn))
             if method == "GET":
                 return _Route("GetJob", rest, self._hybrid.device_of(rest))
+        if method == "POST" and parts == ["jobs"]:
+            return _Route("SearchJobs", body=json_body(request, "SearchJobs"))
         if method == "POST" and parts == ["quantum-tasks"]:
             return _Route("SearchQuantumTasks", body=json_body(request, "SearchQuantumTasks"))
         if method == "GET" and head == "device" and rest:
@@ -391,12 +429,21 @@ class BraketService(VendorSide[_Route, Fault]):
     # -- S3 -----------------------------------------------------------------------------------
 
     def _s3(self, request: Request, call: s3.S3Call) -> Response:
+        reads = call.operation in ("GetObject", "HeadObject", "ListObjectsV2")
+        if reads:
+            self._tasks.settle()
         with self._lock:
             now = self.clock.now()
-            if call.operation in ("GetObject", "HeadObject", "ListObjectsV2"):
-                self._results.publish(self._tasks.records(), now)
+            if reads:
+                self._results.publish(self._tasks.records(), now, self._tasks.result_of)
                 self._hybrid.publish(now)
             return self.store.handle(request, call, timestamp(self.clock, now))
+
+
+def _base_url(request: Request) -> str:
+    """The emulator's URL as the client reached it (its Host header)."""
+    host = request.headers.get("host")
+    return f"http://{host}" if host else ""
 
 
 def _error_kind(fault: Fault) -> str:

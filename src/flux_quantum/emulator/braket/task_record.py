@@ -1,15 +1,14 @@
 """The record of one emulated Braket quantum task: what its CreateQuantumTask fixed.
 
 This module owns ``TaskRecord``, the immutable facts of a task (its ARN, region, device,
-client token, shots, action, output location, reservation, program set sizes and the
-results its simulation produced), and the rule that says whether a repeated clientToken
-asks for the same task. It must never hold a task's progress (that is its device's
+client token, shots, action, output location, reservation and program set sizes), and
+the rule that says whether a repeated clientToken asks for the same task. It must never hold a task's progress (that is its device's
 ``DeviceQueue``'s) nor change once made.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -29,7 +28,6 @@ class TaskRecord:
     key_prefix: str
     directory: str
     created_t: float
-    result: dict[str, Any] | None = field(default=None, compare=False)
     failure_reason: str | None = None
     associations: tuple[dict[str, str], ...] = ()
     reservation: str | None = None  # the reservation ARN among the associations

@@ -84,6 +84,7 @@ OPERATIONS = (
     "DeleteJob",
     "GetJobResults",
     "GetJobLogs",
+    "GetInstanceUsage",
     "CreateSession",
     "GetSession",
     "UpdateSession",

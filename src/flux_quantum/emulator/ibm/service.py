@@ -19,6 +19,7 @@ except for IAM token expiry (the client compares that with its own clock).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -31,6 +32,7 @@ from urllib.parse import parse_qs
 from flux_quantum.emulator import isa, openqasm, programs
 from flux_quantum.emulator.bill import SideBill
 from flux_quantum.emulator.clock import Clock, timestamp
+from flux_quantum.emulator.ibm.pubs import PubError, pub_circuit
 from flux_quantum.emulator.ibm.runtime import IbmRuntime, JobQuery, refuse
 from flux_quantum.emulator.ibm.scenario import ERROR_CODES, IbmBackendSpec, IbmFault, IbmScenario
 from flux_quantum.emulator.ibm.wire import (
@@ -60,7 +62,15 @@ MAX_SIMULATED_QUBITS = 20
 # What QRMI reads with a backend's name for any backend (flux-quantum's default) when the
 # scenario names no key or instance.
 APIKEY = "flux-quantum-emulator"
-CRN = "crn:v1:flux-quantum:emulator:::"
+# A us-east Qiskit Runtime instance, as IBM Cloud writes one: qiskit-ibm-runtime reads
+# the region of the Runtime API it calls from it.
+CRN = (
+    "crn:v1:bluemix:public:quantum-computing:us-east:"
+    "a/0123456789abcdef0123456789abcdef:f1a2b3c4-flux-quantum-emulator::"
+)
+# What a client that reaches the emulator as its HTTP proxy gives qiskit-ibm-runtime as
+# ``url`` (IBM Cloud's hosts are derived from its host name: ``ibm.cloud``).
+CLOUD_URL = "http://cloud.ibm.com"
 
 
 def _session(method: str, path: str, operation: str, handler: str) -> Route:
@@ -87,6 +97,7 @@ class IbmService(TableSide[IbmScenario, IbmFault]):
         owned("POST", f"{API}/jobs/<job>/cancel", "CancelJob", "_cancel_job"),
         owned("GET", f"{API}/jobs/<job>/results", "GetJobResults", "_job_results"),
         owned("GET", f"{API}/jobs/<job>/logs", "GetJobLogs", "_job_logs"),
+        Route("GET", f"{API}/instances/usage", "GetInstanceUsage", "_instance_usage"),
         Route("POST", f"{API}/sessions", "CreateSession", "_create_session",
               device=Body("backend", "backend_name"), creates=True),
         _session("GET", f"{API}/sessions/<session>", "GetSession", "_get_session"),
@@ -155,6 +166,18 @@ class IbmService(TableSide[IbmScenario, IbmFault]):
         env = dict(settings)
         for backend in self.scenario.backends:
             env.update({f"{backend.name}_{key}": value for key, value in settings.items()})
+        # qiskit-ibm-runtime's own settings (it reads IAM_URL; the rest are what its
+        # QiskitRuntimeService is given, with the emulator as its HTTP proxy: see
+        # docs/vendors.md and ibm.cloud).
+        env.update(
+            {
+                "QISKIT_IBM_CHANNEL": "ibm_quantum_platform",
+                "QISKIT_IBM_URL": CLOUD_URL,
+                "QISKIT_IBM_TOKEN": settings["QRMI_IBM_QCS_IAM_APIKEY"],
+                "QISKIT_IBM_INSTANCE": settings["QRMI_IBM_QCS_SERVICE_CRN"],
+                "IAM_URL": base + PREFIX,
+            }
+        )
         return env
 
     # -- dispatch -----------------------------------------------------------------------------
@@ -190,9 +213,13 @@ class IbmService(TableSide[IbmScenario, IbmFault]):
         apikey = (form.get("apikey") or [""])[0]
         if not apikey or (self.scenario.apikey is not None and apikey != self.scenario.apikey):
             return iam_error(400, "Provided API key could not be found.")
-        nonce = secrets.token_hex(16)
-        token = f"{nonce}.{self._signature(nonce)}"
-        expiration = int(self._wall()) + TOKEN_LIFETIME
+        # A JWT (HS256), as IBM Cloud IAM issues one: IBM's SDKs read its expiry from it.
+        now = int(self._wall())
+        expiration = now + TOKEN_LIFETIME
+        claims = {"iss": "flux-quantum-emulator", "iat": now, "exp": expiration,
+                  "jti": secrets.token_hex(16), "scope": "ibm openid"}  # fmt: skip
+        signed = f"{_b64(json.dumps(_JWT_HEADER))}.{_b64(json.dumps(claims))}"
+        token = f"{signed}.{self._signature(signed)}"
         return json_response(
             200,
             {
@@ -205,23 +232,26 @@ class IbmService(TableSide[IbmScenario, IbmFault]):
             },
         )
 
-    def _signature(self, nonce: str) -> str:
+    def _signature(self, signed: str) -> str:
         """Tokens are signed, not remembered: like IBM's IAM, an emulator restarted on the
         same scenario (fresh queues, e.g. per benchmark run) still accepts them."""
         key = f"flux-quantum-emulator:{self.scenario.apikey}:{self.scenario.crn}".encode()
-        return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()[:32]
+        return _b64(hmac.new(key, signed.encode(), hashlib.sha256).digest())
+
+    def knows_token(self, request: Request) -> bool:
+        """Whether the request carries a bearer token this side's IAM issued."""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        signed, _, signature = token.rpartition(".")
+        return (
+            scheme.lower() == "bearer"
+            and bool(signed)
+            and hmac.compare_digest(signature, self._signature(signed))
+        )
 
     def _authorize(self, route: SideRoute, request: Request) -> None:
         if route.operation == "IamToken":
             return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        nonce, _, signature = token.partition(".")
-        known = (
-            scheme.lower() == "bearer"
-            and bool(nonce)
-            and hmac.compare_digest(signature, self._signature(nonce))
-        )
-        if not known:
+        if not self.knows_token(request):
             raise refuse(1201, "Invalid credentials: no valid IAM bearer token.")
         crn = self.scenario.crn
         if crn is not None and request.headers.get("service-crn") != crn:
@@ -350,11 +380,10 @@ class IbmService(TableSide[IbmScenario, IbmFault]):
     def _pub(self, pub: Any, params: dict[str, Any], spec: IbmBackendSpec) -> tuple[str, int]:
         if not isinstance(pub, list) or not pub:
             raise refuse(1002, "each pub must be a list [circuit, parameter values, shots]", 400)
-        circuit = pub[0]
-        if not isinstance(circuit, str) or "OPENQASM" not in circuit:
-            raise refuse(1002, "the emulator runs circuits given as OpenQASM 3 strings only", 400)
-        if len(pub) > 1 and pub[1] not in (None, [], {}):
-            raise refuse(1002, "the emulator does not bind parameter values", 400)
+        try:  # QRMI's OpenQASM 3, or qiskit-ibm-runtime's QPY and values (ibm.pubs)
+            circuit = pub_circuit(pub[0], pub[1] if len(pub) > 1 else None)
+        except PubError as exc:
+            raise refuse(1002, str(exc), 400) from exc
         options = params.get("options")
         options = options if isinstance(options, dict) else {}
         shots = next(
@@ -425,6 +454,20 @@ class IbmService(TableSide[IbmScenario, IbmFault]):
         self.runtime.job(route.target)
         return text_response("")
 
+    def _instance_usage(self, route: SideRoute, request: Request) -> Response:
+        """The instance's usage this period: the seconds its jobs were billed, no limit."""
+        jobs = self.bill().tasks
+        consumed = sum(job.billed_seconds or 0.0 for job in jobs)
+        return json_response(
+            200,
+            {
+                "instance_id": request.headers.get("service-crn") or self.scenario.crn,
+                "plan_id": self.scenario.plan,
+                "usage_consumed_seconds": round(consumed),
+                "usage_limit_reached": False,
+            },
+        )
+
     # -- sessions -----------------------------------------------------------------------------
 
     def _create_session(
@@ -455,6 +498,15 @@ class IbmService(TableSide[IbmScenario, IbmFault]):
         """Close now: queued and running jobs of the session are cancelled."""
         self.runtime.close_session(route.target)
         return Response(204)
+
+
+_JWT_HEADER = {"alg": "HS256", "typ": "JWT"}
+
+
+def _b64(data: str | bytes) -> str:
+    """base64url without padding (a JWT's segments)."""
+    raw = data.encode() if isinstance(data, str) else data
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def _json(request: Request) -> dict[str, Any]:

@@ -36,7 +36,9 @@ from flux_quantum.emulator.scenario import JobFault, QueueSpec
 
 OPERATIONS = (
     "ListBackends", "GetBackend", "CreateJob", "GetJob", "ListJobs", "CancelJob",
-    "GetProbabilities", "CreateSession", "GetSession", "EndSession",
+    "GetProbabilities", "CreateSession", "GetSession", "EndSession", "DeleteJob",
+    "GetJobCost", "EstimateJobCost", "WhoAmI", "ListCharacterizations", "GetCharacterization",
+    "ListSessions", "ListSessionJobs",
 )  # fmt: skip
 STATUSES = ("available", "unavailable", "retired")
 # The noise models IonQ's simulator takes, with the emulator's readout flip probability.

@@ -56,6 +56,7 @@ from typing import Any
 from flux_quantum.emulator import programs
 from flux_quantum.emulator.bill import BilledTask
 from flux_quantum.emulator.clock import iso, timestamp
+from flux_quantum.emulator.ionq.account import characterization, estimate, job_cost, whoami
 from flux_quantum.emulator.ionq.scenario import (
     NOISE_MODELS,
     IonqBackendSpec,
@@ -74,13 +75,15 @@ from flux_quantum.emulator.ionq.wire import (
     probabilities,
 )
 from flux_quantum.emulator.job_side import JobSide, SideJob
-from flux_quantum.emulator.routes import Body, Route, SideRoute, on_device, owned
+from flux_quantum.emulator.routes import Body, Query, Route, SideRoute, on_device, owned
 from flux_quantum.emulator.scenario import DeviceQueueSpec
 from flux_quantum.emulator.side import Missing
 from flux_quantum.emulator.simulate import ProgramError
 from flux_quantum.emulator.wire import Request, Response, json_response
 
 JOB_TYPES = ("ionq.circuit.v1", "ionq.qasm3.v1")
+# What IonQ answers without an API key.
+PUBLIC = ("ListBackends", "GetBackend")
 DEFAULT_SHOTS = 100
 LIST_LIMIT = 25
 
@@ -100,6 +103,7 @@ class IonqJob(SideJob):
     refused: tuple[str, str] | None = None  # (failure code, message): failed at once
     qubits: int = 0
     counts: dict[str, int] = field(default_factory=dict, repr=False)
+    deleted: bool = False  # gone from the API (DELETE), still on the bill
 
     @property
     def billable(self) -> bool:
@@ -116,14 +120,26 @@ class IonqService(JobSide[IonqScenario, IonqFault]):
     ROUTES = (
         Route("GET", f"{API}/backends", "ListBackends", "_devices"),
         on_device("GET", f"{API}/backends/<backend>", "GetBackend", "_device", "backend"),
+        on_device("GET", f"{API}/backends/<backend>/characterizations", "ListCharacterizations",
+                  "_characterizations", "backend"),
+        on_device("GET", f"{API}/backends/<backend>/characterizations/<id>",
+                  "GetCharacterization", "_characterizations", "backend"),
+        Route("GET", f"{API}/whoami", "WhoAmI", "_whoami"),
         Route("POST", f"{API}/jobs", "CreateJob", "_create", device=Body("backend"), creates=True),
         Route("GET", f"{API}/jobs", "ListJobs", "_list_jobs"),
+        Route("GET", f"{API}/jobs/estimate", "EstimateJobCost", "_estimate",
+              device=Query("backend")),
         owned("GET", f"{API}/jobs/<job>", "GetJob", "_get_job"),
+        owned("DELETE", f"{API}/jobs/<job>", "DeleteJob", "_delete"),
+        owned("GET", f"{API}/jobs/<job>/cost", "GetJobCost", "_cost"),
         owned("PUT", f"{API}/jobs/<job>/status/cancel", "CancelJob", "_cancel"),
         owned("GET", f"{API}/jobs/<job>/results/probabilities", "GetProbabilities",
               "_probabilities"),
         Route("POST", f"{API}/sessions", "CreateSession", "_create_session"),
+        Route("GET", f"{API}/sessions", "ListSessions", "_list_sessions"),
         Route("GET", f"{API}/sessions/<session>", "GetSession", "_get_session", "<session>"),
+        Route("GET", f"{API}/sessions/<session>/jobs", "ListSessionJobs", "_list_jobs",
+              "<session>"),
         Route("POST", f"{API}/sessions/<session>/end", "EndSession", "_end_session", "<session>"),
     )  # fmt: skip
 
@@ -161,7 +177,10 @@ class IonqService(JobSide[IonqScenario, IonqFault]):
         return ionq_error(status, message)
 
     def _authorize(self, route: SideRoute, request: Request) -> None:
-        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        given = request.headers.get("authorization", "")
+        if route.operation in PUBLIC and not given:
+            return  # IonQ lists its backends to anyone (a key given must still be valid)
+        scheme, _, value = given.partition(" ")
         if scheme != "apiKey" or value != self.scenario.api_key:
             raise IonqRefusal(401, "Invalid API key.")
 
@@ -339,7 +358,7 @@ class IonqService(JobSide[IonqScenario, IonqFault]):
             "backend": job.device,
             "dry_run": False,
             "submitter_id": "emulator-user",
-            "project_id": None,
+            "project_id": whoami(self.seed)["project_id"],
             "parent_job_id": None,
             "session_id": job.session_id,
             "metadata": job.metadata,
@@ -354,7 +373,8 @@ class IonqService(JobSide[IonqScenario, IonqFault]):
             "output": {},
             "settings": {},
             "stats": {"qubits": job.qubits, "circuits": 1},
-            "results": None,
+            # Where its results are, once it has them (IonQ's artifact descriptors).
+            "results": _results(job.id) if status == "completed" else None,
             "child_job_ids": None,
             "shots": job.shots,
         }
@@ -363,7 +383,10 @@ class IonqService(JobSide[IonqScenario, IonqFault]):
         return doc
 
     def _list_jobs(self, route: SideRoute, request: Request) -> Response:
-        target, session = request.first("target"), request.first("session_id")
+        """``GET /jobs`` (``target``, ``session_id``, ``status``, ``limit``, ``next``), or
+        ``GET /sessions/{id}/jobs`` (the route's target)."""
+        target, session = request.first("target"), route.target or request.first("session_id")
+        wanted = request.first("status")
         limit_text = request.first("limit") or str(LIST_LIMIT)
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= 1000:
             raise IonqRefusal(400, "limit must be an integer from 1 to 1000.")
@@ -371,7 +394,8 @@ class IonqService(JobSide[IonqScenario, IonqFault]):
         with self._lock:
             now = self.clock.now()
             jobs = [j for j in reversed(self._jobs.values())
-                    if target in (None, j.device) and session in (None, j.session_id)]  # fmt: skip
+                    if target in (None, j.device) and session in (None, j.session_id)
+                    and not j.deleted and wanted in (None, self._status(j, now))]  # fmt: skip
             if after:
                 ids = [j.id for j in jobs]
                 jobs = jobs[ids.index(after) + 1 :] if after in ids else []
@@ -379,6 +403,49 @@ class IonqService(JobSide[IonqScenario, IonqFault]):
             docs = [self._document(j, now) for j in page]
         more = len(jobs) > len(page)
         return json_response(200, {"jobs": docs, "next": page[-1].id if more else None})
+
+    def _delete(self, route: SideRoute, request: Request) -> Response:
+        """``DELETE /jobs/{id}``: gone from the API (a queued one is cancelled first)."""
+        with self._lock:
+            job = self._job(route.target)
+            now = self.clock.now()
+            if not job.refused and self._status(job, now) not in FINAL:
+                self._queues[job.device].cancel(job.id, now)
+            job.deleted = True
+        return json_response(200, {"id": job.id, "status": "deleted"})
+
+    def _cost(self, route: SideRoute, request: Request) -> Response:
+        with self._lock:
+            job = self._job(route.target)
+            status = self._status(job, self.clock.now())
+        charged = job.cost if status == "completed" else 0.0 if status in FINAL else None
+        return json_response(200, job_cost(job.cost, charged))
+
+    def _estimate(self, route: SideRoute, request: Request) -> Response:
+        spec = self.scenario.backend(route.device or "")
+        if spec is None:
+            raise IonqRefusal(400, f"backend must be one of {self._names()}, got {route.device!r}.")
+        query = {k: request.first(k) for k in ("type", "qubits", "shots", "1q_gates", "2q_gates")}
+        for key in ("qubits", "shots", "1q_gates", "2q_gates"):
+            if query[key] is not None and not str(query[key]).isdigit():
+                raise IonqRefusal(400, f"{key} must be a non-negative integer.")
+        with self._lock:
+            now = self.clock.now()
+            waiting = self._device_doc(spec, now)["average_queue_time"]
+        return json_response(200, estimate(spec, query, waiting, iso(timestamp(self.clock, now))))
+
+    def _whoami(self, route: SideRoute, request: Request) -> Response:
+        return json_response(200, whoami(self.seed))
+
+    def _characterizations(self, route: SideRoute, request: Request) -> Response:
+        spec = self._spec(route.device)
+        document = characterization(spec, self.seed, iso(timestamp(self.clock, 0.0)))
+        wanted = route.fields.get("id")
+        if wanted is None:
+            return json_response(200, {"characterizations": [document], "pages": 1})
+        if wanted != document["id"]:
+            raise IonqRefusal(404, f"Characterization {wanted} not found.")
+        return json_response(200, document)
 
     def _cancel(self, route: SideRoute, request: Request) -> Response:
         with self._lock:
@@ -412,6 +479,16 @@ class IonqService(JobSide[IonqScenario, IonqFault]):
             self._sessions[session.id] = session
             doc = self._session_doc(session, now)
         return json_response(201, doc)
+
+    def _list_sessions(self, route: SideRoute, request: Request) -> Response:
+        """``GET /sessions`` (``active``): newest first."""
+        active = request.first("active")
+        with self._lock:
+            now = self.clock.now()
+            docs = [self._session_doc(s, now) for s in reversed(self._sessions.values())]
+        if active is not None:
+            docs = [d for d in docs if d["active"] == (active == "true")]
+        return json_response(200, {"organization_id": "emulator-organization", "sessions": docs})
 
     def _session(self, session_id: str | None) -> IonqSession:
         session = self._sessions.get(session_id or "")
@@ -466,6 +543,17 @@ class IonqService(JobSide[IonqScenario, IonqFault]):
             "started_at": at(first),
             "settings": settings,
         }
+
+
+def _results(job_id: str) -> dict[str, Any]:
+    """A completed job's results: its probabilities, as an artifact descriptor."""
+    return {
+        "probabilities": {
+            "id": f"{job_id}-probabilities",
+            "format": "ionq.probabilities.v1",
+            "media_type": "application/json",
+        }
+    }
 
 
 def _json_body(request: Request) -> dict[str, Any]:

@@ -45,7 +45,11 @@ DEFAULT_BUCKET = "amazon-braket-flux-quantum-emulator"
 CREDENTIALS = ("flux-quantum-emulator", "flux-quantum-emulator")
 REGION = "us-east-1"
 # The emulator's IBM side takes any API key and instance unless its scenario names one.
-IBM_CREDENTIALS = ("flux-quantum-emulator", "crn:v1:flux-quantum:emulator:::")
+IBM_CREDENTIALS = (
+    "flux-quantum-emulator",
+    "crn:v1:bluemix:public:quantum-computing:us-east:"
+    "a/0123456789abcdef0123456789abcdef:f1a2b3c4-flux-quantum-emulator::",
+)
 
 
 def is_ibm(identifier: str) -> bool:
