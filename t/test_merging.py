@@ -21,18 +21,14 @@ from money import bill_cents, cents
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.emulator.ibm import IbmScenario
+from flux_quantum.protocol.merged_tasks import PROGRAM_SET, PUBS, Limits
 from flux_quantum.site.cost_shares import cost_shares, price_shares, task_bill, usage_shares
 from flux_quantum.site.merging import (
     BOUND_GAIN,
     BOUND_MAX_WAIT,
     BOUND_QUEUE,
-    IBM_INPUT_OVERHEAD,
-    IBM_PUB_OVERHEAD,
-    PROGRAM_SET,
-    PUBS,
     Batch,
     Candidate,
-    Limits,
     MergeConfig,
     MergeConfigError,
     alone_reason,
@@ -40,21 +36,25 @@ from flux_quantum.site.merging import (
     clock_time,
     compatible,
     decide,
+    device_limits,
     explain,
     payload_size,
     wait_bound,
 )
 from flux_quantum.vendors import errors
 from flux_quantum.vendors.base import RetryBudget, TaskState
-from flux_quantum.vendors.braket.parsing import TAG_VALUE_MAX, encode_layout, program_set_layout
+from flux_quantum.vendors.braket import TAG_VALUE_MAX, program_sets
+from flux_quantum.vendors.braket.parsing import (
+    encode_layout,
+    program_set_layout,
+    program_set_limits,
+)
 from flux_quantum.vendors.braket.settings import BraketSettings
 from flux_quantum.vendors.braket.vendor import BraketVendor
-from flux_quantum.vendors.ibm.payload import (
-    MAX_EXECUTIONS,
-    MAX_INPUT_BYTES,
-    OverLimit,
-    sampler_set_input,
-)
+from flux_quantum.vendors.ibm import INPUT_OVERHEAD as IBM_INPUT_OVERHEAD
+from flux_quantum.vendors.ibm import MAX_EXECUTIONS, MAX_INPUT_BYTES, sampler_jobs
+from flux_quantum.vendors.ibm import PUB_OVERHEAD as IBM_PUB_OVERHEAD
+from flux_quantum.vendors.ibm.payload import OverLimit, sampler_set_input
 from flux_quantum.vendors.ibm.settings import IbmSettings
 from flux_quantum.vendors.ibm.vendor import IbmVendor
 
@@ -96,7 +96,7 @@ def cand(
     )
 
 
-BRAKET = Limits.for_braket(100, 2000, (1, 1000))
+BRAKET = program_sets(100, 2000, (1, 1000))
 
 
 # --- [quantum.merge] --------------------------------------------------------------------------
@@ -341,13 +341,27 @@ def test_limits_come_from_the_vendor_modules():
         max_layout_chars=TAG_VALUE_MAX,
     )
     assert expected == BRAKET
-    assert Limits.for_braket(100, 100_000, (0, 5000)).shots_per_executable == (1, 5000)
-    ibm = Limits.for_ibm()
+    assert program_sets(100, 100_000, (0, 5000)).shots_per_executable == (1, 5000)
+    ibm = sampler_jobs()
     assert ibm.layout == PUBS and ibm.max_programs is None
     assert (ibm.max_executions, ibm.max_bytes) == (MAX_EXECUTIONS, MAX_INPUT_BYTES)
     assert (ibm.program_overhead, ibm.base_overhead) == (IBM_PUB_OVERHEAD, IBM_INPUT_OVERHEAD)
     assert BRAKET.describe() == "100 executables, 2000 shots, 1-1000 shots an executable"
     assert ibm.describe() == "10000000 executions, 67108864 bytes"
+
+
+def test_a_device_s_limits_are_its_vendor_s_descriptor_s():
+    # Braket's program sets as Braket documents them for its QPUs, IBM's Sampler jobs;
+    # the emulator's devices take what the vendor they stand in for takes.
+    forte = "arn:aws:braket:us-east-1::device/qpu/ionq/Forte-1"
+    braket = program_sets(100, 100_000, (1, 100_000))
+    assert device_limits("braket", forte) == braket == device_limits("local", forte)
+    assert device_limits("ibm", "ibm_fez") == sampler_jobs() == device_limits("local", "ibm_fez")
+    # A vendor that declares none, and one that is not installed, take no merged tasks.
+    assert device_limits("iqm", "garnet") is None
+    assert device_limits("acme", "x") is None
+    with pytest.raises(ValueError, match=r"layout must be program-set or pubs, got 'sets'"):
+        Limits("sets")
     assert Limits(PUBS).describe() == "no limits"
     assert BRAKET.to_dict()["shots_per_executable"] == [1, 1000]
 
@@ -364,18 +378,18 @@ def test_limits_come_from_the_vendor_modules():
         (BRAKET, [700, 700, 700], [1] * 3, "2100 shots in all, over the limit of 2000 a task"),
         (BRAKET, [1500], [1], "executables of 1500 shots, outside the device's 1 to 1000 shots "
          "an executable"),
-        (Limits.for_braket(100, 2000, (10, 1000)), [15, 20], [1, 1],
+        (program_sets(100, 2000, (10, 1000)), [15, 20], [1, 1],
          "executables of 5 shots, outside the device's 10 to 1000 shots an executable"),
-        (Limits.for_braket(1000, 10**6, (1, 1000)), [1, 2] * 65, [1] * 130,
+        (program_sets(1000, 10**6, (1, 1000)), [1, 2] * 65, [1] * 130,
          "a layout of 259 characters for programs of unequal shots, over the 256 a task tag "
          "holds"),
-        (Limits.for_braket(1000, 10**6, (1, 1000)), [1, 2] * 64, [1] * 128, None),
-        (Limits.for_braket(1000, 10**6, (1, 1000)), [5] * 300, [1] * 300, None),  # no tag
-        (Limits.for_ibm(max_executions=1000), [400, 300, 300], [10] * 3, None),
-        (Limits.for_ibm(max_executions=1000), [400, 301, 300], [10] * 3,
+        (program_sets(1000, 10**6, (1, 1000)), [1, 2] * 64, [1] * 128, None),
+        (program_sets(1000, 10**6, (1, 1000)), [5] * 300, [1] * 300, None),  # no tag
+        (sampler_jobs(max_executions=1000), [400, 300, 300], [10] * 3, None),
+        (sampler_jobs(max_executions=1000), [400, 301, 300], [10] * 3,
          "1001 executions (the shots summed), over the limit of 1000 a job"),
-        (Limits.for_ibm(max_bytes=1000), [1, 1], [300, 200], None),  # 64 + 500 + 384
-        (Limits.for_ibm(max_bytes=1000), [1, 1], [300, 253], "an input of 1001 bytes, over "
+        (sampler_jobs(max_bytes=1000), [1, 1], [300, 200], None),  # 64 + 500 + 384
+        (sampler_jobs(max_bytes=1000), [1, 1], [300, 253], "an input of 1001 bytes, over "
          "the limit of 1000 a job"),
         (Limits(PUBS, max_programs=2), [1, 1, 1], [0] * 3, "3 programs, over the limit of 2 "
          "a task"),
@@ -393,8 +407,8 @@ def test_executables_are_braket_s_layout_of_the_shots():
                  for _ in range(rng.randint(1, 12))]  # fmt: skip
         per, layout = program_set_layout(shots)
         assert BRAKET.executables(shots) == sum(layout)
-        assert Limits.for_ibm().executables(shots) == len(shots)
-        big = Limits.for_braket(10**6, 10**9, (1, 10**6))
+        assert sampler_jobs().executables(shots) == len(shots)
+        big = program_sets(10**6, 10**9, (1, 10**6))
         too_long = len(encode_layout(layout)) > TAG_VALUE_MAX and any(n > 1 for n in layout)
         assert (big.problem(shots, [1] * len(shots)) is not None) == too_long
     assert BRAKET.executables([]) == 0
@@ -404,10 +418,10 @@ def test_room_is_how_many_more_programs_like_one_fit():
     """``room`` equals counting up programs one by one until ``problem`` says no."""
     rng = random.Random(7)
     limit_sets = [
-        Limits.for_braket(12, 600, (1, 200)),
-        Limits.for_braket(40, 5000, (5, 1000)),
-        Limits.for_braket(300, 10**6, (1, 1000), max_layout_chars=40),
-        Limits.for_ibm(max_executions=900, max_bytes=2500),
+        program_sets(12, 600, (1, 200)),
+        program_sets(40, 5000, (5, 1000)),
+        program_sets(300, 10**6, (1, 1000), max_layout_chars=40),
+        sampler_jobs(max_executions=900, max_bytes=2500),
         Limits(PUBS, max_programs=7),
     ]
     for _ in range(400):
@@ -432,7 +446,7 @@ def test_ibm_input_bytes_are_never_undercounted():
     rng = random.Random(5)
     alphabet = ['"', "\\", "\n", "\r\n", "\t", "é", "量子", "\U0001f600", "\x01", "\u2028",
                 "h q[0];", " ", "a"]  # fmt: skip
-    limits = Limits.for_ibm()
+    limits = sampler_jobs()
     token = "t" * 128
     for _ in range(300):
         programs = []
@@ -453,7 +467,7 @@ def test_ibm_input_bytes_are_never_undercounted():
 
 
 def test_ibm_executions_agree_with_the_payload_s_own_limit():
-    limits = Limits.for_ibm()
+    limits = sampler_jobs()
     program = "OPENQASM 3.0;\nqubit q;\n"
     for shots in ([5_000_000, 5_000_000], [5_000_000, 5_000_001], [10_000_000], [1] * 3):
         sizes = [payload_size(program)] * len(shots)
@@ -470,13 +484,13 @@ def test_limits_read_from_a_braket_device_s_capabilities(make_emulator):
     emu = make_emulator(line5())
     braket = boto_braket(emu)
     document = json.loads(braket.get_device(deviceArn=QPU_ARN)["deviceCapabilities"])
-    assert Limits.from_braket_capabilities(document) == Limits.for_braket(100, 2000, (1, 1000))
+    assert program_set_limits(document) == program_sets(100, 2000, (1, 1000))
     on_sv1 = json.loads(braket.get_device(deviceArn=SV1_ARN)["deviceCapabilities"])
-    assert Limits.from_braket_capabilities(on_sv1) is None  # no program sets there
+    assert program_set_limits(on_sv1) is None  # no program sets there
     broken = json.loads(json.dumps(document))
     broken["action"]["braket.ir.openqasm.program_set"]["maximumExecutables"] = "many"
-    assert Limits.from_braket_capabilities(broken) is None
-    assert Limits.from_braket_capabilities({}) is None
+    assert program_set_limits(broken) is None
+    assert program_set_limits({}) is None
 
 
 # --- batches ----------------------------------------------------------------------------------
@@ -578,7 +592,7 @@ def test_jobs_that_are_never_merged_go_alone_with_the_reason():
 
 
 def test_ibm_batches_split_on_executions_and_bytes():
-    limits = Limits.for_ibm(max_executions=1000, max_bytes=3000)
+    limits = sampler_jobs(max_executions=1000, max_bytes=3000)
     jobs = [cand(i, vendor="ibm", device="fez", shots=300, size=500, since=T0 + i)
             for i in range(7)]  # fmt: skip
     made = batches(jobs, limits, DEFAULT)
@@ -600,8 +614,8 @@ def test_ibm_batches_split_on_executions_and_bytes():
 def test_batches_always_fit_and_hold_every_candidate_once():
     rng = random.Random(2222)
     limits = {
-        "forte1": Limits.for_braket(20, 3000, (1, 1000)),
-        "fez": Limits.for_ibm(max_executions=5000, max_bytes=20_000),
+        "forte1": program_sets(20, 3000, (1, 1000)),
+        "fez": sampler_jobs(max_executions=5000, max_bytes=20_000),
     }
     for config in (DEFAULT, BANKS, ANYONE):
         for _ in range(60):
@@ -642,12 +656,12 @@ def test_a_batch_key_names_its_members_in_order():
 
 def test_many_jobs_batch_quickly():
     jobs = [cand(i, vendor="ibm", device="fez", shots=100, since=T0 + i) for i in range(20_000)]
-    made = batches(jobs, Limits.for_ibm(), DEFAULT)
+    made = batches(jobs, sampler_jobs(), DEFAULT)
     assert [len(b.members) for b in made] == [20_000]
     # 2 million executions so far: 80,000 more programs of 100 shots before 10 million
     assert made[0].room == (MAX_EXECUTIONS - 2_000_000) // 100
     assert (
-        Limits.for_ibm(max_executions=10**12).room([100] * 20_000, [120] * 20_000, 100, 120)
+        sampler_jobs(max_executions=10**12).room([100] * 20_000, [120] * 20_000, 100, 120)
         == (MAX_INPUT_BYTES - IBM_INPUT_OVERHEAD) // (120 + IBM_PUB_OVERHEAD) - 20_000
     )
 
@@ -897,7 +911,7 @@ def test_braket_takes_every_batch_and_refuses_what_does_not_fit(make_emulator, m
     the shares' sum. A set ``problem`` refuses, Braket (or our vendor) refuses too."""
     emu = make_emulator(line5())
     document = json.loads(boto_braket(emu).get_device(deviceArn=QPU_ARN)["deviceCapabilities"])
-    limits = Limits.from_braket_capabilities(document)
+    limits = program_set_limits(document)
     assert limits is not None
     rng = random.Random(8)
     jobs = [cand(i, device="line5", shots=rng.choice([10, 20, 25, 50, 100, 150, 7]),
@@ -936,7 +950,7 @@ def test_braket_takes_every_batch_and_refuses_what_does_not_fit(make_emulator, m
 
 def test_braket_s_layout_tag_bound_is_our_vendor_s(make_emulator, manual_clock):
     make_emulator(line5(max_executables=1000, max_total_shots=100_000))
-    limits = Limits.for_braket(1000, 100_000, (1, 1000))
+    limits = program_sets(1000, 100_000, (1, 1000))
     vendor = braket_vendor(manual_clock)
     fits, over = [1, 2] * 64, [1, 2] * 65  # layouts of 255 and 259 characters
     assert limits.problem(fits, [1] * len(fits)) is None
@@ -966,7 +980,7 @@ def test_ibm_takes_every_batch_within_its_limits(manual_clock):
             sleep=lambda seconds: None,
             environ=emu.ibm.env(emu.url),
         )
-        limits = Limits.for_ibm(max_executions=1000, max_bytes=2500)
+        limits = sampler_jobs(max_executions=1000, max_bytes=2500)
         rng = random.Random(11)
         jobs = [cand(i, device="line", vendor="ibm", shots=rng.choice([50, 100, 300]),
                      size=payload_size(X0), since=T0 + i) for i in range(25)]  # fmt: skip

@@ -4,7 +4,9 @@ its dist-info, as pip installs one) with no file of flux-quantum edited.
 With the toy's folder on ``sys.path`` and the registry of vendors read again, the
 catalog takes its devices and settings, the ``qpu`` request parser takes ``toy:DEVICE``,
 the program-kind rules and the credential refusal apply its descriptor's, and
-``make_vendor`` builds it from the catalog, ready to probe and to run a task. The same
+``make_vendor`` builds it from the catalog, ready to probe and to run a task; the merged
+tasks it declares are what the site's merging fills, its reserved windows what the
+``[[quantum.reservations]]`` tables take, and its warm-up what the service runs. The same
 toy, laid beside a copy of the ``flux_quantum`` package in a Python that has no
 site-packages at all, is what the CLI plugin (loaded by path, as Flux's own Python loads
 it) sees.
@@ -24,6 +26,7 @@ import pytest
 import flux_quantum
 from flux_quantum.catalog import CatalogError, parse_catalog
 from flux_quantum.protocol import vendors
+from flux_quantum.protocol.merged_tasks import PUBS, Limits
 from flux_quantum.protocol.request import (
     RequestError,
     credential_refusal,
@@ -31,6 +34,14 @@ from flux_quantum.protocol.request import (
     parse_request,
 )
 from flux_quantum.selection.program_kinds import cannot_run, program_reason
+from flux_quantum.service.runner import warm_ups
+from flux_quantum.site.merging import Candidate, MergeConfig, batches, device_limits
+from flux_quantum.site.reservations import (
+    ReservationBook,
+    ReservationConfigError,
+    vendor_of,
+    windows_on,
+)
 from flux_quantum.vendors import errors
 from flux_quantum.vendors.factory import make_vendor
 from flux_quantum.vendors.probing import probe_devices
@@ -43,6 +54,8 @@ devices:
   - {name: toy-dev, vendor: toy, id: toy/eu-west-1/dev, class: qpu, qubits: 3,
      price: {per_task: 0.1}}
   - {name: toy-down, vendor: toy, id: toy/eu-west-1/dev-down, class: qpu, qubits: 3,
+     price: {per_task: 0.1}}
+  - {name: toy-shared, vendor: toy, id: toy/eu-west-1/dev-shared, class: qpu, qubits: 3,
      price: {per_task: 0.1}}
 """
 BELL = "OPENQASM 3.0;\nqubit[2] q;\nbit[2] c;\nh q[0];\ncnot q[0], q[1];\nc = measure q;\n"
@@ -154,6 +167,77 @@ def test_make_vendor_builds_it_from_the_catalog_and_it_probes_and_runs(toy: Path
     assert vendor.result(task).counts == {"0": 10}
     with pytest.raises(errors.VendorUnavailable):
         vendor.submit(catalog.devices[1], BELL, 10, token="t-2")
+
+
+def test_its_merged_tasks_are_what_merging_fills(toy: Path) -> None:
+    catalog = parse_catalog(CATALOG, "toy.yaml")
+    device = catalog.get("toy-dev")
+    assert device is not None
+    limits = device_limits("toy", device.id)
+    assert limits == Limits(PUBS, max_programs=4)
+    waiting = [
+        Candidate(unit=n, jobid=n, userid=1000, user="alice", bank=None, account="site",
+                  device="toy-dev", vendor="toy", size=100, shots=10, since=float(n))
+        for n in range(1, 7)
+    ]  # fmt: skip
+    made = batches(waiting, limits, MergeConfig())
+    assert [b.jobids for b in made] == [[1, 2, 3, 4], [5, 6]]
+    assert (
+        made[0].full_reason
+        == "one more like job 4 would make 5 programs, over the limit of 4 a task"
+    )
+    # The task the service then creates, and its results split back per program.
+    vendor = make_vendor("toy", catalog, clock=lambda: 1000.0)
+    task = vendor.submit_set(device, [(BELL, 10), (BELL, 30)], token="merge-1")
+    assert [r.counts for r in vendor.results(task)] == [{"0": 10}, {"0": 30}]
+
+
+def test_its_reserved_windows_are_what_the_site_books(toy: Path) -> None:
+    catalog = parse_catalog(
+        CATALOG + "  - {name: fez, vendor: ibm, id: ibm_fez, class: qpu, qubits: 156,"
+        " price: {per_minute: 96}}\n",
+        "toy.yaml",
+    )
+    devices = {d.name: d for d in catalog.devices}
+    window = {"name": "w1", "device": "toy-dev", "arn": "toy-res/w1", "start": 1000.0,
+              "end": 4600.0, "cost": 5.0}  # fmt: skip
+    assert ReservationBook.from_config([window], devices).lookup("w1").device == "toy-dev"
+    toy_vendor = vendors.registry().get("toy")
+    assert toy_vendor is not None and toy_vendor.reserved_windows is not None
+    assert windows_on("toy", "toy/eu-west-1/dev") is toy_vendor.reserved_windows
+    assert windows_on("toy", "toy/eu-west-1/dev-shared") is None
+    assert vendor_of("toy-res/w1") == "toy"
+    where = "[quantum.reservations][1] (w1)"
+    refused = {
+        "arn": (
+            f"{where}.arn must be a Toy Reserve id (toy-res/NAME), got "
+            "'arn:aws:braket:us-east-1:123456789012:reservation/x'"
+        ),
+        "toy-shared": (
+            f"{where}.device 'toy-shared' is on vendor toy: only Braket devices (vendor "
+            "braket, or the emulator's local); Toy devices (vendor toy) have reservations"
+        ),
+        "fez": f"{where}.device 'fez' is on vendor ibm: only Braket devices",
+    }
+    for case, sentence in refused.items():
+        table = dict(window)
+        if case == "arn":
+            table["arn"] = "arn:aws:braket:us-east-1:123456789012:reservation/x"
+        else:
+            table["device"] = case
+        with pytest.raises(ReservationConfigError) as raised:
+            ReservationBook.from_config([table], devices)
+        assert str(raised.value).startswith(sentence), str(raised.value)
+
+
+def test_its_warm_up_is_what_the_service_runs_at_start(toy: Path) -> None:
+    assert warm_ups(["toy", "ibm", "toy"]) == ["toyvendor.vendor:warm_up"]
+    assert warm_ups(["braket", "local", "toy"]) == [
+        "flux_quantum.vendors.braket.sdk:warm_up",
+        "toyvendor.vendor:warm_up",
+    ]
+    vendors.load("toyvendor.vendor:warm_up")()
+    assert sys.modules["toyvendor.vendor"].WARMED == ["toy"]
 
 
 def test_a_broken_vendor_is_left_out_and_said_why(toy: Path) -> None:

@@ -5,7 +5,7 @@ Each vendor flux-quantum ships is found in its package, in the order users read 
 its face imports nothing but the standard library (what Flux's own Python can load); its
 descriptor names a ``CatalogVendor`` that carries it, whose settings take every key the
 descriptor lets the catalog give, and an error mapping that keeps a ``VendorError`` as it
-is. The secrets a guest's job may not carry are the union of the descriptors', the same
+is; one that declares merged tasks creates and splits them (``submit_set``, ``results``). The secrets a guest's job may not carry are the union of the descriptors', the same
 variables as before vendors described their own. A malformed descriptor is refused in a
 sentence naming the field.
 """
@@ -22,8 +22,8 @@ from shipped_vendors import SHIPPED
 from walkthrough import blocks
 
 import flux_quantum
-from flux_quantum.protocol.vendors import VendorDescriptor, registry
-from flux_quantum.vendors.base import CatalogVendor
+from flux_quantum.protocol.vendors import ReservedWindows, VendorDescriptor, registry
+from flux_quantum.vendors.base import CatalogVendor, Vendor
 from flux_quantum.vendors.errors import InvalidRequest
 
 
@@ -46,6 +46,10 @@ def test_each_descriptor_names_a_catalog_vendor_that_carries_it(name: str) -> No
     # Its one error mapping keeps a project error as it is.
     error = InvalidRequest("refused", vendor=name, vendor_code="X", operation="create")
     assert descriptor.translate(error, vendor=name, operation="create", subject="d") is error
+    # A vendor that declares merged tasks creates and splits them itself.
+    if descriptor.merged_tasks is not None:
+        assert vendor_class.submit_set is not Vendor.submit_set
+        assert vendor_class.results is not Vendor.results
 
 
 def test_the_secrets_refused_are_the_union_of_the_descriptors() -> None:
@@ -74,6 +78,14 @@ def test_a_malformed_descriptor_is_refused_naming_the_field() -> None:
         VendorDescriptor(name="toy", title="T", vendor="m.V", errors="m:e")
     with pytest.raises(ValueError, match=r"toy: programs must name some of openqasm, "):
         VendorDescriptor(name="toy", programs=("python",), **fields)
+    with pytest.raises(ValueError, match=r"toy: warm_up must be 'module:name', got 'w'"):
+        VendorDescriptor(name="toy", warm_up="w", **fields)
+    with pytest.raises(ValueError, match=r"toy: merged_tasks must be a merged_tasks.Limits or"):
+        VendorDescriptor(name="toy", merged_tasks=100, **fields)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"toy: reserved_windows must be a ReservedWindows"):
+        VendorDescriptor(name="toy", reserved_windows="direct", **fields)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"Toy Reserve: reservation must be a regular expr"):
+        ReservedWindows("Toy Reserve", "Toy devices", "vendor toy", "toy-res/(", "an id")
 
 
 # Flux's own Python has none of the vendors' SDKs (nor yaml): the registry, run where

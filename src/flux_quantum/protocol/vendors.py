@@ -7,12 +7,15 @@ or a distribution of its own that declares an entry point in the group
 ``__init__.py``) exports one ``VendorDescriptor`` and imports nothing but the standard
 library and ``flux_quantum.protocol``, so that Flux's own Python (the ingest validator, the
 CLI plugin) reads every vendor's name, settings and credential variables without the
-vendor's SDK. The descriptor names its vendor class, its error mapping and its program
-check as ``module:attribute`` strings, loaded only when they are used.
+vendor's SDK. The descriptor names its vendor class, its error mapping, its program
+check and its warm-up as ``module:attribute`` strings, loaded only when they are used;
+what the site's rules read of it (the program kinds, what one merged task may hold, how
+its QPUs are reserved) is plain data.
 
 This module owns the descriptor record and the registry (``registry()``), the one list of
-vendors: the catalog, the ``qpu`` request parser, the program-kind rules and the vendor
-factory read it, and nothing else names a vendor. The registry looks in the
+vendors: the catalog, the ``qpu`` request parser, the program-kind rules, the vendor
+factory, merged tasks, reserved windows and the service's warm-up read it, and nothing
+else names a vendor. The registry looks in the
 ``flux_quantum/vendors`` folder, then at the entry points of the distributions on
 ``sys.path`` and in the folder that holds the ``flux_quantum`` package (where the CLI
 plugin, loaded by path, finds a vendor installed beside flux-quantum). A vendor that
@@ -37,6 +40,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from flux_quantum.protocol.merged_tasks import Limits
 from flux_quantum.protocol.programs import NAMES, OPENQASM, kind_of, kind_reason
 
 if TYPE_CHECKING:
@@ -49,6 +53,47 @@ _ROOT = __name__.split(".")[0]
 _PACKAGE = Path(__file__).resolve().parents[1]  # flux_quantum/
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
+
+
+@dataclass(frozen=True)
+class ReservedWindows:
+    """How a vendor's QPUs are booked for a window of time, in which the tasks created
+    with the reservation's id skip the public queue (``[[quantum.reservations]]``:
+    ``flux_quantum.site.reservations``).
+
+    ``service``: what the vendor calls it (``Braket Direct``); ``devices`` and ``label``:
+    its devices and the vendor in the sentence that refuses a window on another device
+    (``only Braket devices (vendor braket) have reservations``); ``reservation``: a
+    regular expression a reservation's id (the table's ``arn``) matches in full, and
+    ``reservation_form``: what such an id is, for the sentence that refuses another
+    (``a Braket Direct reservation ARN (arn:aws:braket:REGION:ACCOUNT:reservation/ID)``);
+    ``on``: which of the vendor's device ids it covers (None: every QPU of the vendor).
+    """
+
+    service: str
+    devices: str
+    label: str
+    reservation: str
+    reservation_form: str
+    on: Callable[[str], bool] | None = None
+    _pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "_pattern", re.compile(self.reservation))
+        except re.error as exc:
+            raise ValueError(
+                f"reserved windows of {self.service}: reservation must be a regular "
+                f"expression, got {self.reservation!r} ({exc})"
+            ) from None
+
+    def covers(self, device_id: str) -> bool:
+        """Whether the vendor's device ``device_id`` (a QPU) can be reserved."""
+        return self.on is None or self.on(device_id)
+
+    def takes(self, reservation: str) -> bool:
+        """Whether ``reservation`` is the id of one of these windows."""
+        return self._pattern.fullmatch(reservation) is not None
 
 
 @dataclass(frozen=True)
@@ -68,6 +113,12 @@ class VendorDescriptor:
     beyond its kind. ``credentials`` and ``credential_suffixes``: the environment
     variables that hold its secrets (by name, or by the end of a per-device name), which a
     guest's job may not carry. ``rank``: its place in the lists users read (lower first).
+    ``merged_tasks``: what one task on its QPUs may hold when it carries several jobs'
+    programs (``Vendor.submit_set``), or a function of a device's id that says it per
+    device (None: every task carries one program). ``reserved_windows``: how its QPUs
+    are reserved (None: they are not). ``warm_up``: ``module:function``, called once in
+    a worker when the service starts: what its first calls would import (an SDK that
+    takes seconds).
     """
 
     name: str
@@ -81,6 +132,9 @@ class VendorDescriptor:
     credentials: tuple[str, ...] = ()
     credential_suffixes: tuple[str, ...] = ()
     rank: int = DEFAULT_RANK
+    merged_tasks: Limits | Callable[[str], Limits | None] | None = None
+    reserved_windows: ReservedWindows | None = None
+    warm_up: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -92,6 +146,7 @@ class VendorDescriptor:
             ("vendor", self.vendor),
             ("errors", self.errors),
             ("program_check", self.program_check or "module:name"),
+            ("warm_up", self.warm_up or "module:name"),
         ):
             if not isinstance(value, str) or not _TARGET.fullmatch(value):
                 raise ValueError(f"{self.name}: {key} must be 'module:name', got {value!r}")
@@ -100,6 +155,17 @@ class VendorDescriptor:
             raise ValueError(
                 f"{self.name}: programs must name some of {', '.join(NAMES)}, "
                 f"got {list(self.programs)!r}"
+            )
+        merged = self.merged_tasks
+        if merged is not None and not isinstance(merged, Limits) and not callable(merged):
+            raise ValueError(
+                f"{self.name}: merged_tasks must be a merged_tasks.Limits or a function of "
+                f"a device's id, got {merged!r}"
+            )
+        windows = self.reserved_windows
+        if windows is not None and not isinstance(windows, ReservedWindows):
+            raise ValueError(
+                f"{self.name}: reserved_windows must be a ReservedWindows, got {windows!r}"
             )
 
     def load(self) -> Any:
@@ -127,6 +193,16 @@ class VendorDescriptor:
             return reason
         check: Callable[[str, int], str | None] = load(self.program_check)
         return check(text, qubits)
+
+    def merge_limits(self, device_id: str) -> Limits | None:
+        """What one merged task on its QPU ``device_id`` may hold (None: it takes none)."""
+        merged = self.merged_tasks
+        return merged(device_id) if callable(merged) else merged
+
+    def windows_on(self, device_id: str) -> ReservedWindows | None:
+        """How its QPU ``device_id`` is reserved (None: it cannot be)."""
+        windows = self.reserved_windows
+        return windows if windows is not None and windows.covers(device_id) else None
 
     def holds_credential(self, variable: str) -> bool:
         """Whether the environment variable ``variable`` holds one of its secrets."""

@@ -23,23 +23,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from flux_quantum.catalog import Device
+from flux_quantum.protocol.merged_tasks import Limits
 from flux_quantum.protocol.request import ACCOUNTS
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.state import Attempt, Phase, Program, Unit
 from flux_quantum.site import merging
 from flux_quantum.site.access import Requester
 
-# The vendors whose tasks take several programs, and what one merged task may hold:
-# Braket's program sets as Braket documents them for its QPUs (a device that advertises
-# less refuses the set, and its jobs then go alone), IBM's Sampler jobs of several PUBs.
-BRAKET_LIMITS = merging.Limits.for_braket(100, 100_000, (1, 100_000))
-IBM_LIMITS = merging.Limits.for_ibm()
-LIMITS: dict[str, merging.Limits] = {
-    "braket": BRAKET_LIMITS,
-    "local": BRAKET_LIMITS,  # the emulator speaks Braket's protocol
-    "ibm": IBM_LIMITS,
-}
-MERGED_CLASS = "qpu"  # simulators bill by time and take no program sets
+MERGED_CLASS = "qpu"  # simulators bill by time and take no merged tasks
+
+
+def _limits(device: Device) -> Limits | None:
+    """What one merged task on ``device`` may hold (None: it takes none): its vendor's
+    limits, on a QPU."""
+    if device.device_class != MERGED_CLASS:
+        return None
+    return merging.device_limits(device.vendor, device.id)
 
 
 def merge_key(tokens: Sequence[str]) -> str:
@@ -130,7 +129,7 @@ class Merges:
             return "its job has several programs (they go out together as its own tasks)"
         if unit.request.session is not None or unit.session is not None:
             return "it rides a vendor session"
-        if device.device_class != MERGED_CLASS or device.vendor not in LIMITS:
+        if _limits(device) is None:
             return f"{device.name} takes no merged tasks"
         if not self.config.covers(device.name):
             return f"{device.name} is not in [quantum.merge] devices"
@@ -169,7 +168,7 @@ class Merges:
         device = attempt.device
         here = [p for p in self._pool.values() if p.candidate.device == device.name]
         assert self.config is not None
-        batches = merging.batches([p.candidate for p in here], LIMITS[device.vendor], self.config)
+        batches = merging.batches([p.candidate for p in here], _limits(device), self.config)
         mine = next(b for b in batches if any(m.unit == unit.id for m in b.members))
         idle, queue = self._queue(device)
         # A burst is all in once no job that may join is still on its way and a scan

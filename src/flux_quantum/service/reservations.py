@@ -151,13 +151,14 @@ class Reservations:
     def routable(self, unit: Unit, device: Device) -> bool:
         """Whether the policy may route the unit into a window: the site has windows open
         to routing, the job named none and did not refuse them (``qpu.reservation=none``),
-        it is one program without a session, and it would run on a Braket QPU."""
+        it is one program without a session, and it would run on a QPU its vendor
+        reserves (``windows_on``)."""
         request = unit.request
         if request.reservation is not None or request.session is not None:
             return False
         if len(unit.programs) != 1 or device.device_class != "qpu":
             return False
-        if device.vendor not in ("braket", "local") or device.id.startswith("ibm"):
+        if reservations.windows_on(device.vendor, device.id) is None:
             return False
         return any(w.route for w in self.book)
 

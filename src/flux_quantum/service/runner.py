@@ -20,17 +20,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import os
 import signal
 import sys
 import syslog
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from flux_quantum.catalog import Catalog, load_catalog
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.protocol.vendors import load, registry
 from flux_quantum.service import sessionkeys, taskread
 from flux_quantum.service.context import MODULE_NAME, Log
 from flux_quantum.service.core import QuantumService
@@ -40,7 +42,6 @@ from flux_quantum.service.sessionkeys import SessionKeys
 from flux_quantum.service.workers import VendorWorkers
 from flux_quantum.site.ledger import GuestError, serve_usage
 from flux_quantum.site.policy import SitePolicy
-from flux_quantum.vendors.braket.sdk import sdk
 from flux_quantum.vendors.relayed import SERVICE_SUFFIX
 
 READY_LINE = "@ready"
@@ -216,10 +217,11 @@ class ServiceRunner:
         self._fenced(self.service.tick)
         self._arm_soon()
         if not self._warming:
-            # The Braket SDK takes seconds of CPU to import: in a worker, off the reactor,
-            # once the first tick has adopted the held jobs (not competing with it).
+            # A vendor's SDK may take seconds of CPU to import: in a worker, off the
+            # reactor, once the first tick has adopted the held jobs (not competing).
             self._warming = True
-            self.workers.submit(_warm_up, lambda result, error: None)
+            targets = warm_ups(d.vendor for d in self.service.catalog.devices)
+            self.workers.submit(functools.partial(_warm_up, targets), lambda result, error: None)
 
     def _on_soon(self, *args: Any) -> None:
         self._fenced(self.service.step_soon)
@@ -332,24 +334,22 @@ def instance_owner(handle: Any) -> bool:
         return True  # an instance that does not say: act as before, its owner's
 
 
-def _warm_up() -> None:
-    """The SDK's modules the vendor uses, imported once through ``sdk`` (one thread at
-    a time: a create in another worker waits for them rather than racing into the
-    same import circle)."""
-    try:
-        for name in WARM_MODULES:
-            sdk(name)
-    except ImportError:
-        pass
+def warm_ups(vendors: Iterable[str]) -> list[str]:
+    """The warm-ups (``module:function``) of the descriptors of ``vendors``, each once."""
+    found = registry()
+    targets = (found.get(name) for name in vendors)
+    return list(dict.fromkeys(d.warm_up for d in targets if d is not None and d.warm_up))
 
 
-WARM_MODULES = (
-    "braket.aws",
-    "braket.ir.openqasm",
-    "braket.program_sets",
-    "braket.tasks",
-    "braket.schema_common",
-)
+def _warm_up(targets: Sequence[str]) -> None:
+    """Each vendor's warm-up, one after the other: the modules its first calls use,
+    imported once (a create in another worker waits for them rather than racing into
+    the same import circle)."""
+    for target in targets:
+        try:
+            load(target)()
+        except Exception:  # a warm-up only saves time: the vendor's first call says why
+            continue
 
 
 def _caller(msg: Any, relayed: Any) -> int:

@@ -30,11 +30,10 @@ Who shares a task: programs on the same device, paid by the same account (``site
 vendor session; of one user, or of different users only as ``across_users`` allows (a
 merged task's results are split back per job: no job ever sees another's).
 
-What a task may hold (``Limits``): on Braket what the device advertises for program sets
-(``Limits.from_braket_capabilities``: ``maximumExecutables``, ``maximumTotalShots`` and its
-``shotsRange`` for an executable's shots), programs of unequal shots counted as the
-executables ``program_set_layout`` makes of them; on IBM a Sampler job's executions and
-input bytes (``Limits.for_ibm``, ``flux_quantum.vendors.ibm.payload``).
+What a task may hold (``Limits``, ``flux_quantum.protocol.merged_tasks``) is the vendor's
+to say: its descriptor's ``merged_tasks`` for the device (``device_limits``), such as
+the executables and shots of a program set, or the executions and input bytes of a job
+of several pubs. A vendor that declares none takes no merged tasks.
 
 When it is sent (the bounded wait): at once on an idle device; otherwise when it is full
 (the next program would go over the vendor's limits) or when one of its jobs has waited its
@@ -49,31 +48,19 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TypeGuard
 
+from flux_quantum.protocol.merged_tasks import Limits, Load
+from flux_quantum.protocol.vendors import registry
 from flux_quantum.site.access import checked_table, name_list, shown
 from flux_quantum.site.reservations import format_seconds
-from flux_quantum.vendors.braket.parsing import PROGRAM_SET_ACTION, TAG_VALUE_MAX
-from flux_quantum.vendors.ibm.payload import MAX_EXECUTIONS, MAX_INPUT_BYTES
 
 TABLE = "quantum.merge"
 KEYS = ("enabled", "across_users", "max_wait", "devices")
 DEFAULT_MAX_WAIT = 60.0
 ACCOUNTS = ("site", "user")
-
-# How a vendor lays several programs out in one task.
-PROGRAM_SET = "program-set"  # Braket: executables of the shots' gcd (program_set_layout)
-PUBS = "pubs"  # IBM: one pub per program, with its own shots
-
-# Bytes an IBM Sampler input adds to each program's JSON text (``payload_size``): the
-# token line ``// flux-quantum-token: TOKEN`` (token <= 128) with its escaped newline, a
-# final newline, and the pub around it (``[..., null, SHOTS]`` and a comma); and to the
-# whole input (``{"pubs": [...], "version": 2, "support_qiskit": false}``). Both rounded up.
-IBM_PUB_OVERHEAD = 192
-IBM_INPUT_OVERHEAD = 64
 
 # Bounds of a wait (``Decision.bound``).
 BOUND_GAIN = "gain"
@@ -266,259 +253,11 @@ def payload_size(program_text: str) -> int:
     return len(json.dumps(program_text))
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one merged task on a device may hold (None: no such limit).
-
-    ``layout``: ``PROGRAM_SET`` (Braket: every executable runs the same shots, so programs
-    of unequal shots run as several executables of the shots' greatest common divisor,
-    ``program_set_layout``; the layout must fit a task tag of ``max_layout_chars``) or
-    ``PUBS`` (IBM: one pub per program, its own shots; executions are the shots summed).
-    Bytes are counted as ``payload_size`` plus ``program_overhead`` each plus
-    ``base_overhead``.
-    """
-
-    layout: str
-    max_programs: int | None = None
-    max_executables: int | None = None
-    max_total_shots: int | None = None
-    shots_per_executable: tuple[int, int] | None = None
-    max_executions: int | None = None
-    max_bytes: int | None = None
-    program_overhead: int = 0
-    base_overhead: int = 0
-    max_layout_chars: int | None = None
-
-    @classmethod
-    def for_braket(
-        cls,
-        max_executables: int,
-        max_total_shots: int,
-        shots_per_executable_range: tuple[int, int],
-        *,
-        max_layout_chars: int = TAG_VALUE_MAX,
-    ) -> Limits:
-        """A Braket device's program sets: its action's ``maximumExecutables`` and
-        ``maximumTotalShots``, and the shots an executable may run (the device's
-        ``shotsRange``)."""
-        low, high = shots_per_executable_range
-        return cls(
-            layout=PROGRAM_SET,
-            max_executables=max_executables,
-            max_total_shots=max_total_shots,
-            shots_per_executable=(max(1, low), high),
-            max_layout_chars=max_layout_chars,
-        )
-
-    @classmethod
-    def from_braket_capabilities(cls, capabilities: Mapping[str, object]) -> Limits | None:
-        """The limits a Braket device advertises (GetDevice's ``deviceCapabilities``,
-        parsed): None when it takes no program sets."""
-        action = capabilities.get("action")
-        limits = action.get(PROGRAM_SET_ACTION) if isinstance(action, Mapping) else None
-        if not isinstance(limits, Mapping):
-            return None
-        service = capabilities.get("service")
-        shots = service.get("shotsRange") if isinstance(service, Mapping) else None
-        executables = limits.get("maximumExecutables")
-        total = limits.get("maximumTotalShots")
-        if not (
-            _count(executables)
-            and _count(total)
-            and isinstance(shots, Sequence)
-            and len(shots) == 2
-        ):
-            return None
-        fewest, most = shots
-        if not (_count(fewest, low=0) and _count(most, low=0)):
-            return None
-        return cls.for_braket(executables, total, (fewest, most))
-
-    @classmethod
-    def for_ibm(
-        cls, *, max_executions: int = MAX_EXECUTIONS, max_bytes: int = MAX_INPUT_BYTES
-    ) -> Limits:
-        """An IBM backend's Sampler jobs: IBM's executions and input-size limits per job
-        (no limit on the number of pubs)."""
-        return cls(
-            layout=PUBS,
-            max_executions=max_executions,
-            max_bytes=max_bytes,
-            program_overhead=IBM_PUB_OVERHEAD,
-            base_overhead=IBM_INPUT_OVERHEAD,
-        )
-
-    # -- measuring a set
-
-    def executables(self, shots: Sequence[int]) -> int:
-        """Executables (Braket) or pubs (IBM) a task of programs of ``shots`` runs."""
-        if not shots:
-            return 0
-        if self.layout == PROGRAM_SET:
-            return sum(shots) // math.gcd(*shots)
-        return len(shots)
-
-    def payload(self, sizes: Sequence[int]) -> int:
-        """The bytes a task of programs of ``sizes`` is counted as."""
-        return self.base_overhead + sum(sizes) + self.program_overhead * len(sizes)
-
-    def problem(self, shots: Sequence[int], sizes: Sequence[int]) -> str | None:
-        """Why one task cannot hold programs of ``shots`` and ``sizes`` (a sentence naming
-        the limit), or None when it can."""
-        return self._problem(_Load.of(shots, sizes))
-
-    def _problem(self, load: _Load) -> str | None:
-        n, total, per = load.programs, load.shots, load.per
-        if self.max_programs is not None and n > self.max_programs:
-            return f"{n} programs, over the limit of {self.max_programs} a task"
-        if self.layout == PROGRAM_SET and n:
-            executables = total // per
-            if self.max_executables is not None and executables > self.max_executables:
-                return (
-                    f"{executables} executables of {_shots(per)}, over the limit of "
-                    f"{self.max_executables} a program set"
-                )
-            if self.shots_per_executable is not None:
-                low, high = self.shots_per_executable
-                if not low <= per <= high:
-                    return (
-                        f"executables of {_shots(per)}, outside the device's {low} to {high} "
-                        "shots an executable"
-                    )
-            if (
-                self.max_layout_chars is not None
-                and executables > n
-                and load.chars > self.max_layout_chars
-            ):
-                return (
-                    f"a layout of {load.chars} characters for programs of unequal shots, "
-                    f"over the {self.max_layout_chars} a task tag holds"
-                )
-        if self.max_total_shots is not None and total > self.max_total_shots:
-            return f"{total} shots in all, over the limit of {self.max_total_shots} a task"
-        if self.max_executions is not None and total > self.max_executions:
-            return (
-                f"{total} executions (the shots summed), over the limit of "
-                f"{self.max_executions} a job"
-            )
-        if self.max_bytes is not None and n:
-            size = self.base_overhead + load.bytes + self.program_overhead * n
-            if size > self.max_bytes:
-                return f"an input of {size} bytes, over the limit of {self.max_bytes} a job"
-        return None
-
-    def room(self, shots: Sequence[int], sizes: Sequence[int], shot: int, size: int) -> int | None:
-        """How many more programs of ``shot`` shots and ``size`` bytes a task of programs
-        of ``shots`` and ``sizes`` takes (None: no limit applies; 0 when it is already over
-        one)."""
-        return self._room(_Load.of(shots, sizes), shots, shot, size)
-
-    def _room(self, load: _Load, shots: Sequence[int], shot: int, size: int) -> int | None:
-        if self._problem(load) is not None:
-            return 0
-        n, total = load.programs, load.shots
-        bounds: list[int] = []
-
-        def bound(left: int, each: int) -> None:
-            if each > 0:
-                bounds.append(max(0, left) // each)
-            elif left < 0:
-                bounds.append(0)
-
-        if self.max_programs is not None:
-            bound(self.max_programs - n, 1)
-        if self.max_total_shots is not None:
-            bound(self.max_total_shots - total, shot)
-        if self.max_executions is not None:
-            bound(self.max_executions - total, shot)
-        if self.max_bytes is not None:
-            used = self.base_overhead + load.bytes + self.program_overhead * n
-            bound(self.max_bytes - used, size + self.program_overhead)
-        if self.layout == PROGRAM_SET:
-            per = math.gcd(load.per, shot)
-            if self.shots_per_executable is not None:
-                low, high = self.shots_per_executable
-                if not low <= per <= high:
-                    return 0
-            if self.max_executables is not None:
-                bound(self.max_executables - total // per, shot // per)
-            if self.max_layout_chars is not None and (shot != per or total != n * per):
-                # the layout: an entry per program, dot-separated; k more add k entries
-                chars = load.chars if per == load.per else _layout_chars(s // per for s in shots)
-                used = chars + (1 if n else 0)
-                bound(self.max_layout_chars + 1 - used, len(str(shot // per)) + 1)
-        return min(bounds) if bounds else None
-
-    def describe(self) -> str:
-        parts = []
-        if self.max_programs is not None:
-            parts.append(f"{self.max_programs} programs")
-        if self.max_executables is not None:
-            parts.append(f"{self.max_executables} executables")
-        if self.max_total_shots is not None:
-            parts.append(f"{self.max_total_shots} shots")
-        if self.shots_per_executable is not None:
-            low, high = self.shots_per_executable
-            parts.append(f"{low}-{high} shots an executable")
-        if self.max_executions is not None:
-            parts.append(f"{self.max_executions} executions")
-        if self.max_bytes is not None:
-            parts.append(f"{self.max_bytes} bytes")
-        return ", ".join(parts) if parts else "no limits"
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "layout": self.layout,
-            "max_programs": self.max_programs,
-            "max_executables": self.max_executables,
-            "max_total_shots": self.max_total_shots,
-            "shots_per_executable": (
-                list(self.shots_per_executable) if self.shots_per_executable else None
-            ),
-            "max_executions": self.max_executions,
-            "max_bytes": self.max_bytes,
-        }
-
-
-def _count(value: object, low: int = 1) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def _shots(n: int) -> str:
-    return "1 shot" if n == 1 else f"{n} shots"
-
-
-def _layout_chars(executables: Iterable[int]) -> int:
-    """Length of the dot-separated layout (``encode_layout``) of ``executables``."""
-    entries = [len(str(n)) for n in executables]
-    return sum(entries) + max(0, len(entries) - 1)
-
-
-@dataclass(frozen=True)
-class _Load:
-    """What a set of programs adds up to: programs, shots, their greatest common divisor
-    (0: none), bytes (``payload_size``s) and the length of their program set layout."""
-
-    programs: int = 0
-    shots: int = 0
-    per: int = 0
-    bytes: int = 0
-    chars: int = 0
-
-    @classmethod
-    def of(cls, shots: Sequence[int], sizes: Sequence[int]) -> _Load:
-        per = math.gcd(*shots) if shots else 0
-        chars = _layout_chars(s // per for s in shots) if shots else 0
-        return cls(len(shots), sum(shots), per, sum(sizes), chars)
-
-    def plus(self, shots: Sequence[int], shot: int, size: int) -> _Load:
-        """This load (of programs of ``shots``) and one more program."""
-        per = math.gcd(self.per, shot)
-        if per == self.per:
-            chars = self.chars + (1 if self.programs else 0) + len(str(shot // per))
-        else:
-            chars = _layout_chars(s // per for s in (*shots, shot))
-        return _Load(self.programs + 1, self.shots + shot, per, self.bytes + size, chars)
+def device_limits(vendor: str, device_id: str) -> Limits | None:
+    """What one merged task on the QPU ``device_id`` of ``vendor`` may hold, as the
+    vendor's descriptor says (None: it takes no merged tasks, or no such vendor)."""
+    descriptor = registry().get(vendor)
+    return descriptor.merge_limits(device_id) if descriptor is not None else None
 
 
 # --- who may share a task -----------------------------------------------------------------
@@ -649,10 +388,10 @@ class _Open:
     limits: Limits
     members: list[Candidate] = field(default_factory=list)
     shots: list[int] = field(default_factory=list)
-    load: _Load = field(default_factory=lambda: _Load())
+    load: Load = field(default_factory=lambda: Load())
     kinds: dict[tuple[object, ...], Candidate] = field(default_factory=dict)
 
-    def add(self, candidate: Candidate, load: _Load) -> None:
+    def add(self, candidate: Candidate, load: Load) -> None:
         self.members.append(candidate)
         self.shots.append(candidate.shots)
         self.load = load
@@ -699,23 +438,23 @@ def batches(
             if any(compatible(candidate, m, config) is not None for m in slot.kinds.values()):
                 continue
             load = slot.load.plus(slot.shots, candidate.shots, candidate.size)
-            if device_limits._problem(load) is not None:
+            if device_limits.load_problem(load) is not None:
                 continue
             slot.add(candidate, load)
             break
         else:
             slot = _Open(candidate.device, device_limits)
-            slot.add(candidate, _Load.of([candidate.shots], [candidate.size]))
+            slot.add(candidate, Load.of([candidate.shots], [candidate.size]))
             slots.append(slot)
     return [slot if isinstance(slot, Batch) else _close(slot) for slot in slots]
 
 
 def _close(slot: _Open) -> Batch:
     newest = slot.members[-1]
-    room = slot.limits._room(slot.load, slot.shots, newest.shots, newest.size)
+    room = slot.limits.load_room(slot.load, slot.shots, newest.shots, newest.size)
     reason = None
     if room == 0:
-        over = slot.limits._problem(slot.load.plus(slot.shots, newest.shots, newest.size))
+        over = slot.limits.load_problem(slot.load.plus(slot.shots, newest.shots, newest.size))
         reason = f"one more like {newest.label} would make {over}"
     return Batch(
         slot.device,

@@ -302,7 +302,7 @@ class SitePolicy:
                     arn=window.arn,
                     bank=window.bank,
                     device=window.device,
-                    vendor=device.vendor if device else "braket",
+                    vendor=device.vendor if device else braket_direct.vendor_of(window.arn) or "",
                     device_class=device.device_class if device else "qpu",
                     cost=window.cost,
                     start=window.start,

@@ -1,8 +1,11 @@
-"""Reserved QPU time (Amazon Braket Direct): the site's windows and the pure decisions on them.
+"""Reserved QPU time (such as Amazon Braket Direct): the site's windows and the pure
+decisions on them.
 
 A centre books a whole QPU for a window (Braket Direct: one-hour blocks, billed by the
 window whatever runs in it; tasks created with the reservation's ARN skip the public
-queue and wait QUEUED until the window begins). This module owns the
+queue and wait QUEUED until the window begins). Which devices can be reserved, what
+the vendor calls it and what a reservation's id looks like is the vendor's descriptor's
+(``reserved_windows``: ``windows_on``), never this module's. This module owns the
 ``[[quantum.reservations]]`` tables of the instance configuration, their validation
 (all or nothing, one sentence naming the key) and the decisions the handler service
 asks of them: who may use a window, when a job waiting for one is admitted (its task
@@ -40,6 +43,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from flux_quantum.protocol.vendors import ReservedWindows, registry
 from flux_quantum.site.access import (
     DeviceFacts,
     Requester,
@@ -76,7 +80,6 @@ NOW = "now"
 PAST = "past"
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)
-_ARN = re.compile(r"arn:aws[a-z-]*:braket:[a-z0-9-]+:\d{12}:reservation/[A-Za-z0-9._/-]{1,200}")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(s|m|h|d)?", re.ASCII)
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -242,7 +245,7 @@ class ReservationBook:
     ) -> ReservationBook:
         """Validate ``[[quantum.reservations]]`` as ``flux config get`` returns it (None: no
         windows). ``devices``: the catalog's devices by name, to check ``device`` against
-        (each must be a Braket device: only Braket has reservations)."""
+        (each must be a QPU its vendor reserves: ``windows_on``)."""
         if value is None:
             return cls()
         if not isinstance(value, list):
@@ -266,6 +269,35 @@ class ReservationBook:
                         "a device has one reservation at a time"
                     )
         return cls(tuple(parsed))
+
+
+def windows_on(vendor: object, device_id: object) -> ReservedWindows | None:
+    """How the QPU ``device_id`` of ``vendor`` is reserved, as its vendor's descriptor
+    says (None: it cannot be, or no such vendor)."""
+    descriptor = registry().get(vendor)
+    return descriptor.windows_on(str(device_id)) if descriptor is not None else None
+
+
+def vendor_of(reservation: str) -> str | None:
+    """The vendor whose windows ``reservation`` is the id of (the first in the order
+    users read them), or None."""
+    return next((name for name, w in _reserved_windows() if w.takes(reservation)), None)
+
+
+def _reserved_windows() -> list[tuple[str, ReservedWindows]]:
+    """Every vendor whose QPUs are reserved, with how, in the order users read them."""
+    return [(d.name, d.reserved_windows) for d in registry() if d.reserved_windows is not None]
+
+
+def _reserved_devices() -> str:
+    """The devices that have reservations, for the sentence that refuses another:
+    ``Braket devices (vendor braket, or the emulator's local)``."""
+    labels: dict[str, list[str]] = {}
+    for _, windows in _reserved_windows():
+        labels.setdefault(windows.devices, []).append(windows.label)
+    if not labels:
+        return "devices of a vendor with reserved windows (none is installed)"
+    return "; ".join(f"{devices} ({', or '.join(names)})" for devices, names in labels.items())
 
 
 def _parse(entry: object, index: int, devices: Mapping[str, object] | None) -> Reservation:
@@ -293,23 +325,27 @@ def _parse(entry: object, index: int, devices: Mapping[str, object] | None) -> R
                 f"{where}.device {device!r} is not in the catalog "
                 f"(devices: {', '.join(sorted(devices)) or 'none'})"
             )
+        vendor = getattr(known, "vendor", None)
+        own = windows_on(vendor, getattr(known, "id", ""))
+        if own is None:
+            raise ReservationConfigError(
+                f"{where}.device {device!r} is on vendor {vendor}: only "
+                f"{_reserved_devices()} have reservations"
+            )
         if getattr(known, "device_class", None) != "qpu":
             raise ReservationConfigError(
                 f"{where}.device {device!r} is a {getattr(known, 'device_class', None)}: "
-                "Braket Direct reserves QPUs only"
+                f"{own.service} reserves QPUs only"
             )
-        vendor = getattr(known, "vendor", None)
-        if vendor not in ("braket", "local") or str(getattr(known, "id", "")).startswith("ibm"):
-            raise ReservationConfigError(
-                f"{where}.device {device!r} is on vendor {vendor}: only Braket devices "
-                "(vendor braket, or the emulator's local) have reservations"
-            )
+        kinds = [own]
+    else:
+        kinds = [windows for _, windows in _reserved_windows()]
     arn = table["arn"]
-    if not isinstance(arn, str) or not _ARN.fullmatch(arn):
-        raise ReservationConfigError(
-            f"{where}.arn must be a Braket Direct reservation ARN "
-            f"(arn:aws:braket:REGION:ACCOUNT:reservation/ID), got {shown(arn, 60)}"
-        )
+    if not kinds:
+        raise ReservationConfigError(f"{where}: no vendor installed has reserved windows")
+    if not isinstance(arn, str) or not any(windows.takes(arn) for windows in kinds):
+        forms = " or ".join(dict.fromkeys(windows.reservation_form for windows in kinds))
+        raise ReservationConfigError(f"{where}.arn must be {forms}, got {shown(arn, 60)}")
     start = _time(table["start"], f"{where}.start")
     end = _time(table["end"], f"{where}.end")
     if end <= start:

@@ -1,14 +1,16 @@
 """``ToyVendor``: an in-memory vendor on flux-quantum's shared constructor.
 
 Its "client" is a dictionary of tasks; a task completes on its first poll with every
-shot measuring zeros. A call to a device whose id ends in ``-down`` raises the client's
-``ToyRefused`` (503), which the descriptor's error mapping translates.
+shot measuring zeros; a merged task (``submit_set``) holds each program's shots and
+splits back (``results``). A call to a device whose id ends in ``-down`` raises the
+client's ``ToyRefused`` (503), which the descriptor's error mapping translates.
+``warm_up`` is the descriptor's: what the service calls in a worker at start.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,12 @@ from flux_quantum.vendors.base import (
 )
 from toyvendor import VENDOR
 from toyvendor.errors import ToyRefused
+
+WARMED: list[str] = []  # what warm_up did, for the tests to read
+
+
+def warm_up() -> None:
+    WARMED.append("toy")
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ class ToyVendor(CatalogVendor[ToySettings]):
     def __init__(self, settings: ToySettings | None = None, **common: Any) -> None:
         super().__init__(settings, **common)
         self.tasks: dict[str, tuple[str, int, str]] = {}
+        self.sets: dict[str, list[int]] = {}  # a merged task's programs' shots
         self._ids = itertools.count(1)
 
     def _client_call(self, device: Device) -> None:
@@ -81,6 +90,24 @@ class ToyVendor(CatalogVendor[ToySettings]):
             task_id = f"toy-{next(self._ids)}"
             self.tasks[task_id] = (device.name, shots, token)
         return TaskRef(self.name, device.name, task_id, token)
+
+    def submit_set(
+        self,
+        device: Device,
+        programs: Sequence[tuple[str, int]],
+        token: str,
+        *,
+        reservation: str | None = None,
+    ) -> TaskRef:
+        task = self.submit(device, programs[0][0], sum(s for _, s in programs), token)
+        self.sets[task.task_id] = [shots for _, shots in programs]
+        return task
+
+    def results(self, task: TaskRef) -> list[TaskResult]:
+        shots = self.sets.get(task.task_id)
+        if shots is None:
+            return [self.result(task)]
+        return [TaskResult(task, {"0": n}) for n in shots]
 
     def poll(self, task: TaskRef) -> TaskSnapshot:
         return TaskSnapshot(task, TaskState.COMPLETED, t=self._clock())

@@ -58,7 +58,7 @@ class BilledTask:
     id: str
     cost: float
     state: str
-    vendor: str = "braket"
+    vendor: str = ""  # the vendor that billed it ("": the bill does not say)
     device: str = ""
     token: str | None = None
     shots: int = 0
@@ -228,7 +228,7 @@ def _task(entry: Any, where: str) -> BilledTask:
         id=_text(entry.get("id"), f"{where}.id") or "",
         cost=_number(entry.get("cost"), f"{where}.cost"),
         state=_state(entry.get("state"), f"{where}.state"),
-        vendor=_text(entry.get("vendor", "braket"), f"{where}.vendor") or "",
+        vendor=_text(entry.get("vendor"), f"{where}.vendor", optional=True) or "",
         device=str(entry.get("device") or ""),
         token=token if isinstance(token, str) and token else None,
         shots=shots,

@@ -25,10 +25,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from datetime import time as dtime
-from typing import Any
+from typing import Any, TypeGuard
 
 from flux_quantum import __version__
 from flux_quantum.catalog import Device
+from flux_quantum.protocol.merged_tasks import Limits
 from flux_quantum.vendors.base import (
     DeviceSnapshot,
     DeviceStatus,
@@ -37,6 +38,7 @@ from flux_quantum.vendors.base import (
     TaskSnapshot,
     TaskState,
 )
+from flux_quantum.vendors.braket import program_sets
 from flux_quantum.vendors.braket.calibration import read_calibration
 from flux_quantum.vendors.braket.sdk import sdk
 from flux_quantum.vendors.errors import InvalidRequest, VendorUnavailable
@@ -47,9 +49,8 @@ VERSION_TAG = "flux-quantum"  # the flux-quantum version that created the task
 TOKEN_TAG = "flux-quantum-token"  # the clientToken, as a tag SearchQuantumTasks shows
 PROGRAM_SET_ACTION = "braket.ir.openqasm.program_set"
 # The tag of a program set task that says how many executables each program runs as
-# ("1.1.3.1"); absent: one each. Braket tag values: at most 256 characters.
+# ("1.1.3.1"); absent: one each. Braket tag values: at most ``TAG_VALUE_MAX`` characters.
 LAYOUT_TAG = "flux-quantum-set"
-TAG_VALUE_MAX = 256
 # CreateQuantumTask's association type of a Braket Direct reservation.
 RESERVATION_ASSOCIATION = "RESERVATION_TIME_WINDOW_ARN"
 
@@ -303,6 +304,31 @@ def is_program_set(data: Mapping[str, Any]) -> bool:
     """Whether a GetQuantumTask answer is of a program set (its actionMetadata)."""
     metadata = data.get("actionMetadata")
     return isinstance(metadata, Mapping) and metadata.get("actionType") == PROGRAM_SET_ACTION
+
+
+def program_set_limits(capabilities: Mapping[str, object]) -> Limits | None:
+    """What one program set on a device may hold as it advertises it (GetDevice's
+    ``deviceCapabilities``, parsed): None when it takes no program sets."""
+    action = capabilities.get("action")
+    limits = action.get(PROGRAM_SET_ACTION) if isinstance(action, Mapping) else None
+    if not isinstance(limits, Mapping):
+        return None
+    service = capabilities.get("service")
+    shots = service.get("shotsRange") if isinstance(service, Mapping) else None
+    executables = limits.get("maximumExecutables")
+    total = limits.get("maximumTotalShots")
+    if not (
+        _count(executables) and _count(total) and isinstance(shots, Sequence) and len(shots) == 2
+    ):
+        return None
+    fewest, most = shots
+    if not (_count(fewest, low=0) and _count(most, low=0)):
+        return None
+    return program_sets(executables, total, (fewest, most))
+
+
+def _count(value: object, low: int = 1) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
 # --- results -------------------------------------------------------------------------

@@ -7,8 +7,9 @@ the SDK's packages import one another in circles: two threads importing into the
 circle can see a module another thread is still initialising, or one it dropped from
 ``sys.modules`` (``KeyError: 'braket.default_simulator'`` from a merged task's create).
 ``sdk(name)`` imports under one lock; a module already imported costs a dictionary read.
-Every import of the SDK outside module level goes through it (the service's warm-up
-too, which imports them all in a worker at start).
+Every import of the SDK outside module level goes through it; ``warm_up`` (the
+descriptor's, which the service calls in a worker at start) imports the modules a
+vendor's first calls use.
 """
 
 from __future__ import annotations
@@ -31,3 +32,23 @@ def sdk(name: str) -> ModuleType:
         return module
     with _IMPORTING:
         return importlib.import_module(name)
+
+
+# The SDK's modules the vendor uses.
+WARM_MODULES = (
+    "braket.aws",
+    "braket.ir.openqasm",
+    "braket.program_sets",
+    "braket.tasks",
+    "braket.schema_common",
+)
+
+
+def warm_up() -> None:
+    """The SDK's modules the vendor uses, imported now (an SDK not installed: nothing
+    to warm, the vendor says so at its first call)."""
+    try:
+        for name in WARM_MODULES:
+            sdk(name)
+    except ImportError:
+        pass

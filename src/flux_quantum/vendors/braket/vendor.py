@@ -65,7 +65,7 @@ from flux_quantum.vendors.base import (
     TaskState,
     VendorSession,
 )
-from flux_quantum.vendors.braket import VENDOR
+from flux_quantum.vendors.braket import TAG_VALUE_MAX, VENDOR
 from flux_quantum.vendors.braket.errors import TRANSLATED, name_first_failure
 from flux_quantum.vendors.braket.event_queue import BraketEventQueue
 from flux_quantum.vendors.braket.hybrid_jobs import BraketHybridJobs
@@ -73,7 +73,6 @@ from flux_quantum.vendors.braket.parsing import (
     LAYOUT_TAG,
     RESERVATION_ASSOCIATION,
     RESULTS_FILENAME,
-    TAG_VALUE_MAX,
     TOKEN_TAG,
     arn_region,
     client_token,

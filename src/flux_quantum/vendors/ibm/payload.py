@@ -12,10 +12,11 @@ comment line that carries the token (and drops an old one).
   level. Several (a merged task): one pub ``[circuit, null, shots]`` each, every circuit
   marked with the one token of the job. IBM runs ISA circuits only: the programs must
   already use the backend's basis gates and qubits. No parameters.
-- Limits (IBM's job validation, per job, not per pub): ``MAX_EXECUTIONS`` executions
-  (circuits x shots: without parameters, the pubs' shots summed) and ``MAX_INPUT_BYTES``
-  of input; IBM sets none on the number of pubs. ``sampler_set_input`` refuses a set over
-  either with ``OverLimit`` before anything is sent.
+- Limits (IBM's job validation, per job, not per pub, declared in the package's face):
+  ``MAX_EXECUTIONS`` executions (circuits x shots: without parameters, the pubs' shots
+  summed) and ``MAX_INPUT_BYTES`` of input; IBM sets none on the number of pubs.
+  ``sampler_set_input`` refuses a set over either with ``OverLimit`` before anything is
+  sent.
 - Results: one per pub, in the pubs' order, read from either form IBM answers in: plain
   JSON (``{"results": [{"data": {REG: {"samples": [hex, ...], "num_bits": N}}}]}``, a job
   sent with ``support_qiskit: false``, as flux-quantum sends them) or qiskit-ibm-runtime's
@@ -35,10 +36,9 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flux_quantum.vendors.ibm import MAX_EXECUTIONS, MAX_INPUT_BYTES
+
 TOKEN_MARK = "// flux-quantum-token: "
-# IBM's job limits (see the module docstring): a Sampler job's executions and input size.
-MAX_EXECUTIONS = 10_000_000
-MAX_INPUT_BYTES = 64 * 1024 * 1024
 
 
 class OverLimit(ValueError):
