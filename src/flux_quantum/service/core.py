@@ -47,10 +47,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flux_quantum.catalog import Catalog
+from flux_quantum.compiler import CompilePool
 from flux_quantum.service.adoption import Adoption
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.charges import Charges
+from flux_quantum.service.compiling import Compiling
 from flux_quantum.service.context import MODULE_NAME, Clock, Log, ServiceContext
 from flux_quantum.service.devices import Devices
 from flux_quantum.service.due import DueQueue
@@ -96,6 +98,7 @@ class QuantumService:
         module_name: str | None = MODULE_NAME,
         session_keys: SessionKeys | None = None,
         meters: Meters | None = None,
+        compiler: CompilePool | None = None,
     ) -> None:
         ctx = self.ctx = ServiceContext(
             flux,
@@ -145,6 +148,7 @@ class QuantumService:
             self.reservations,
             self.events,
         )
+        self.compiling = Compiling(ctx, self.calls, self.outcomes, compiler)
         self.submission = Submission(
             ctx,
             self.calls,
@@ -155,6 +159,7 @@ class QuantumService:
             self.selection,
             self.reservations,
             self.merges,
+            self.compiling,
         )
         self.adoption = Adoption(
             ctx,
