@@ -36,7 +36,7 @@ def load(text: str) -> Any:
         if major != 3:
             raise CompileError(f"OPENQASM {major} is not a version this site reads (2 or 3)")
         return qiskit.qasm3.loads(normalised(text))
-    except CompileError:
+    except (CompileError, MemoryError):
         raise
     except RecursionError:
         raise CompileError("the program nests too deeply to be read") from None

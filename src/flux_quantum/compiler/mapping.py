@@ -5,7 +5,7 @@ with ``measure``, ``reset`` and ``delay`` on every qubit, its coupling map in bo
 directions, and the published gate and readout errors as the instructions' errors, so
 that layout prefers the better qubits), cached per device and calibration in the worker
 that built it, and ``transpile``: layout, routing and translation to the basis at
-optimisation level 1, with a fixed seed, so that the same program on the same
+optimisation level 2, with a fixed seed, so that the same program on the same
 calibration compiles to the same circuit. What the transpiler cannot do on the device
 (a gate its basis cannot express, qubits its coupling map cannot join) is a
 ``CompileError`` with ``unfit`` set: another device may take the program.
@@ -19,7 +19,7 @@ from flux_quantum.compiler.errors import CompileError
 from flux_quantum.compiler.target import DeviceTarget
 
 SEED = 11
-LEVEL = 1
+LEVEL = 2  # Qiskit's default: noise-aware layout, a third fewer two-qubit gates than 1
 _CACHE_SIZE = 32
 _built: dict[tuple[str, str], tuple[DeviceTarget, Any]] = {}
 

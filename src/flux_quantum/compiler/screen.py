@@ -103,4 +103,5 @@ def normalised(text: str) -> str:
         return body
     match = _VERSION.search(body)
     at = match.end() if match else 0
-    return body[:at] + "\n" + "\n".join(header) + "\n" + body[at:]
+    # On the version's own line: the program's line numbers stay those the user wrote.
+    return body[:at] + " " + " ".join(header) + body[at:]

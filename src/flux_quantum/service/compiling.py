@@ -115,7 +115,7 @@ class Compiling:
         if not error.unfit:
             self.outcomes.fail_unit(unit, f"qpu: {error}")
             return
-        program.unfit[device.name] = str(error)
+        program.unfit[device.name] = f"cannot take the program: {error}"
         if attempt.submit_posted:
             # Its token is recorded (a restart): the next attempt is chosen elsewhere.
             self.outcomes.failover(unit, program, device.name, str(error))
