@@ -103,15 +103,22 @@ class CompilePool:
         self._closed = False
 
     def warm(self) -> None:
-        """Start one worker now (its Qiskit import), so that the first job waits less."""
-        with self._slots:
-            worker = self._take()
+        """Start every worker now (their Qiskit imports, side by side), so that no job
+        waits for one."""
+        starting = []
+        for _ in range(self.limits.workers):
+            if not self._slots.acquire(blocking=False):
+                break
+            starting.append(self._take())
+        for worker in starting:
             try:
                 worker.start()
             except _Stopped:
                 worker.stop()
-                return
-            self._give(worker)
+            else:
+                self._give(worker)
+            finally:
+                self._slots.release()
 
     def compile(
         self, text: str, target: DeviceTarget, form: str, writer: str | None = None
