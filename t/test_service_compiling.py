@@ -90,7 +90,7 @@ def test_a_bad_program_fails_its_job_while_held_with_one_sentence(pool, tmp_path
     assert note.startswith("qpu: ") and note.count(". ") == 0, note
     expected = {
         "binary": "NUL bytes",
-        "recursive": "gate 'g' is not defined",
+        "recursive": "gate g is defined in terms of itself",
         "endless": "operations with its loops unrolled",
     }[kind]
     assert expected in note

@@ -62,3 +62,18 @@ def test_a_program_wider_than_the_device_is_unfit():
     with pytest.raises(CompileError, match="declares 6 qubits and line has 5") as caught:
         compile_program(BELL.replace("qubit[2]", "qubit[6]"), LINE, MAPPED)
     assert caught.value.unfit
+
+
+def test_a_vendor_dialect_goes_as_written_where_the_vendor_compiles():
+    braket = "OPENQASM 3.0;\nqubit[2] q;\niswap q[0], q[1];\n"
+    sim = DeviceTarget.build("sim", 30)
+    assert compile_program(braket, sim, CHECKED).text == braket
+    with pytest.raises(CompileError, match="gate 'iswap' is not defined"):
+        compile_program(braket, LINE, MAPPED)
+
+
+def test_a_recursive_gate_is_refused_wherever_it_goes():
+    recursive = "OPENQASM 3.0;\ngate g a { g a; }\nqubit q;\ng q;\n"
+    for target in (LINE, DeviceTarget.build("sim", 30)):
+        with pytest.raises(CompileError, match="gate g is defined in terms of itself"):
+            compile_program(recursive, target, MAPPED)

@@ -18,6 +18,12 @@ from flux_quantum.compiler.errors import CompileError
 from flux_quantum.compiler.screen import normalised, version
 
 _POSITION = re.compile(r"^(\d+),\d+: ")
+_UNDEFINED = re.compile(r"gate '(\w+)' is not defined")
+
+
+class Unread(CompileError):
+    """Qiskit's parsers do not read the program (a gate or a feature they do not know):
+    a vendor that reads its own dialect (Braket's ``iswap``, its verbatim boxes) may."""
 
 
 def load(text: str) -> Any:
@@ -43,4 +49,10 @@ def load(text: str) -> Any:
     except Exception as exc:  # the parsers' errors have no common base worth naming
         detail = " ".join(str(exc).split()).strip("'\"") or type(exc).__name__
         detail = _POSITION.sub(r"line \1: ", detail)
-        raise CompileError(f"the program is not valid OpenQASM {major}: {detail}") from None
+        undefined = _UNDEFINED.search(detail)
+        if undefined and re.search(rf"\bgate\s+{re.escape(undefined.group(1))}\b", text):
+            raise CompileError(
+                f"gate {undefined.group(1)} is defined in terms of itself: a gate's body may "
+                "only call gates defined before it"
+            ) from None
+        raise Unread(f"the program is not valid OpenQASM {major}: {detail}") from None

@@ -6,8 +6,9 @@ unrolled (``MAX_OPERATIONS``: a loop of two billion iterations is refused here, 
 handed to a vendor), then, for a vendor whose programs are mapped (``MAPPED``), the
 mapping onto the device (``mapping``) written by the vendor's writer (default:
 OpenQASM 3, Qiskit's exporter), with its layout and expected success; for one that
-compiles on its side (``CHECKED``), the program as written once it parsed and fits.
-It must only ever run inside a compile worker (``worker``), under its limits.
+compiles on its side (``CHECKED``), the program as written once it passed the checks
+(one Qiskit's parsers do not read, in the vendor's own dialect, goes as written: the
+vendor checks it). It must only ever run inside a compile worker (``worker``), under its limits.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from flux_quantum.compiler import estimate, mapping
 from flux_quantum.compiler.compiled import Compiled
 from flux_quantum.compiler.errors import CompileError
-from flux_quantum.compiler.load import load
+from flux_quantum.compiler.load import Unread, load
 from flux_quantum.compiler.screen import screen
 from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.protocol.vendors import CHECKED, MAPPED
@@ -36,7 +37,21 @@ def compile_program(
     """``text`` compiled for ``target`` in ``form``; CompileError says why not."""
     start = time.monotonic()
     screen(text, target.qubits, target.device)
-    circuit = load(text)
+    as_written = form == CHECKED or not target.maps
+    try:
+        circuit = load(text)
+    except Unread:
+        if not as_written:
+            raise
+        # The vendor reads its own dialect and checks the program itself: sent as
+        # written (the refusals above, and a recursive gate, still apply).
+        return Compiled(
+            text=text,
+            form=CHECKED,
+            device=target.device,
+            calibration=target.calibration,
+            seconds=time.monotonic() - start,
+        )
     if circuit.num_qubits > target.qubits:
         raise CompileError(
             f"the program needs {circuit.num_qubits} qubits and {target.device} has "
@@ -49,7 +64,7 @@ def compile_program(
             f"the program would run {runs:.3g} operations with its loops unrolled, more "
             f"than the limit of {MAX_OPERATIONS:,}"
         )
-    if form == CHECKED or not target.maps:
+    if as_written:
         return Compiled(
             text=text,
             form=CHECKED,
