@@ -127,3 +127,30 @@ def test_a_device_too_narrow_is_dropped_with_its_reason(pool, tmp_path):
     note = h.flux.jobs[job].note or ""
     assert "fez" in note and "declares 6 qubits and fez has 4" in note, note
     assert h.ibm.count("submit") == 0
+
+
+def test_max_fidelity_weighs_the_program_as_compiled_for_the_device(pool, tmp_path):
+    h = harness(pool)
+    pairs = topology.heavy_hex(156)
+    assert pairs is not None
+    h.ibm.targets["fez"] = DeviceTarget.build(
+        "fez", 156, HERON, pairs,
+        one_qubit_error={str(q): 0.001 for q in range(156)},
+        two_qubit_error={f"{a}-{b}": 0.01 for a, b in pairs},
+        readout_error={str(q): 0.02 for q in range(156)}, calibration="c1",
+    )  # fmt: skip
+    (tmp_path / "far.qasm").write_text(FAR)
+    job = h.flux.submit(
+        {"device": "ibm:any", "policy": "max-fidelity", "program": "far.qasm"},
+        cwd=str(tmp_path),
+    )
+    h.until(lambda: h.flux.decoded(job, events.TASK))
+    compiled = h.flux.last(job, events.COMPILE)
+    candidates = h.flux.last(job, events.SELECT).explanation["candidates"]
+    row = next(c for c in candidates if c["device"] == "fez")
+    # The figure the policy used is the compiled circuit's, on its routed gates.
+    assert row["success"] == pytest.approx(compiled.success, abs=1e-4)
+    # Its routed two-qubit gates and both readouts count (one-qubit gates too).
+    assert compiled.success <= 0.99**compiled.two_qubit_gates * 0.98**2
+    assert compiled.success > 0.99 ** (compiled.two_qubit_gates + 1) * 0.98**2 * 0.999**40
+    assert h.ibm.count("target") == 1  # read once: the task's program is the one weighed

@@ -20,18 +20,23 @@ off) programs go as written. It never creates a task nor releases a job.
 from __future__ import annotations
 
 import syslog
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from flux_quantum.catalog import Device
 from flux_quantum.compiler import Compiled, CompileError, CompilePool, DeviceTarget
+from flux_quantum.compiler.choice import Answer, compile_each, form_of, weighed
 from flux_quantum.protocol import events
 from flux_quantum.protocol.programs import OPENQASM, kind_of
-from flux_quantum.protocol.vendors import CHECKED, registry
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.state import Attempt, Program, Unit
+from flux_quantum.vendors.base import Vendor
 
 TARGET_TTL = 900.0  # a device's target is read again after 15 minutes (its calibration)
+# What compiling for each candidate gave: the target and the program, or why not.
+Choices = dict[str, Answer]
 
 
 class Compiling:
@@ -63,6 +68,52 @@ class Compiling:
             and kind_of(program.text) == OPENQASM
         )
 
+    def _known(self, device: Device) -> DeviceTarget | None:
+        cached = self._targets.get(device.name)
+        return (
+            cached[1] if cached is not None and self.ctx.clock() - cached[0] < TARGET_TTL else None
+        )
+
+    def _keep(self, target: DeviceTarget) -> None:
+        """A target read from the vendor: kept for ``TARGET_TTL`` seconds (reactor)."""
+        cached = self._targets.get(target.device)
+        if cached is None or cached[1] != target:
+            self._targets[target.device] = (self.ctx.clock(), target)
+
+    def for_choice(
+        self, program: Program, devices: Sequence[Device], vendors: Mapping[str, Vendor]
+    ) -> Callable[[], Choices] | None:
+        """What compiles ``program`` for each of ``devices`` whose programs are mapped,
+        in a worker, so that the policy weighs each by the program as compiled for it
+        (max-fidelity, min_fidelity); None when the stage is off or the program is not
+        OpenQASM. Its answer goes to ``chosen_from`` on the reactor."""
+        pool, text = self.pool, program.text
+        if pool is None or text is None or kind_of(text) != OPENQASM:
+            return None
+        return compile_each(text, devices, vendors, pool, self._known)
+
+    def chosen_from(self, program: Program, choices: Choices) -> dict[str, Compiled]:
+        """The program as compiled for each device that can take it; those that cannot
+        are kept in ``Program.unfit`` with why. A program over a limit raises its
+        CompileError (the job fails)."""
+        _, unfit = weighed(choices)
+        program.unfit.update(unfit)
+        compiled: dict[str, Compiled] = {}
+        for name, answer in choices.items():
+            if isinstance(answer, tuple):
+                self._keep(answer[0])
+                compiled[name] = answer[1]
+        return compiled
+
+    def adopt(self, unit: Unit, program: Program, compiled: Mapping[str, Compiled]) -> None:
+        """The device chosen was compiled for while choosing: that program is the one
+        its task runs (recorded as ``qpu-compile`` now)."""
+        attempt = program.attempt
+        found = compiled.get(attempt.device.name) if attempt.device is not None else None
+        if found is not None:
+            attempt.compiled_for(found)
+            self.ctx.post_all(unit, record(program.index, attempt.number, found))
+
     def start(self, unit: Unit, program: Program) -> None:
         """Compile the attempt's program for its device, in a worker."""
         pool, attempt = self.pool, program.attempt
@@ -71,12 +122,8 @@ class Compiling:
         vendor = self.calls.vendor(unit, program, device.vendor, "compile")
         if vendor is None:
             return
-        descriptor = registry().get(device.vendor)
-        form = descriptor.compiling.form_on(device.id) if descriptor is not None else CHECKED
-        writer = descriptor.compiling.writer if descriptor is not None else None
-        cached = self._targets.get(device.name)
-        now = self.ctx.clock()
-        known = cached[1] if cached is not None and now - cached[0] < TARGET_TTL else None
+        form, writer = form_of(device)
+        known = self._known(device)
 
         def compile_it() -> tuple[DeviceTarget, Compiled]:
             target = known or vendor.target(device)
@@ -96,9 +143,7 @@ class Compiling:
             self.calls.failed(unit, program, "compile", error)
             return
         target, compiled = result
-        cached = self._targets.get(device.name)
-        if cached is None or cached[1] != target:  # read from the vendor now
-            self._targets[device.name] = (self.ctx.clock(), target)
+        self._keep(target)
         attempt.compiled_for(compiled)
         self.ctx.post_all(unit, record(program.index, attempt.number, compiled))
         self.ctx.log(

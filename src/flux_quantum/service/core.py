@@ -134,8 +134,15 @@ class QuantumService:
         )
         self.release = Release(ctx, self.face, self.outcomes, self.sessions)
         self.merges = Merges(ctx, site.merge if site is not None else None, self.charges.requester)
+        self.compiling = Compiling(ctx, self.calls, self.outcomes, compiler)
         self.selection = Selection(
-            ctx, self.calls, self.outcomes, self.charges, self.reservations, self.merges
+            ctx,
+            self.calls,
+            self.outcomes,
+            self.charges,
+            self.reservations,
+            self.merges,
+            self.compiling,
         )
         self.devices = Devices(ctx, self.outcomes)
         self.events = VendorEvents(ctx, self.calls, self.devices.probe_soon)
@@ -148,7 +155,6 @@ class QuantumService:
             self.reservations,
             self.events,
         )
-        self.compiling = Compiling(ctx, self.calls, self.outcomes, compiler)
         self.submission = Submission(
             ctx,
             self.calls,

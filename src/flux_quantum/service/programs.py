@@ -15,9 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from flux_quantum.catalog import Device
-from flux_quantum.compiler.screen import width
 from flux_quantum.errors import FluxQuantumError
-from flux_quantum.protocol.programs import OPENQASM, kind_of
 from flux_quantum.protocol.request import QpuRequest
 from flux_quantum.selection import program_kinds
 from flux_quantum.selection.qasm import ProgramCounts, count_program
@@ -78,26 +76,10 @@ def read_counted(
     devices: Iterable[Device] = (),
 ) -> tuple[str, ProgramCounts, dict[str, str]]:
     """The program's text, its gate counts (max-fidelity, min_fidelity) and which of
-    ``devices`` cannot run it, with why (``program_kinds.cannot_run``; an OpenQASM
-    program's width, ``too_narrow``), in a worker: read and checked once, not at every
+    ``devices`` cannot run it, with why (``program_kinds.cannot_run``), in a worker: read and checked once, not at every
     choice of a device."""
     text = read_program(cwd, path, owner)
-    devices = list(devices)
-    unfit = {**too_narrow(text, devices), **program_kinds.cannot_run(text, devices)}
-    return text, count_program(text), unfit
-
-
-def too_narrow(text: str, devices: Iterable[Device]) -> dict[str, str]:
-    """The ``devices`` with fewer qubits than the OpenQASM program ``text`` declares,
-    with why: dropped before any is chosen (the compile stage checks the rest)."""
-    if kind_of(text) != OPENQASM:
-        return {}
-    declared = width(text)
-    return {
-        d.name: f"has {d.qubits} qubits, the program declares {declared}"
-        for d in devices
-        if d.qubits < declared
-    }
+    return text, count_program(text), program_kinds.cannot_run(text, devices)
 
 
 def programs_of(request: QpuRequest) -> Sequence[str | None]:
