@@ -45,13 +45,7 @@ def compile_program(
             raise
         # The vendor reads its own dialect and checks the program itself: sent as
         # written (the refusals above, and a recursive gate, still apply).
-        return Compiled(
-            text=text,
-            form=CHECKED,
-            device=target.device,
-            calibration=target.calibration,
-            seconds=time.monotonic() - start,
-        )
+        return _as_written(text, target, start)
     if circuit.num_qubits > target.qubits:
         raise CompileError(
             f"the program needs {circuit.num_qubits} qubits and {target.device} has "
@@ -65,13 +59,7 @@ def compile_program(
             f"than the limit of {MAX_OPERATIONS:,}"
         )
     if as_written:
-        return Compiled(
-            text=text,
-            form=CHECKED,
-            device=target.device,
-            calibration=target.calibration,
-            seconds=time.monotonic() - start,
-        )
+        return _as_written(text, target, start)
     if form != MAPPED:
         raise CompileError(f"{target.device}: no compile form {form!r} (mapped, checked)")
     compiled = mapping.transpile(circuit, target)
@@ -117,6 +105,16 @@ def operations(circuit: Any) -> int:
         if total > MAX_OPERATIONS:
             return total
     return total
+
+
+def _as_written(text: str, target: DeviceTarget, start: float) -> Compiled:
+    return Compiled(
+        text=text,
+        form=CHECKED,
+        device=target.device,
+        calibration=target.calibration,
+        seconds=time.monotonic() - start,
+    )
 
 
 def _default_writer(compiled: Any) -> str:
