@@ -184,7 +184,7 @@ def _ledger_backends() -> list[Any]:
 @pytest.fixture(params=_ledger_backends())
 def ledger(request: pytest.FixtureRequest, tmp_path: Path):
     """A ledger on each backend: SQLite always, PostgreSQL where it is installed
-    (t/test_ledger_pg.py says once, loudly, when it is not)."""
+    (t/site/test_ledger_pg.py says once, loudly, when it is not)."""
     import pgserver
 
     from flux_quantum.site.ledger import Ledger
