@@ -14,7 +14,6 @@ import json
 from collections.abc import Iterator
 
 import pytest
-
 from ibm_setup import Ibm
 
 pytestmark = pytest.mark.flux
