@@ -95,7 +95,15 @@ def run_hypothesis(examples: int, build_dir: Path) -> dict[str, object]:
         PYTHONPATH=str(REPO / "src"),
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "t/protocol/test_request_fuzz.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "t/protocol/test_request_fuzz.py",
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,
