@@ -212,3 +212,12 @@ def _private_state_home(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("XDG_STATE_HOME", None)
     else:
         os.environ["XDG_STATE_HOME"] = before
+
+
+@pytest.fixture
+def clock():
+    """The emulator's manual clock a test advances by hand (``ManualClock``), fresh for
+    each test; a module may define its own."""
+    from flux_quantum.emulator import ManualClock
+
+    return ManualClock()

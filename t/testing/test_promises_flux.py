@@ -217,7 +217,7 @@ def test_an_ibm_job_in_a_session_keeps_every_promise(tmp_path):
             emulator_url=emu.url,
             ledger=ledger,
             texts={"dmesg": ibm.inst.run(["flux", "dmesg"], check=False).stdout},
-            secrets=(*ibm.secret.values(), session),
+            secrets=(*ibm.secrets.values(), session),
         )
         [task] = facts.bill.tasks
         assert (task.vendor, task.state, task.session is not None) == ("ibm", "COMPLETED", True)
@@ -227,7 +227,7 @@ def test_an_ibm_job_in_a_session_keeps_every_promise(tmp_path):
         assert findings.billed_total == pytest.approx(10 * 1.60)
         assert findings.ledger_total == pytest.approx(findings.billed_total, abs=0.005)
         text = json.dumps(findings.to_dict())
-        assert session not in text and all(v not in text for v in ibm.secret.values())
+        assert session not in text and all(v not in text for v in ibm.secrets.values())
     finally:
         ibm.close()
         assert ibm.inst.stop() == 0, ibm.inst.broker_log()

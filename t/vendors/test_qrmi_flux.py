@@ -15,16 +15,13 @@ and holds them, a new job for it waits, and both are released after it resumes.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fluxinstance import FluxInstance
 from ibm_setup import BELL
-from qpu_setup import FAST, Qpu
+from vendor_world import VendorWorld
 
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.emulator.iqm import IqmScenario
@@ -63,58 +60,30 @@ CATALOG = """devices:
 SECRETS = ("_QRMI_IQM_ISA_TOKEN", "_QRMI_PASQAL_CLOUD_CLIENT_SECRET")
 
 
-class Qrmi(Qpu):
-    """``Qpu`` of the service tests with the emulator's IQM and Pasqal sides, and an
-    instance whose environment carries QRMI's settings (what a site exports for the
-    service); the jobs get the settings without the secrets."""
-
-    def __init__(self, workdir: Path) -> None:
-        import flux
-
-        self.emu = Emulator(
-            clock=ManualClock(epoch=datetime.now(UTC)),
-            iqm=IqmScenario.from_dict(IQM),
-            pasqal=PasqalScenario.from_dict(PASQAL),
-        ).start()
-        self.clock = self.emu.clock
-        self.catalog = workdir / "backends.yaml"
-        self.catalog.write_text(CATALOG)
-        (workdir / "bell.qasm").write_text(BELL)
-        (workdir / "seq.json").write_text((HERE / "data" / "pulser_two_atoms.json").read_text())
-        env = {**self.emu.iqm.env(self.emu.url), **self.emu.pasqal.env(self.emu.url)}
-        saved = dict(os.environ)
-        os.environ.update(env)
-        try:
-            self.inst = FluxInstance(workdir, size=1).start()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        self.handle = flux.Flux(self.inst.uri)
-        self.secrets = {k: v for k, v in env.items() if k.endswith(SECRETS)}
-        self.inst.env = {k: v for k, v in self.inst.env.items() if not k.endswith(SECRETS)}
-        settings = {k: v for k, v in env.items() if not k.endswith(SECRETS)}
-        self.job_env = {**settings, "FLUX_QUANTUM_BACKENDS": str(self.catalog)}
-
-    def start_service(self, *extra: str) -> None:
-        self.inst.quantum("service", "start", f"--catalog={self.catalog}", *FAST, *extra)
-
-    def status(self) -> dict[str, Any]:
-        return json.loads(self.inst.quantum("service", "status", "--json").stdout)
-
-    def attach(self, jobid: str) -> dict[str, Any]:
-        return json.loads(self.inst.run(["flux", "job", "attach", jobid]).stdout)
+def qrmi_world(workdir: Path) -> VendorWorld:
+    """The vendor world of these tests: the emulator's IQM and Pasqal sides, QRMI's
+    secrets the service's alone."""
+    emu = Emulator(
+        clock=ManualClock(epoch=datetime.now(UTC)),
+        iqm=IqmScenario.from_dict(IQM),
+        pasqal=PasqalScenario.from_dict(PASQAL),
+    )
+    files = {"bell.qasm": BELL, "seq.json": (HERE / "data" / "pulser_two_atoms.json").read_text()}
+    return VendorWorld(
+        workdir, emu, ("iqm", "pasqal"), CATALOG, secret_suffixes=SECRETS, files=files
+    )
 
 
 @pytest.fixture(scope="module")
-def qrmi(tmp_path_factory) -> Iterator[Qrmi]:
-    world = Qrmi(tmp_path_factory.mktemp("qrmi"))
+def qrmi(tmp_path_factory) -> Iterator[VendorWorld]:
+    world = qrmi_world(tmp_path_factory.mktemp("qrmi"))
     yield world
     world.close()
     assert world.inst.stop() == 0, world.inst.broker_log()
 
 
 @pytest.fixture
-def service(qrmi: Qrmi) -> Iterator[Qrmi]:
+def service(qrmi: VendorWorld) -> Iterator[VendorWorld]:
     qrmi.start_service()
     yield qrmi
     qrmi.inst.quantum("service", "stop", check=False)
@@ -174,9 +143,9 @@ def test_program_of_the_wrong_kind_fails_while_held_saying_why(service):
 
 
 @pytest.fixture
-def fresh(tmp_path: Path) -> Iterator[Qrmi]:
+def fresh(tmp_path: Path) -> Iterator[VendorWorld]:
     """A world of its own: the maintenance window is at fixed emulated times."""
-    world = Qrmi(tmp_path)
+    world = qrmi_world(tmp_path)
     world.start_service()
     yield world
     world.close()

@@ -8,35 +8,18 @@ the scenario's errors."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import qrmi
 from served_felis import BELL, FLIP, TARGETS, Served
+from served_side import serve_fixture
 
-from flux_quantum.emulator import ManualClock, ScenarioError
+from flux_quantum.emulator import ScenarioError
 from flux_quantum.emulator.felis import FelisScenario
 from flux_quantum.vendors.felis.program import counts_from_histogram
 
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def serve(clock: ManualClock, emulator_tier: None) -> Iterator[Any]:
-    started: list[Served] = []
-
-    def make(**top: Any) -> Served:
-        served = Served({"targets": TARGETS, **top}, clock)
-        started.append(served)
-        return served
-
-    yield make
-    for served in started:
-        served.server.stop()
+serve = serve_fixture(Served, targets=TARGETS)
 
 
 def start(res: Any, program: str = FLIP, shots: int = 20) -> str:

@@ -8,37 +8,21 @@ and the scenario's errors."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import qrmi
 from served_ibmqs import BACKEND, Served
+from served_side import serve_fixture
 
-from flux_quantum.emulator import ManualClock, ScenarioError
+from flux_quantum.emulator import ScenarioError
 from flux_quantum.emulator.ibmqs import IbmQsScenario
 from flux_quantum.vendors.ibm.payload import sampler_input, split_result
 
 X_FIRST = "OPENQASM 3.0;\nqubit[2] q;\nbit[2] c;\nx q[0];\nc = measure q;\n"
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def serve(clock: ManualClock, emulator_tier: None) -> Iterator[Any]:
-    started: list[Served] = []
-
-    def make(**top: Any) -> Served:
-        served = Served({"backends": [BACKEND], **top}, clock)
-        started.append(served)
-        return served
-
-    yield make
-    for served in started:
-        served.server.stop()
+serve = serve_fixture(Served, backends=[BACKEND])
 
 
 def start(res: Any, program: str = X_FIRST, shots: int = 16, token: str = "tok-1") -> str:

@@ -8,7 +8,6 @@ faults, the settings ``env()`` gives and the scenario's errors."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,29 +28,13 @@ from ionq_core.models.create_session_request import CreateSessionRequest
 from ionq_core.models.session_cost_limit import SessionCostLimit
 from ionq_core.models.session_settings_request import SessionSettingsRequest
 from served_ionq import BACKENDS, BELL, BELL_QIS, Served
+from served_side import serve_fixture
 
-from flux_quantum.emulator import ManualClock, ScenarioError
+from flux_quantum.emulator import ScenarioError
 from flux_quantum.emulator.ionq import IonqScenario
 from flux_quantum.vendors.ionq.vendor import counts_from_probabilities
 
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def serve(clock: ManualClock, emulator_tier: None) -> Iterator[Any]:
-    started: list[Served] = []
-
-    def make(**top: Any) -> Served:
-        served = Served({"backends": BACKENDS, **top}, clock)
-        started.append(served)
-        return served
-
-    yield make
-    for served in started:
-        served.server.stop()
+serve = serve_fixture(Served, backends=BACKENDS)
 
 
 def job(client: Any, backend: str = "qpu.aria-1", shots: int = 100, **extra: Any) -> str:

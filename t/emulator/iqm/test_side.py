@@ -7,38 +7,21 @@ settings ``env()`` gives and the scenario's errors."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import qrmi
 from served_iqm import DEVICE, Served
+from served_side import serve_fixture
 
-from flux_quantum.emulator import ManualClock, ScenarioError
+from flux_quantum.emulator import ScenarioError
 from flux_quantum.emulator.iqm import IqmScenario
 from flux_quantum.vendors.iqm.program import counts_from_measurements, run_request
 
 X_BOTH = "OPENQASM 3.0;\nqubit[2] q;\nbit[2] c;\nx q[0];\nx q[1];\nc = measure q;\n"
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def serve(clock: ManualClock, emulator_tier: None) -> Iterator[Any]:
-    started: list[Served] = []
-
-    def make(**top: Any) -> Served:
-        scenario = {"devices": [DEVICE], **top}
-        served = Served(scenario, clock)
-        started.append(served)
-        return served
-
-    yield make
-    for served in started:
-        served.server.stop()
+serve = serve_fixture(Served, devices=[DEVICE])
 
 
 def start(res: Any, program: str = X_BOTH, shots: int = 32, tag: str | None = "tok-1") -> str:

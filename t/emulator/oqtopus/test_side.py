@@ -8,34 +8,15 @@ scenario's errors."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 from oqtopus_client import OqtopusJobSpec, UserApiError
 from served_oqtopus import BELL, DEVICES, FLIP, Served
+from served_side import serve_fixture
 
-from flux_quantum.emulator import ManualClock, ScenarioError
+from flux_quantum.emulator import ScenarioError
 from flux_quantum.emulator.oqtopus import OqtopusScenario
 
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def serve(clock: ManualClock, emulator_tier: None) -> Iterator[Any]:
-    started: list[Served] = []
-
-    def make(**top: Any) -> Served:
-        served = Served({"devices": DEVICES, **top}, clock)
-        started.append(served)
-        return served
-
-    yield make
-    for served in started:
-        served.server.stop()
+serve = serve_fixture(Served, devices=DEVICES)
 
 
 def sampling(device: str = "qulacs", program: str = FLIP, shots: int = 20, name: str = "t1"):

@@ -81,7 +81,7 @@ def test_session_ridden_by_the_jobs_own_task_and_closed_when_it_ends(service):
         f"python3 ride.py && while [ ! -e {stop} ]; do sleep 0.1; done"
     )
     jobid = ibm.submit(
-        *(f"--env={k}={v}" for k, v in ibm.secret.items()),  # its own key: it calls IBM
+        *(f"--env={k}={v}" for k, v in ibm.secrets.items()),  # its own key: it calls IBM
         "--setattr=qpu.device=ibm:ride",
         "--setattr=qpu.session=dedicated",
         "--setattr=qpu.release_at=running",

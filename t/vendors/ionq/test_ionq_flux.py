@@ -13,16 +13,13 @@ refused by IonQ's session cost limit, and the job fails with IonQ's reason.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fluxinstance import FluxInstance
 from ibm_setup import BELL
-from qpu_setup import FAST, Qpu
+from vendor_world import VendorWorld
 
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.emulator.ionq import IonqScenario
@@ -47,54 +44,25 @@ CATALOG = """devices:
 KEY = "IONQ_API_KEY"
 
 
-class Ionq(Qpu):
-    """``Qpu`` of the service tests with the emulator's IonQ side, and an instance whose
-    environment carries IonQ's settings (what a site exports for the service); the jobs
-    get the URL without the key."""
-
-    def __init__(self, workdir: Path) -> None:
-        import flux
-
-        self.emu = Emulator(
-            clock=ManualClock(epoch=datetime.now(UTC)), ionq=IonqScenario.from_dict(IONQ)
-        ).start()
-        self.clock = self.emu.clock
-        self.catalog = workdir / "backends.yaml"
-        self.catalog.write_text(CATALOG)
-        (workdir / "bell.qasm").write_text(BELL)
-        env = self.emu.ionq.env(self.emu.url)
-        saved = dict(os.environ)
-        os.environ.update(env)
-        try:
-            self.inst = FluxInstance(workdir, size=1).start()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        self.handle = flux.Flux(self.inst.uri)
-        self.key = {KEY: env[KEY]}
-        self.inst.env = {k: v for k, v in self.inst.env.items() if k != KEY}
-        self.job_env = {
-            "IONQ_API_URL": env["IONQ_API_URL"],
-            "FLUX_QUANTUM_BACKENDS": str(self.catalog),
-        }
-
-    def start_service(self, *extra: str) -> None:
-        self.inst.quantum("service", "start", f"--catalog={self.catalog}", *FAST, *extra)
-
-    def attach(self, jobid: str) -> dict[str, Any]:
-        return json.loads(self.inst.run(["flux", "job", "attach", jobid]).stdout)
+def ionq_world(workdir: Path) -> VendorWorld:
+    """The vendor world of these tests: the emulator's IonQ side, ``IONQ_API_KEY`` the
+    service's alone (the jobs get the URL without the key)."""
+    emu = Emulator(clock=ManualClock(epoch=datetime.now(UTC)), ionq=IonqScenario.from_dict(IONQ))
+    return VendorWorld(
+        workdir, emu, ("ionq",), CATALOG, secret_suffixes=(KEY,), files={"bell.qasm": BELL}
+    )
 
 
 @pytest.fixture(scope="module")
-def ionq(tmp_path_factory) -> Iterator[Ionq]:
-    world = Ionq(tmp_path_factory.mktemp("ionq"))
+def ionq(tmp_path_factory) -> Iterator[VendorWorld]:
+    world = ionq_world(tmp_path_factory.mktemp("ionq"))
     yield world
     world.close()
     assert world.inst.stop() == 0, world.inst.broker_log()
 
 
 @pytest.fixture
-def service(ionq: Ionq) -> Iterator[Ionq]:
+def service(ionq: VendorWorld) -> Iterator[VendorWorld]:
     ionq.start_service()
     yield ionq
     ionq.inst.quantum("service", "stop", check=False)
@@ -103,7 +71,7 @@ def service(ionq: Ionq) -> Iterator[Ionq]:
 def test_backends_lists_ionq_devices_online(ionq):
     # A user with IonQ's URL and their own key in their shell, as at a site.
     listing = ("backends", "--json", "--vendor=ionq", f"--catalog={ionq.catalog}")
-    rows = {r["name"]: r for r in json.loads(ionq.inst.quantum(*listing, env=ionq.key).stdout)}
+    rows = {r["name"]: r for r in json.loads(ionq.inst.quantum(*listing, env=ionq.secrets).stdout)}
     assert set(rows) == {"ionq-aria", "ionq-simulator"}, rows
     assert all(r["vendor"] == "ionq" and r["status"] == "ONLINE" for r in rows.values()), rows
 

@@ -13,15 +13,12 @@ held, saying why, before OQTOPUS is asked anything.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fluxinstance import FluxInstance
-from qpu_setup import FAST, Qpu
+from vendor_world import VendorWorld
 
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.emulator.oqtopus import OqtopusScenario
@@ -49,46 +46,20 @@ QIR = (
 SECRET = "_QRMI_OQTOPUS_API_TOKEN"
 
 
-class Oqtopus(Qpu):
-    """``Qpu`` of the service tests with the emulator's OQTOPUS side, and an instance
-    whose environment carries the OQTOPUS settings (what a site exports for the service);
-    the jobs get the settings without the token."""
-
-    def __init__(self, workdir: Path) -> None:
-        import flux
-
-        self.emu = Emulator(
-            clock=ManualClock(epoch=datetime.now(UTC)),
-            oqtopus=OqtopusScenario.from_dict(OQTOPUS),
-        ).start()
-        self.clock = self.emu.clock
-        self.catalog = workdir / "backends.yaml"
-        self.catalog.write_text(CATALOG)
-        (workdir / "flip.ll").write_text(QIR)
-        env = self.emu.oqtopus.env(self.emu.url)
-        saved = dict(os.environ)
-        os.environ.update(env)
-        try:
-            self.inst = FluxInstance(workdir, size=1).start()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        self.handle = flux.Flux(self.inst.uri)
-        self.secrets = {k: v for k, v in env.items() if k.endswith(SECRET)}
-        self.inst.env = {k: v for k, v in self.inst.env.items() if not k.endswith(SECRET)}
-        settings = {k: v for k, v in env.items() if not k.endswith(SECRET)}
-        self.job_env = {**settings, "FLUX_QUANTUM_BACKENDS": str(self.catalog)}
-
-    def start_service(self, *extra: str) -> None:
-        self.inst.quantum("service", "start", f"--catalog={self.catalog}", *FAST, *extra)
-
-    def attach(self, jobid: str) -> dict[str, Any]:
-        return json.loads(self.inst.run(["flux", "job", "attach", jobid]).stdout)
+def oqtopus_world(workdir: Path) -> VendorWorld:
+    """The vendor world of these tests: the emulator's OQTOPUS side, its token the
+    service's alone."""
+    emu = Emulator(
+        clock=ManualClock(epoch=datetime.now(UTC)), oqtopus=OqtopusScenario.from_dict(OQTOPUS)
+    )
+    return VendorWorld(
+        workdir, emu, ("oqtopus",), CATALOG, secret_suffixes=(SECRET,), files={"flip.ll": QIR}
+    )
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Iterator[Oqtopus]:
-    world = Oqtopus(tmp_path_factory.mktemp("oqtopus"))
+def world(tmp_path_factory) -> Iterator[VendorWorld]:
+    world = oqtopus_world(tmp_path_factory.mktemp("oqtopus"))
     world.start_service()
     yield world
     world.close()

@@ -7,10 +7,9 @@ needs and where it reads them, never a second job after a create whose answer wa
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from served_oqtopus import BELL, DEVICES, FLIP, Served
+from served_side import serve_fixture
 
 from flux_quantum.catalog import Device, PriceModel, parse_catalog
 from flux_quantum.emulator import ManualClock
@@ -30,23 +29,7 @@ QIR = (
 )
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def serve(clock: ManualClock, emulator_tier: None) -> Any:
-    started: list[Served] = []
-
-    def make(**top: Any) -> Served:
-        served = Served({"devices": DEVICES, **top}, clock)
-        started.append(served)
-        return served
-
-    yield make
-    for served in started:
-        served.server.stop()
+serve = serve_fixture(Served, devices=DEVICES)
 
 
 def vendor(served: Served, clock: ManualClock, attempts: int = 1, **environ: str) -> OqtopusVendor:
