@@ -1,7 +1,8 @@
 """The compile workers a service keeps, and the one call that compiles through them.
 
 ``CompilePool`` owns up to ``CompileLimits.workers`` worker processes (``worker``),
-started when first needed (or by ``warm``) and kept: each imported Qiskit once and
+handed out first come, first served, started when first needed (or by ``warm``) and
+kept: each imported Qiskit once and
 keeps its cache of targets. ``compile`` hands one program to an idle worker and waits
 for its answer at most ``timeout`` seconds; a worker that does not answer in time is
 killed, and one that died (over its memory limit) is replaced, the program failing
@@ -11,6 +12,7 @@ vendor workers call it), never the service's loop. No worker outlives ``close``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -94,12 +96,51 @@ class _Worker:
                     pipe.close()
 
 
+class _Turns:
+    """At most ``count`` holders at once, the waiting served first come, first served
+    (a semaphore wakes any waiter): programs compile in the order they were handed in."""
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._queue: collections.deque[object] = collections.deque()
+        self._changed = threading.Condition()
+
+    def try_acquire(self) -> bool:
+        with self._changed:
+            if self._free > 0 and not self._queue:
+                self._free -= 1
+                return True
+            return False
+
+    def acquire(self) -> None:
+        turn = object()
+        with self._changed:
+            self._queue.append(turn)
+            while self._queue[0] is not turn or self._free == 0:
+                self._changed.wait()
+            self._queue.popleft()
+            self._free -= 1
+            self._changed.notify_all()
+
+    def release(self) -> None:
+        with self._changed:
+            self._free += 1
+            self._changed.notify_all()
+
+    def __enter__(self) -> _Turns:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class CompilePool:
     def __init__(self, limits: CompileLimits | None = None) -> None:
         self.limits = limits or CompileLimits()
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(self.limits.workers)
+        self._slots = _Turns(self.limits.workers)
         self._closed = False
 
     def warm(self) -> None:
@@ -107,7 +148,7 @@ class CompilePool:
         waits for one."""
         starting = []
         for _ in range(self.limits.workers):
-            if not self._slots.acquire(blocking=False):
+            if not self._slots.try_acquire():
                 break
             starting.append(self._take())
         for worker in starting:
