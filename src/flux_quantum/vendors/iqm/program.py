@@ -1,5 +1,13 @@
 """Programs for IQM: OpenQASM 3 translated to IQM's native gates, or IQM's own JSON circuit.
 
+The compile stage (``flux_quantum.compiler``, on by default) sends IQM its JSON circuit
+already mapped onto the device (``native``: Qiskit's layout and routing onto the
+published couplers). The translation below is kept for OpenQASM 3 that reaches the
+vendor as written (the site turned the stage off, or a direct call of the vendor): it
+does what Qiskit's transpiler does not do for IQM's JSON form (the gates one by one, z
+rotations as frames, measurement keys per classical bit) and nothing it does (no
+layout, no routing).
+
 This module owns which programs a job may send to an IQM quantum computer and the IQM
 ``circuit`` job payload (a RunRequest: ``{"circuits": [CIRCUIT], "shots": N}``) built from
 one. It is pure: no I/O, no clock, no qrmi.
@@ -50,7 +58,23 @@ class ProgramError(ValueError):
 
 def check(program_text: str, qubits: int) -> str | None:
     """None when ``program_text`` can run on a device of ``qubits`` qubits, else one
-    sentence naming the program and what is accepted."""
+    sentence naming the program and what is accepted. IQM's JSON is validated whole;
+    OpenQASM (2 or 3) only for its width: the compile stage maps any standard gate onto
+    the device (``native``), which the translation here could not."""
+    text = program_text.strip() if isinstance(program_text, str) else ""
+    head = _strip_comments(text).lstrip()
+    if re.match(r"OPENQASM\s+[23](\.\d+)?\s*;", head):
+        width = sum(
+            int(size or 1)
+            for size in re.findall(
+                r"(?m)^\s*(?:qubit\s*(?:\[\s*(\d+)\s*\])?\s+\w+|qreg\s+\w+\s*\[\s*(\d+)\s*\])\s*;",
+                head,
+            )
+            for size in [size[0] or size[1]]
+        )
+        if width > qubits:
+            return f"the program uses {width} qubits but the device has {qubits}"
+        return None
     try:
         circuit(program_text, qubits)
     except ProgramError as exc:
