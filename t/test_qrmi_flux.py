@@ -18,6 +18,7 @@ import json
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,11 @@ class Qrmi(Qpu):
         self.catalog = workdir / "backends.yaml"
         self.catalog.write_text(CATALOG)
         (workdir / "bell.qasm").write_text(BELL)
-        (workdir / "seq.json").write_text((HERE / "data" / "pulser_two_atoms.json").read_text())
+        (workdir / "seq.json").write_text(
+            resources.files("flux_quantum.vendors.pasqal")
+            .joinpath("samples/two_atoms.json")
+            .read_text()
+        )
         env = {**self.emu.iqm.env(self.emu.url), **self.emu.pasqal.env(self.emu.url)}
         saved = dict(os.environ)
         os.environ.update(env)
