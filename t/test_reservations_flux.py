@@ -31,7 +31,12 @@ pytestmark = pytest.mark.flux
 
 NOW_ARN = "arn:aws:braket:us-east-1:123456789012:reservation/w-now"
 PAST_ARN = "arn:aws:braket:us-east-1:123456789012:reservation/w-past"
-OPENS_IN = 15.0  # the window opens this long after the service started (wall seconds)
+# The window opens this long after the site was set up (wall seconds): before it, the
+# service starts, the three jobs are submitted and the held one waits, its lead (LEAD)
+# ahead. Under load that took 16 s here (the service's start and its first create, the
+# vendor's SDK imported, several seconds each), past the 15 s this was; the window is
+# fixed in the configuration before the service reads it, so the budget is the margin.
+OPENS_IN = 45.0
 LASTS = 20.0
 # The service's start-up estimate before it measured three jobs (--startup-default): a job
 # waiting for a window goes in this long before it opens, and must be on its nodes by
