@@ -472,6 +472,7 @@ def select_device(
     in_flight: Mapping[str, int] | None = None,
     program: ProgramCounts | None = None,
     excluded: Mapping[str, str] | None = None,
+    compiled: Mapping[str, float] | None = None,
 ) -> Selection:
     """Pick the device for ``request`` among ``devices`` given their ``snapshots``.
 
@@ -480,7 +481,10 @@ def select_device(
     is dropped). ``program`` is the gate count of the task's program (default: a Bell
     pair), used by max-fidelity and min_fidelity. ``excluded`` maps device names the
     caller rules out to the reason, shown as the verdict (``flux_quantum.site.access``:
-    "not allowed: ...", ``flux_quantum.site.quota``: "over quota: ..."). Raises
+    "not allowed: ...", ``flux_quantum.site.quota``: "over quota: ..."). ``compiled``
+    maps device names to the program's expected success as compiled for them (its
+    gates and depth after routing, on the chosen qubits, with the device's errors:
+    ``flux_quantum.compiler``), which replaces the estimate from the counts. Raises
     NoDeviceError, with the explanation, when nothing qualifies.
     """
     estimator = estimator or DrainEstimator()
@@ -502,6 +506,8 @@ def select_device(
             wait = snapshot.queue_depth * drain.seconds_per_task
         calibration = snapshot.calibration if snapshot is not None else None
         success = expected_success(device, calibration, counts) if counts else None
+        if counts and compiled is not None and device.name in compiled:
+            success = compiled[device.name]
         reason = static_reason(device, request) or ruled_out.get(device.name)
         if reason is None:
             reason = _runtime_reason(
