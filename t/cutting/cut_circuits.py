@@ -24,7 +24,7 @@ def layered(
 
 
 def chain_angles(qubits: int) -> list[float]:
-    return [0.3 + 2.2 * i / max(qubits - 1, 1) for i in range(qubits)]
+    return [0.4 + 0.35 * (i % 3) for i in range(qubits)]
 
 
 def chain(qubits: int) -> str:
