@@ -21,6 +21,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,9 @@ class Prepared:
             catalog = load_catalog(args.catalog)
         except CatalogError as exc:
             raise CommandError(str(exc)) from None
-        allowed = static_candidates(catalog.devices, self.request)
+        # The devices the request allows whatever they cost: the cut's cost is checked
+        # whole, against its bound (``check_cost``), not task by task.
+        allowed = static_candidates(catalog.devices, replace(self.request, max_cost=None))
         # Every subexperiment is OpenQASM: devices that take none never count.
         allowed = [d for d in allowed if d.name not in cannot_run(_PROBE, [d])]
         width = _max_width(args.max_width)
