@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -220,7 +219,8 @@ def one_round(
     values = [e["value"] for e in result["estimates"]]
     errors = [e["standard_error"] for e in result["estimates"]]
     deviations = [
-        abs(v - x) / e if e > 0 else float("inf") for v, x, e in zip(values, exact, errors)
+        abs(v - x) / e if e > 0 else float("inf")
+        for v, x, e in zip(values, exact, errors, strict=False)
     ]
     per_task = PRICE["per_task"] + PRICE["per_shot"] * SHOTS
     overhead = None
