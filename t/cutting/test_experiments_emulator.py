@@ -4,21 +4,17 @@ vendors give them (first character: ``c[0]``), recombine to the exact values."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from braket.aws import AwsDevice
 from braket.ir.openqasm import Program
+from cut_circuits import chain
 
 from flux_quantum.cutting import build_experiments, parse_circuit, plan_cut, reconstruct
 from flux_quantum.cutting import exact as exact_sim
 from flux_quantum.cutting.observables import parse_observables
 from flux_quantum.emulator import Emulator, ManualClock
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "cutting"))
-from cut_circuits import chain  # noqa: E402
 
 pytest_plugins = ["emulator_fixtures"]
 pytestmark = pytest.mark.emulator

@@ -10,20 +10,17 @@ fail over to the simulator and the result is still right; a cut whose cost bound
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cut_circuits import chain
 from fluxinstance import FluxInstance
 from qpu_setup import Qpu
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "cutting"))
-from cut_circuits import chain  # noqa: E402
-
-from flux_quantum.cutting import exact  # noqa: E402
-from flux_quantum.cutting.circuit import parse_circuit  # noqa: E402
-from flux_quantum.cutting.observables import parse_observables  # noqa: E402
+from flux_quantum.cutting import exact
+from flux_quantum.cutting.circuit import parse_circuit
+from flux_quantum.cutting.observables import parse_observables
 
 pytestmark = pytest.mark.flux
 
