@@ -4,7 +4,7 @@
 cut, build the subexperiments. It is pure and quick for the circuits a cut takes (a
 24-qubit circuit with a few hundred gates and three cut gates: well under a second), yet
 its cost grows as 6^cuts, so ``run_bounded`` runs it in a child process (``python -m
-flux_quantum.cutting.prepare``, JSON on stdin and stdout) bounded in CPU seconds and
+flux_quantum.cutting``, JSON on stdin and stdout) bounded in CPU seconds and
 memory: a pathological circuit ends that process with a sentence, never the caller. An
 error is ``{"error": SENTENCE}``.
 """
@@ -54,7 +54,7 @@ def run_bounded(request: dict[str, Any], timeout: float = 2.0 * CPU_SECONDS) -> 
     manifest, or PrepareError with the reason."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "flux_quantum.cutting.prepare"],
+            [sys.executable, "-m", "flux_quantum.cutting"],
             input=json.dumps(request),
             capture_output=True,
             text=True,
@@ -79,7 +79,3 @@ def main() -> int:
     request = json.load(sys.stdin)
     json.dump(prepare(request), sys.stdout)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
