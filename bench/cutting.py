@@ -227,6 +227,9 @@ def one_round(
         )  # fmt: skip
     world.flux("job", "wait-event", "-t", "1800", jobid, "clean")
     ok = world.inst.run("flux", "job", "status", jobid, check=False).returncode == 0
+    if not ok:
+        said = world.inst.run("flux", "job", "attach", jobid, check=False)
+        print(f"{arm}: job {jobid} failed: {(said.stdout + said.stderr)[-2000:]}", flush=True)
     end = world.stamp(jobid, "clean") or time.time()
     result = json.loads(out.read_text()) if out.exists() else {"estimates": []}
     if arm == "in-job":
@@ -325,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cut_overhead = mean("cut", "overhead")
     accurate = all(d <= 3 for r in runs for d in r.deviations)
-    idle_held = max(r.idle_node_seconds for r in runs if r.arm != "in-job")
+    idle_held = max((r.idle_node_seconds for r in runs if r.arm != "in-job"), default=0.0)
     spread = all(len(r.devices) >= 2 for r in runs if r.arm == "cut")
     all_ok = all(r.ok for r in runs)
     lines = [

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from flux_quantum.catalog import load_catalog
 from flux_quantum.cutting import read_manifest, reconstruct
-from flux_quantum.vendors import make_vendor
+from flux_quantum.vendors.factory import make_vendor
 
 
 def main(argv: list[str] | None = None) -> int:
