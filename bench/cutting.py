@@ -43,6 +43,7 @@ import argparse
 import json
 import logging
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -225,7 +226,11 @@ def one_round(
             "quantum", "cut", "submit", *common, *where, f"--dir={run_dir / 'cut'}",
             str(circuit), "-N1", "sh", "-c", f"flux quantum cut result --json > {out}",
         )  # fmt: skip
-    world.flux("job", "wait-event", "-t", "1800", jobid, "clean")
+    env = {**world.inst.env, **world.env}
+    subprocess.run(
+        ["flux", "job", "wait-event", "-t", "3000", jobid, "clean"],
+        env=env, capture_output=True, timeout=3100,
+    )  # fmt: skip
     ok = world.inst.run("flux", "job", "status", jobid, check=False).returncode == 0
     if not ok:
         said = world.inst.run("flux", "job", "attach", jobid, check=False)
