@@ -23,9 +23,9 @@ control
 
 SQLite: one file in a temporary directory (WAL, ``synchronous=NORMAL``, as the service
 opens it); the services are processes on that file (BEGIN IMMEDIATE serializes them).
-PostgreSQL: a throwaway server that ``t/pgserver.py`` starts (initdb in a temporary
-directory, as ``nobody`` when run as root; fsync off, as a test server), or the one
-``--url`` names (``--credentials FILE``: its password); the services are processes
+PostgreSQL: a throwaway server that ``flux_quantum.testing.pgserver`` starts (initdb in a
+temporary directory, as ``nobody`` when run as root; fsync off, as a test server), or the
+one ``--url`` names (``--credentials FILE``: its password); the services are processes
 that connect over TCP to 127.0.0.1 (advisory locks on the user, see
 ``flux_quantum.site.ledger``). No network but 127.0.0.1, no Flux.
 
@@ -53,7 +53,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "t"))  # t/pgserver.py: a throwaway PostgreSQL
 
 from benchlib import revision  # noqa: E402
 
@@ -192,7 +191,7 @@ class Backends:
         self.server: Any = None
         self.n = 0
         if url is None:
-            import pgserver
+            from flux_quantum.testing import pgserver
 
             why = pgserver.missing()
             if why is not None:

@@ -50,7 +50,7 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
@@ -488,7 +488,7 @@ def qrmi_inputs(into: Path) -> None:
     generator writes it (OpenQASM 3 of an ISA circuit, ``support_qiskit: false``), an IQM
     run request (flux-quantum's IQM program), and a Pulser sequence's abstract JSON."""
     sys.path.insert(0, str(ROOT / "src"))
-    from flux_quantum.vendors.iqm_program import run_request
+    from flux_quantum.vendors.iqm.program import run_request
 
     bell = (
         "OPENQASM 3.0;\nqubit[2] q;\nbit[2] c;\nh q[0];\ncz q[0], q[1];\nh q[1];\nc = measure q;\n"
@@ -508,7 +508,11 @@ def qrmi_inputs(into: Path) -> None:
         "options": {},
     }
     (into / "sampler.json").write_text(json.dumps(sampler))
-    (into / "pulser.json").write_text((ROOT / "t" / "data" / "pulser_two_atoms.json").read_text())
+    (into / "pulser.json").write_text(
+        resources.files("flux_quantum.vendors.pasqal")
+        .joinpath("samples/two_atoms.json")
+        .read_text()
+    )
 
 
 def run_qrmi_examples(git_dir: Path, workdir: Path) -> QrmiResult:

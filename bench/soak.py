@@ -77,17 +77,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import revision  # noqa: E402
 from broker_figures import broker_figures, tree_bytes  # noqa: E402
-from faults import (  # noqa: E402
-    PROMISE_NAMES,
-    STATES_ACTIVE,
-    Arm,
-    Broker,
-    JobPlan,
-    fault_plan,
-    is_qpu_name,
-    violations_by_promise,
-    workload,
-)
+from faults_arm import Arm, Broker  # noqa: E402
+from faults_plan import STATES_ACTIVE, JobPlan, fault_plan, is_qpu_name, workload  # noqa: E402
+from faults_report import PROMISE_NAMES, violations_by_promise  # noqa: E402
 from soak_growth import analyse, day_ends, flat_verdicts  # noqa: E402
 from soak_mirror import Mirror, purge_config  # noqa: E402
 from soak_prune import JobDirPruner  # noqa: E402

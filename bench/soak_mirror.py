@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_figures import broker_figures, tree_bytes
-from faults import Broker
+from faults_arm import Broker
 
 
 class Mirror:

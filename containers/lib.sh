@@ -10,6 +10,7 @@ export DOCKER_BUILDKIT=0
 
 # Exit codes a caller (t/containers/test_containers.py, .ci/run) can tell apart.
 EXIT_NO_DOCKER=77
+EXIT_NO_HOST_FLUX=3 # build-base --host: the host's Flux cannot go into the base
 
 _t0=$(date +%s)
 _step_t0=$_t0

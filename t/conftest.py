@@ -51,7 +51,8 @@ def flux_security_missing() -> str | None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     import monitoring_tools
-    import pgserver
+
+    from flux_quantum.testing import pgserver
 
     flux = f"flux tier: RUN with {FLUX}" if FLUX else SKIP_REASON
     return [
@@ -136,7 +137,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
     import monitoring_tools
-    import pgserver
+
+    from flux_quantum.testing import pgserver
 
     for reason in (
         None if FLUX else SKIP_REASON,
@@ -160,7 +162,7 @@ def emulator_tier() -> None:
 def pg_server():
     """One real PostgreSQL server for the session (``pgserver.PgServer``), started on
     first use and stopped at the end; skipped where it cannot run (``pgserver.missing``)."""
-    import pgserver
+    from flux_quantum.testing import pgserver
 
     why = pgserver.missing()
     if why is not None:
@@ -175,7 +177,7 @@ def pg_server():
 def _ledger_backends() -> list[Any]:
     """SQLite always; PostgreSQL where it is installed, in the ``pg`` tier (the fixture
     asks for ``pg_server`` only as it runs, where the tier rules cannot see it)."""
-    import pgserver
+    from flux_quantum.testing import pgserver
 
     postgresql = pytest.param("postgresql", marks=pytest.mark.pg)
     return ["sqlite"] + ([postgresql] if pgserver.missing() is None else [])
@@ -185,9 +187,8 @@ def _ledger_backends() -> list[Any]:
 def ledger(request: pytest.FixtureRequest, tmp_path: Path):
     """A ledger on each backend: SQLite always, PostgreSQL where it is installed
     (t/site/test_ledger_pg.py says once, loudly, when it is not)."""
-    import pgserver
-
     from flux_quantum.site.ledger import Ledger
+    from flux_quantum.testing import pgserver
 
     if request.param == "sqlite":
         target = tmp_path / "state" / "flux-quantum" / "ledger.db"

@@ -4,7 +4,7 @@ that drive it through the real qrmi client (the emulator tier): the devices they
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from flux_quantum.emulator.clock import ManualClock
@@ -12,7 +12,9 @@ from flux_quantum.emulator.pasqal import LOCAL_PREFIX, PREFIX, PasqalScenario, P
 from flux_quantum.emulator.server import HttpServer
 from flux_quantum.emulator.wire import Request, Response, json_response
 
-SEQUENCE = (Path(__file__).parent / "data" / "pulser_two_atoms.json").read_text()
+SEQUENCE = (
+    resources.files("flux_quantum.vendors.pasqal").joinpath("samples/two_atoms.json").read_text()
+)
 DEVICES = [
     {"name": "FRESNEL", "atoms": 4, "max_runs": 500, "queue": {"service_time": 10.0}},
     {"name": "FRESNEL_CAN1", "atoms": 4, "status": "offline"},

@@ -1,28 +1,25 @@
-"""The records bench/site.py's arms leave, made by hand for its summary's unit tests
-(``site_bench``: bench/site.py loaded under a name that is not the standard library's
-``site``): a day at ``FACTOR`` emulated seconds a wall second from ``ORIGIN``, a
-variational job of ``NODES`` nodes as one in-job loop or as a chain of steps, an ordinary
-job, an arm of them; ``site_steps`` the adaptive arm's plans."""
+"""The records bench/site.py's arms leave, made by hand for its summary's unit tests (the
+bench's modules ``site_fleet``, ``site_jobs``, ``site_arms`` and ``site_report``): a day at
+``FACTOR`` emulated seconds a wall second from ``ORIGIN``, a variational job of ``NODES``
+nodes as one in-job loop or as a chain of steps, an ordinary job, an arm of them;
+``site_steps`` the adaptive arm's plans."""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
-# Not `import site`: that name is the standard library's.
-_spec = importlib.util.spec_from_file_location("site_bench", BENCH / "site.py")
-assert _spec is not None and _spec.loader is not None
-site_bench = importlib.util.module_from_spec(_spec)
-sys.modules["site_bench"] = site_bench
-_spec.loader.exec_module(site_bench)
-site_steps = importlib.import_module("site_steps")  # bench/site_steps.py, on the path above
+site_fleet = importlib.import_module("site_fleet")  # bench/site_fleet.py, on the path above
+site_jobs = importlib.import_module("site_jobs")  # bench/site_jobs.py
+site_arms = importlib.import_module("site_arms")  # bench/site_arms.py
+site_report = importlib.import_module("site_report")  # bench/site_report.py
+site_steps = importlib.import_module("site_steps")  # bench/site_steps.py
 site_oracle = importlib.import_module("site_oracle")  # bench/site_oracle.py
 
-JobRecord = site_bench.JobRecord
+JobRecord = site_fleet.JobRecord
 FACTOR = 100.0  # emulated seconds per wall second
 ORIGIN = 1000.0  # wall time of the day's start
 NODES = 8
@@ -84,6 +81,6 @@ def ordinary() -> JobRecord:
 
 
 def arm(name: str, records: list[JobRecord]) -> object:
-    return site_bench.ArmRun(
+    return site_arms.ArmRun(
         name, 0.2, 64, records, ORIGIN, FACTOR, 4000.0, 1.0, None, 1.0, 0, 0, [], []
     )

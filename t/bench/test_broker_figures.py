@@ -40,7 +40,7 @@ def test_a_tree_counts_its_files_bytes(tmp_path: Path) -> None:
 @pytest.mark.flux
 def test_a_brokers_modules_count_the_job_they_keep(tmp_path: Path) -> None:
     import flux
-    from faults import Broker
+    from faults_arm import Broker
 
     (tmp_path / "conf").mkdir()
     broker = Broker(tmp_path, os.environ, [])

@@ -12,7 +12,7 @@ from site_records import (
     ORIGIN,
     arm,
     in_job_loop,
-    site_bench,
+    site_report,
     site_steps,
     variational,
     wall,
@@ -59,7 +59,7 @@ def adaptive_loop() -> list:
 
 
 def test_an_iteration_run_in_place_is_the_loops_and_its_cancelled_step_no_failure() -> None:
-    summary, _ = site_bench.summarize(arm("adaptive", adaptive_loop()))
+    summary, _ = site_report.summarize(arm("adaptive", adaptive_loop()))
     assert (summary.hyb_results, summary.hyb_failed, summary.hyb_unresolved) == (1, 0, 0)
     assert summary.var_done_median_s == pytest.approx(3120.0)  # the last step's end
     assert summary.idle_later_node_h == pytest.approx(NODES * 600.0 / 3600.0)
@@ -110,23 +110,23 @@ def test_the_adaptive_targets_against_the_in_job_loop_ungated_and_the_chain() ->
             "ord_wait_mean_s": 2900.0,
         },
     }
-    lines = site_bench.adaptive_targets(arms)
+    lines = site_report.adaptive_targets(arms)
     assert lines[0] == "new targets, adaptive against gated-done:"
     assert [line.rsplit(" ", 1)[-1] for line in lines[1:]] == [
         *("met", "MISSED", "met", "MISSED", "met"),
     ]
     assert "the site's idle 1.5 node-h <= 1.0 (1% of ungated's 100.0)" in lines[4]
-    assert site_bench.adaptive_targets({"gated-done": arms["gated-done"]}) == []
+    assert site_report.adaptive_targets({"gated-done": arms["gated-done"]}) == []
 
 
 def test_the_seeds_table_gives_medians_and_spread() -> None:
-    injob, _ = site_bench.summarize(arm("gated-done", [in_job_loop()]))
-    adaptive, _ = site_bench.summarize(arm("adaptive", adaptive_loop()))
+    injob, _ = site_report.summarize(arm("gated-done", [in_job_loop()]))
+    adaptive, _ = site_report.summarize(arm("adaptive", adaptive_loop()))
     rows = []
     for seed in (1, 2, 3):
         for s in (injob, adaptive):
             rows.append(type(s)(**{**s.__dict__, "seed": seed}))
-    lines = site_bench.seeds_lines(rows)
+    lines = site_report.seeds_lines(rows)
     assert lines[0].startswith("across the seeds 1, 2, 3: median [min-max]")
     [row] = [line for line in lines if line.startswith("adaptive ")]
     assert row.split()[1:3] == ["1.33", "[1.33-1.33]"]  # later idle: 8 nodes x 600 s

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from site_records import arm, chain_loop, in_job_loop, site_bench, site_oracle
+from site_records import arm, chain_loop, in_job_loop, site_oracle, site_report
 
 from flux_quantum.timing.step_plan import StepAction
 
@@ -271,7 +271,7 @@ def test_the_report_holds_the_oracle_against_gated_done() -> None:
 
 
 def test_site_writes_rows_the_oracle_reads_back(tmp_path: Path) -> None:
-    rows = site_bench.job_rows(arm("chain", chain_loop()))
+    rows = site_report.job_rows(arm("chain", chain_loop()))
     path = tmp_path / "jobs.csv"
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=[x.name for x in fields(JobRow)])
@@ -307,8 +307,8 @@ def test_a_recorded_time_limit_caps_the_hold_and_the_weight_is_the_plans() -> No
 
 def test_site_prints_the_oracle_after_a_run_with_both_arms() -> None:
     runs = [arm("gated-done", [in_job_loop()]), arm("adaptive", chain_loop())]
-    summaries = [site_bench.summarize(run)[0] for run in runs]
-    text = "\n".join(site_bench.oracle_lines(summaries, runs))
+    summaries = [site_report.summarize(run)[0] for run in runs]
+    text = "\n".join(site_report.oracle_lines(summaries, runs))
     assert "seed 1, share 20%: 1 variational loops with their answer, 0 later steps" in text
     assert "gated-done: median 0.83h" in text and "per loop" not in text
-    assert site_bench.oracle_lines(summaries[1:], runs[1:]) == []
+    assert site_report.oracle_lines(summaries[1:], runs[1:]) == []

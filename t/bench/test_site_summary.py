@@ -16,14 +16,15 @@ from site_records import (
     chain_loop,
     in_job_loop,
     ordinary,
-    site_bench,
+    site_jobs,
+    site_report,
     variational,
     wall,
 )
 
 
 def test_an_in_job_loop_holds_its_nodes_through_the_later_tasks() -> None:
-    summary, _ = site_bench.summarize(arm("gated-done", [ordinary(), in_job_loop()]))
+    summary, _ = site_report.summarize(arm("gated-done", [ordinary(), in_job_loop()]))
     assert summary.jobs == 2 and summary.hybrid_jobs == 1 and summary.var_jobs == 1
     assert summary.idle_first_node_h == 0.0
     assert summary.idle_later_node_h == pytest.approx(NODES * 1800.0 / 3600.0)
@@ -36,7 +37,7 @@ def test_an_in_job_loop_holds_its_nodes_through_the_later_tasks() -> None:
 
 
 def test_a_chain_is_one_hybrid_job_of_steps_with_no_idle_between_them() -> None:
-    summary, _ = site_bench.summarize(arm("chain", [ordinary(), *chain_loop()]))
+    summary, _ = site_report.summarize(arm("chain", [ordinary(), *chain_loop()]))
     assert summary.jobs == 2 and summary.hybrid_jobs == 1 and summary.var_jobs == 1
     assert summary.step_jobs == 2
     assert summary.idle_node_h == 0.0 and summary.idle_later_node_h == 0.0
@@ -49,34 +50,34 @@ def test_a_chain_is_one_hybrid_job_of_steps_with_no_idle_between_them() -> None:
 
 def test_a_chain_missing_its_last_step_is_open_and_a_failed_step_fails_it() -> None:
     steps = chain_loop()
-    summary, _ = site_bench.summarize(arm("chain", steps[:2]))
+    summary, _ = site_report.summarize(arm("chain", steps[:2]))
     assert (summary.hyb_results, summary.hyb_unresolved) == (0, 1)
     assert math.isnan(summary.var_done_median_s)
     steps[1].exception = "timeout"
-    summary, _ = site_bench.summarize(arm("chain", steps))
+    summary, _ = site_report.summarize(arm("chain", steps))
     assert (summary.hyb_results, summary.hyb_failed) == (0, 1)
 
 
 def test_the_targets_say_missed_where_the_chain_misses() -> None:
-    injob, _ = site_bench.summarize(arm("gated-done", [in_job_loop()]))
-    chain, _ = site_bench.summarize(arm("chain", chain_loop()))
-    verdicts = [line.rsplit(" ", 1)[-1] for line in site_bench.targets([injob, chain])[1:]]
+    injob, _ = site_report.summarize(arm("gated-done", [in_job_loop()]))
+    chain, _ = site_report.summarize(arm("chain", chain_loop()))
+    verdicts = [line.rsplit(" ", 1)[-1] for line in site_report.targets([injob, chain])[1:]]
     assert verdicts == ["met", "met", "met"]
     # 400 s of the day from each task's end to its step running: 4 wall seconds, and the
     # answer at 3,500 s against the in-job loop's 3,000 (more than 10 % later)
-    slow, _ = site_bench.summarize(arm("chain", chain_loop(lag=400.0)))
-    verdicts = [line.rsplit(" ", 1)[-1] for line in site_bench.targets([injob, slow])[1:]]
+    slow, _ = site_report.summarize(arm("chain", chain_loop(lag=400.0)))
+    verdicts = [line.rsplit(" ", 1)[-1] for line in site_report.targets([injob, slow])[1:]]
     assert verdicts == ["met", "MISSED", "MISSED"]
-    assert site_bench.targets([chain]) == [
+    assert site_report.targets([chain]) == [
         "targets: no gated-done arm in this run to hold the chain against"
     ]
 
 
 def test_each_chain_arm_is_held_against_the_in_job_loop() -> None:
-    injob, _ = site_bench.summarize(arm("gated-done", [in_job_loop()]))
-    chain, _ = site_bench.summarize(arm("chain", chain_loop(lag=400.0)))
-    predict, _ = site_bench.summarize(arm("chain-predict", chain_loop()))
-    lines = site_bench.targets([injob, chain, predict])
+    injob, _ = site_report.summarize(arm("gated-done", [in_job_loop()]))
+    chain, _ = site_report.summarize(arm("chain", chain_loop(lag=400.0)))
+    predict, _ = site_report.summarize(arm("chain-predict", chain_loop()))
+    lines = site_report.targets([injob, chain, predict])
     assert [line for line in lines if line.startswith("targets")] == [
         "targets, chain against gated-done:",
         "targets, chain-predict against gated-done:",
@@ -85,7 +86,7 @@ def test_each_chain_arm_is_held_against_the_in_job_loop() -> None:
         *("met", "MISSED", "MISSED"),
         *("met", "met", "met"),
     ]
-    assert site_bench.targets([predict]) == [
+    assert site_report.targets([predict]) == [
         "targets: no gated-done arm in this run to hold the chain against"
     ]
 
@@ -109,7 +110,7 @@ def test_a_release_by_prediction_is_counted_with_its_idle_within_and_past_its_le
     for r in done:
         r.events["qpu-release"] = r.events["start"] - 10.0 / FACTOR
         r.why = "COMPLETED"
-    summary, _ = site_bench.summarize(arm("chain-predict", [predicted_step(), *done]))
+    summary, _ = site_report.summarize(arm("chain-predict", [predicted_step(), *done]))
     assert summary.pred_released == 1 and summary.pred_lead_p50_s == pytest.approx(0.5)
     assert summary.idle_pred_node_h == pytest.approx(NODES * 80.0 / 3600.0)
     assert summary.idle_pred_lead_node_h == pytest.approx(NODES * 30.0 / 3600.0)
@@ -119,13 +120,13 @@ def test_a_release_by_prediction_is_counted_with_its_idle_within_and_past_its_le
     assert summary.release_run_p50_s == pytest.approx(10.0 / FACTOR)
     assert summary.release_run_p90_s == pytest.approx(17.0 / FACTOR)
     # a lead longer than the idle: all of it within the lead
-    summary, _ = site_bench.summarize(arm("chain-predict", [predicted_step(lead=2.0)]))
+    summary, _ = site_report.summarize(arm("chain-predict", [predicted_step(lead=2.0)]))
     assert summary.idle_pred_lead_node_h == pytest.approx(summary.idle_pred_node_h)
-    lines = site_bench.predict_table([summary], FACTOR)
+    lines = site_report.predict_table([summary], FACTOR)
     assert lines[-1].split()[:7] == ["chain-predict", "1", "2.00s", "3.3m", "0.2", "0.2", "0.0"]
     # an arm without releases by prediction prints no table
-    summary, _ = site_bench.summarize(arm("chain", done))
-    assert summary.pred_released == 0 and site_bench.predict_table([summary], FACTOR) == []
+    summary, _ = site_report.summarize(arm("chain", done))
+    assert summary.pred_released == 0 and site_report.predict_table([summary], FACTOR) == []
 
 
 def test_a_predict_loop_releases_every_step_by_prediction_and_its_other_jobs_at_done(
@@ -141,11 +142,11 @@ def test_a_predict_loop_releases_every_step_by_prediction_and_its_other_jobs_at_
         ("chain", "done", 1200.0),  # 3,600 / 3 iterations
         ("chain-predict", "predict", 7200.0),  # 1,200 + the device's longest wait, rounded
     ):
-        limit = site_bench.job_limit(loop, arm_name, allowance)
+        limit = site_jobs.job_limit(loop, arm_name, allowance)
         assert limit == step_limit
         for step in (1, 2):
-            spec = site_bench.jobspec(loop, arm_name, 1.0, tmp_path / "p.qasm", limit, step)
+            spec = site_jobs.jobspec(loop, arm_name, 1.0, tmp_path / "p.qasm", limit, step)
             assert spec.attributes["system"]["qpu"]["release_at"] == release_at
-        assert site_bench.job_limit(single, arm_name, allowance) == 1200.0
-        spec = site_bench.jobspec(single, arm_name, 1.0, tmp_path / "p.qasm", 1200.0)
+        assert site_jobs.job_limit(single, arm_name, allowance) == 1200.0
+        spec = site_jobs.jobspec(single, arm_name, 1.0, tmp_path / "p.qasm", 1200.0)
         assert spec.attributes["system"]["qpu"]["release_at"] == "done"

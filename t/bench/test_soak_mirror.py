@@ -48,7 +48,7 @@ def test_the_purge_goes_into_a_job_manager_table_of_its_own_when_there_is_none()
 @pytest.mark.flux
 def test_the_control_copies_each_job_of_the_source_once(tmp_path: Path) -> None:
     import flux
-    from faults import Broker
+    from faults_arm import Broker
 
     (tmp_path / "src" / "conf").mkdir(parents=True)
     source = Broker(tmp_path / "src", os.environ, [])

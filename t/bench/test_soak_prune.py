@@ -48,7 +48,7 @@ def listed_by_job_list(handle: Any) -> list[int]:
 @pytest.mark.flux
 def test_the_pruner_unlinks_what_purged_jobs_left_and_keeps_a_live_jobs(tmp_path: Path) -> None:
     import flux
-    from faults import Broker
+    from faults_arm import Broker
     from flux.constants import FLUX_JOB_STATE_INACTIVE
     from fluxinstance import until
 

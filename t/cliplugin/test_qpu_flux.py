@@ -287,12 +287,15 @@ def test_plugin_runs_in_fluxs_python_without_the_venv(plugin_env) -> None:
         "--qpu-max-wait",
         "--qpu-opt",
     ]
-    # Only the package's standard-library modules, from the directory next to the plugin.
+    # Only the package's standard-library modules, from the directory next to the plugin:
+    # the registry of vendors and what their descriptors are made of (merged_tasks.Limits,
+    # plain data that a vendor's face builds), never a vendor's code or its SDK.
     assert found["modules"] == [
         "flux_quantum",
         "flux_quantum.errors",
         "flux_quantum.protocol",
         "flux_quantum.protocol.jobspec",
+        "flux_quantum.protocol.merged_tasks",
         "flux_quantum.protocol.programs",
         "flux_quantum.protocol.request",
         "flux_quantum.protocol.vendors",
@@ -302,6 +305,7 @@ def test_plugin_runs_in_fluxs_python_without_the_venv(plugin_env) -> None:
         str(PACKAGE / "errors.py"),
         str(PACKAGE / "protocol" / "__init__.py"),
         str(PACKAGE / "protocol" / "jobspec.py"),
+        str(PACKAGE / "protocol" / "merged_tasks.py"),
         str(PACKAGE / "protocol" / "programs.py"),
         str(PACKAGE / "protocol" / "request.py"),
         str(PACKAGE / "protocol" / "vendors.py"),

@@ -175,3 +175,49 @@ def test_build_base_names_its_image_without_docker() -> None:
     )
     assert proc.stdout.startswith("flux-quantum-base:")
     assert len(proc.stdout.strip().split(":")[1]) == 16
+
+
+def _path_without_flux(tmp_path: Path) -> str:
+    """A PATH of the system's tools with no ``flux`` among them."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for directory in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for tool in Path(directory).iterdir() if Path(directory).is_dir() else ():
+            link = bindir / tool.name
+            if not tool.name.startswith("flux") and not link.exists():
+                link.symlink_to(tool)
+    return str(bindir)
+
+
+def test_build_base_from_the_host_says_why_not_without_docker(tmp_path: Path) -> None:
+    env = dict(os.environ, PATH=_path_without_flux(tmp_path))
+    proc = subprocess.run(
+        [str(BUILD_BASE), "--host", "--name"], capture_output=True, text=True, timeout=60,
+        env=env,
+    )  # fmt: skip
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert proc.stderr.strip() == "containers: the host has no flux on PATH"
+
+
+@pytest.mark.skipif(shutil.which("flux") is None, reason="no flux on PATH")
+def test_build_base_from_the_host_names_its_image_or_says_why_not() -> None:
+    """Where the host's Flux is the base's releases on its Debian suite, the base from it
+    has a name of its own, the same while the host's Flux does not change; elsewhere
+    one sentence says why not."""
+    runs = [
+        subprocess.run(
+            [str(BUILD_BASE), "--host", "--name"], capture_output=True, text=True, timeout=120
+        )
+        for _ in range(2)
+    ]
+    if runs[0].returncode == 3:
+        assert runs[0].stdout == "" and len(runs[0].stderr.strip().splitlines()) == 1
+        return
+    assert runs[0].returncode == 0, runs[0].stderr
+    name = runs[0].stdout.strip()
+    assert name.startswith("flux-quantum-base:host-") and len(name.split("-")[-1]) == 16
+    assert runs[1].stdout.strip() == name
+    source = subprocess.run(
+        [str(BUILD_BASE), "--name"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert source.stdout.strip() != name

@@ -182,6 +182,16 @@ def brokers_full() -> bool:
     return out.stdout.strip() == "full"
 
 
+def resources_up(host: str) -> bool:
+    """Whether the scheduler counts HOST's resources up (a restarted broker's come back
+    a moment after the overlay counts it again)."""
+    out = owner(
+        "flux", "resource", "list", "--states=up", f"--include={host}", "--no-header",
+        "--format={nodelist}", check=False,
+    )  # fmt: skip
+    return out.returncode == 0 and out.stdout.split() == [host]
+
+
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.5) -> None:
     """Poll PREDICATE until it is true; fail naming WHAT after TIMEOUT seconds."""
     deadline = time.monotonic() + timeout

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from importlib import resources
 
 from flux_quantum.protocol import programs
 from flux_quantum.selection import program_kinds as pk
 from flux_quantum.service.programs import DEFAULT_PROGRAM
 
-PULSER = (Path(__file__).parents[1] / "data" / "pulser_two_atoms.json").read_text()
+PULSER = (
+    resources.files("flux_quantum.vendors.pasqal").joinpath("samples/two_atoms.json").read_text()
+)
 IQM_JSON = json.dumps(
     {
         "name": "bell",

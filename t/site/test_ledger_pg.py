@@ -1,11 +1,12 @@
-"""The ledger on a real PostgreSQL server shared by several clusters (t/pgserver.py: a
-throwaway server run as an unprivileged user): two clusters racing for the last dollar
-of one user's $1.00 day never reserve more than $1.00 and the refused get the quota's
-sentence; each cluster settles, recovers and sweeps only its own rows while limits and
-``usage`` see them all; a server restart between reserve and settle loses nothing; a
-stopped server is ``LedgerUnavailable`` and work resumes when it is back; the service's
-site policy opens it from ``[quantum.ledger] url`` with the password from a private
-credentials file. The same contract as SQLite runs in t/site/test_ledger.py on both."""
+"""The ledger on a real PostgreSQL server shared by several clusters
+(``flux_quantum.testing.pgserver``: a throwaway server run as an unprivileged user): two
+clusters racing for the last dollar of one user's $1.00 day never reserve more than $1.00
+and the refused get the quota's sentence; each cluster settles, recovers and sweeps only
+its own rows while limits and ``usage`` see them all; a server restart between reserve and
+settle loses nothing; a stopped server is ``LedgerUnavailable`` and work resumes when it
+is back; the service's site policy opens it from ``[quantum.ledger] url`` with the
+password from a private credentials file. The same contract as SQLite runs in
+t/site/test_ledger.py on both."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pgserver
 import pytest
+
+from flux_quantum.testing import pgserver
 
 MISSING = pgserver.missing()
 if MISSING is not None:

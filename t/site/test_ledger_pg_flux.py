@@ -1,6 +1,7 @@
 """Flux tier: one budget across clusters (issue 24). Two ``flux start`` instances on one
 machine, each with its own handler service, share one PostgreSQL ledger (a real server,
-t/pgserver.py) with a $1.00 daily limit per user; the emulator's tasks cost $0.40.
+``flux_quantum.testing.pgserver``) with a $1.00 daily limit per user; the emulator's tasks
+cost $0.40.
 
 Stories: the user's jobs on both instances together never reserve more than $1.00 (two
 go, the others fail held with the quota's sentence, whichever instance they were
@@ -16,13 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pgserver
 import pytest
 from fluxinstance import FluxInstance, quantum_config
 from qpu_setup import FAST
 
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.emulator.braket.scenario import Scenario
+from flux_quantum.testing import pgserver
 
 pytestmark = pytest.mark.flux
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,6 @@ from flux_quantum.emulator.pasqal import PasqalScenario
 
 pytestmark = pytest.mark.flux
 
-HERE = Path(__file__).parents[1]
 PAUSE_AT, RESUME_AT = 5.0, 1000.0  # emulated seconds: qmaint's maintenance window
 IQM = {
     "devices": [
@@ -68,7 +68,8 @@ def qrmi_world(workdir: Path) -> VendorWorld:
         iqm=IqmScenario.from_dict(IQM),
         pasqal=PasqalScenario.from_dict(PASQAL),
     )
-    files = {"bell.qasm": BELL, "seq.json": (HERE / "data" / "pulser_two_atoms.json").read_text()}
+    seq = resources.files("flux_quantum.vendors.pasqal").joinpath("samples/two_atoms.json")
+    files = {"bell.qasm": BELL, "seq.json": seq.read_text()}
     return VendorWorld(
         workdir, emu, ("iqm", "pasqal"), CATALOG, secret_suffixes=SECRETS, files=files
     )

@@ -154,6 +154,20 @@ class Selection:
                 counts[attempt.device.name] = counts.get(attempt.device.name, 0) + 1
         return counts
 
+    @staticmethod
+    def _own(unit: Unit, program: Program) -> dict[str, int]:
+        """The unit's other programs placed on each device and not yet at their
+        release point: a batch's own tasks, which its later choices see as waiting
+        ahead (so that they spread; they never block each other's slots)."""
+        counts: dict[str, int] = {}
+        for other in unit.programs:
+            attempt = other.attempt
+            if other is program or attempt.device is None:
+                continue
+            if attempt.phase in (Phase.SUBMIT, Phase.TRACK):
+                counts[attempt.device.name] = counts.get(attempt.device.name, 0) + 1
+        return counts
+
     def start(self, unit: Unit, program: Program) -> None:
         """Probe the devices the job may use (in a worker), then choose."""
         from flux_quantum.selection.policies import static_candidates
@@ -297,6 +311,7 @@ class Selection:
                 program=program.counts,
                 excluded=excluded,
                 compiled={name: c.success for name, c in compiled.items() if c.success is not None},
+                ahead=self._own(unit, program),
             )
         except NoDeviceError as exc:
             self._no_device(unit, program, exc, snapshots, in_flight, request, excluded)

@@ -286,11 +286,18 @@ class QpuSite:
         return float(total) - spent
 
     def times(self, jobid: str) -> tuple[float, float]:
-        """t_run and t_inactive as job-list has them (what the fetch stores)."""
+        """t_run and t_inactive as job-list has them (what the fetch stores), once
+        job-list lists the job inactive: a moment after its ``clean`` event, and only
+        then does a fetch take it (a cycle run in that moment misses it)."""
+        from flux.constants import FLUX_JOB_STATE_INACTIVE
         from flux.job import JobID
 
         assert self.qpu is not None
-        payload = {"id": int(JobID(jobid)), "attrs": ["t_run", "t_inactive"]}
+        payload = {
+            "id": int(JobID(jobid)),
+            "attrs": ["t_run", "t_inactive"],
+            "state": FLUX_JOB_STATE_INACTIVE,
+        }
         job = self.qpu.handle.rpc("job-list.list-id", payload).get()["job"]
         return float(job["t_run"]), float(job["t_inactive"])
 
@@ -371,11 +378,11 @@ def test_qpu_spend_lowers_fair_share_after_one_cycle_as_a_classical_job_does(
     assert fed["jobid"] in records
     # another cycle feeds nothing twice and recomputes nothing away (her ordinary job
     # adds its own node-seconds)
+    t_run, t_inactive = qpu_site.times(ordinary["alice"])
     qpu_site.cycle()
     assert [
         f for f in json.loads(inst.quantum("accounting", "feeds", "--json").stdout)["feeds"]
     ] == feeds
-    t_run, t_inactive = qpu_site.times(ordinary["alice"])
     assert qpu_site.fa("alice") == pytest.approx(spend * weight + t_inactive - t_run, abs=1e-3)
 
 

@@ -232,6 +232,21 @@ def test_the_record_is_a_valid_job_of_one_node_and_one_core(
                        tasks=1, weight=1.0, at=1.8e9, weights=weightless)  # fmt: skip
 
 
+def test_a_records_usage_is_spend_times_weight_to_flux_accountings_decimals() -> None:
+    """Its seconds are a multiple of 2**-20 (exact in a double), chosen for the usage to
+    5 decimals: a usage just below a rounding boundary (1.0117749: 1.01177) stays below
+    it, as the same usage of a classical job does, so the two tie in fair-share."""
+    for weights in (UsageWeights(), UsageWeights(node=1.0, core=2.0)):
+        record = UsageRecord.of(feed=1, userid=1, user="a", bank="b", spend=1.0,
+                                currency="USD", tasks=1, weight=1.0117749, at=1.8e9,
+                                weights=weights)  # fmt: skip
+        per_second = weights.node + weights.core
+        # flux-accounting's own update: (nodes x node_weight + cores x core_weight) x
+        # (t_inactive - t_run), rounded to 5 decimals
+        assert round(per_second * (record.at - record.t_run), 5) == 1.01177
+        assert record.usage == round(1.0 * 1.0117749, 5) == 1.01177
+
+
 @needs_flux_accounting
 def test_an_interrupted_feed_is_finished_or_fed_again(fa_ledger: Ledger, database: Path) -> None:
     settle(fa_ledger, "a1", ALICE, "alice", "physics", 0.2)

@@ -3,7 +3,8 @@ fed in its one safe place.
 
 The cycle: ``flux account-fetch-job-records`` (new finished jobs into the ``jobs``
 table), the feed (:class:`~flux_quantum.site.accounting.usage_feed.UsageFeed`: settled
-QPU spend as usage records ending at the time this cycle's fetch began),
+QPU spend as usage records ending at the latest job the fetch reached, or at the time
+this cycle's fetch began while the table holds no job),
 ``flux account-update-usage`` (usage from the new rows, decayed),
 ``flux account-update-fshare`` (fair-share from usage) and
 ``flux account-priority-update`` (the values sent to ``mf_priority.so``, which
@@ -78,12 +79,15 @@ class UpdateCycle:
 
     def run(self) -> CycleReport:
         report = CycleReport()
-        horizon = self.clock()  # every job inactive before it is in the fetch's answer
+        # Not the clock before the fetch as the horizon: a job that ended just before it
+        # may not be listed inactive by job-list yet, and a record after it would hide
+        # it from every later fetch. The clock only while the table holds no job.
+        started = self.clock()
         fetched = self._step(FETCH, report)
         if self.feed is not None and fetched:
             report.steps.append("feed")
             try:
-                report.feed = self.feed.run(horizon)
+                report.feed = self.feed.run(None, empty=started)
             except FluxQuantumError as exc:
                 report.failures.append(f"the QPU spend was not fed (next cycle): {exc}")
         elif self.feed is not None:

@@ -98,27 +98,39 @@ class UsageFeed:
                 f"flux-accounting's database {self.database}: cannot open it to write: {exc}"
             ) from None
 
-    def run(self, horizon: float | None = None, *, dry_run: bool = False) -> FeedReport:
+    def run(
+        self, horizon: float | None = None, *, dry_run: bool = False, empty: float | None = None
+    ) -> FeedReport:
         """Feed every association's unfed settled spend as one record ending at
-        ``horizon`` (the time before this cycle's fetch; None: the latest
-        ``t_inactive`` the jobs table holds, which is what the fetch reached), or just
-        after the association's ``last_job_timestamp`` when that is later. ``dry_run``:
-        write nothing, say what would be written."""
+        ``horizon`` (None: the latest ``t_inactive`` the jobs table holds, which is what
+        the fetch reached; ``empty`` when it holds none yet), or just after the
+        association's ``last_job_timestamp`` when that is later. ``dry_run``: write
+        nothing, say what would be written.
+
+        What the fetch reached is the safe horizon: Flux's job-list lists jobs inactive
+        in the order they ended, a moment after each ``clean`` event, so a job that
+        ended before the latest one fetched was fetched too, while one that ended just
+        before the fetch began may not be listed yet (a record after it would hide it
+        from every later fetch)."""
         if self.weight <= 0:
             raise AccountingError(
                 "[quantum.accounting] qpu_weight is 0 (or not set): QPU spend is not fed"
             )
         db = self._connect()
         try:
-            return self._run(db, horizon, dry_run)
+            return self._run(db, horizon, dry_run, empty)
         except sqlite3.Error as exc:
             raise AccountingError(f"flux-accounting's database {self.database}: {exc}") from None
         finally:
             db.close()
 
-    def _run(self, db: sqlite3.Connection, horizon: float | None, dry_run: bool) -> FeedReport:
+    def _run(
+        self, db: sqlite3.Connection, horizon: float | None, dry_run: bool, empty: float | None
+    ) -> FeedReport:
         if horizon is None:
             latest = db.execute("SELECT MAX(t_inactive) FROM jobs").fetchone()[0]
+            if latest is None and empty is not None:
+                latest = empty
             if latest is None:
                 raise AccountingError(
                     f"flux-accounting's database {self.database} has no job records yet: run"

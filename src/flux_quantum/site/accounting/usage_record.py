@@ -102,7 +102,12 @@ class UsageRecord:
                 "flux-accounting weighs neither nodes nor cores (node_weight and core_weight"
                 " are 0 in its config_table): no usage record can carry QPU spend"
             )
-        seconds = round(spend * weight / per_second / STEP) * STEP
+        # The usage meant, to flux-accounting's 5 decimals first, then the seconds: the
+        # step's error (half a microsecond) then stays inside that decimal's rounding
+        # and the update computes exactly it. (Stepping spend x weight itself could
+        # land across a rounding boundary: one record in 45 came out 0.00001 off, and
+        # a classical job of the same usage then ranked apart in fair-share.)
+        seconds = round(round(spend * weight, DECIMALS) / per_second / STEP) * STEP
         return cls(feed, userid, user, bank, spend, currency, tasks, weight, on_step(at),
                    seconds, per_second, opened, project)  # fmt: skip
 

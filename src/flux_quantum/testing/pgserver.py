@@ -1,4 +1,4 @@
-"""A real, throwaway PostgreSQL server for tests (a plain module, like fluxinstance.py):
+"""A real, throwaway PostgreSQL server for the tests and benches (t/, bench/ledger.py):
 ``initdb`` in a temporary directory, ``postgres`` on a free loopback port with its unix
 socket in that directory, run as an unprivileged user (PostgreSQL refuses root: as
 ``nobody`` through ``setpriv`` when the tests run as root, else as the tests' user),
@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 START_TIMEOUT = 60.0
 SUPERUSER = "postgres"
@@ -173,7 +174,7 @@ class PgServer:
         """What ``[quantum.ledger] url`` says: no password."""
         return f"postgresql://127.0.0.1:{self.port}/{database}?user={ROLE}"
 
-    def admin(self, sql: str, database: str = "postgres") -> list[tuple]:
+    def admin(self, sql: str, database: str = "postgres") -> list[tuple[Any, ...]]:
         import psycopg
 
         with psycopg.connect(self.admin_url(database), autocommit=True) as conn:
