@@ -4,8 +4,8 @@ This module owns ``form_of`` (the form a device's vendor takes, from its descrip
 ``compiling``) and ``compile_each``: the program compiled through a ``CompilePool`` for
 each device whose programs are mapped, with its target read from the vendor
 (``Vendor.target``) unless one is known, each answer the target and the program, or why
-not (a ``CompileError``: the device cannot take it or the program is over a limit; a
-``VendorError``: the vendor did not answer, no estimate). The handler service runs it in
+not (a ``CompileError``: the device cannot take it or the program is over a limit; the
+vendor's error: it did not answer, no estimate). It imports no vendor. The handler service runs it in
 a worker before max-fidelity or min_fidelity choose; ``flux quantum select`` runs it
 directly. It never chooses a device itself.
 """
@@ -13,20 +13,27 @@ directly. It never chooses a device itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from flux_quantum.compiler.compiled import Compiled
 from flux_quantum.compiler.errors import CompileError
 from flux_quantum.compiler.pool import CompilePool
 from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.errors import FluxQuantumError
 from flux_quantum.protocol.vendors import CHECKED, registry
-from flux_quantum.vendors.errors import VendorError
 
 if TYPE_CHECKING:
     from flux_quantum.catalog import Device
-    from flux_quantum.vendors.base import Vendor
 
-Answer = tuple[DeviceTarget, Compiled] | CompileError | VendorError
+# The target and the program, or why not: a CompileError, or the vendor's error (a
+# ``VendorError``: it did not answer).
+Answer = tuple[DeviceTarget, Compiled] | FluxQuantumError
+
+
+class Targets(Protocol):
+    """What gives a device's target: a vendor (``Vendor.target``)."""
+
+    def target(self, device: Device) -> DeviceTarget: ...
 
 
 def form_of(device: Device) -> tuple[str, str | None]:
@@ -40,7 +47,7 @@ def form_of(device: Device) -> tuple[str, str | None]:
 def compile_each(
     text: str,
     devices: Iterable[Device],
-    vendors: Mapping[str, Vendor],
+    vendors: Mapping[str, Targets],
     pool: CompilePool,
     known: Callable[[Device], DeviceTarget | None] = lambda device: None,
 ) -> Callable[[], dict[str, Answer]]:
@@ -59,7 +66,7 @@ def compile_each(
             try:
                 target = target or vendor.target(device)
                 out[device.name] = (target, pool.compile(text, target, form, writer))
-            except (CompileError, VendorError) as exc:
+            except FluxQuantumError as exc:  # CompileError, or the vendor's VendorError
                 out[device.name] = exc
         return out
 
