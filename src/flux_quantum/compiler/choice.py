@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from flux_quantum.compiler.compiled import Compiled
 from flux_quantum.compiler.errors import CompileError
 from flux_quantum.compiler.pool import CompilePool
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.protocol.vendors import CHECKED, registry
 from flux_quantum.vendors.errors import VendorError
 
