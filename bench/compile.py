@@ -56,8 +56,8 @@ sys.path.insert(0, str(HERE))
 from benchlib import percentile, revision, verdict  # noqa: E402
 
 from flux_quantum.compiler import CompileError, CompileLimits, CompilePool  # noqa: E402
-from flux_quantum.compiler.target import DeviceTarget  # noqa: E402
 from flux_quantum.emulator import isa, topology  # noqa: E402
+from flux_quantum.protocol.targets import DeviceTarget  # noqa: E402
 from flux_quantum.protocol.vendors import MAPPED  # noqa: E402
 
 FAMILIES = ("ghz", "qft", "qftentangled", "dj", "bv", "graphstate", "wstate", "qaoa", "vqe_su2")

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from flux_quantum.compiler.program import compile_program
-from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.emulator import topology
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.protocol.vendors import MAPPED
 
 HERON = ("cz", "id", "rz", "sx", "x")  # IBM's Heron processors (the emulator's default)

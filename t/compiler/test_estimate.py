@@ -6,8 +6,8 @@ import pytest
 
 from flux_quantum.compiler import estimate, mapping
 from flux_quantum.compiler.load import load
-from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.emulator import topology
+from flux_quantum.protocol.targets import DeviceTarget
 
 BELL = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n'
 HERON = ("cz", "id", "rz", "sx", "x")

@@ -7,8 +7,8 @@ import pytest
 from flux_quantum.compiler import mapping
 from flux_quantum.compiler.errors import CompileError
 from flux_quantum.compiler.load import load
-from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.emulator import isa, topology
+from flux_quantum.protocol.targets import DeviceTarget
 
 GHZ = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[4] q;\nbit[4] c;\nh q[0];\ncx q[0], q[3];\ncx q[3], q[1];\ncx q[1], q[2];\nc = measure q;\n'
 HERON = ("cz", "id", "rz", "sx", "x")

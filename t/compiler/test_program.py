@@ -8,8 +8,8 @@ import pytest
 
 from flux_quantum.compiler.errors import CompileError
 from flux_quantum.compiler.program import MAX_OPERATIONS, compile_program
-from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.emulator import topology
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.protocol.vendors import CHECKED, MAPPED
 
 BELL = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 
 
 def test_build_keeps_each_pair_once_and_the_basis_sorted():

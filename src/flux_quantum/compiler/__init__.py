@@ -1,8 +1,9 @@
 """The compile stage: a program mapped onto the device the policy chose, in the form its
 vendor takes.
 
-One module a concern: ``target`` (``DeviceTarget``: a device's qubits, basis gates,
-coupling map and published errors, plain data a vendor builds), ``screen`` (the
+What it maps onto is ``DeviceTarget`` (a device's qubits, basis gates, coupling map and
+published errors: plain data a vendor builds, in ``flux_quantum.protocol.targets`` so
+that a vendor needs nothing of the compiler). One module a concern: ``screen`` (the
 refusals that need no parser: NUL bytes, includes, width; Braket's gate names brought to
 the standard library), ``load`` (OpenQASM 2 and 3 read by Qiskit's parsers), ``mapping``
 (the Qiskit target, cached per device and calibration, and the transpile), ``estimate``
@@ -18,6 +19,6 @@ from flux_quantum.compiler.compiled import Compiled
 from flux_quantum.compiler.errors import CompileError
 from flux_quantum.compiler.limits import CompileLimits
 from flux_quantum.compiler.pool import CompilePool
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 
 __all__ = ["CompileError", "CompileLimits", "CompilePool", "Compiled", "DeviceTarget"]

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 from flux_quantum.compiler.compiled import Compiled
 from flux_quantum.compiler.errors import CompileError
 from flux_quantum.compiler.pool import CompilePool
-from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.errors import FluxQuantumError
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.protocol.vendors import CHECKED, registry
 
 if TYPE_CHECKING:

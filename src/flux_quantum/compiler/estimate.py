@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 
 _FREE = ("barrier", "delay")
 # Done in software by a change of frame (IBM's and IQM's z rotations): no error.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from flux_quantum.compiler.errors import CompileError
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 
 SEED = 11
 LEVEL = 2  # Qiskit's default: noise-aware layout, a third fewer two-qubit gates than 1

@@ -26,8 +26,8 @@ from typing import Any
 from flux_quantum.compiler.compiled import Compiled
 from flux_quantum.compiler.errors import CompileError
 from flux_quantum.compiler.limits import CompileLimits
-from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.compiler.worker import over_memory
+from flux_quantum.protocol.targets import DeviceTarget
 
 STARTUP_SECONDS = 120.0  # importing Qiskit on a loaded machine
 

@@ -22,7 +22,7 @@ from flux_quantum.compiler.compiled import Compiled
 from flux_quantum.compiler.errors import CompileError
 from flux_quantum.compiler.load import Unread, load
 from flux_quantum.compiler.screen import screen
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.protocol.vendors import CHECKED, MAPPED
 from flux_quantum.protocol.vendors import load as load_target
 

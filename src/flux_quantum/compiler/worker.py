@@ -27,7 +27,7 @@ def serve(requests: BinaryIO, answers: BinaryIO, memory: int) -> int:
     from flux_quantum.compiler.compiled import Compiled
     from flux_quantum.compiler.errors import CompileError
     from flux_quantum.compiler.program import compile_program
-    from flux_quantum.compiler.target import DeviceTarget
+    from flux_quantum.protocol.targets import DeviceTarget
 
     def answer(message: dict[str, Any]) -> None:
         answers.write(json.dumps(message).encode() + b"\n")

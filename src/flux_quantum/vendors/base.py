@@ -28,7 +28,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, cast
 
 from flux_quantum.catalog import Device, PriceModel
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.protocol.vendors import VendorDescriptor
 from flux_quantum.vendors.errors import NotFound, NotSupported, VendorError
 from flux_quantum.vendors.task_state import (

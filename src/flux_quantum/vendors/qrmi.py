@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
 from flux_quantum.catalog import Device
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.vendors.base import (
     Calibration,
     CatalogVendor,

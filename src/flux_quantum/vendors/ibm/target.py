@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.vendors.ibm.calibration import read_calibration
 
 

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.vendors.base import (
     Calibration,
     SessionOpening,

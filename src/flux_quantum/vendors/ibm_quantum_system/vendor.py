@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot, TaskState
 from flux_quantum.vendors.errors import AccessDenied, Conflict, NotFound, VendorError
 from flux_quantum.vendors.ibm.payload import sampler_input, split_result

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 
 _QUBIT = re.compile(r"^QB([1-9]\d*)$")
 # IQM's native operations as Qiskit names them.

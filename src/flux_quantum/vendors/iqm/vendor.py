@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from flux_quantum.catalog import Device
-from flux_quantum.compiler.target import DeviceTarget
+from flux_quantum.protocol.targets import DeviceTarget
 from flux_quantum.vendors.base import (
     CatalogSettings,
     DeviceSnapshot,

@@ -7,7 +7,8 @@ coupled pairs (None: every pair, as on a trapped-ion device), the gate and reado
 errors where the vendor publishes them, and ``calibration``, the id of the figures it
 was read from (a calibration set's id, a properties document's date), which keys the
 compiled targets' cache. It is pure data: standard library only, no Qiskit, no I/O, so
-that a vendor package builds one without importing the compiler's SDK.
+that a vendor package builds one without importing the compiler or its SDK; the compiler
+(``flux_quantum.compiler``) maps programs onto it.
 """
 
 from __future__ import annotations
