@@ -187,10 +187,10 @@ class CompilePool:
             if "compiled" in answer:
                 self._give(worker)
                 return Compiled.from_dict(answer["compiled"])
-            if worker.process.poll() is None:
+            if worker.process.poll() is None and not answer.get("leaving"):
                 self._give(worker)
             else:
-                worker.stop()
+                worker.stop()  # out of memory: its heap may be in any state
             raise CompileError(str(answer.get("error")), unfit=bool(answer.get("unfit")))
 
     def _take(self) -> _Worker:

@@ -50,7 +50,7 @@ def serve(requests: BinaryIO, answers: BinaryIO, memory: int) -> int:
         except CompileError as exc:
             answer({"error": str(exc), "unfit": exc.unfit})
         except MemoryError:
-            answer({"error": over_memory(memory), "unfit": False})
+            answer({"error": over_memory(memory), "unfit": False, "leaving": True})
             return 1  # the heap may be in any state: the pool starts another worker
         except RecursionError:
             answer({"error": "the program nests too deeply to be compiled", "unfit": False})
