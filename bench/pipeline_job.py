@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from flux_quantum.catalog import load_catalog
-from flux_quantum.vendors import make_vendor
+from flux_quantum.vendors.factory import make_vendor
 
 
 def main(argv: list[str] | None = None) -> int:
