@@ -5,11 +5,11 @@ the Python ``qpu`` parser and the two parsers' agreement under hypothesis.
 This module owns the long run and its record: it builds jobtap/fuzz (build_fuzz.py),
 runs ``fuzz_qpu`` for ``--seconds`` on one core from the seed corpus with the parsers'
 dictionary (5 s per input is a hang), then the hypothesis properties of
-t/test_fuzz_request.py with ``--examples`` examples each, and writes the count of
+t/protocol/test_request_fuzz.py with ``--examples`` examples each, and writes the count of
 inputs, the crashes, hangs and sanitizer reports (target 0 each) and the property
 verdicts to bench/results/fuzz.{json,txt}. It never changes the parsers: an input that
 crashes is kept under the run's out directory, to become a file in
-jobtap/fuzz/regressions and a case in t/test_fuzz_plugin.py.
+jobtap/fuzz/regressions and a case in t/jobtap/test_fuzz_plugin.py.
 
     python bench/fuzz.py --quick          # 60 s of libFuzzer, 2,000 examples (< 3 min)
     python bench/fuzz.py --seconds 7200   # the committed run -> bench/results/fuzz.*
@@ -95,7 +95,15 @@ def run_hypothesis(examples: int, build_dir: Path) -> dict[str, object]:
         PYTHONPATH=str(REPO / "src"),
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "t/test_fuzz_request.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "t/protocol/test_request_fuzz.py",
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -124,7 +132,7 @@ def report(result: dict[str, object]) -> str:
         f"  crashes {lf['crashes']}, hangs {lf['hangs']}, sanitizer reports "  # type: ignore[index]
         f"{lf['sanitizer_reports']}  (target 0 each: {verdict(ok_c)})",  # type: ignore[index]
         "",
-        "Python parser and the C/Python agreement under hypothesis (t/test_fuzz_request.py):",
+        "Python parser and the C/Python agreement under hypothesis (t/protocol/test_request_fuzz.py):",
         f"  {hy['examples_per_property']:,} examples a property, {hy['seconds']} s: "  # type: ignore[index]
         f"{hy['summary']}  ({verdict(ok_py)})",  # type: ignore[index]
     ]

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The Grafana dashboard's panels drawn from a Prometheus run: docs/monitoring.png.
 
-``t/test_metrics_flux.py`` run with ``FLUX_QUANTUM_PANELS=FILE`` writes every query of the
+``t/metrics/test_metrics_flux.py`` run with ``FLUX_QUANTUM_PANELS=FILE`` writes every query of the
 shipped dashboard (``flux quantum metrics dashboard``) as Prometheus' range-query results
 over the test (jobs held, released and failed, the vendor stopped and started again);
 this script draws them with matplotlib, one panel per dashboard panel, time in seconds
 from the start of the run:
 
-    FLUX_QUANTUM_PANELS=/tmp/panels.json python -m pytest t/test_metrics_flux.py
+    FLUX_QUANTUM_PANELS=/tmp/panels.json python -m pytest t/metrics/test_metrics_flux.py
     python bench/monitoring_panels.py /tmp/panels.json docs/monitoring.png
 """
 
@@ -80,7 +80,7 @@ def draw(data: dict[str, Any], out: Path) -> None:
     for ax in axes[-1]:
         ax.set_xlabel("seconds since the run started", fontsize=7)
     fig.suptitle(
-        "flux-quantum dashboard panels over t/test_metrics_flux.py (Prometheus range queries)",
+        "flux-quantum dashboard panels over t/metrics/test_metrics_flux.py (Prometheus range queries)",
         fontsize=11,
     )
     fig.tight_layout()

@@ -8,7 +8,7 @@ BUILD_DIR=${FLUXQ_BUILD_DIR:-$CONTAINERS_DIR/build}
 # The legacy builder: dockerd from Debian has no buildx beside it.
 export DOCKER_BUILDKIT=0
 
-# Exit codes a caller (t/test_containers.py, .ci/run) can tell apart.
+# Exit codes a caller (t/containers/test_containers.py, .ci/run) can tell apart.
 EXIT_NO_DOCKER=77
 EXIT_NO_HOST_FLUX=3 # build-base --host: the host's Flux cannot go into the base
 

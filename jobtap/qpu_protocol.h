@@ -4,7 +4,7 @@
  * The jobtap plugin (quantum*.c) and the job-shell plugin
  * (shell_quantum.c) write and read a job's jobspec, eventlog and
  * environment in names the Python side defines.  Python is the
- * source; these are copies, and t/test_protocol.py fails when one
+ * source; these are copies, and t/protocol/test_jobspec.py fails when one
  * drifts from its definition in:
  *
  *   src/flux_quantum/protocol/jobspec.py   attributes.system keys: the qpu

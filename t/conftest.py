@@ -186,7 +186,7 @@ def _ledger_backends() -> list[Any]:
 @pytest.fixture(params=_ledger_backends())
 def ledger(request: pytest.FixtureRequest, tmp_path: Path):
     """A ledger on each backend: SQLite always, PostgreSQL where it is installed
-    (t/test_ledger_pg.py says once, loudly, when it is not)."""
+    (t/site/test_ledger_pg.py says once, loudly, when it is not)."""
     from flux_quantum.site.ledger import Ledger
     from flux_quantum.testing import pgserver
 
@@ -213,3 +213,12 @@ def _private_state_home(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("XDG_STATE_HOME", None)
     else:
         os.environ["XDG_STATE_HOME"] = before
+
+
+@pytest.fixture
+def clock():
+    """The emulator's manual clock a test advances by hand (``ManualClock``), fresh for
+    each test; a module may define its own."""
+    from flux_quantum.emulator import ManualClock
+
+    return ManualClock()

@@ -7,15 +7,13 @@ import; a test that uses it is a flux test."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from fluxinstance import FluxInstance
 from qpu_setup import Qpu
+from vendor_world import VendorWorld
 
 from flux_quantum.emulator import Emulator, ManualClock
 from flux_quantum.emulator.ibm import IbmScenario
@@ -74,7 +72,7 @@ print(job.task_id, later.task_id, flush=True)
 """
 
 
-class Ibm(Qpu):
+class Ibm(VendorWorld):
     """``Qpu`` of the service tests with an IBM emulator, and an instance whose
     environment carries QRMI's settings (what a site exports for the service)."""
 
@@ -85,39 +83,25 @@ class Ibm(Qpu):
         catalog: str = CATALOG,
         config: str | None = None,
     ) -> None:
-        import flux
-
         if emu is None:
             # Emulated time starts now, as IBM's does: find_task lists jobs created since
             # the service's own recorded time.
             scenario = IbmScenario.from_dict({"backends": BACKENDS, "faults": FAULTS})
             emu = Emulator(clock=ManualClock(epoch=datetime.now(UTC)), ibm=scenario)
-        self.emu = emu.start()
-        self.clock = self.emu.clock
-        self.catalog = workdir / "backends.yaml"
-        self.catalog.write_text(catalog)
-        (workdir / "bell.qasm").write_text(BELL)
-        (workdir / "ride.py").write_text(RIDE)
-        saved = dict(os.environ)
-        os.environ.update(self.emu.ibm.env(self.emu.url))
-        try:
-            self.inst = FluxInstance(workdir, size=1, config=config).start()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        self.handle = flux.Flux(self.inst.uri)
         # The jobs get QRMI's settings but no key: they read their tasks through the
         # service, which has the credentials. A job that calls IBM itself (a session's
         # later task) carries the key, as it may in its owner's own instance.
-        self.secret = {
-            k: v for k, v in self.emu.ibm.env(self.emu.url).items() if k.endswith("_IAM_APIKEY")
-        }
-        self.inst.env = {k: v for k, v in self.inst.env.items() if k not in self.secret}
-        settings = {k: v for k, v in self.emu.ibm.env(self.emu.url).items() if k not in self.secret}
-        self.job_env = {**settings, "FLUX_QUANTUM_BACKENDS": str(self.catalog)}
+        super().__init__(
+            workdir,
+            emu,
+            ("ibm",),
+            catalog,
+            secret_suffixes=("_IAM_APIKEY",),
+            files={"bell.qasm": BELL, "ride.py": RIDE},
+            config=config,
+        )
 
-    def status(self) -> dict[str, Any]:
-        return json.loads(self.inst.quantum("service", "status", "--json").stdout)
+    start_service = Qpu.start_service  # the catalog's local device reaches the emulator too
 
     def kill_service(self) -> None:
         """kill -9 of the service process; its supervisor starts a new one."""

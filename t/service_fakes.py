@@ -4,7 +4,7 @@ time and threads; the service's own code runs unchanged (``QuantumService`` and 
 part of it).
 
 ``FakeFlux`` keeps held jobs and their eventlogs the way the quantum plugin and Flux do
-(t/test_fluxside.py runs the same cases against both): the plugin's list shows held jobs
+(t/service/test_fluxside.py runs the same cases against both): the plugin's list shows held jobs
 only, release and fail are all-or-nothing over the ids given, events go to held jobs and
 must be ``qpu-*`` ones (after the release only ``qpu-cost``, until the job ends),
 ``held_records`` carry a job's ``qpu-*`` events only, memos and annotations go to active

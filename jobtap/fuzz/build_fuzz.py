@@ -10,7 +10,7 @@ is built from) and this folder's qpu_parsers.c:
 - ``libqpu_parsers.so``: the same parsers without sanitizers, for the Python tests to
   call through ctypes (the differential test against ``flux_quantum.protocol.request``).
 
-It owns nothing but compiler command lines; it never runs the fuzzer (t/test_fuzz_plugin.py
+It owns nothing but compiler command lines; it never runs the fuzzer (t/jobtap/test_fuzz_plugin.py
 and bench/fuzz.py do) and never raises for a missing compiler or flux-core: it returns
 the reason instead.
 """

@@ -10,7 +10,7 @@ job is held the handler service keeps memos on it (``HeldMemo``, ``flux jobs -o
 '{user.qpu_position}'``), and two more once its tasks cost money or ride a session. This
 module is the one home of those names and records; the ``qpu-*`` eventlog events are
 ``events.py``'s, and the C plugins keep the same names in ``jobtap/qpu_protocol.h``
-(``t/test_protocol.py`` checks that they agree). A jobspec and a memo are read, never
+(``t/protocol/test_jobspec.py`` checks that they agree). A jobspec and a memo are read, never
 trusted: the decoders check every field and leave a malformed one unsaid. Standard
 library only (``request.py`` imports it inside Flux's own Python); it never talks to Flux
 and never holds a credential.

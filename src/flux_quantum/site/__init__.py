@@ -7,5 +7,5 @@ tasks' limits and decisions (``merging``) and what each of their jobs pays
 ``SitePolicy`` that puts them together (``policy``).
 
 This face imports nothing: the ingest validator imports ``flux_quantum.site.access`` in
-the broker's own Python, standard library only (t/test_access.py checks it).
+the broker's own Python, standard library only (t/site/test_access.py checks it).
 """

@@ -11,7 +11,7 @@ sessions with their limits (``sessions``). Its call log and counts are the share
 wall clock.
 
 Checked against ionq-core 0.2.0 (its generated ``api`` and ``models`` modules, and the
-real client against this side: t/test_emulator_ionq.py):
+real client against this side: t/emulator/ionq/test_side.py):
 
 - ``IonQClient(api_key=..., base_url=...)``: every call carries ``Authorization: apiKey
   KEY``; an error answer becomes ``BadRequestError`` (400), ``AuthenticationError``
