@@ -127,13 +127,16 @@ FAST = (
 class Qpu:
     """One emulator (fresh queues) and the service pointed at it, in an instance."""
 
-    def __init__(self, inst: FluxInstance, catalog: Path) -> None:
+    def __init__(
+        self, inst: FluxInstance, catalog: Path, scenario: dict[str, Any] | None = None
+    ) -> None:
         import flux
 
         self.inst = inst
         self.catalog = catalog
         self.clock = ManualClock()
-        self.emu = Emulator(Scenario.from_dict(SCENARIO), clock=self.clock).start()
+        spec = SCENARIO if scenario is None else scenario
+        self.emu = Emulator(Scenario.from_dict(spec), clock=self.clock).start()
         self.handle = flux.Flux(inst.uri)
         # What a job's consumer needs to reach the emulator and find the catalog.
         self.job_env = {

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum.catalog import Catalog, Device, parse_catalog
+from flux_quantum.compiler import CompilePool, DeviceTarget
 from flux_quantum.errors import CommandError
 from flux_quantum.instance.plugin import HeldJob
 from flux_quantum.protocol import events
@@ -682,6 +683,12 @@ class IbmLikeVendor(ScriptedVendor):
         self.session_ids = itertools.count(1)
         self.open_plan = False
         self.lose_answers = 0
+        self.sent: dict[str, str] = {}  # token -> the program text its create carried
+        self.targets: dict[str, DeviceTarget] = {}  # device -> what ``target`` gives
+
+    def target(self, device: Device) -> DeviceTarget:
+        self._call("target", device.name)
+        return self.targets.get(device.name) or super().target(device)
 
     def reports_positions(self, device: Device) -> bool:
         return False
@@ -726,6 +733,7 @@ class IbmLikeVendor(ScriptedVendor):
         *,
         reservation: str | None = None,
     ) -> TaskRef:
+        self.sent[token] = program_text
         return self._create(device, token, None)
 
     def _create(self, device: Device, token: str, session: VendorSession | None) -> TaskRef:
@@ -928,6 +936,7 @@ class Harness:
         vendor_names: Sequence[str] = ("local", "ibm"),
         session_keys: SessionKeys | None = None,
         meters: Meters | None = None,
+        compiler: CompilePool | None = None,
     ) -> None:
         """``site``: the site policy the service enforces; ``userid`` and
         ``instance_owner``: who the service runs as (a guest's own service: not the
@@ -935,7 +944,8 @@ class Harness:
         ``NoCredentials`` for the others, never the real vendor, whose answers would
         depend on the environment, the network and the wall clock); ``session_keys``: the
         service's kept session ids (in memory, handed to the restarted service as its
-        directory would be); ``meters``: the metrics' hooks (none by default)."""
+        directory would be); ``meters``: the metrics' hooks (none by default);
+        ``compiler``: the compile stage's workers (None: the stage is off)."""
         self.clock = clock or Clock()
         self.flux = flux or FakeFlux(self.clock)
         default = {"alpha": QueueModel(3), "beta": QueueModel(5), "solo": QueueModel(1)}
@@ -968,6 +978,7 @@ class Harness:
             instance_owner=instance_owner,
             session_keys=self.keys,
             meters=meters,
+            compiler=compiler,
         )
 
     def restart(self, options: ServiceOptions = FAST, site: SitePolicy | None = None) -> Harness:

@@ -382,3 +382,31 @@ def test_later_iterations_with_qiskit_ibm_runtime(tmp_path: Path) -> None:
     assert "ERROR" not in out, out
     assert "\nleft: 0\n" in out, out
     no_emulator_left(tmp_path)
+
+
+def test_cutting_try_it(tmp_path: Path) -> None:
+    found = blocks("## Try it", DOCS / "cutting.md")
+    assert len(found) == 4, found
+    out = walk(found, tmp_path, with_heredocs)
+    assert "qpu handler service 'qpu_handlers' stopped" in out, out
+    assert out.count("ERROR") == 1, out  # the refusal below, and nothing else
+    # The plan: one cz cut, two fragments of 13, 20 subexperiments, overhead 9.
+    assert "fragments:       q[0..11] (13 wide), q[12..23] (13 wide)" in out, out
+    assert "cut gates:       cz q[11],q[12]" in out, out
+    assert "subexperiments:  20 (6 terms, 2 measurement setting(s))" in out, out
+    assert "shots overhead:  x9 for the same standard error" in out, out
+    # Refused whole before any task, then run and recombined in the job.
+    assert (
+        "qpu.max_cost: the cut's 20 subexperiments may cost up to $26.00 (20 tasks of 1000 "
+        "shots at up to $1.30), over qpu.max_cost $5.00; nothing was submitted"
+    ) in out, out
+    # sin(1.1) cos(0.75) cos(0.4) and cos(1.1) cos(0.4), as the page says.
+    exact = {"I" * 11 + "X" + "I" * 12: 0.6006114, "I" * 11 + "ZZ" + "I" * 11: 0.4177897}
+    lines = re.findall(r"^([IXYZ]{24})  ([-+]\d\.\d{5}) ± (\d\.\d{5})$", out, re.M)
+    assert {pauli for pauli, _, _ in lines} == set(exact), out
+    for pauli, value, error in lines:
+        assert 0 < float(error) < 0.15, out
+        assert abs(float(value) - exact[pauli]) <= 4 * float(error), out
+    assert re.search(r"^20 subexperiments ran on (small-\w \d+(, )?)+$", out, re.M), out
+    fragments = "[{'qubits': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], 'width': 13}"
+    assert fragments in out and "'wide'" not in out, out

@@ -218,6 +218,19 @@ SAMPLES: dict[str, events.QpuEvent] = {
             task="arn:t",
             reason="reservation forte-dec03 ended at 2026-12-03T10:00:00Z",
         ),
+        events.Compile(
+            index=0,
+            attempt=0,
+            device="kingston",
+            form="mapped",
+            layout=(3, 4),
+            calibration="2026-12-07T00:00:00Z",
+            success=0.9412,
+            two_qubit_gates=1,
+            depth=7,
+            seconds=0.031,
+            program='OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\ncz $3, $4;\n',
+        ),
     )
 }
 

@@ -282,3 +282,17 @@ def test_explanation_text_and_json():
     assert first["drain_source"] == "prior" and first["expected_wait"] == 0.0
     assert data["candidates"][1]["expected_wait"] == 150.0
     assert data["candidates"][1]["cost"] == pytest.approx(1.2)
+
+
+def test_a_batchs_own_tasks_wait_ahead_so_it_spreads():
+    # garnet and ankaa3 drain at the same pace; ankaa3 has the shorter queue, until the
+    # job's own earlier tasks placed there (a cut's subexperiments) are counted ahead.
+    qpus = {"policy": "min-wait", "class": "qpu", "vendor": "braket", "min_qubits": 20}
+    snapshots = fleet(garnet=snap("garnet", 4), ankaa3=snap("ankaa3", 3), forte1=snap("forte1", 9))
+    assert pick(qpus, snapshots).device.name == "ankaa3"
+    assert pick(qpus, snapshots, ahead={"ankaa3": 2}).device.name == "garnet"
+    queue = {**qpus, "policy": "min-queue"}
+    chosen = pick(queue, snapshots, ahead={"ankaa3": 2})
+    assert chosen.device.name == "garnet"
+    shown = {c.device: c.queue_depth for c in chosen.explanation.candidates}
+    assert shown["ankaa3"] == 5 and shown["garnet"] == 4

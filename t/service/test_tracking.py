@@ -13,6 +13,7 @@ from service_fakes import FAST, Harness, QueueModel
 from flux_quantum.protocol import events
 from flux_quantum.service import ServiceOptions
 from flux_quantum.service.fluxside import ClusterView
+from flux_quantum.service.state import Phase
 from flux_quantum.vendors.base import DeviceStatus
 from flux_quantum.vendors.errors import VendorThrottled
 
@@ -316,6 +317,21 @@ def test_batch_is_released_only_when_every_program_is_ready(tmp_path):
     ready = h.flux.last(job, events.READY)
     assert len(ready.tasks) == 2
     assert h.flux.jobs[job].release["info"]["tasks"] == [t.task for t in tasks]
+
+
+def test_a_batchs_memo_says_how_many_of_its_tasks_are_ready(tmp_path):
+    """A cut's subexperiments are a batch: its held job shows how far it is."""
+    for name in ("a.qasm", "b.qasm"):
+        (tmp_path / name).write_text("OPENQASM 3.0;\nqubit[1] q;\n")
+    h = Harness({"alpha": QueueModel(2)})
+    job = h.flux.submit(
+        {"device": "local:alpha", "program": ["a.qasm", "b.qasm"]}, cwd=str(tmp_path)
+    )
+    h.until(lambda: h.flux.jobs[job].memo.get("qpu_state") == "QUEUED (0/2 ready)")
+    unit = h.service.ctx.units.of_job(job)
+    unit.programs[0].attempt.phase = Phase.READY  # as its task ended first
+    assert h.service.face.memo_of(unit)["qpu_state"] == "QUEUED (1/2 ready)"
+    h.until(lambda: h.state(job) == "released")
 
 
 def test_batch_tasks_are_submitted_in_program_order_whatever_order_choices_complete(tmp_path):

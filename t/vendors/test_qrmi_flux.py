@@ -68,8 +68,8 @@ def qrmi_world(workdir: Path) -> VendorWorld:
         iqm=IqmScenario.from_dict(IQM),
         pasqal=PasqalScenario.from_dict(PASQAL),
     )
-    sequence = resources.files("flux_quantum.vendors.pasqal") / "samples" / "two_atoms.json"
-    files = {"bell.qasm": BELL, "seq.json": sequence.read_text()}
+    seq = resources.files("flux_quantum.vendors.pasqal").joinpath("samples/two_atoms.json")
+    files = {"bell.qasm": BELL, "seq.json": seq.read_text()}
     return VendorWorld(
         workdir, emu, ("iqm", "pasqal"), CATALOG, secret_suffixes=SECRETS, files=files
     )

@@ -19,9 +19,13 @@ from typing import Any
 
 from flux_quantum.catalog import Catalog, Device
 from flux_quantum.cli import table
+from flux_quantum.compiler import CompileError, CompileLimits, CompilePool
+from flux_quantum.compiler.choice import compile_each, weighed
 from flux_quantum.errors import CommandError
+from flux_quantum.protocol.programs import OPENQASM, kind_of
 from flux_quantum.protocol.request import RequestError, parse_request
 from flux_quantum.protocol.vendors import vendor_names
+from flux_quantum.selection import program_kinds
 from flux_quantum.selection.policies import NoDeviceError, select_device, static_candidates
 from flux_quantum.selection.qasm import count_program
 from flux_quantum.vendors.base import DeviceSnapshot, DeviceStatus, Vendor
@@ -101,13 +105,38 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 # --- shared steps --------------------------------------------------------------------
 
 
-def _probe(catalog: Catalog, devices: list[Device], timeout: float) -> dict[str, DeviceSnapshot]:
+def _vendors(catalog: Catalog, devices: list[Device], timeout: float) -> dict[str, Vendor]:
     if not timeout > 0:
         raise CommandError(f"--timeout must be a number of seconds > 0, got {timeout:g}")
     vendors: dict[str, Vendor] = {}
     for name in dict.fromkeys(device.vendor for device in devices):
         vendors[name] = make_vendor(name, catalog, timeout=timeout)
-    return probe_devices(devices, vendors, timeout=timeout)
+    return vendors
+
+
+def _probe(catalog: Catalog, devices: list[Device], timeout: float) -> dict[str, DeviceSnapshot]:
+    return probe_devices(devices, _vendors(catalog, devices, timeout), timeout=timeout)
+
+
+def _weigh(
+    text: str, catalog: Catalog, devices: list[Device], timeout: float
+) -> tuple[dict[str, str], dict[str, float]]:
+    """The devices that cannot take the program ``text``, with why (its kind, its
+    width; for a vendor whose programs are mapped, the program compiled for the device),
+    and the expected success of the program as compiled for each device."""
+    excluded = program_kinds.cannot_run(text, devices)
+    fit = [d for d in devices if d.name not in excluded]
+    if kind_of(text) != OPENQASM or not fit:
+        return excluded, {}
+    pool = CompilePool(CompileLimits(workers=1))
+    try:
+        answers = compile_each(text, fit, _vendors(catalog, fit, timeout), pool)()
+        success, unfit = weighed(answers)
+    except CompileError as exc:
+        raise CommandError(f"qpu.program: {exc}") from None
+    finally:
+        pool.close()
+    return {**excluded, **unfit}, success
 
 
 # --- backends ------------------------------------------------------------------------
@@ -237,14 +266,21 @@ def cmd_select(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     catalog = table.catalog(args.catalog)
     program = None
-    if request.program:  # max-fidelity and min_fidelity count its first program's gates
+    excluded: dict[str, str] = {}
+    compiled: dict[str, float] = {}
+    candidates = static_candidates(catalog, request)
+    if request.program:  # its first program: what each device can take, and how well
         try:
-            program = count_program(Path(request.program[0]).read_text())
-        except OSError as exc:
+            text = Path(request.program[0]).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
             raise CommandError(f"qpu.program: cannot read {request.program[0]}: {exc}") from None
-    snapshots = _probe(catalog, static_candidates(catalog, request), args.timeout)
+        program = count_program(text)
+        excluded, compiled = _weigh(text, catalog, candidates, args.timeout)
+    snapshots = _probe(catalog, [d for d in candidates if d.name not in excluded], args.timeout)
     try:
-        selection = select_device(catalog, snapshots, request, program=program)
+        selection = select_device(
+            catalog, snapshots, request, program=program, excluded=excluded, compiled=compiled
+        )
     except NoDeviceError as exc:
         if args.json:
             print(json.dumps({"device": None, "explanation": exc.explanation.to_dict()}, indent=2))

@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES = (
     "flux_quantum.cli.accounting",
     "flux_quantum.cli.reservations",
     "flux_quantum.cli.loop",
+    "flux_quantum.cli.cut",
     "flux_quantum.cli.service",
     "flux_quantum.cli.top",
     "flux_quantum.cli.metrics",

@@ -28,6 +28,7 @@ from flux_quantum.job.consumer import (
     READ_VARIABLE,
     JobTask,
     TaskFailedError,
+    compiled_programs,
     current_task,
     describe_snapshot,
     encode_jobid,
@@ -37,6 +38,7 @@ from flux_quantum.job.consumer import (
     wait_release,
     watch_task,
 )
+from flux_quantum.protocol import events
 from flux_quantum.vendors.base import TaskRef, TaskSnapshot, TaskState, Vendor
 from flux_quantum.vendors.errors import VendorError
 
@@ -147,7 +149,9 @@ def format_text(job_task: JobTask, reports: list[TaskReport]) -> str:
     return "\n".join(lines)
 
 
-def format_json(job_task: JobTask, reports: list[TaskReport]) -> str:
+def format_json(
+    job_task: JobTask, reports: list[TaskReport], compiled: list[dict[str, Any]] | None = None
+) -> str:
     out = job_task.to_dict()
     first = reports[0].to_dict()
     out.update(
@@ -157,7 +161,36 @@ def format_json(job_task: JobTask, reports: list[TaskReport]) -> str:
         counts=first["counts"],
         tasks=[r.to_dict() for r in reports],
     )
+    if compiled:
+        out["compiled"] = compiled  # what the compile stage sent for each program
     return json.dumps(out)
+
+
+def format_programs(compiled: list[events.Compile], as_json: bool = False) -> str:
+    """What the compile stage made of each program: where its qubits went and the text
+    the vendor received (``--program``)."""
+    if as_json:
+        return json.dumps([record.to_context() for record in compiled])
+    if not compiled:
+        return "no program compiled (yet, or the site's compile stage is off): it runs as written"
+    blocks = []
+    for record in compiled:
+        facts = [record.form]
+        if record.layout is not None:
+            facts.append("qubits " + " ".join(f"{i}->{q}" for i, q in enumerate(record.layout)))
+        if record.success is not None:
+            facts.append(f"expected success {record.success:.3f}")
+        if record.calibration:
+            facts.append(f"calibration {record.calibration}")
+        head = f"# program {record.index + 1} for {record.device} ({'; '.join(facts)})"
+        if record.program is not None:
+            body = record.program.rstrip("\n")
+        elif record.bytes is not None:
+            body = f"# ({record.bytes} bytes: too long to keep in the job's eventlog)"
+        else:
+            body = "# (sent as written)"
+        blocks.append(f"{head}\n{body}")
+    return "\n".join(blocks)
 
 
 def format_environment(env: Mapping[str, str], as_json: bool = False) -> str:
@@ -177,6 +210,9 @@ def cmd_task(args: argparse.Namespace) -> int:
     def remaining() -> float | None:
         return None if deadline is None else max(0.001, deadline - time.monotonic())
 
+    if args.program and not args.wait:  # a held job's too: what its task will run
+        print(format_programs(compiled_programs(args.jobid), args.json))
+        return 0
     progress = Progress(sys.stderr)
     try:
         if args.wait:
@@ -186,6 +222,9 @@ def cmd_task(args: argparse.Namespace) -> int:
         if args.session_env:
             print(format_environment(session_environment(job_task), args.json))
             return 0
+        if args.program:
+            print(format_programs(compiled_programs(job_task.jobid), args.json))
+            return 0  # after the release (--wait): what its tasks ran
         vendor = open_vendor(job_task, direct=args.direct or None)
         reports = []
         for ref in job_task.refs():
@@ -204,7 +243,11 @@ def cmd_task(args: argparse.Namespace) -> int:
     finally:
         progress.finish()
 
-    print(format_json(job_task, reports) if args.json else format_text(job_task, reports))
+    if args.json:
+        compiled = [record.to_context() for record in compiled_programs(job_task.jobid)]
+        print(format_json(job_task, reports, compiled))
+    else:
+        print(format_text(job_task, reports))
     if args.wait:
         for report in reports:
             if report.snapshot.state is not TaskState.COMPLETED:
@@ -235,6 +278,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="wait for the release (if held) and for the task to finish; progress on stderr",
     )
     p.add_argument("--json", action="store_true", help="print JSON for machines")
+    p.add_argument(
+        "--program",
+        action="store_true",
+        help="print the program each task ran, as compiled for its device, and where "
+        "its qubits went (a held job's too)",
+    )
     p.add_argument(
         "--direct",
         action="store_true",

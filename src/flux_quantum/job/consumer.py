@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from flux_quantum.errors import CommandError
+from flux_quantum.protocol import events
 from flux_quantum.protocol.events import Event, ends_hold, parse_eventlog
 from flux_quantum.protocol.jobspec import (
     DEPENDENCY_SCHEME,
@@ -361,6 +362,25 @@ def job_task_from_jobspec(
         catalog=info.catalog,
         info=info,
     )
+
+
+def compiled_programs(
+    jobid: str | int | None = None, *, handle: Any = None
+) -> list[events.Compile]:
+    """What the compile stage made of each of JOBID's programs for its latest attempt
+    (``qpu-compile``), in program order; empty before any was compiled, or when the
+    stage is off. A held job's too: what its task will run."""
+    job = resolve_jobid(jobid)
+    if handle is None:
+        import flux
+
+        handle = flux.Flux()
+    latest: dict[int, events.Compile] = {}
+    for event in parse_eventlog(_lookup(handle, job, ["eventlog"]).get("eventlog")):
+        record = events.decode(event)
+        if isinstance(record, events.Compile):
+            latest[record.index] = record
+    return [latest[index] for index in sorted(latest)]
 
 
 def _lookup(handle: Any, jobid: int, keys: list[str]) -> dict[str, Any]:

@@ -245,6 +245,7 @@ SESSION = "qpu-session"
 SESSION_CLOSED = "qpu-session-closed"
 COST = "qpu-cost"
 RESERVATION_ENDED = "qpu-reservation-ended"
+COMPILE = "qpu-compile"
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,34 @@ class Select(QpuEvent):
     attempt: int
     device: str
     explanation: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Compile(QpuEvent):
+    """The program of one attempt was compiled for its device (``flux_quantum.compiler``),
+    before its task: ``form`` (``mapped``: onto the device's gates and couplers;
+    ``checked``: parsed and sent as written), ``layout`` (the physical qubit of each of
+    the program's qubits, when mapped), ``calibration`` (the figures it was mapped on),
+    the expected ``success`` on them, the compiled circuit's two-qubit gates and depth,
+    the ``seconds`` it took, and ``program``: the text the vendor receives (None when it
+    is the program as written, or longer than ``PROGRAM_KEPT`` bytes: then ``bytes``)."""
+
+    name: ClassVar[str] = COMPILE
+    index: int
+    attempt: int
+    device: str
+    form: str
+    layout: tuple[int, ...] | None = None
+    calibration: str | None = None
+    success: float | None = None
+    two_qubit_gates: int | None = None
+    depth: int | None = None
+    seconds: float | None = None
+    program: str | None = None
+    bytes: int | None = None
+
+
+PROGRAM_KEPT = 64 * 1024  # a compiled program kept in the eventlog at most (bytes)
 
 
 @dataclass(frozen=True)
@@ -575,6 +604,7 @@ RECORDS: dict[str, type[QpuEvent]] = {
         Release,
         Cost,
         ReservationEnded,
+        Compile,
     )
 }
 NAMES = frozenset(RECORDS)

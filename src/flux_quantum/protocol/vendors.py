@@ -96,6 +96,45 @@ class ReservedWindows:
         return self._pattern.fullmatch(reservation) is not None
 
 
+# How the compile stage writes a program for a vendor's devices (``Compiling.form``):
+# mapped onto the device's target (its basis gates, coupling map and calibration) with
+# Qiskit's transpiler, or parsed and checked against the device's width and sent as
+# written (the vendor compiles on its side).
+MAPPED = "mapped"
+CHECKED = "checked"
+FORMS = (MAPPED, CHECKED)
+
+
+@dataclass(frozen=True)
+class Compiling:
+    """How a vendor's OpenQASM programs are compiled once a device is chosen
+    (``flux_quantum.compiler``; the device's target comes from the vendor's
+    ``Vendor.target``).
+
+    ``form``: ``MAPPED`` or ``CHECKED`` (above). ``writer``: ``module:function``, the
+    text the vendor takes of a mapped Qiskit circuit (IQM's JSON circuit); None:
+    OpenQASM 3 as Qiskit's exporter writes it (IBM's ISA circuits). ``on``: which of its
+    device ids take ``form`` (None: all); the others are ``CHECKED`` (a vendor's
+    simulators).
+    """
+
+    form: str = CHECKED
+    writer: str | None = None
+    on: Callable[[str], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.form not in FORMS:
+            raise ValueError(
+                f"compiling: form must be one of {', '.join(FORMS)}, got {self.form!r}"
+            )
+        if self.writer is not None and not _TARGET.fullmatch(self.writer):
+            raise ValueError(f"compiling: writer must be 'module:name', got {self.writer!r}")
+
+    def form_on(self, device_id: str) -> str:
+        """The form a program for the vendor's device ``device_id`` is compiled in."""
+        return self.form if self.on is None or self.on(device_id) else CHECKED
+
+
 @dataclass(frozen=True)
 class VendorDescriptor:
     """One vendor as the rest of flux-quantum knows it.
@@ -118,7 +157,8 @@ class VendorDescriptor:
     device (None: every task carries one program). ``reserved_windows``: how its QPUs
     are reserved (None: they are not). ``warm_up``: ``module:function``, called once in
     a worker when the service starts: what its first calls would import (an SDK that
-    takes seconds).
+    takes seconds). ``compiling``: how its programs are compiled for the device chosen
+    (``Compiling``; default: checked and sent as written).
     """
 
     name: str
@@ -135,6 +175,7 @@ class VendorDescriptor:
     merged_tasks: Limits | Callable[[str], Limits | None] | None = None
     reserved_windows: ReservedWindows | None = None
     warm_up: str | None = None
+    compiling: Compiling = Compiling()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -162,6 +203,8 @@ class VendorDescriptor:
                 f"{self.name}: merged_tasks must be a merged_tasks.Limits or a function of "
                 f"a device's id, got {merged!r}"
             )
+        if not isinstance(self.compiling, Compiling):
+            raise ValueError(f"{self.name}: compiling must be a Compiling, got {self.compiling!r}")
         windows = self.reserved_windows
         if windows is not None and not isinstance(windows, ReservedWindows):
             raise ValueError(

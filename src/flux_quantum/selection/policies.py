@@ -472,6 +472,8 @@ def select_device(
     in_flight: Mapping[str, int] | None = None,
     program: ProgramCounts | None = None,
     excluded: Mapping[str, str] | None = None,
+    compiled: Mapping[str, float] | None = None,
+    ahead: Mapping[str, int] | None = None,
 ) -> Selection:
     """Pick the device for ``request`` among ``devices`` given their ``snapshots``.
 
@@ -480,8 +482,14 @@ def select_device(
     is dropped). ``program`` is the gate count of the task's program (default: a Bell
     pair), used by max-fidelity and min_fidelity. ``excluded`` maps device names the
     caller rules out to the reason, shown as the verdict (``flux_quantum.site.access``:
-    "not allowed: ...", ``flux_quantum.site.quota``: "over quota: ..."). Raises
-    NoDeviceError, with the explanation, when nothing qualifies.
+    "not allowed: ...", ``flux_quantum.site.quota``: "over quota: ..."). ``compiled``
+    maps device names to the program's expected success as compiled for them (its
+    gates and depth after routing, on the chosen qubits, with the device's errors:
+    ``flux_quantum.compiler``), which replaces the estimate from the counts. ``ahead``
+    maps device names to the job's own other tasks placed there since the probe (a
+    batch, a cut's subexperiments): they wait ahead of this one, so a batch spreads over
+    equal devices instead of piling onto the first. Raises NoDeviceError, with the
+    explanation, when nothing qualifies.
     """
     estimator = estimator or DrainEstimator()
     busy = in_flight or {}
@@ -498,10 +506,14 @@ def select_device(
         cost = device.price.cost(request.shots)
         drain = estimator.estimate(device)
         wait = None
-        if snapshot is not None and snapshot.queue_depth is not None:
-            wait = snapshot.queue_depth * drain.seconds_per_task
+        depth = snapshot.queue_depth if snapshot is not None else None
+        if depth is not None:
+            depth += (ahead or {}).get(device.name, 0)
+            wait = depth * drain.seconds_per_task
         calibration = snapshot.calibration if snapshot is not None else None
         success = expected_success(device, calibration, counts) if counts else None
+        if counts and compiled is not None and device.name in compiled:
+            success = compiled[device.name]
         reason = static_reason(device, request) or ruled_out.get(device.name)
         if reason is None:
             reason = _runtime_reason(
@@ -513,7 +525,7 @@ def select_device(
             device_class=device.device_class,
             qubits=device.qubits,
             status=snapshot.describe_status() if snapshot else None,
-            queue_depth=snapshot.queue_depth if snapshot else None,
+            queue_depth=depth,
             queue_capped=snapshot.queue_capped if snapshot else False,
             cost=cost,
             drain=drain,

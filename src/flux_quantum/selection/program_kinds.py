@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from flux_quantum.catalog import Device
+from flux_quantum.compiler.screen import width
 from flux_quantum.protocol.programs import OPENQASM, kind_of, kind_reason
 from flux_quantum.protocol.vendors import registry
 
@@ -39,6 +40,22 @@ def program_reason(vendor: str, qubits: int, text: str | None) -> str | None:
 
 
 def cannot_run(text: str | None, devices: Iterable[Device]) -> dict[str, str]:
-    """The ``devices`` that cannot run ``text`` (``program_reason``), with the reason."""
+    """The ``devices`` that cannot run ``text`` (``program_reason``; an OpenQASM
+    program wider than the device, ``too_narrow``), with the reason."""
+    devices = list(devices)
     reasons = {d.name: program_reason(d.vendor, d.qubits, text) for d in devices}
-    return {name: why for name, why in reasons.items() if why is not None}
+    kinds = {name: why for name, why in reasons.items() if why is not None}
+    return {**too_narrow(text, devices), **kinds}
+
+
+def too_narrow(text: str | None, devices: Iterable[Device]) -> dict[str, str]:
+    """The ``devices`` with fewer qubits than the OpenQASM program ``text`` declares,
+    with why (the compile stage checks its gates and couplings on the device chosen)."""
+    if text is None or kind_of(text) != OPENQASM:
+        return {}
+    declared = width(text)
+    return {
+        d.name: f"has {d.qubits} qubits, the program declares {declared}"
+        for d in devices
+        if d.qubits < declared
+    }

@@ -47,10 +47,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flux_quantum.catalog import Catalog
+from flux_quantum.compiler import CompilePool
 from flux_quantum.service.adoption import Adoption
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.cancels import Cancels
 from flux_quantum.service.charges import Charges
+from flux_quantum.service.compiling import Compiling
 from flux_quantum.service.context import MODULE_NAME, Clock, Log, ServiceContext
 from flux_quantum.service.devices import Devices
 from flux_quantum.service.due import DueQueue
@@ -96,6 +98,7 @@ class QuantumService:
         module_name: str | None = MODULE_NAME,
         session_keys: SessionKeys | None = None,
         meters: Meters | None = None,
+        compiler: CompilePool | None = None,
     ) -> None:
         ctx = self.ctx = ServiceContext(
             flux,
@@ -131,8 +134,15 @@ class QuantumService:
         )
         self.release = Release(ctx, self.face, self.outcomes, self.sessions)
         self.merges = Merges(ctx, site.merge if site is not None else None, self.charges.requester)
+        self.compiling = Compiling(ctx, self.calls, self.outcomes, compiler)
         self.selection = Selection(
-            ctx, self.calls, self.outcomes, self.charges, self.reservations, self.merges
+            ctx,
+            self.calls,
+            self.outcomes,
+            self.charges,
+            self.reservations,
+            self.merges,
+            self.compiling,
         )
         self.devices = Devices(ctx, self.outcomes)
         self.events = VendorEvents(ctx, self.calls, self.devices.probe_soon)
@@ -155,6 +165,7 @@ class QuantumService:
             self.selection,
             self.reservations,
             self.merges,
+            self.compiling,
         )
         self.adoption = Adoption(
             ctx,

@@ -86,6 +86,8 @@ class Face:
             else:
                 states = sorted({a.snapshot.state.value for a in waiting if a.snapshot})
                 state = ",".join(states) or "submitted"
+            if len(attempts) > 1 and waiting:  # a batch (a cut's subexperiments): how far
+                state += f" ({len(attempts) - len(waiting)}/{len(attempts)} ready)"
         return HeldMemo(
             device=",".join(devices) or None,
             task=first_task,

@@ -294,7 +294,7 @@ class Merges:
         programs = []
         for place in range(gathering.size):
             u, p, _ = gathering.found.get(place, members[0])
-            programs.append((p.text or "", slot.shots[place]))
+            programs.append((p.sent_text or "", slot.shots[place]))
         if not complete:
             missing = gathering.size - len(gathering.found)
             self.ctx.log(
@@ -329,7 +329,7 @@ class Merges:
             account=account,
             device=device.name,
             vendor=device.vendor,
-            size=merging.payload_size(program.text),
+            size=merging.payload_size(program.sent_text or program.text),
             shots=unit.request.shots,
             since=now,
             # What merging can save it: at most the queue its task would wait anyway.

@@ -76,8 +76,8 @@ def read_counted(
     devices: Iterable[Device] = (),
 ) -> tuple[str, ProgramCounts, dict[str, str]]:
     """The program's text, its gate counts (max-fidelity, min_fidelity) and which of
-    ``devices`` cannot run it, with why (``program_kinds.cannot_run``), in a worker:
-    read and checked once, not at every choice of a device."""
+    ``devices`` cannot run it, with why (``program_kinds.cannot_run``), in a worker: read and checked once, not at every
+    choice of a device."""
     text = read_program(cwd, path, owner)
     return text, count_program(text), program_kinds.cannot_run(text, devices)
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from flux_quantum.catalog import Catalog, load_catalog
+from flux_quantum.compiler import CompileLimits, CompilePool
 from flux_quantum.errors import FluxQuantumError
 from flux_quantum.protocol.vendors import load, registry
 from flux_quantum.service import sessionkeys, taskread
@@ -137,6 +138,8 @@ class ServiceRunner:
             instance_metrics(handle, catalog, log, ledger=self.site is not None) if owner else None
         )
         self.workers = VendorWorkers(options.workers)
+        # The compile stage's workers ([quantum.compile]; None: programs go as written).
+        self.compiler = compile_pool(handle)
         self.reads = taskread.TaskReads(self.workers.submit)
         self.service = QuantumService(
             FluxJobs(handle, lead_share=options.lead_share),
@@ -149,6 +152,7 @@ class ServiceRunner:
             module_name=module_name,
             session_keys=SessionKeys(session_keys_directory(handle, owner), log=_warning(log)),
             meters=self.metrics.meters if self.metrics is not None else None,
+            compiler=self.compiler,
         )
         self._fd = handle.fd_watcher_create(
             self.workers.fileno(), self._on_wake, events=flux.constants.FLUX_POLLIN
@@ -167,6 +171,9 @@ class ServiceRunner:
                 self._log(syslog.LOG_ERR, f"metrics: cannot listen: {exc}; running without")
         self._fd.start()
         self._timer.start()
+        if self.compiler is not None:
+            # Its first worker imports Qiskit now, not when the first job waits for it.
+            self.workers.submit(self.compiler.warm, lambda result, error: None)
         catalog = self.service.catalog
         ledger = f", ledger {self.site.ledger.path}" if self.site is not None else ""
         self._log(
@@ -182,6 +189,8 @@ class ServiceRunner:
             with contextlib.suppress(Exception):
                 watcher.stop()
         self.workers.stop()
+        if self.compiler is not None:
+            self.compiler.close()
         with contextlib.suppress(Exception):
             self.service.charges.close()
         if self.metrics is not None:
@@ -269,6 +278,18 @@ def instance_config(handle: Any) -> tuple[dict[str, Any] | None, str | None]:
     except OSError:
         statedir = None
     return (quantum if isinstance(quantum, dict) else None), statedir
+
+
+def compile_pool(handle: Any) -> CompilePool | None:
+    """The compile stage's workers as the instance's ``[quantum.compile]`` sets them
+    (no table: the defaults, the stage on); None when it says ``enabled = false``. A
+    bad table is a ServiceError naming the key."""
+    quantum, _ = instance_config(handle)
+    try:
+        limits = CompileLimits.from_table((quantum or {}).get("compile"))
+    except ValueError as exc:
+        raise ServiceError(str(exc)) from None
+    return CompilePool(limits) if limits.enabled else None
 
 
 def site_policy(handle: Any, catalog: Catalog) -> SitePolicy:

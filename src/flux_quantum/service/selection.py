@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from flux_quantum.catalog import Device
+from flux_quantum.compiler import CompileError
 from flux_quantum.protocol import events
 from flux_quantum.protocol.request import QpuRequest
 from flux_quantum.selection.policies import (
@@ -37,6 +38,7 @@ from flux_quantum.selection.policies import (
 )
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
+from flux_quantum.service.compiling import Choices, Compiling
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.merges import Merges
 from flux_quantum.service.outcomes import Outcomes
@@ -92,8 +94,10 @@ class Selection:
         charges: Charges,
         reservations: Reservations,
         merges: Merges,
+        compiling: Compiling,
     ) -> None:
         self.ctx = ctx
+        self.compiling = compiling
         self.calls = calls
         self.outcomes = outcomes
         self.charges = charges
@@ -150,6 +154,20 @@ class Selection:
                 counts[attempt.device.name] = counts.get(attempt.device.name, 0) + 1
         return counts
 
+    @staticmethod
+    def _own(unit: Unit, program: Program) -> dict[str, int]:
+        """The unit's other programs placed on each device and not yet at their
+        release point: a batch's own tasks, which its later choices see as waiting
+        ahead (so that they spread; they never block each other's slots)."""
+        counts: dict[str, int] = {}
+        for other in unit.programs:
+            attempt = other.attempt
+            if other is program or attempt.device is None:
+                continue
+            if attempt.phase in (Phase.SUBMIT, Phase.TRACK):
+                counts[attempt.device.name] = counts.get(attempt.device.name, 0) + 1
+        return counts
+
     def start(self, unit: Unit, program: Program) -> None:
         """Probe the devices the job may use (in a worker), then choose."""
         from flux_quantum.selection.policies import static_candidates
@@ -172,11 +190,15 @@ class Selection:
             vendors[device.vendor] = vendor
         timeout = self.ctx.options.probe_timeout
         clock, monotonic = self.ctx.clock, self.ctx.monotonic
+        # Weighed by fidelity: each device by the program as compiled for it.
+        weighs = request.policy == "max-fidelity" or request.min_fidelity is not None
+        choose = self.compiling.for_choice(program, candidates, vendors) if weighs else None
 
-        def probe() -> dict[str, DeviceSnapshot]:
-            return probe_devices(
+        def probe() -> tuple[dict[str, DeviceSnapshot], Choices]:
+            snapshots = probe_devices(
                 candidates, vendors, timeout=timeout, clock=clock, monotonic=monotonic
             )
+            return snapshots, choose() if choose is not None else {}
 
         self.calls.call(unit, program, probe, self._selected)
 
@@ -255,11 +277,17 @@ class Selection:
         return window, route.reason or None
 
     def _selected(
-        self, unit: Unit, program: Program, attempt: Attempt, snapshots: Any, error: Any
+        self, unit: Unit, program: Program, attempt: Attempt, probed: Any, error: Any
     ) -> None:
         ctx = self.ctx
         if error is not None:
             self.calls.failed(unit, program, "select", error)
+            return
+        snapshots, choices = probed
+        try:
+            compiled = self.compiling.chosen_from(program, choices)
+        except CompileError as exc:
+            self.outcomes.fail_unit(unit, f"qpu: {exc}")
             return
         for snapshot in snapshots.values():
             if snapshot.status is DeviceStatus.UNREACHABLE:
@@ -282,6 +310,8 @@ class Selection:
                 in_flight=in_flight,
                 program=program.counts,
                 excluded=excluded,
+                compiled={name: c.success for name, c in compiled.items() if c.success is not None},
+                ahead=self._own(unit, program),
             )
         except NoDeviceError as exc:
             self._no_device(unit, program, exc, snapshots, in_flight, request, excluded)
@@ -324,6 +354,7 @@ class Selection:
             explanation=explanation,
         )
         ctx.post_all(unit, record)
+        self.compiling.adopt(unit, program, compiled)
 
     def _no_device(
         self,

@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from flux_quantum.catalog import Device
+from flux_quantum.compiler.compiled import Compiled
 from flux_quantum.protocol.events import MergeSlot
 from flux_quantum.protocol.request import QpuRequest
 from flux_quantum.selection.qasm import ProgramCounts
@@ -99,6 +100,9 @@ class Attempt:
     pooled: bool = False
     merge: MergeSlot | None = None
     alone: str | None = None
+    # The program as the compile stage wrote it for ``device`` (``compiling.py``); None:
+    # not compiled (yet, or the stage is off).
+    compiled: Compiled | None = None
     # What is tracked: the vendor task and what its polls said.
     task: TaskRef | None = None
     attached: bool = True  # False: found in the eventlog, not yet polled by this service
@@ -134,6 +138,7 @@ class Attempt:
         admission before the token is recorded)."""
         self.device, self.token, self.ahead = device, token, ahead
         self.window = window
+        self.compiled = None
         self.wait_posted = None
         self.retry.clear()
         self.submit_posted = False
@@ -160,6 +165,21 @@ class Attempt:
         self.look_first = True
         self.sent = True
         self.phase = Phase.SUBMIT
+
+    def compiled_for(self, compiled: Compiled) -> None:
+        """The compile stage wrote its program for its device: it is due to go on."""
+        self.compiled = compiled
+        self.retry.clear()
+        self.due = 0.0
+
+    def unchosen(self) -> None:
+        """SUBMIT -> SELECT before its token was recorded: its device cannot take the
+        program (the compile stage said why), another is chosen."""
+        assert not self.submit_posted
+        self.device = self.token = self.window = self.compiled = None
+        self.phase = Phase.SELECT
+        self.due = 0.0
+        self.tell(None)
 
     def creating_now(self) -> None:
         """Its create goes to a worker: from now on it may reach the vendor."""
@@ -248,6 +268,13 @@ class Program:
     # The catalog devices that cannot run it, with why (read with the text).
     unfit: dict[str, str] = field(default_factory=dict)
     attempt: Attempt = field(default_factory=Attempt)
+
+    @property
+    def sent_text(self) -> str | None:
+        """What the vendor receives: the program as compiled for its attempt's device,
+        else as written."""
+        compiled = self.attempt.compiled
+        return compiled.text if compiled is not None else self.text
 
     def follow(
         self, failed: str | None, device_class: str | None, shown: str | None = None

@@ -32,6 +32,7 @@ from flux_quantum.protocol import events
 from flux_quantum.protocol.events import MergeSlot
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
+from flux_quantum.service.compiling import Compiling
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.face import LEDGER_WAIT
 from flux_quantum.service.merges import Merges, merge_key
@@ -61,8 +62,10 @@ class Submission:
         selection: Selection,
         reservations: Reservations,
         merges: Merges,
+        compiling: Compiling,
     ) -> None:
         self.ctx = ctx
+        self.compiling = compiling
         self.calls = calls
         self.outcomes = outcomes
         self.release = release
@@ -185,6 +188,10 @@ class Submission:
         attempt = program.attempt
         assert attempt.device is not None and attempt.token is not None
         assert program.text is not None
+        if self.compiling.needed(program):
+            # Written for the device first: nothing reserved, no token, no task before.
+            self.compiling.start(unit, program)
+            return
         if self._waits_for_window(attempt) and not self._admitted(unit, program):
             return  # held with no task until admitted into its window
         try:
@@ -198,7 +205,12 @@ class Submission:
             # Reserved before the create (and before any session), or not created at all.
             self.outcomes.fail_unit(unit, f"qpu: {refusal}")
             return
-        device, text, shots, token = attempt.device, program.text, unit.request.shots, attempt.token
+        device, text, shots, token = (
+            attempt.device,
+            program.sent_text,
+            unit.request.shots,
+            attempt.token,
+        )
         vendor = self.calls.vendor(unit, program, device.vendor, "create")
         if vendor is None:
             return
@@ -302,7 +314,7 @@ class Submission:
             # A job gone meanwhile keeps its place: the layout is what was recorded.
             ctx.post_all(member_unit, submit_record(member_unit, member))
             attempt.submit_posted = True
-        programs = [(p.text or "", u.request.shots) for u, p in members]
+        programs = [(p.sent_text or "", u.request.shots) for u, p in members]
         self.merges.sent(key, members, programs)
         ctx.counters.tasks_merged += 1
         ctx.counters.jobs_merged += len(members)

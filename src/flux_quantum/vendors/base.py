@@ -28,6 +28,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, cast
 
 from flux_quantum.catalog import Device, PriceModel
+from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.protocol.vendors import VendorDescriptor
 from flux_quantum.vendors.errors import NotFound, NotSupported, VendorError
 from flux_quantum.vendors.task_state import (
@@ -468,6 +469,14 @@ class Vendor(abc.ABC):
         raise NotSupported(
             f"{self.name} has no sessions", vendor=self.name, vendor_code="NotSupported"
         )
+
+    def target(self, device: Device) -> DeviceTarget:
+        """What the compile stage maps a program for ``device`` onto: its basis gates,
+        coupling map and published errors as the vendor gives them (IBM's backend
+        configuration, IQM's dynamic quantum architecture). This default knows only the
+        catalog's width: a program is checked against it and sent as written. Raises
+        ``VendorError`` when the vendor cannot be asked now."""
+        return DeviceTarget.build(device.name, device.qubits)
 
     def event_source(self) -> EventSource | None:
         """The feed of this vendor's task state changes the site set up (Braket's

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
 from flux_quantum.catalog import Device
+from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.vendors.base import (
     Calibration,
     CatalogVendor,
@@ -361,6 +362,11 @@ class QrmiVendor(CatalogVendor[S]):
         """The device's calibration for a probe (default: QRMI gives none)."""
         return None
 
+    def _read_target(self, device: Device, document: dict[str, Any]) -> DeviceTarget | None:
+        """The device's target in QRMI's ``target()`` document (default: nothing the
+        compiler reads: the catalog's width only)."""
+        return None
+
     def _explain(self, snapshot: DeviceSnapshot) -> DeviceSnapshot:
         """The snapshot with the vendor's own words for its state (default: QRMI's)."""
         return snapshot
@@ -454,6 +460,16 @@ class QrmiVendor(CatalogVendor[S]):
             return unreachable(device, exc, self._clock())
         snapshot = read_status(status, device, self._clock(), calibration=self._calibration(device))
         return self._explain(snapshot)
+
+    def target(self, device: Device) -> DeviceTarget:
+        """QRMI's ``target()`` of the device read by the vendor (``_read_target``)."""
+        answer = self._call("target", device.name, lambda: self._resource(device).target())
+        try:
+            document = json.loads(answer.value)
+        except (ValueError, TypeError, AttributeError):
+            document = None
+        read = self._read_target(device, document) if isinstance(document, dict) else None
+        return read if read is not None else super().target(device)
 
     def reports_positions(self, device: Device) -> bool:
         return False  # QRMI gives a device's pending count, never a task's place

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from compiled import isa
 
 from flux_quantum.catalog import parse_catalog
 from flux_quantum.emulator import Emulator, ManualClock, WallClock
@@ -44,7 +45,10 @@ c[0] = measure q[0];
 c[1] = measure q[1];
 c[2] = measure q[2];
 """
-BELL = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n'
+# As the compile stage writes it for the backend: IBM runs ISA circuits only.
+BELL = isa(
+    'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n'
+)
 CATALOG = parse_catalog(
     """
 devices:

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+from compiled import EAGLE, isa
 from served_ibmqs import BACKEND, Served
 
 from flux_quantum.catalog import Device, PriceModel
@@ -24,7 +25,12 @@ from flux_quantum.vendors.ibm_quantum_system.vendor import (
     IbmQuantumSystemVendor,
 )
 
-BELL = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n'
+# A Bell pair as the compile stage writes it for the backend (Eagle's gates, a line of 5):
+# an IBM Quantum System runs ISA circuits only.
+BELL = isa(
+    'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n',
+    basis=EAGLE,
+)
 KOBE = Device(
     "kobe",
     "ibm-quantum-system",

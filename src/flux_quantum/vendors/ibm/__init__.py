@@ -19,7 +19,7 @@ several pubs (``SAMPLER_JOBS``): this face imports nothing but the standard libr
 from __future__ import annotations
 
 from flux_quantum.protocol.merged_tasks import PUBS, Limits
-from flux_quantum.protocol.vendors import VendorDescriptor
+from flux_quantum.protocol.vendors import MAPPED, Compiling, VendorDescriptor
 
 # IBM's job limits (its job validation, per job, not per pub): a Sampler job's
 # executions (circuits x shots: without parameters, the pubs' shots summed) and its
@@ -60,4 +60,6 @@ VENDOR = VendorDescriptor(
     credential_suffixes=("_IAM_APIKEY", "QRMI_JOB_ACQUISITION_TOKEN", "_QRMI_IBM_QCS_SESSION_ID"),
     rank=20,
     merged_tasks=SAMPLER_JOBS,
+    # IBM runs ISA circuits only (error 1517): mapped onto the backend, as OpenQASM 3.
+    compiling=Compiling(MAPPED),
 )

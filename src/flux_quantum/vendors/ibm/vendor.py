@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flux_quantum.catalog import Device
+from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.vendors.base import (
     Calibration,
     SessionOpening,
@@ -65,6 +66,7 @@ from flux_quantum.vendors.ibm.settings import (
     resource_config,
     session_environment,
 )
+from flux_quantum.vendors.ibm.target import read_target
 from flux_quantum.vendors.ibm.transport import RestReader
 from flux_quantum.vendors.qrmi import QrmiResource, QrmiVendor, no_reservation
 
@@ -211,6 +213,9 @@ class IbmVendor(QrmiVendor[IbmSettings]):
 
     def _settle(self) -> float:
         return self.settings.settle
+
+    def _read_target(self, device: Device, document: dict[str, Any]) -> DeviceTarget | None:
+        return read_target(device.name, document)
 
     # -- the interface
 

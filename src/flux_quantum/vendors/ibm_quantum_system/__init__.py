@@ -9,7 +9,7 @@ imports nothing but the standard library and ``flux_quantum.protocol``.
 
 from __future__ import annotations
 
-from flux_quantum.protocol.vendors import VendorDescriptor
+from flux_quantum.protocol.vendors import MAPPED, Compiling, VendorDescriptor
 
 VENDOR = VendorDescriptor(
     name="ibm-quantum-system",
@@ -19,4 +19,6 @@ VENDOR = VendorDescriptor(
     settings=("endpoint", "iam_endpoint", "s3_endpoint", "s3_bucket", "s3_region", "job_timeout"),
     credential_suffixes=("_IAM_APIKEY",),
     rank=50,
+    # Its backends run ISA circuits only, as IBM's cloud's (error 1517).
+    compiling=Compiling(MAPPED),
 )

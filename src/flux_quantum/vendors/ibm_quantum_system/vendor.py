@@ -40,9 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flux_quantum.catalog import Device
+from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.vendors.base import TaskRef, TaskResult, TaskSnapshot, TaskState
 from flux_quantum.vendors.errors import AccessDenied, Conflict, NotFound, VendorError
 from flux_quantum.vendors.ibm.payload import sampler_input, split_result
+from flux_quantum.vendors.ibm.target import read_target
 from flux_quantum.vendors.ibm_quantum_system import VENDOR
 from flux_quantum.vendors.qrmi import AnsweredCreates, QrmiVendor
 
@@ -86,6 +88,9 @@ class IbmQuantumSystemVendor(QrmiVendor[IbmQuantumSystemSettings]):
     timeout_settings = ()  # QRMI's resource bounds its own calls
     resource_type = "IBMQuantumSystem"
     _answered: AnsweredCreates  # set in __init__: jobs are known only by their create
+
+    def _read_target(self, device: Device, document: dict[str, Any]) -> DeviceTarget | None:
+        return read_target(device.name, document)  # IBM's documents, as IBM's cloud
 
     def __init__(self, settings: IbmQuantumSystemSettings | None = None, **common: Any) -> None:
         super().__init__(settings, **common)

@@ -10,7 +10,7 @@ nothing but the standard library and ``flux_quantum.protocol``.
 from __future__ import annotations
 
 from flux_quantum.protocol.programs import IQM_JSON, OPENQASM
-from flux_quantum.protocol.vendors import VendorDescriptor
+from flux_quantum.protocol.vendors import MAPPED, Compiling, VendorDescriptor
 
 VENDOR = VendorDescriptor(
     name="iqm",
@@ -21,4 +21,7 @@ VENDOR = VendorDescriptor(
     programs=(OPENQASM, IQM_JSON),
     program_check="flux_quantum.vendors.iqm.program:check",
     rank=30,
+    # Mapped onto the device's architecture (its prx/cz, its couplers) and written as
+    # IQM's JSON circuit: IQM's server compiles nothing.
+    compiling=Compiling(MAPPED, writer="flux_quantum.vendors.iqm.native:write"),
 )

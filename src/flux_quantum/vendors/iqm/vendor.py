@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from flux_quantum.catalog import Device
+from flux_quantum.compiler.target import DeviceTarget
 from flux_quantum.vendors.base import (
     CatalogSettings,
     DeviceSnapshot,
@@ -54,6 +55,7 @@ from flux_quantum.vendors.errors import (
 )
 from flux_quantum.vendors.iqm import VENDOR
 from flux_quantum.vendors.iqm.program import counts_from_measurements, run_request
+from flux_quantum.vendors.iqm.target import read_target
 from flux_quantum.vendors.qrmi import AnsweredCreates, QrmiVendor
 
 SETTING_PREFIX = "QRMI_IQM_ISA_"
@@ -108,6 +110,9 @@ class IqmVendor(QrmiVendor[IqmSettings]):
                 vendor_code="NoCredentials",
             )
         return {SETTING_PREFIX + "ENDPOINT": endpoint, SETTING_PREFIX + "TOKEN": token}
+
+    def _read_target(self, device: Device, document: dict[str, Any]) -> DeviceTarget | None:
+        return read_target(device.name, document)
 
     def _payload(self, device: Device, program_text: str, shots: int, token: str) -> Any:
         import qrmi
