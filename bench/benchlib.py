@@ -4,9 +4,10 @@ next to them)."""
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,6 +75,24 @@ def revision(repo: Path, paths: Iterable[str] = ("src", "examples", "bench")) ->
         text=True,
     ).stdout.strip()
     return (commit or "?") + (" (modified)" if dirty else "")
+
+
+def write_record(
+    results: Path, name: str, args: Sequence[str], runs: Iterable[Any], summary: list[str]
+) -> None:
+    """A full run's record: ``results/NAME.json`` (the command, the commit, every run
+    and the summary) and ``results/NAME.txt`` (the command, the commit, the summary)."""
+    results.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": f"python bench/{name}.py " + " ".join(args),
+        "commit": revision(results.parents[1]),
+        "runs": [asdict(r) for r in runs],
+        "summary": summary,
+    }
+    (results / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    (results / f"{name}.txt").write_text(
+        f"$ {record['command']}\ncommit {record['commit']}\n\n" + "\n".join(summary) + "\n"
+    )
 
 
 def flux_command(

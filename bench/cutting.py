@@ -47,13 +47,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import revision, verdict  # noqa: E402
+from benchlib import verdict, write_record  # noqa: E402
 
 IN_JOB = REPO / "bench" / "cutting_job.py"
 RESULTS = REPO / "bench" / "results"
@@ -363,17 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(lines))
     if not args.quick:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        record = {
-            "command": "python bench/cutting.py " + " ".join(argv or sys.argv[1:]),
-            "commit": revision(REPO),
-            "runs": [asdict(r) for r in runs],
-            "summary": lines,
-        }
-        (RESULTS / "cutting.json").write_text(json.dumps(record, indent=1) + "\n")
-        (RESULTS / "cutting.txt").write_text(
-            f"$ {record['command']}\ncommit {record['commit']}\n\n" + "\n".join(lines) + "\n"
-        )
+        write_record(RESULTS, "cutting", argv or sys.argv[1:], runs, lines)
     good = all_ok and accurate and idle_held == 0 and spread and cut_overhead <= 0.05
     return 0 if good else 1
 

@@ -46,7 +46,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import revision, verdict  # noqa: E402
+from benchlib import verdict, write_record  # noqa: E402
 
 PIECES = REPO / "examples" / "pipeline" / "pieces.py"
 IN_JOB = REPO / "bench" / "pipeline_job.py"
@@ -250,17 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(lines))
     if not args.quick:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        record = {
-            "command": "python bench/pipeline.py " + " ".join(argv or sys.argv[1:]),
-            "commit": revision(REPO),
-            "runs": [asdict(r) for r in runs],
-            "summary": lines,
-        }
-        (RESULTS / "pipeline.json").write_text(json.dumps(record, indent=1) + "\n")
-        (RESULTS / "pipeline.txt").write_text(
-            f"$ {record['command']}\ncommit {record['commit']}\n\n" + "\n".join(lines) + "\n"
-        )
+        write_record(RESULTS, "pipeline", argv or sys.argv[1:], runs, lines)
     return 0 if all_ok and idle_ratio <= 0.01 and time_ratio <= 1.05 else 1
 
 
