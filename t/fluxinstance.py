@@ -48,6 +48,15 @@ def quantum_config(**plugin_conf: int) -> str:
     return instance_config(plugin_conf)
 
 
+def user_daily_limit(spend: float) -> str:
+    """A ``[quantum.quota]`` table: every user may spend ``spend`` a day (limit 1,
+    named 'user-daily')."""
+    return (
+        '\n[[quantum.quota.limits]]\nname = "user-daily"\nuser = "*"\nperiod = "day"\n'
+        f"spend = {float(spend)}\n"
+    )
+
+
 class FluxInstance:
     """One test instance. ``run()`` executes a command inside it."""
 

@@ -4,7 +4,8 @@ over the devices by the handler service, recombined in the released job by ``flu
 quantum cut result``: within three standard errors of the exact values (a state-vector
 simulation, once per module). With one device failing every task, its subexperiments
 fail over to the simulator and the result is still right; a cut whose cost bound is over
-``qpu.max_cost`` is refused before any task exists.
+``qpu.max_cost`` is refused before any task exists, and so is one over a site quota (the
+handler service checks the whole batch before its first task).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 from cut_circuits import chain
-from fluxinstance import FluxInstance
+from fluxinstance import FluxInstance, quantum_config, user_daily_limit
 from qpu_setup import Qpu
 
 from flux_quantum.cutting import exact
@@ -194,6 +195,47 @@ def test_a_cut_over_max_cost_is_refused_before_any_task(inst):
         assert qpu.emu.call_count("CreateQuantumTask") == 0
     finally:
         qpu.close()
+
+
+def test_a_cut_over_a_quota_is_refused_before_any_task(tmp_path):
+    """$20 a day for every user: one subexperiment ($2.30) fits, the 30 do not. The job
+    is accepted (the quota is the site's, not the submitter's to know), then failed by
+    the service before its first task, with the limit in one sentence; nothing charged."""
+    quota = user_daily_limit(20.0)
+    ledger = f'\n[quantum.ledger]\npath = "{tmp_path / "ledger.db"}"\n'
+    instance = FluxInstance(tmp_path, size=1, config=quantum_config() + quota + ledger).start()
+    (instance.workdir / "chain.qasm").write_text(chain(QUBITS))
+    qpu = _world(instance, SPREAD, "quota")
+    try:
+        jobid = _cut_submit(qpu, "--setattr=qpu.vendor=local").stdout.strip()
+        instance.wait_event(jobid, "clean")
+        notes = [e["context"]["note"] for e in qpu.events(jobid) if e["name"] == "exception"]
+        assert len(notes) == 1, qpu.events(jobid)
+        assert notes[0] == (
+            f"qpu: over quota: [quantum.quota] limit 1 'user-daily': user {_me()}, $20.00 a day;"
+            f" $0.00 spent or reserved this day ({_today()}), its 30 tasks may cost up to $69.00"
+        ), notes
+        names = qpu.names(jobid)
+        assert "qpu-submit" not in names and "qpu-task" not in names, names
+        assert qpu.emu.call_count("CreateQuantumTask") == 0
+        rows = json.loads(instance.quantum("usage", "--json").stdout)["rows"]
+        assert all(row["tasks"] == 0 and float(row["total"]) == 0 for row in rows), rows
+    finally:
+        qpu.close()
+        instance.stop()
+
+
+def _me() -> str:
+    import os
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _today() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("%Y-%m-%d")
 
 
 def test_a_malformed_cut_is_refused_with_one_sentence_naming_the_option(inst):

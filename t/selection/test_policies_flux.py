@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from catalogs import emulated_catalog
-from fluxinstance import FluxInstance, quantum_config
+from fluxinstance import FluxInstance, quantum_config, user_daily_limit
 from qpu_setup import FAST, GHZ
 
 from flux_quantum.catalog import load_catalog
@@ -137,15 +137,7 @@ def make_site(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_over_quota_job_fails_with_the_limit_and_no_vendor_task_is_created(make_site):
-    site = make_site(
-        """
-[[quantum.quota.limits]]
-name = "user-daily"
-user = "*"
-period = "day"
-spend = 1.0
-"""
-    ).start()
+    site = make_site(user_daily_limit(1.0)).start()
     jobid = site.submit("qpu.device=local:q-good")
     note = site.note(jobid)
     assert "over quota: [quantum.quota] limit 1 'user-daily'" in note, note

@@ -459,6 +459,30 @@ def test_site_policy_as_the_service_uses_it(tmp_path: Path) -> None:
     site.close()
 
 
+def test_a_batch_is_checked_at_its_priciest_allowed_device(tmp_path: Path) -> None:
+    """Before a batch's first task: every task at the priciest device the job may use,
+    access refusals left out, nothing recorded."""
+    quantum = {
+        "access": {"rules": [{"devices": ["forte1"], "banks": ["chem"], "allow": False}]},
+        "quota": {"limits": [{"bank": "*", "period": "day", "spend": 10.0}]},
+    }
+    site = SitePolicy.from_config(quantum, statedir=str(tmp_path))
+    who = site.requester(os.getuid(), {"attributes": {"system": {"bank": "chem"}}})
+    pool = [CATALOG.get("garnet"), CATALOG.get("forte1")]
+    fields = dict(token="fq-9-1-0-0", jobid=9, shots=1000, t=JUNE_3)
+    fits = site.check_batch(who, pool, tasks=5, **fields)  # 5 x $1.75 on garnet
+    assert fits is not None and fits.allowed, fits
+    over = site.check_batch(who, pool, tasks=6, **fields)
+    assert over is not None and not over.allowed
+    assert over.reason == (
+        "over quota: [quantum.quota] limit 1: bank chem, $10.00 a day; $0.00 spent or reserved"
+        " this day (2025-06-03), its 6 tasks may cost up to $10.50"
+    )
+    assert site.check_batch(who, [CATALOG.get("forte1")], tasks=6, **fields) is None
+    assert site.job_cost(9) == 0.0  # checked, not reserved
+    site.close()
+
+
 def test_site_policy_settles_what_the_vendor_bills(tmp_path: Path) -> None:
     site = SitePolicy.from_config({"ledger": {"path": str(tmp_path / "l.db")}})
     who = site.requester(1000, {})

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fluxinstance import FluxInstance, quantum_config
+from fluxinstance import FluxInstance, quantum_config, user_daily_limit
 from qpu_setup import FAST
 
 from flux_quantum.emulator import Emulator, ManualClock
@@ -43,13 +43,7 @@ CATALOG = f"""devices:
   - {{name: q-ledger, vendor: local, id: "{ARN}", class: qpu, qubits: 20, slots: 8,
      price: {{per_task: 0.40}}, properties: {{drain_seconds_per_task: 10}}}}
 """
-LIMIT = """
-[[quantum.quota.limits]]
-name = "user-daily"
-user = "*"
-period = "day"
-spend = 1.0
-"""
+LIMIT = user_daily_limit(1.0)
 
 
 class Cluster:

@@ -4,6 +4,7 @@ by user, by bank and by period, with device filters and the job's qpu.max_cost."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -201,6 +202,25 @@ def test_the_jobs_cap_counts_its_other_tasks() -> None:
         "over the job's cap: qpu.max_cost is $5.00, the job has $3.50 spent or reserved and this"
         " task on garnet would cost $1.75"
     )
+
+
+def test_a_batch_is_checked_whole_before_its_first_task() -> None:
+    """A batch's bound: all its tasks' spend and count at once, said as the batch."""
+    whole = replace(charge(GARNET), estimate=10 * charge(GARNET).estimate)
+    fits = decide(whole, applicable(SITE, whole), [Usage(20.0, 3), Usage(30.0, 0)], tasks=3)
+    assert fits.allowed, fits.reason  # $17.50 of chem's $20 left today, 3 tasks of its 3
+    spend = decide(whole, applicable(SITE, whole), [Usage(20.0, 3), Usage(33.0, 0)], tasks=3)
+    assert not spend.allowed
+    assert spend.reason == (
+        "over quota: [quantum.quota] limit 2: bank chem, $50.00 and 3 tasks a day on class qpu;"
+        " $33.00 spent or reserved this day (2025-06-03), its 3 tasks may cost up to $17.50"
+    )
+    count = decide(whole, applicable(SITE, whole), [Usage(0.0, 0), Usage(0.0, 1)], tasks=3)
+    assert not count.allowed
+    assert count.reason.endswith("1 task this day (2025-06-03), and the job would add 3"), count
+    # One task of the same batch would have fitted: only the whole is refused.
+    one = charge(GARNET)
+    assert decide(one, applicable(SITE, one), [Usage(0.0, 0), Usage(0.0, 1)]).allowed
 
 
 def test_no_limits_means_anything_fits() -> None:

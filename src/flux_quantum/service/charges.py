@@ -237,6 +237,34 @@ class Charges:
             self.unavailable(exc)
             return self.site.not_allowed(self.requester(unit), pool)
 
+    def batch_refusal(self, unit: Unit, devices: Iterable[Device]) -> str | None:
+        """Before a batch's first task (a cut's subexperiments, ``qpu.programs``): the
+        quotas' refusal of all its tasks at once, each at the priciest of ``devices``
+        (those its request allows), or None. Once any of its tasks is reserved, or
+        when the ledger cannot be reached (each reservation waits for it), None."""
+        site = self.site
+        if site is None or len(unit.programs) < 2:
+            return None
+        if any(p.attempt.reserved or p.attempt.task is not None for p in unit.programs):
+            return None
+        first = unit.programs[0]
+        try:
+            decision = site.check_batch(
+                self.requester(unit),
+                devices,
+                tasks=len(unit.programs),
+                token=self.token(unit, first, first.attempt),
+                jobid=unit.id,
+                shots=unit.request.shots,
+                t=self.ctx.clock(),
+            )
+        except LedgerUnavailable as exc:
+            self.unavailable(exc)
+            return None
+        if decision is None or decision.allowed:
+            return None
+        return decision.reason
+
     @staticmethod
     def token(unit: Unit, program: Program, attempt: Attempt) -> str:
         return attempt.token or events.task_token(

@@ -30,6 +30,7 @@ from typing import Any
 from flux_quantum.catalog import Device
 from flux_quantum.protocol import events
 from flux_quantum.protocol.events import MergeSlot
+from flux_quantum.selection.policies import static_candidates
 from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.charges import Charges
 from flux_quantum.service.compiling import Compiling
@@ -194,6 +195,17 @@ class Submission:
             return
         if self._waits_for_window(attempt) and not self._admitted(unit, program):
             return  # held with no task until admitted into its window
+        if attempt.window is None:
+            request = unit.request
+            allowed = [
+                d
+                for d in static_candidates(ctx.catalog.devices, request)
+                if request.device is None or request.device in (d.name, d.id)
+            ]
+            batch = self.charges.batch_refusal(unit, allowed)
+            if batch is not None:  # a batch that cannot fit spends nothing
+                self.outcomes.fail_unit(unit, f"qpu: {batch}")
+                return
         try:
             refusal = self.charges.reserve(unit, program, attempt)
         except LedgerUnavailable as exc:

@@ -440,12 +440,13 @@ class Ledger:
 
     # -- the verbs
 
-    def check(self, charge: Charge, quota: QuotaConfig) -> QuotaDecision:
-        """Would ``charge`` fit now? Records nothing (for ranking candidate devices)."""
+    def check(self, charge: Charge, quota: QuotaConfig, *, tasks: int = 1) -> QuotaDecision:
+        """Would ``charge`` fit now? Records nothing (for ranking candidate devices, and
+        for a batch's bound: ``tasks`` tasks that may cost ``charge.estimate`` in all)."""
         limits = applicable(quota, charge)
         with self._lock:
             used, job_spent = self._used(charge, limits)
-        return decide(charge, limits, used, job_spent, self.currency)
+        return decide(charge, limits, used, job_spent, self.currency, tasks)
 
     def over_quota(self, charges: Iterable[Charge], quota: QuotaConfig) -> dict[str, str]:
         """Devices whose charge would not fit, mapped to the refusal: the ``excluded``

@@ -19,7 +19,7 @@ from the deciders, worded by them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flux_quantum.catalog import Device
@@ -38,7 +38,7 @@ from flux_quantum.site.ledger import (
     Reservation,
 )
 from flux_quantum.site.merging import MergeConfig
-from flux_quantum.site.quota import Charge, QuotaConfig, actual_cost
+from flux_quantum.site.quota import Charge, QuotaConfig, QuotaDecision, actual_cost
 
 # Braket bills a QPU task that failed or was cancelled nothing (the SDK's Tracker agrees).
 UNBILLED_STATES = ("FAILED", "CANCELLED")
@@ -229,6 +229,35 @@ class SitePolicy:
             if not decision.allowed:
                 refused[device.name] = decision.reason
         return refused
+
+    def check_batch(
+        self,
+        requester: Requester,
+        devices: Iterable[Device],
+        *,
+        tasks: int,
+        token: str,
+        jobid: int,
+        shots: int,
+        t: float,
+    ) -> QuotaDecision | None:
+        """Would a batch of ``tasks`` tasks fit the quotas, each at the estimate of the
+        priciest device the job may use (the bound ``qpu.max_cost`` is checked against
+        by ``flux quantum cut submit``)? Checked before the batch's first task, so that
+        a batch that cannot fit spends nothing; None when no allowed device is left
+        (selection says why). Each task's own reservation still checks the limits."""
+        pool = list(devices)
+        refused = self.not_allowed(requester, pool)
+        charges = [
+            self.charge(d, requester, token=token, jobid=jobid, shots=shots, t=t)
+            for d in pool
+            if d.name not in refused
+        ]
+        if not charges:
+            return None
+        priciest = max(charges, key=lambda c: c.estimate)
+        batch = replace(priciest, estimate=priciest.estimate * tasks)
+        return self.ledger.check(batch, self.quota, tasks=tasks)
 
     # -- around the vendor task
 

@@ -439,13 +439,19 @@ def decide(
     used: Sequence[Usage],
     job_spent: float = 0.0,
     currency: str = "USD",
+    tasks: int = 1,
 ) -> QuotaDecision:
     """Does ``charge`` fit? ``used[i]`` is what ``limits[i]``'s subject used in its
     window (without this charge); ``job_spent`` what the job's other tasks cost. A charge
     in a reserved window costs nothing more: neither the job's cap nor a spend limit
-    refuses it (its bank may be over because of the window itself), task limits do."""
+    refuses it (its bank may be over because of the window itself), task limits do.
+    ``tasks``: how many tasks ``charge`` stands for (a batch's bound, checked before its
+    first task: ``estimate`` is then what all of them may cost)."""
     cost = format_money(charge.estimate, currency)
-    would = f"this task on {charge.device} would cost {cost}"
+    if tasks > 1:
+        would = f"its {tasks} tasks may cost up to {cost}"
+    else:
+        would = f"this task on {charge.device} would cost {cost}"
     if charge.reservation is not None:
         would += f" (in reservation {charge.reservation})"
     paid = charge.reservation is not None
@@ -467,7 +473,7 @@ def decide(
             and limit.spend is not None
             and usage.spend + charge.estimate > limit.spend + _EPSILON
         )
-        over_tasks = limit.tasks is not None and usage.tasks + 1 > limit.tasks
+        over_tasks = limit.tasks is not None and usage.tasks + tasks > limit.tasks
         fits = not (over_spend or over_tasks)
         checks.append(LimitCheck(limit, window, usage, fits))
         if fits or refusal is not None:
@@ -478,6 +484,8 @@ def decide(
             refusal = (limit, f"over quota: {limit.describe(charge, currency)}; {spent}, {would}")
         else:
             count = f"{usage.tasks} task{'s' if usage.tasks != 1 else ''} {in_period}"
+            if tasks > 1:
+                count += f", and the job would add {tasks}"
             refusal = (limit, f"over quota: {limit.describe(charge, currency)}; {count}")
     if refusal is not None:
         return QuotaDecision(False, refusal[1], tuple(checks), refusal[0])
