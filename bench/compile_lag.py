@@ -1,0 +1,418 @@
+"""Other jobs' release lag while programs compile (issue 42), the arm bench/compile.py
+runs after its corpus.
+
+This module owns that arm: one instance per setting (``flux start --test-size=1``, the
+quantum plugin, Fluxion, the handler service with its defaults but fast polls) and the
+vendor emulator (its IBM side strict, one Braket QPU), run twice:
+
+- **on**: the compile stage as shipped (``[quantum.compile]`` absent: on, 2 workers);
+- **off**: ``[quantum.compile] enabled = false``.
+
+Each run: ``--others`` jobs (``qpu.device=others``, the benchmarks' 4-qubit GHZ, checked
+and sent as written, ``release_at=done``) are submitted and their tasks created while
+the emulator's clock stands still; then the burst: ``--compiles`` jobs to ``ibm:any``,
+each an MQT Bench circuit of 20 to 30 qubits in standard gates (the corpus's, written
+by Qiskit's exporter), which the stage maps onto the 156-qubit heavy-hex backend; the
+clock starts as the burst is submitted. The others' tasks then run one after the
+other on their QPU (``--other-task`` seconds each), so their release points fall while
+the burst is handled. Every create on the IBM backend is refused by the emulator
+(an injected ``CreateJob`` fault, ``qpu.failover=fail``; with the stage off the circuits
+are not ISA circuits either): in both settings the burst's jobs cost the service the
+same reads, selections and refused creates, and differ by the compile stage alone (the
+cost of tracking that many more tasks is bench/scale.py's).
+
+Measured per other job: the release lag, from its task's end on the emulator's
+timeline (the release point of ``done``) to its ``qpu-release`` event, split at its
+``qpu-ready`` (the service saw the end and released it; then the plugin). The figure
+is p50/p99 over the others, with the stage on against off; the bar is p99 on/off <=
+1.10. Also reported: how many of the others' release points fell before the burst's
+last job ended (the measurement's overlap), and the burst's span.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchlib import PROGRAM, flux_command, percentile, verdict
+
+from flux_quantum.protocol import events
+
+BAR = 1.10  # p99 with the stage on over p99 with it off, at most
+OTHERS = "others"
+OTHERS_ARN = "arn:aws:braket:us-east-1::device/qpu/emulator/Others"
+BACKEND = "ibm_kingston"
+SHOTS = 100
+FAST = (
+    "--poll-min=0.1", "--poll-cold-max=1", "--poll-max=2", "--scan-interval=0.2",
+    "--cluster-interval=0.5", "--device-check-interval=5", "--tick=0.05", "--error-limit=1",
+)  # fmt: skip
+SETTINGS = ("on", "off")
+
+
+@dataclass(frozen=True)
+class Other:
+    """One other job's release: wall times, its task's end the release point."""
+
+    setting: str
+    job: str
+    task: str
+    point: float
+    ready: float | None
+    release: float
+
+    @property
+    def lag(self) -> float:
+        return self.release - self.point
+
+
+@dataclass
+class Setting:
+    """One setting's run."""
+
+    setting: str
+    compiles: int
+    others: int
+    lags: list[float] = field(default_factory=list)
+    detect: list[float] = field(default_factory=list)  # release point -> qpu-ready
+    during: int = 0  # release points before the burst's last job ended
+    compiled: int = 0  # burst jobs with a qpu-compile event
+    burst_seconds: float = math.nan  # the burst's submit -> its last job's end
+    wall: float = 0.0
+    error: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def figures(lags: Sequence[float]) -> tuple[float, float]:
+    """p50 and p99 of ``lags`` (NaN for none)."""
+    return percentile(lags, 0.5), percentile(lags, 0.99)
+
+
+def ratio(on: float, off: float) -> float:
+    """``on`` over ``off``; infinite when ``off`` is 0 and ``on`` is not, NaN when
+    either is missing."""
+    if math.isnan(on) or math.isnan(off):
+        return math.nan
+    if off <= 0:
+        return 1.0 if on <= 0 else math.inf
+    return on / off
+
+
+def met(on: Setting, off: Setting) -> bool:
+    """The bar: p99 on/off <= BAR, both settings measured every other job, none failed."""
+    whole = all(not s.error and len(s.lags) == s.others > 0 for s in (on, off))
+    return whole and ratio(figures(on.lags)[1], figures(off.lags)[1]) <= BAR
+
+
+def summary(on: Setting, off: Setting) -> list[str]:
+    """The arm's lines: each setting's figures, the ratio and the bar's verdict."""
+    lines = []
+    for s in (on, off):
+        p50, p99 = figures(s.lags)
+        d50, d99 = figures(s.detect)
+        line = (
+            f"  compile {s.setting}: release lag p50 {p50:.3f} s, p99 {p99:.3f} s, max "
+            f"{max(s.lags, default=math.nan):.3f} s over {len(s.lags)}/{s.others} others "
+            f"(end -> qpu-ready p50 {d50:.3f} s, p99 {d99:.3f} s); {s.during} released while "
+            f"the burst was handled; burst of {s.compiles}: {s.compiled} compiled, all ended "
+            f"{s.burst_seconds:.1f} s after its submit"
+        )
+        lines.append(line)
+        if s.error:
+            lines.append(f"  compile {s.setting}: FAILED: {s.error}")
+        lines += [f"  compile {s.setting}: {note}" for note in s.notes]
+    r = ratio(figures(on.lags)[1], figures(off.lags)[1])
+    lines.append(
+        f"target other jobs' release lag p99 within 10 % while {on.compiles} programs compile: "
+        f"p99 on/off {r:.3f} (<= {BAR:.2f}): {verdict(met(on, off))}"
+    )
+    return lines
+
+
+# --- the run ----------------------------------------------------------------------------
+
+
+def emulator_scenarios(other_task: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Braket QPU of the others and the IBM backend of the burst (every create
+    refused: a fault with IBM's 400 and code 1002)."""
+    braket = {
+        "devices": [
+            {
+                "arn": OTHERS_ARN,
+                "name": "Others",
+                "qubits": 20,
+                "cost": {"price": 0.001, "unit": "shot", "task_price": 0.3},
+                "queue": {"depth": 0, "service_time": other_task, "distribution": "fixed"},
+            }
+        ]
+    }
+    ibm = {
+        "backends": [{"name": BACKEND, "qubits": 156, "queue": {"depth": 0, "service_time": 5}}],
+        "faults": [{"operation": "CreateJob", "backend": BACKEND, "status": 400, "code": 1002}],
+    }
+    return braket, ibm
+
+
+def catalog(jobs: int, other_task: float) -> str:
+    return (
+        "devices:\n"
+        f"  - {{name: {OTHERS}, vendor: local, id: {OTHERS_ARN}, class: qpu, qubits: 20,"
+        f" region: us-east-1, slots: {jobs}, price: {{per_task: 0.3, per_shot: 0.001}},"
+        f" properties: {{drain_seconds_per_task: {other_task:g}}}}}\n"
+        f"  - {{name: kingston, vendor: ibm, id: {BACKEND}, class: qpu, qubits: 156,"
+        f" slots: {jobs}, price: {{per_minute: 96}}, properties: {{drain_seconds_per_task: 5}}}}\n"
+    )
+
+
+class World:
+    """One setting's instance, emulator and service."""
+
+    def __init__(self, work: Path, setting: str, jobs: int, other_task: float) -> None:
+        from merge import Environ
+
+        from flux_quantum.cli.demo import Instance
+        from flux_quantum.cli.plugin import instance_config
+        from flux_quantum.emulator import Emulator, Scenario
+        from flux_quantum.emulator.clock import ScaledClock
+        from flux_quantum.emulator.ibm import IbmScenario
+
+        self.work = work
+        for sub in ("conf", "state", "programs"):
+            (work / sub).mkdir(parents=True)
+        config = instance_config()
+        if setting == "off":
+            config += "\n[quantum.compile]\nenabled = false\n"
+        (work / "conf" / "quantum.toml").write_text(config)
+        self.catalog = work / "backends.yaml"
+        self.catalog.write_text(catalog(jobs, other_task))
+        braket, ibm = emulator_scenarios(other_task)
+        self.clock = ScaledClock(1.0, paused=False)
+        self.emulator = Emulator(
+            Scenario.from_dict(braket, source="bench"),
+            clock=self.clock,
+            ibm=IbmScenario.from_dict(ibm),
+        ).start()
+        self.environ = Environ(
+            {
+                **self.emulator.env(),
+                "FLUX_QUANTUM_BACKENDS": str(self.catalog),
+                "XDG_STATE_HOME": str(work / "state"),
+            }
+        )
+        try:
+            self.inst = Instance(work, 1, [])
+        except BaseException:
+            self.environ.restore()
+            self.emulator.stop()
+            raise
+        self.env = dict(self.inst.env)
+        import flux
+
+        self.handle = flux.Flux(self.env["FLUX_URI"])
+        self.flux(
+            "quantum", "service", "start", f"--catalog={self.catalog}",
+            f"--emulator-url={self.emulator.url}", *FAST,
+        )  # fmt: skip
+
+    def flux(self, *argv: str, check: bool = True, timeout: float = 120.0) -> str:
+        return flux_command(self.env, self.work, argv, check=check, timeout=timeout)
+
+    def close(self) -> None:
+        try:
+            self.flux("quantum", "service", "stop", check=False)
+            self.inst.stop()
+        finally:
+            self.emulator.stop()
+            self.environ.restore()
+
+    # -- jobs
+
+    def submit(self, qpu: dict[str, Any]) -> Any:
+        """A held job (its future): ``true`` in job-exec's test mode once released."""
+        from flux.job import JobspecV1, submit_async
+
+        spec = JobspecV1.from_command(
+            ["true"], cwd=str(self.work), environment={"PATH": os.environ.get("PATH", "")}
+        )
+        spec.setattr("system.exec.test.run_duration", "0.01s")
+        spec.setattr("system.qpu", {"shots": SHOTS, "release_at": "done", **qpu})
+        return submit_async(self.handle, spec.dumps())
+
+    def other(self, index: int) -> Any:
+        path = self.work / "programs" / f"other-{index:03d}.qasm"
+        path.write_text(PROGRAM)
+        return self.submit({"device": OTHERS, "program": str(path)})
+
+    def compile_job(self, index: int, text: str) -> Any:
+        # Its own file and text: no two jobs share a program.
+        path = self.work / "programs" / f"compile-{index:03d}.qasm"
+        path.write_text(f"// burst job {index}\n{text}")
+        return self.submit({"device": "ibm:any", "program": str(path), "failover": "fail"})
+
+    def wait_event(self, jobid: str, name: str, timeout: float) -> None:
+        from flux.job import JobID, event_wait
+
+        event_wait(self.handle, JobID(jobid), name, timeout=timeout, raiseJobException=True)
+
+    def eventlog(self, jobid: str) -> list[events.Event]:
+        from flux.job import JobID, job_kvs_lookup
+
+        found = job_kvs_lookup(self.handle, JobID(jobid), keys=["eventlog"], decode=False)
+        return events.parse_eventlog((found or {}).get("eventlog"))
+
+    def drain(self, timeout: float) -> None:
+        self.flux("queue", "drain", f"--timeout={timeout:g}s", timeout=timeout + 30)
+
+    def warm(self, text: str) -> None:
+        """One job of each kind first: the vendors' SDKs imported, the compile workers
+        started, the IBM backend's target read (a site's service runs for weeks)."""
+        for future in (self.other(999), self.compile_job(999, text)):
+            future.get_id()
+        self.drain(300)
+        self.flux("job", "purge", "--force", "--num-limit=0", check=False)
+
+
+def run_setting(
+    base: Path, setting: str, programs: Sequence[str], compiles: int, others: int,
+    other_task: float, timeout: float,
+) -> Setting:  # fmt: skip
+    """One setting: warm up, the others held with their tasks created (clock still),
+    the burst submitted as the clock starts, every job ended; the others' lags."""
+    run = Setting(setting, compiles, others)
+    started = time.monotonic()
+    world = World(base / setting, setting, compiles + others + 2, other_task)
+    try:
+        world.warm(programs[0])
+        world.clock.set_speed(0.0)
+        ids = [str(f.get_id()) for f in [world.other(i) for i in range(others)]]
+        for jobid in ids:
+            world.wait_event(jobid, events.TASK, timeout)
+        t_burst = time.time()
+        futures = [world.compile_job(i, programs[i % len(programs)]) for i in range(compiles)]
+        world.clock.start()
+        burst = [str(f.get_id()) for f in futures]
+        world.drain(timeout)
+        measure(world, run, ids, burst, t_burst)
+    except Exception as exc:  # a failed setting is reported, not hidden
+        run.error = f"{type(exc).__name__}: {exc}"[:400]
+    finally:
+        (world.work / "dmesg.log").write_text(world.flux("dmesg", "-H", check=False))
+        world.close()
+    run.wall = time.monotonic() - started
+    return run
+
+
+def measure(
+    world: World, run: Setting, others: list[str], burst: list[str], t_burst: float
+) -> None:
+    ends = []
+    for jobid in burst:
+        log = world.eventlog(jobid)
+        run.compiled += events.first(log, events.COMPILE) is not None
+        end = events.first(log, "clean")
+        if end is not None:
+            ends.append(end.timestamp)
+        exc = events.first(log, "exception")
+        if exc is not None and not run.notes:
+            run.notes.append(f"a burst job ended: {str(exc.context.get('note'))[:160]}")
+    t_end = max(ends, default=math.nan)
+    run.burst_seconds = t_end - t_burst
+    for jobid in others:
+        log = world.eventlog(jobid)
+        release = events.first(log, events.RELEASE)
+        ready = events.first(log, events.READY)
+        task = str(release.context.get("task")) if release is not None else ""
+        ended = world.emulator.task_timeline(task).ended if task else None
+        if release is None or ended is None:
+            if len(run.notes) < 4:
+                run.notes.append(f"other job {jobid}: not released, or its task did not end")
+            continue
+        other = Other(
+            run.setting, jobid, task, world.clock.wall(ended),
+            ready.timestamp if ready else None, release.timestamp,
+        )  # fmt: skip
+        run.lags.append(other.lag)
+        if other.ready is not None:
+            run.detect.append(other.ready - other.point)
+        run.during += t_burst <= other.point <= t_end
+
+
+def measure_lag(
+    programs: Sequence[str], compiles: int, others: int, other_task: float = 2.0,
+    timeout: float = 900.0,
+) -> tuple[Setting, Setting]:  # fmt: skip
+    """Both settings, stage on first; ``programs`` are cycled through by the burst."""
+    if shutil.which("flux") is None:
+        raise RuntimeError("the release-lag arm needs Flux (flux-core and Fluxion) on PATH")
+    base = Path(tempfile.mkdtemp(prefix="fq-compile-lag-"))
+    try:
+        runs = {}
+        for setting in SETTINGS:
+            print(f"-- release lag, compile {setting}: {compiles} programs, {others} others",
+                  flush=True)  # fmt: skip
+            runs[setting] = run_setting(
+                base, setting, programs, compiles, others, other_task, timeout
+            )
+            print("\n".join(summary_of(runs[setting])), flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return runs["on"], runs["off"]
+
+
+def summary_of(s: Setting) -> list[str]:
+    p50, p99 = figures(s.lags)
+    out = [f"   p50 {p50:.3f} s, p99 {p99:.3f} s, {len(s.lags)}/{s.others} others, "
+           f"{s.compiled} compiled, {s.wall:.0f} s wall {s.error}"]  # fmt: skip
+    return out + [f"   {note}" for note in s.notes]
+
+
+def record(on: Setting, off: Setting, command: str, commit: str) -> dict[str, Any]:
+    """The arm's part of bench/results/compile.json."""
+    return {
+        "command": command,
+        "commit": commit,
+        "runs": [asdict(on), asdict(off)],
+        "summary": summary(on, off),
+    }
+
+
+def merged_text(text: str, lines: list[str], command: str, commit: str) -> str:
+    """bench/results/compile.txt with the arm's figures: its target line replaced by
+    the arm's verdict, and its section (command, commit, figures) in place of an
+    earlier one or at the end."""
+    marker = "release lag of other jobs while programs compile"
+    head = text.split(f"\n{marker}", 1)[0].rstrip("\n")
+    target = next(line for line in lines if line.startswith("target "))
+    kept = [target if line.startswith("target other jobs' release lag") else line
+            for line in head.splitlines()]  # fmt: skip
+    section = [
+        "",
+        f"{marker} (bench/compile_lag.py)",
+        f"$ {command}",
+        f"commit {commit}",
+        *lines,
+        "  lag: a job's qpu-release minus its task's end on the emulator (release_at=done);",
+        "  the others' tasks were created before the burst, the clock still; every IBM",
+        "  create refused in both settings (the stage is all that differs)",
+    ]
+    return "\n".join(kept + section) + "\n"
+
+
+def merged_json(old: Any, lag: dict[str, Any], corpus: dict[str, Any] | None) -> dict[str, Any]:
+    """bench/results/compile.json with the arm's record: ``corpus`` (a new corpus run)
+    or the one already there (an older record's list of rows is that run's rows)."""
+    if corpus is None:
+        corpus = old.get("corpus") if isinstance(old, dict) else {"rows": old}
+    return {"corpus": corpus, "lag": lag}
+
+
+if __name__ == "__main__":
+    sys.exit("run through bench/compile.py (--only-lag for this arm alone)")
