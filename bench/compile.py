@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-lag", action="store_true", help="the corpus alone")
     parser.add_argument("--compiles", type=int, help="lag arm: programs compiling (100; quick 30)")
     parser.add_argument("--others", type=int, help="lag arm: other jobs (30; quick 10)")
-    parser.add_argument("--other-task", type=float, default=2.0, help="lag arm: s an other's task")
+    parser.add_argument("--other-task", type=float, default=1.0, help="lag arm: s an other's task")
     args = parser.parse_args(argv)
     words = sys.argv[1:] if argv is None else argv
     command = " ".join(["python bench/compile.py", *words])

@@ -258,9 +258,7 @@ class World:
         return self.submit({"device": "ibm:any", "program": str(path), "failover": "fail"})
 
     def wait_event(self, jobid: str, name: str, timeout: float) -> None:
-        from flux.job import JobID, event_wait
-
-        event_wait(self.handle, JobID(jobid), name, timeout=timeout, raiseJobException=True)
+        self.flux("job", "wait-event", "-t", f"{timeout:g}", jobid, name, timeout=timeout + 30)
 
     def eventlog(self, jobid: str) -> list[events.Event]:
         from flux.job import JobID, job_kvs_lookup
@@ -346,7 +344,7 @@ def measure(
 
 
 def measure_lag(
-    programs: Sequence[str], compiles: int, others: int, other_task: float = 2.0,
+    programs: Sequence[str], compiles: int, others: int, other_task: float = 1.0,
     timeout: float = 900.0,
 ) -> tuple[Setting, Setting]:  # fmt: skip
     """Both settings, stage on first; ``programs`` are cycled through by the burst."""
