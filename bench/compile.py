@@ -57,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from benchlib import percentile, revision, verdict  # noqa: E402
-from compile_lag import measure_lag, merged_json, merged_text, record, summary  # noqa: E402
+from compile_lag import measure_lag, merged_json, merged_text, record  # noqa: E402
 
 from flux_quantum.compiler import CompileError, CompileLimits, CompilePool  # noqa: E402
 from flux_quantum.emulator import isa, topology  # noqa: E402
@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-lag", action="store_true", help="the corpus alone")
     parser.add_argument("--compiles", type=int, help="lag arm: programs compiling (100; quick 30)")
     parser.add_argument("--others", type=int, help="lag arm: other jobs (30; quick 10)")
+    parser.add_argument(
+        "--lag-repeats", type=int, help="lag arm: runs of each setting (3; quick 1)"
+    )
     parser.add_argument("--other-task", type=float, default=1.0, help="lag arm: s an other's task")
     args = parser.parse_args(argv)
     words = sys.argv[1:] if argv is None else argv
@@ -240,14 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     lag = None
     if not args.no_lag:
         programs = [text for _, _, text in corpus(families, LAG_WIDTHS)]
-        on, off = measure_lag(
+        runs = measure_lag(
             programs,
             args.compiles or (30 if args.quick else 100),
             args.others or (10 if args.quick else 30),
+            args.lag_repeats or (1 if args.quick else 3),
             args.other_task,
         )
-        lag = record(on, off, command, commit)
-        print("\n".join(summary(on, off)))
+        lag = record(runs, command, commit)
+        print("\n".join(lag["summary"]))
     if args.quick:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)

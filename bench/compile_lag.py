@@ -3,7 +3,8 @@ runs after its corpus.
 
 This module owns that arm: one instance per setting (``flux start --test-size=1``, the
 quantum plugin, Fluxion, the handler service with its defaults but fast polls) and the
-vendor emulator (its IBM side strict, one Braket QPU), run twice:
+vendor emulator (its IBM side strict, one Braket QPU), in two settings, each run
+``--lag-repeats`` times, interleaved (on, off; off, on; ...), each run a fresh instance:
 
 - **on**: the compile stage as shipped (``[quantum.compile]`` absent: on, 2 workers);
 - **off**: ``[quantum.compile] enabled = false``.
@@ -24,9 +25,11 @@ cost of tracking that many more tasks is bench/scale.py's).
 Measured per other job: the release lag, from its task's end on the emulator's
 timeline (the release point of ``done``) to its ``qpu-release`` event, split at its
 ``qpu-ready`` (the service saw the end and released it; then the plugin). The figure
-is p50/p99 over the others, with the stage on against off; the bar is p99 on/off <=
-1.10. Also reported: how many of the others' release points fell before the burst's
-last job ended (the measurement's overlap), and the burst's span.
+is p50/p99 over the others of every run of a setting, with the stage on against off;
+the bar is p99 on/off <= 1.10. Also reported: how many of the others' release points
+fell before the burst's last job ended (the measurement's overlap), the burst's span,
+and how the service answered a status request meanwhile (``Probe``: its reactor's
+responsiveness, its vendor calls' queue).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -76,19 +80,54 @@ class Other:
 
 @dataclass
 class Setting:
-    """One setting's run."""
+    """One setting's run, or its runs pooled (``pooled``)."""
 
     setting: str
-    compiles: int
-    others: int
+    compiles: int  # a run's burst
+    others: int  # other jobs, over the runs
+    repeat: int = 0
+    runs: int = 1
     lags: list[float] = field(default_factory=list)
     detect: list[float] = field(default_factory=list)  # release point -> qpu-ready
     during: int = 0  # release points before the burst's last job ended
     compiled: int = 0  # burst jobs with a qpu-compile event
     burst_seconds: float = math.nan  # the burst's submit -> its last job's end
+    # The service's status request during the burst (``Probe``): its answer's time,
+    # p99 and max (the reactor's responsiveness), and its vendor workers' queue at most.
+    status_p99: float = math.nan
+    status_max: float = math.nan
+    queued_max: int = 0
     wall: float = 0.0
     error: str = ""
     notes: list[str] = field(default_factory=list)
+
+
+def pooled(runs: Sequence[Setting]) -> Setting:
+    """A setting's runs as one: every other job's lag, the counts summed, the burst's
+    and the probe's worst."""
+    first = runs[0]
+    out = Setting(first.setting, first.compiles, 0, runs=len(runs))
+    for run in runs:
+        out.others += run.others
+        out.lags += run.lags
+        out.detect += run.detect
+        out.during += run.during
+        out.compiled += run.compiled
+        out.queued_max = max(out.queued_max, run.queued_max)
+        out.wall += run.wall
+        out.notes += [f"run {run.repeat}: {note}" for note in run.notes]
+        if run.error:
+            out.error = "; ".join(filter(None, [out.error, f"run {run.repeat}: {run.error}"]))
+    for name in ("burst_seconds", "status_p99", "status_max"):
+        values = [getattr(r, name) for r in runs if not math.isnan(getattr(r, name))]
+        setattr(out, name, max(values, default=math.nan))
+    return out
+
+
+def settings(runs: Sequence[Setting]) -> tuple[Setting, Setting]:
+    """The runs pooled, stage on and off."""
+    on, off = (pooled([r for r in runs if r.setting == s]) for s in SETTINGS)
+    return on, off
 
 
 def figures(lags: Sequence[float]) -> tuple[float, float]:
@@ -120,12 +159,17 @@ def summary(on: Setting, off: Setting) -> list[str]:
         d50, d99 = figures(s.detect)
         line = (
             f"  compile {s.setting}: release lag p50 {p50:.3f} s, p99 {p99:.3f} s, max "
-            f"{max(s.lags, default=math.nan):.3f} s over {len(s.lags)}/{s.others} others "
-            f"(end -> qpu-ready p50 {d50:.3f} s, p99 {d99:.3f} s); {s.during} released while "
-            f"the burst was handled; burst of {s.compiles}: {s.compiled} compiled, all ended "
-            f"{s.burst_seconds:.1f} s after its submit"
+            f"{max(s.lags, default=math.nan):.3f} s over {len(s.lags)}/{s.others} others in "
+            f"{s.runs} run(s) (end -> qpu-ready p50 {d50:.3f} s, p99 {d99:.3f} s); "
+            f"{s.during} released while the burst was handled; bursts of {s.compiles}: "
+            f"{s.compiled} compiled, each ended at most {s.burst_seconds:.1f} s after its submit"
         )
         lines.append(line)
+        lines.append(
+            f"  compile {s.setting}: meanwhile the service answered a status request in p99 "
+            f"{s.status_p99:.3f} s, max {s.status_max:.3f} s; vendor calls queued at most "
+            f"{s.queued_max}"
+        )
         if s.error:
             lines.append(f"  compile {s.setting}: FAILED: {s.error}")
         lines += [f"  compile {s.setting}: {note}" for note in s.notes]
@@ -138,6 +182,39 @@ def summary(on: Setting, off: Setting) -> list[str]:
 
 
 # --- the run ----------------------------------------------------------------------------
+
+
+class Probe(threading.Thread):
+    """Asks the service for its status every ``interval`` seconds (its own handle): how
+    long each answer took, and its vendor workers' queue then."""
+
+    def __init__(self, uri: str, interval: float = 0.25) -> None:
+        super().__init__(name="status-probe", daemon=True)
+        self.uri, self.interval = uri, interval
+        self.samples: list[tuple[float, float, int]] = []  # (asked at, seconds, queued)
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        import flux
+
+        handle = flux.Flux(self.uri)
+        while not self.done.wait(self.interval):
+            asked = time.time()
+            try:
+                status = handle.rpc("qpu_handlers.status", {}).get()
+            except OSError:
+                continue
+            queued = int((status.get("workers") or {}).get("queued", 0))
+            self.samples.append((asked, time.time() - asked, queued))
+
+    def stop(self, run: Setting, start: float, end: float) -> None:
+        self.done.set()
+        self.join(timeout=10)
+        during = [(s, q) for t, s, q in self.samples if start <= t <= end]
+        if during:
+            run.status_p99 = percentile([s for s, _ in during], 0.99)
+            run.status_max = max(s for s, _ in during)
+            run.queued_max = max(q for _, q in during)
 
 
 def emulator_scenarios(other_task: float) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -293,12 +370,15 @@ def run_setting(
         ids = [str(f.get_id()) for f in [world.other(i) for i in range(others)]]
         for jobid in ids:
             world.wait_event(jobid, events.TASK, timeout)
+        probe = Probe(world.env["FLUX_URI"])
+        probe.start()
         t_burst = time.time()
         futures = [world.compile_job(i, programs[i % len(programs)]) for i in range(compiles)]
         world.clock.start()
         burst = [str(f.get_id()) for f in futures]
         world.drain(timeout)
         measure(world, run, ids, burst, t_burst)
+        probe.stop(run, t_burst, t_burst + run.burst_seconds)
     except Exception as exc:  # a failed setting is reported, not hidden
         run.error = f"{type(exc).__name__}: {exc}"[:400]
     finally:
@@ -344,25 +424,29 @@ def measure(
 
 
 def measure_lag(
-    programs: Sequence[str], compiles: int, others: int, other_task: float = 1.0,
-    timeout: float = 900.0,
-) -> tuple[Setting, Setting]:  # fmt: skip
-    """Both settings, stage on first; ``programs`` are cycled through by the burst."""
+    programs: Sequence[str], compiles: int, others: int, repeats: int = 1,
+    other_task: float = 1.0, timeout: float = 900.0,
+) -> list[Setting]:  # fmt: skip
+    """``repeats`` runs of both settings, interleaved (on, off; then off, on; ...);
+    ``programs`` are cycled through by each burst."""
     if shutil.which("flux") is None:
         raise RuntimeError("the release-lag arm needs Flux (flux-core and Fluxion) on PATH")
     base = Path(tempfile.mkdtemp(prefix="fq-compile-lag-"))
+    runs = []
     try:
-        runs = {}
-        for setting in SETTINGS:
-            print(f"-- release lag, compile {setting}: {compiles} programs, {others} others",
-                  flush=True)  # fmt: skip
-            runs[setting] = run_setting(
-                base, setting, programs, compiles, others, other_task, timeout
-            )
-            print("\n".join(summary_of(runs[setting])), flush=True)
+        for repeat in range(repeats):
+            for setting in SETTINGS if repeat % 2 == 0 else SETTINGS[::-1]:
+                print(f"-- release lag, compile {setting}, run {repeat}: {compiles} programs, "
+                      f"{others} others", flush=True)  # fmt: skip
+                run = run_setting(
+                    base / str(repeat), setting, programs, compiles, others, other_task, timeout
+                )
+                run.repeat = repeat
+                runs.append(run)
+                print("\n".join(summary_of(run)), flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    return runs["on"], runs["off"]
+    return runs
 
 
 def summary_of(s: Setting) -> list[str]:
@@ -372,13 +456,13 @@ def summary_of(s: Setting) -> list[str]:
     return out + [f"   {note}" for note in s.notes]
 
 
-def record(on: Setting, off: Setting, command: str, commit: str) -> dict[str, Any]:
+def record(runs: Sequence[Setting], command: str, commit: str) -> dict[str, Any]:
     """The arm's part of bench/results/compile.json."""
     return {
         "command": command,
         "commit": commit,
-        "runs": [asdict(on), asdict(off)],
-        "summary": summary(on, off),
+        "runs": [asdict(run) for run in runs],
+        "summary": summary(*settings(runs)),
     }
 
 

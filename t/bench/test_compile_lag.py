@@ -20,7 +20,9 @@ from compile_lag import (  # noqa: E402
     merged_json,
     merged_text,
     met,
+    pooled,
     ratio,
+    settings,
     summary,
 )
 
@@ -114,3 +116,17 @@ def test_the_catalog_gives_both_devices_a_slot_for_every_job() -> None:
     devices = parse_catalog(catalog(132, 2.0)).devices
     assert {d.name: d.vendor for d in devices} == {"others": "local", "kingston": "ibm"}
     assert all(d.slots == 132 for d in devices)
+
+
+def test_a_setting_s_runs_pool_every_other_job_and_keep_the_worst_burst() -> None:
+    first, second = setting("on", [0.1, 0.2]), setting("on", [0.3])
+    first.burst_seconds, second.burst_seconds = 20.0, math.nan
+    second.repeat, second.error = 1, "RuntimeError: boom"
+    off = setting("off", [0.2, 0.2, 0.2])
+    on, got_off = settings([first, off, second])
+    assert sorted(on.lags) == [0.1, 0.2, 0.3] and on.others == 3 and on.runs == 2
+    assert on.burst_seconds == 20.0 and on.compiles == 100
+    assert on.error == "run 1: RuntimeError: boom"
+    assert got_off.lags == off.lags and got_off.runs == 1
+    assert not met(on, got_off)  # a failed run fails the bar
+    assert pooled([first]).error == ""
