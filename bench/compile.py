@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lag-repeats", type=int, help="lag arm: runs of each setting (3; quick 1)"
     )
-    parser.add_argument("--other-task", type=float, default=1.0, help="lag arm: s an other's task")
+    parser.add_argument("--other-task", type=float, default=0.5, help="lag arm: s an other's task")
     args = parser.parse_args(argv)
     words = sys.argv[1:] if argv is None else argv
     command = " ".join(["python bench/compile.py", *words])

@@ -89,7 +89,8 @@ class Setting:
     runs: int = 1
     lags: list[float] = field(default_factory=list)
     detect: list[float] = field(default_factory=list)  # release point -> qpu-ready
-    during: int = 0  # release points before the burst's last job ended
+    during: list[float] = field(default_factory=list)  # lags of the others whose
+    # release point fell while the burst was handled (before its last job ended)
     compiled: int = 0  # burst jobs with a qpu-compile event
     burst_seconds: float = math.nan  # the burst's submit -> its last job's end
     # The service's status request during the burst (``Probe``): its answer's time,
@@ -161,7 +162,8 @@ def summary(on: Setting, off: Setting) -> list[str]:
             f"  compile {s.setting}: release lag p50 {p50:.3f} s, p99 {p99:.3f} s, max "
             f"{max(s.lags, default=math.nan):.3f} s over {len(s.lags)}/{s.others} others in "
             f"{s.runs} run(s) (end -> qpu-ready p50 {d50:.3f} s, p99 {d99:.3f} s); "
-            f"{s.during} released while the burst was handled; bursts of {s.compiles}: "
+            f"{len(s.during)} released while the burst was handled (their p99 "
+            f"{figures(s.during)[1]:.3f} s); bursts of {s.compiles}: "
             f"{s.compiled} compiled, each ended at most {s.burst_seconds:.1f} s after its submit"
         )
         lines.append(line)
@@ -420,12 +422,13 @@ def measure(
         run.lags.append(other.lag)
         if other.ready is not None:
             run.detect.append(other.ready - other.point)
-        run.during += t_burst <= other.point <= t_end
+        if t_burst <= other.point <= t_end:
+            run.during.append(other.lag)
 
 
 def measure_lag(
     programs: Sequence[str], compiles: int, others: int, repeats: int = 1,
-    other_task: float = 1.0, timeout: float = 900.0,
+    other_task: float = 0.5, timeout: float = 900.0,
 ) -> list[Setting]:  # fmt: skip
     """``repeats`` runs of both settings, interleaved (on, off; then off, on; ...);
     ``programs`` are cycled through by each burst."""

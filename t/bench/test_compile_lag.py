@@ -85,6 +85,8 @@ def test_the_summary_says_missed_plainly_with_both_settings_figures() -> None:
     assert "p99 on/off" in lines[-1]
     assert any(line.startswith("  compile on:") and "p99 1.5" in line for line in lines)
     assert any(line.startswith("  compile off:") for line in lines)
+    on.during = [2.0]
+    assert "1 released while the burst was handled (their p99 2.000 s)" in summary(on, off)[0]
     assert summary(off, off)[-1].endswith(": met")
 
 
@@ -120,12 +122,13 @@ def test_the_catalog_gives_both_devices_a_slot_for_every_job() -> None:
 
 def test_a_setting_s_runs_pool_every_other_job_and_keep_the_worst_burst() -> None:
     first, second = setting("on", [0.1, 0.2]), setting("on", [0.3])
+    first.during, second.during = [0.2], [0.3]
     first.burst_seconds, second.burst_seconds = 20.0, math.nan
     second.repeat, second.error = 1, "RuntimeError: boom"
     off = setting("off", [0.2, 0.2, 0.2])
     on, got_off = settings([first, off, second])
     assert sorted(on.lags) == [0.1, 0.2, 0.3] and on.others == 3 and on.runs == 2
-    assert on.burst_seconds == 20.0 and on.compiles == 100
+    assert on.burst_seconds == 20.0 and on.compiles == 100 and on.during == [0.2, 0.3]
     assert on.error == "run 1: RuntimeError: boom"
     assert got_off.lags == off.lags and got_off.runs == 1
     assert not met(on, got_off)  # a failed run fails the bar
