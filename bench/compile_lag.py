@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -116,13 +117,20 @@ def pooled(runs: Sequence[Setting]) -> Setting:
         out.compiled += run.compiled
         out.queued_max = max(out.queued_max, run.queued_max)
         out.wall += run.wall
-        out.notes += [f"run {run.repeat}: {note}" for note in run.notes]
+        out.notes += [note for note in run.notes if note not in out.notes]
         if run.error:
             out.error = "; ".join(filter(None, [out.error, f"run {run.repeat}: {run.error}"]))
     for name in ("burst_seconds", "status_p99", "status_max"):
         values = [getattr(r, name) for r in runs if not math.isnan(getattr(r, name))]
         setattr(out, name, max(values, default=math.nan))
     return out
+
+
+def after(s: Setting) -> list[float]:
+    """The lags of the others released after the burst was handled (the rest)."""
+    rest = Counter(s.lags)
+    rest.subtract(s.during)
+    return sorted(rest.elements())
 
 
 def settings(runs: Sequence[Setting]) -> tuple[Setting, Setting]:
@@ -175,6 +183,12 @@ def summary(on: Setting, off: Setting) -> list[str]:
         if s.error:
             lines.append(f"  compile {s.setting}: FAILED: {s.error}")
         lines += [f"  compile {s.setting}: {note}" for note in s.notes]
+    idle = figures(after(off))[1]
+    lines.append(
+        f"  against the stage off's others released after its burst was handled (the service "
+        f"idle again): p99 {idle:.3f} s over {len(after(off))}; the stage on's p99 over it "
+        f"{ratio(figures(on.lags)[1], idle):.2f}"
+    )
     r = ratio(figures(on.lags)[1], figures(off.lags)[1])
     lines.append(
         f"target other jobs' release lag p99 within 10 % while {on.compiles} programs compile: "

@@ -15,6 +15,7 @@ sys.path.insert(0, str(BENCH))
 from compile_lag import (  # noqa: E402
     BAR,
     Setting,
+    after,
     catalog,
     figures,
     merged_json,
@@ -133,3 +134,19 @@ def test_a_setting_s_runs_pool_every_other_job_and_keep_the_worst_burst() -> Non
     assert got_off.lags == off.lags and got_off.runs == 1
     assert not met(on, got_off)  # a failed run fails the bar
     assert pooled([first]).error == ""
+
+
+def test_the_others_released_after_the_burst_are_the_rest_of_the_lags() -> None:
+    off = setting("off", [0.7, 0.1, 0.1, 0.2])
+    off.during = [0.7, 0.1]
+    assert after(off) == [0.1, 0.2]
+    on = setting("on", [0.3] * 4)
+    line = next(x for x in summary(on, off) if x.startswith("  against the stage off's"))
+    assert "over 2;" in line and "p99 0.199 s" in line and line.endswith("1.51")
+
+
+def test_the_same_note_of_several_runs_is_kept_once() -> None:
+    first, second = setting("on", [0.1]), setting("on", [0.1])
+    first.notes, second.notes = ["a burst job ended: refused"], ["a burst job ended: refused"]
+    second.notes.append("other job f2: not released, or its task did not end")
+    assert len(pooled([first, second]).notes) == 2
