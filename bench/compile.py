@@ -33,7 +33,7 @@ for an IBM backend, against the same workload with the stage off (target: p99 wi
 full run wrote (bench/results/compile.txt and .json), the corpus part left as it was.
 
     python bench/compile.py --quick      # 5 families, widths 2..20, 2 devices; lag 30 + 10 jobs (< 5 min)
-    python bench/compile.py              # 9 families, widths 2..30, 4 devices; lag 100 + 30 -> bench/results/compile.*
+    python bench/compile.py              # 9 families, widths 2..30, 4 devices; lag 100 + 30, 5 runs each -> bench/results/compile.*
     python bench/compile.py --only-lag   # the lag arm alone, merged into bench/results/compile.*
 """
 
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compiles", type=int, help="lag arm: programs compiling (100; quick 30)")
     parser.add_argument("--others", type=int, help="lag arm: other jobs (30; quick 10)")
     parser.add_argument(
-        "--lag-repeats", type=int, help="lag arm: runs of each setting (3; quick 1)"
+        "--lag-repeats", type=int, help="lag arm: runs of each setting (5; quick 1)"
     )
     parser.add_argument("--other-task", type=float, default=0.5, help="lag arm: s an other's task")
     args = parser.parse_args(argv)
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             programs,
             args.compiles or (30 if args.quick else 100),
             args.others or (10 if args.quick else 30),
-            args.lag_repeats or (1 if args.quick else 3),
+            args.lag_repeats or (1 if args.quick else 5),
             args.other_task,
         )
         lag = record(runs, command, commit)
