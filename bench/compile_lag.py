@@ -285,9 +285,8 @@ class World:
     """One setting's instance, emulator and service."""
 
     def __init__(self, work: Path, setting: str, jobs: int, other_task: float) -> None:
-        from merge import Environ
+        from merge import instance_on
 
-        from flux_quantum.cli.demo import Instance
         from flux_quantum.cli.plugin import instance_config
         from flux_quantum.emulator import Emulator, Scenario
         from flux_quantum.emulator.clock import ScaledClock
@@ -309,19 +308,7 @@ class World:
             clock=self.clock,
             ibm=IbmScenario.from_dict(ibm),
         ).start()
-        self.environ = Environ(
-            {
-                **self.emulator.env(),
-                "FLUX_QUANTUM_BACKENDS": str(self.catalog),
-                "XDG_STATE_HOME": str(work / "state"),
-            }
-        )
-        try:
-            self.inst = Instance(work, 1, [])
-        except BaseException:
-            self.environ.restore()
-            self.emulator.stop()
-            raise
+        self.environ, self.inst = instance_on(work, self.emulator, self.catalog)
         self.env = dict(self.inst.env)
         import flux
 
