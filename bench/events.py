@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib import flux_command, percentile, revision, verdict
-from merge import Environ, core_count
+from merge import core_count, instance_on
 
 from flux_quantum.protocol import events
 
@@ -171,7 +171,6 @@ class Arm:
     """One Flux instance, emulator and service for one arm."""
 
     def __init__(self, work: Path, args: argparse.Namespace, arm: str) -> None:
-        from flux_quantum.cli.demo import Instance
         from flux_quantum.cli.plugin import instance_config
         from flux_quantum.emulator import Emulator, Scenario
         from flux_quantum.emulator.clock import ScaledClock
@@ -205,19 +204,7 @@ class Arm:
             seed=args.seed,
             on_call=self.calls.append,
         ).start()
-        self.environ = Environ(
-            {
-                **self.emulator.env(),
-                "FLUX_QUANTUM_BACKENDS": str(self.catalog),
-                "XDG_STATE_HOME": str(work / "state"),
-            }
-        )
-        try:
-            self.inst = Instance(work, 1, [])
-        except BaseException:
-            self.environ.restore()
-            self.emulator.stop()
-            raise
+        self.environ, self.inst = instance_on(work, self.emulator, self.catalog)
         self.env = dict(self.inst.env)
 
     def flux(self, *argv: str, check: bool = True, timeout: float = 120.0) -> str:

@@ -69,7 +69,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -314,6 +314,31 @@ class Environ:
                 os.environ[key] = value
 
 
+def instance_on(
+    work: Path, emulator: Any, catalog: Path, broker_opts: Sequence[str] = ()
+) -> tuple[Environ, Any]:
+    """``flux start --test-size=1`` in ``work`` (``cli.demo.Instance``) whose broker,
+    service and jobs inherit the environment that reaches ``emulator`` (QRMI's settings
+    too), reads ``catalog`` and keeps the ledger under ``work/state``; and that
+    environment, to ``restore`` when the instance is stopped. When the instance does not
+    start, the environment is restored and ``emulator`` stopped."""
+    from flux_quantum.cli.demo import Instance
+
+    environ = Environ(
+        {
+            **emulator.env(),
+            "FLUX_QUANTUM_BACKENDS": str(catalog),
+            "XDG_STATE_HOME": str(work / "state"),
+        }
+    )
+    try:
+        return environ, Instance(work, 1, list(broker_opts))
+    except BaseException:
+        environ.restore()
+        emulator.stop()
+        raise
+
+
 class Arm:
     """One Flux instance, emulator and service for one arm."""
 
@@ -328,7 +353,6 @@ class Arm:
         speed: float,
         max_wait: float,
     ) -> None:
-        from flux_quantum.cli.demo import Instance
         from flux_quantum.cli.plugin import instance_config
         from flux_quantum.emulator import Emulator, Scenario
         from flux_quantum.emulator.clock import ScaledClock
@@ -370,24 +394,11 @@ class Arm:
             seed=1,
             on_call=self.calls.append,
         ).start()
-        # What the broker, the service (QRMI's settings, the ledger) and the jobs inherit.
-        self.environ = Environ(
-            {
-                **self.emulator.env(),
-                "FLUX_QUANTUM_BACKENDS": str(self.catalog),
-                "XDG_STATE_HOME": str(work / "state"),
-            }
-        )
-        try:
-            builtin = subprocess.run(
-                ["flux", "config", "builtin", "shell_pluginpath"], capture_output=True, text=True
-            ).stdout.strip()
-            opts = [f"-Sconf.shell_pluginpath={builtin}:{shell_plugin_path().parent}"]
-            self.inst = Instance(work, 1, opts)
-        except BaseException:
-            self.environ.restore()
-            self.emulator.stop()
-            raise
+        builtin = subprocess.run(
+            ["flux", "config", "builtin", "shell_pluginpath"], capture_output=True, text=True
+        ).stdout.strip()
+        opts = [f"-Sconf.shell_pluginpath={builtin}:{shell_plugin_path().parent}"]
+        self.environ, self.inst = instance_on(work, self.emulator, self.catalog, opts)
         self.env = dict(self.inst.env)
         self._handle: Any = None
 

@@ -937,6 +937,7 @@ class Harness:
         session_keys: SessionKeys | None = None,
         meters: Meters | None = None,
         compiler: CompilePool | None = None,
+        compile_lane: Callable[[Callable[[], Any], Callable[..., None]], None] | None = None,
     ) -> None:
         """``site``: the site policy the service enforces; ``userid`` and
         ``instance_owner``: who the service runs as (a guest's own service: not the
@@ -945,7 +946,8 @@ class Harness:
         depend on the environment, the network and the wall clock); ``session_keys``: the
         service's kept session ids (in memory, handed to the restarted service as its
         directory would be); ``meters``: the metrics' hooks (none by default);
-        ``compiler``: the compile stage's workers (None: the stage is off)."""
+        ``compiler``: the compile stage's workers (None: the stage is off);
+        ``compile_lane``: where its calls go (None: ``workers``, as every call)."""
         self.clock = clock or Clock()
         self.flux = flux or FakeFlux(self.clock)
         default = {"alpha": QueueModel(3), "beta": QueueModel(5), "solo": QueueModel(1)}
@@ -979,6 +981,7 @@ class Harness:
             session_keys=self.keys,
             meters=meters,
             compiler=compiler,
+            compile_lane=compile_lane,
         )
 
     def restart(self, options: ServiceOptions = FAST, site: SitePolicy | None = None) -> Harness:

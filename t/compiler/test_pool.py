@@ -3,12 +3,14 @@ the service's other callers served meanwhile."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
 
 from flux_quantum.compiler import CompileError, CompileLimits, CompilePool, DeviceTarget
+from flux_quantum.compiler.worker import NICENESS
 from flux_quantum.emulator import topology
 
 BELL = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n'
@@ -34,6 +36,19 @@ def test_a_worker_compiles_and_is_kept():
         with pytest.raises(CompileError, match="NUL bytes"):
             pool.compile("OPENQASM 3.0;\0", FEZ, "mapped")
         assert pool.compile(BELL, FEZ, "mapped").text == first.text  # the same worker goes on
+    finally:
+        pool.close()
+
+
+def test_a_worker_runs_at_a_lower_priority_than_its_service():
+    # The service's reactor, the broker and the jobs go first when a burst compiles.
+    pool = CompilePool(CompileLimits(workers=1))
+    try:
+        pool.warm()
+        (worker,) = pool._idle
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, worker.process.pid) == min(19, mine + NICENESS)
+        assert pool.compile(BELL, FEZ, "checked").text == BELL
     finally:
         pool.close()
 

@@ -73,6 +73,23 @@ def test_the_vendor_receives_the_program_compiled_for_the_device(pool, tmp_path)
     assert names.index(events.COMPILE) < names.index(events.SUBMIT)
 
 
+def test_compiling_runs_in_the_stage_s_own_lane_not_the_vendor_workers(pool, tmp_path):
+    # The service gives its compile calls threads of their own (VendorWorkers.lane): a
+    # burst of programs waiting for a compile worker holds no vendor call back.
+    lane: list[object] = []
+
+    def compile_lane(call, done):
+        lane.append(call)
+        h.workers.submit(call, done)
+
+    h = Harness(compiler=pool, compile_lane=compile_lane)
+    h.ibm.targets["fez"] = FEZ
+    job = submit(h, tmp_path, FAR)
+    h.until(lambda: h.flux.decoded(job, events.TASK))
+    assert len(lane) == 1
+    assert h.flux.decoded(job, events.COMPILE)
+
+
 def test_with_the_stage_off_the_program_goes_as_written(tmp_path):
     h = harness(None)
     job = submit(h, tmp_path, FAR)

@@ -167,6 +167,36 @@ def test_workers_hand_results_back_through_the_pipe():
         workers.stop()
 
 
+def test_a_call_waiting_in_a_lane_holds_no_vendor_call_back():
+    # The compile stage's lane: its one thread busy, a second call queued behind it; a
+    # vendor call (one thread of its own) is answered meanwhile, then the lane's two.
+    workers = VendorWorkers(1)
+    lane = workers.lane(1, "qpu-compile")
+    gate = threading.Event()
+    answered: list[str] = []
+    try:
+        lane.submit(lambda: gate.wait(30) and "compiled 1", lambda r, e: answered.append(r))
+        lane.submit(lambda: "compiled 2", lambda r, e: answered.append(r))
+        workers.submit(lambda: "polled", lambda r, e: answered.append(r))
+
+        def take(count: int) -> None:
+            deadline = time.monotonic() + 10
+            while len(answered) < count and time.monotonic() < deadline:
+                select.select([workers.fileno()], [], [], 0.5)
+                for callback, result, error in workers.drain():
+                    callback(result, error)
+
+        take(1)
+        assert answered == ["polled"]
+        assert (lane.busy, lane.queued, workers.busy, workers.queued) == (1, 1, 0, 0)
+        gate.set()
+        take(3)
+        assert answered == ["polled", "compiled 1", "compiled 2"]
+    finally:
+        gate.set()
+        workers.stop()
+
+
 SUPERVISOR = Path(__file__).resolve().parents[2] / "src/flux_quantum/service/qpu_handlers.py"
 
 

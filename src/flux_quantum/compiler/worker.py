@@ -4,7 +4,8 @@ memory limit, for as long as its pool keeps it.
 This module owns the worker's side of the pool's pipe (``python -m
 flux_quantum.compiler.worker BYTES``): it limits its own address space to ``BYTES``
 (``RLIMIT_AS``: a program that needs more fails with MemoryError, or the process dies,
-and only this process), writes no core file, imports Qiskit once, says ``ready``, then
+and only this process), writes no core file, lowers its own priority (``NICENESS``),
+imports Qiskit once, says ``ready``, then
 answers each request line (JSON: ``text``, ``target``, ``form``, ``writer``) with one
 line: ``{"compiled": ...}`` or ``{"error": SENTENCE, "unfit": BOOL}``. Its time limit
 is the pool's: a worker that does not answer in time is killed. Nothing but answers is
@@ -19,6 +20,10 @@ import resource
 import sys
 from typing import Any, BinaryIO
 
+# Compiling is batch work: a worker yields the CPU to the service, the broker and the
+# jobs on its node, so that a burst of programs to compile (each taking a core for up to
+# seconds) delays no other job's release (bench/compile.py, its release-lag arm).
+NICENESS = 10
 WARM_UP = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\nh q[0];\ncx q[0], q[1];\nc = measure q;\n'
 
 
@@ -68,6 +73,7 @@ def main(argv: list[str]) -> int:
     memory = int(argv[1])
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    os.nice(NICENESS)
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints of the SDK go to stderr, never into the pipe
     sys.stdout = sys.stderr

@@ -26,7 +26,7 @@ from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.lookups import Lookups
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.state import Attempt, Program, Unit
-from flux_quantum.service.workers import Workers
+from flux_quantum.service.workers import Submit, Workers
 from flux_quantum.vendors.base import SessionOpening, TaskRef, VendorSession
 from flux_quantum.vendors.errors import VendorError
 
@@ -54,9 +54,18 @@ class AttemptCalls:
 
     # -- calls
 
-    def call(self, unit: Unit, program: Program, call: Callable[[], Any], handler: Handler) -> None:
-        """Run ``call`` in a worker; ``handler`` gets its answer on the reactor only if
-        the attempt is still the program's current one and its unit is still active."""
+    def call(
+        self,
+        unit: Unit,
+        program: Program,
+        call: Callable[[], Any],
+        handler: Handler,
+        *,
+        lane: Submit | None = None,
+    ) -> None:
+        """Run ``call`` in a worker (of ``lane``: the compile stage's own); ``handler``
+        gets its answer on the reactor only if the attempt is still the program's
+        current one and its unit is still active."""
         attempt = program.attempt
         attempt.busy = True
 
@@ -71,7 +80,7 @@ class AttemptCalls:
                 return
             handler(unit, program, attempt, result, error)
 
-        self._workers.submit(call, done)
+        (lane or self._workers.submit)(call, done)
 
     def call_many(
         self,

@@ -32,6 +32,7 @@ from flux_quantum.service.attempts import AttemptCalls
 from flux_quantum.service.context import ServiceContext
 from flux_quantum.service.outcomes import Outcomes
 from flux_quantum.service.state import Attempt, Program, Unit
+from flux_quantum.service.workers import Submit
 from flux_quantum.vendors.base import Vendor
 
 TARGET_TTL = 900.0  # a device's target is read again after 15 minutes (its calibration)
@@ -46,11 +47,16 @@ class Compiling:
         calls: AttemptCalls,
         outcomes: Outcomes,
         pool: CompilePool | None,
+        lane: Submit | None = None,
     ) -> None:
         self.ctx = ctx
         self.calls = calls
         self.outcomes = outcomes
         self.pool = pool
+        # Threads of the compile stage's own (the service's: ``VendorWorkers.lane``), so
+        # that programs waiting for a compile worker never hold a vendor call back; None:
+        # the vendor calls' workers (the unit tier runs every call inline).
+        self.lane = lane
         self._targets: dict[str, tuple[float, DeviceTarget]] = {}
 
     @property
@@ -129,7 +135,7 @@ class Compiling:
             target = known or vendor.target(device)
             return target, pool.compile(text, target, form, writer)
 
-        self.calls.call(unit, program, compile_it, self._compiled)
+        self.calls.call(unit, program, compile_it, self._compiled, lane=self.lane)
 
     def _compiled(
         self, unit: Unit, program: Program, attempt: Attempt, result: Any, error: Any

@@ -73,7 +73,7 @@ from flux_quantum.service.submission import Submission
 from flux_quantum.service.tracking import Tracking
 from flux_quantum.service.units import Units
 from flux_quantum.service.vendor_events import VendorEvents
-from flux_quantum.service.workers import Workers
+from flux_quantum.service.workers import Submit, Workers
 from flux_quantum.site.policy import SitePolicy
 from flux_quantum.vendors.base import Vendor
 
@@ -99,6 +99,7 @@ class QuantumService:
         session_keys: SessionKeys | None = None,
         meters: Meters | None = None,
         compiler: CompilePool | None = None,
+        compile_lane: Submit | None = None,
     ) -> None:
         ctx = self.ctx = ServiceContext(
             flux,
@@ -134,7 +135,7 @@ class QuantumService:
         )
         self.release = Release(ctx, self.face, self.outcomes, self.sessions)
         self.merges = Merges(ctx, site.merge if site is not None else None, self.charges.requester)
-        self.compiling = Compiling(ctx, self.calls, self.outcomes, compiler)
+        self.compiling = Compiling(ctx, self.calls, self.outcomes, compiler, compile_lane)
         self.selection = Selection(
             ctx,
             self.calls,

@@ -140,6 +140,14 @@ class ServiceRunner:
         self.workers = VendorWorkers(options.workers)
         # The compile stage's workers ([quantum.compile]; None: programs go as written).
         self.compiler = compile_pool(handle)
+        # Its calls wait for a compile worker in threads of their own, never in (nor
+        # holding) the vendor calls' workers: a burst of programs to compile holds no
+        # other job's poll, create or release back.
+        self.compile_lane = (
+            self.workers.lane(self.compiler.limits.workers, "qpu-compile")
+            if self.compiler is not None
+            else None
+        )
         self.reads = taskread.TaskReads(self.workers.submit)
         self.service = QuantumService(
             FluxJobs(handle, lead_share=options.lead_share),
@@ -153,6 +161,7 @@ class ServiceRunner:
             session_keys=SessionKeys(session_keys_directory(handle, owner), log=_warning(log)),
             meters=self.metrics.meters if self.metrics is not None else None,
             compiler=self.compiler,
+            compile_lane=self.compile_lane.submit if self.compile_lane is not None else None,
         )
         self._fd = handle.fd_watcher_create(
             self.workers.fileno(), self._on_wake, events=flux.constants.FLUX_POLLIN
@@ -171,9 +180,9 @@ class ServiceRunner:
                 self._log(syslog.LOG_ERR, f"metrics: cannot listen: {exc}; running without")
         self._fd.start()
         self._timer.start()
-        if self.compiler is not None:
-            # Its first worker imports Qiskit now, not when the first job waits for it.
-            self.workers.submit(self.compiler.warm, lambda result, error: None)
+        if self.compiler is not None and self.compile_lane is not None:
+            # Its workers import Qiskit now, not when the first job waits for them.
+            self.compile_lane.submit(self.compiler.warm, lambda result, error: None)
         catalog = self.service.catalog
         ledger = f", ledger {self.site.ledger.path}" if self.site is not None else ""
         self._log(

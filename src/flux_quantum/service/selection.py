@@ -193,6 +193,8 @@ class Selection:
         # Weighed by fidelity: each device by the program as compiled for it.
         weighs = request.policy == "max-fidelity" or request.min_fidelity is not None
         choose = self.compiling.for_choice(program, candidates, vendors) if weighs else None
+        # Compiling for each candidate may take long: then in the compile stage's lane.
+        lane = self.compiling.lane if choose is not None else None
 
         def probe() -> tuple[dict[str, DeviceSnapshot], Choices]:
             snapshots = probe_devices(
@@ -200,7 +202,7 @@ class Selection:
             )
             return snapshots, choose() if choose is not None else {}
 
-        self.calls.call(unit, program, probe, self._selected)
+        self.calls.call(unit, program, probe, self._selected, lane=lane)
 
     def _into_named(self, unit: Unit, program: Program) -> bool:
         """A job that names a reserved window: True when it is decided here (put on the
