@@ -426,7 +426,8 @@ def measure(
             ends.append(end.timestamp)
         exc = events.first(log, "exception")
         if exc is not None and not run.notes:
-            run.notes.append(f"a burst job ended: {str(exc.context.get('note'))[:160]}")
+            note = str(exc.context.get("note"))
+            run.notes.append(f"a burst job ended: {note.split('; ')[0]}")  # its first clause
     t_end = max(ends, default=math.nan)
     run.burst_seconds = t_end - t_burst
     for jobid in others:
