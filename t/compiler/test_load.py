@@ -29,3 +29,28 @@ def test_a_program_no_parser_reads(text, match):
     with pytest.raises(CompileError, match=match) as caught:
         load(text)
     assert not caught.value.unfit and "\n" not in str(caught.value)
+
+
+def test_native_code_that_could_not_allocate_is_the_memory_limit(monkeypatch):
+    """Under the worker's RLIMIT_AS, Qiskit's Rust parser may fail an allocation without
+    a Python exception: PyO3 then raises SystemError with NATIVE_FAILED. That is the
+    memory limit (MemoryError, the worker's sentence), not an invalid program."""
+    import qiskit.qasm3
+
+    from flux_quantum.compiler.load import NATIVE_FAILED
+
+    for message in NATIVE_FAILED:
+
+        def fails(text: str, message: str = message) -> None:
+            raise SystemError(message)
+
+        monkeypatch.setattr(qiskit.qasm3, "loads", fails)
+        with pytest.raises(MemoryError):
+            load("OPENQASM 3.0;\nqubit q;\nh q;\n")
+
+    def other(text: str) -> None:
+        raise SystemError("some other interpreter failure")
+
+    monkeypatch.setattr(qiskit.qasm3, "loads", other)
+    with pytest.raises(SystemError, match="some other"):
+        load("OPENQASM 3.0;\nqubit q;\nh q;\n")

@@ -19,6 +19,19 @@ from flux_quantum.compiler.screen import normalised, version
 
 _POSITION = re.compile(r"^(\d+),\d+: ")
 _UNDEFINED = re.compile(r"gate '(\w+)' is not defined")
+# What CPython and PyO3 raise (SystemError) when native code failed without a Python
+# exception: under the worker's address-space limit, an allocation that failed below
+# Python (both seen when a program's gate definitions double past the limit), so the
+# memory limit's.
+NATIVE_FAILED = (
+    "attempted to fetch exception but none was set",
+    "error return without exception set",
+)
+
+
+def native_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is native code failing without an exception (``NATIVE_FAILED``)."""
+    return isinstance(exc, SystemError) and any(m in str(exc) for m in NATIVE_FAILED)
 
 
 class Unread(CompileError):
@@ -43,6 +56,10 @@ def load(text: str) -> Any:
             raise CompileError(f"OPENQASM {major} is not a version this site reads (2 or 3)")
         return qiskit.qasm3.loads(normalised(text))
     except (CompileError, MemoryError):
+        raise
+    except SystemError as exc:
+        if native_failure(exc):
+            raise MemoryError(str(exc)) from None
         raise
     except RecursionError:
         raise CompileError("the program nests too deeply to be read") from None

@@ -31,6 +31,7 @@ def serve(requests: BinaryIO, answers: BinaryIO, memory: int) -> int:
     """Answer ``requests`` on ``answers`` until the pipe closes (0) or memory ran out (1)."""
     from flux_quantum.compiler.compiled import Compiled
     from flux_quantum.compiler.errors import CompileError
+    from flux_quantum.compiler.load import native_failure
     from flux_quantum.compiler.program import compile_program
     from flux_quantum.protocol.targets import DeviceTarget
 
@@ -60,6 +61,10 @@ def serve(requests: BinaryIO, answers: BinaryIO, memory: int) -> int:
         except RecursionError:
             answer({"error": "the program nests too deeply to be compiled", "unfit": False})
         except Exception as exc:  # the SDK's own failures: the program is what it failed on
+            if native_failure(exc):
+                # Native code (Qiskit's Rust) could not allocate: the memory limit.
+                answer({"error": over_memory(memory), "unfit": False, "leaving": True})
+                return 1
             detail = " ".join(str(exc).split()) or type(exc).__name__
             answer({"error": f"the compiler failed on the program: {detail}", "unfit": False})
     return 0
