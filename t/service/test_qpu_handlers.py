@@ -188,6 +188,10 @@ def test_a_call_waiting_in_a_lane_holds_no_vendor_call_back():
 
         take(1)
         assert answered == ["polled"]
+        # The lane's thread may not have taken its first call yet: wait until it has.
+        deadline = time.monotonic() + 10
+        while lane.busy == 0 and time.monotonic() < deadline:
+            gate.wait(0.01)
         assert (lane.busy, lane.queued, workers.busy, workers.queued) == (1, 1, 0, 0)
         gate.set()
         take(3)
