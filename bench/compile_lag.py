@@ -50,7 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import PROGRAM, flux_command, percentile, verdict
+from benchlib import PROGRAM, percentile, verdict
+from merge import OnInstance
 
 from flux_quantum.protocol import events
 
@@ -281,12 +282,10 @@ def catalog(jobs: int, other_task: float) -> str:
     )
 
 
-class World:
+class World(OnInstance):
     """One setting's instance, emulator and service."""
 
     def __init__(self, work: Path, setting: str, jobs: int, other_task: float) -> None:
-        from merge import instance_on
-
         from flux_quantum.cli.plugin import instance_config
         from flux_quantum.emulator import Emulator, Scenario
         from flux_quantum.emulator.clock import ScaledClock
@@ -308,8 +307,7 @@ class World:
             clock=self.clock,
             ibm=IbmScenario.from_dict(ibm),
         ).start()
-        self.environ, self.inst = instance_on(work, self.emulator, self.catalog)
-        self.env = dict(self.inst.env)
+        self.start_instance(work, self.emulator, self.catalog)
         import flux
 
         self.handle = flux.Flux(self.env["FLUX_URI"])
@@ -317,17 +315,6 @@ class World:
             "quantum", "service", "start", f"--catalog={self.catalog}",
             f"--emulator-url={self.emulator.url}", *FAST,
         )  # fmt: skip
-
-    def flux(self, *argv: str, check: bool = True, timeout: float = 120.0) -> str:
-        return flux_command(self.env, self.work, argv, check=check, timeout=timeout)
-
-    def close(self) -> None:
-        try:
-            self.flux("quantum", "service", "stop", check=False)
-            self.inst.stop()
-        finally:
-            self.emulator.stop()
-            self.environ.restore()
 
     # -- jobs
 

@@ -55,8 +55,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchlib import flux_command, percentile, revision, verdict
-from merge import core_count, instance_on
+from benchlib import percentile, revision, verdict
+from merge import OnInstance, core_count
 
 from flux_quantum.protocol import events
 
@@ -167,7 +167,7 @@ def catalog(args: argparse.Namespace, arm: str, jobs: int) -> str:
     return text
 
 
-class Arm:
+class Arm(OnInstance):
     """One Flux instance, emulator and service for one arm."""
 
     def __init__(self, work: Path, args: argparse.Namespace, arm: str) -> None:
@@ -204,19 +204,7 @@ class Arm:
             seed=args.seed,
             on_call=self.calls.append,
         ).start()
-        self.environ, self.inst = instance_on(work, self.emulator, self.catalog)
-        self.env = dict(self.inst.env)
-
-    def flux(self, *argv: str, check: bool = True, timeout: float = 120.0) -> str:
-        return flux_command(self.env, self.work, argv, check=check, timeout=timeout)
-
-    def close(self) -> None:
-        try:
-            self.flux("quantum", "service", "stop", check=False)
-            self.inst.stop()
-        finally:
-            self.emulator.stop()
-            self.environ.restore()
+        self.start_instance(work, self.emulator, self.catalog)
 
     def run(self, timeout: float) -> Run:
         run = Run(self.arm, self.jobs, self.args.speed)

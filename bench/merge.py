@@ -339,7 +339,37 @@ def instance_on(
         raise
 
 
-class Arm:
+class OnInstance:
+    """A bench world on an instance made by ``instance_on``: ``flux`` runs a command in
+    it; ``close`` stops the service, the instance and the emulator and puts the
+    environment back. Subclasses call ``start_instance`` once their catalog is written."""
+
+    work: Path
+    emulator: Any
+    environ: Environ
+    inst: Any
+    env: dict[str, str]
+
+    def start_instance(
+        self, work: Path, emulator: Any, catalog: Path, broker_opts: Sequence[str] = ()
+    ) -> None:
+        self.work, self.emulator = work, emulator
+        self.environ, self.inst = instance_on(work, emulator, catalog, broker_opts)
+        self.env = dict(self.inst.env)
+
+    def flux(self, *argv: str, check: bool = True, timeout: float = 120.0) -> str:
+        return flux_command(self.env, self.work, argv, check=check, timeout=timeout)
+
+    def close(self) -> None:
+        try:
+            self.flux("quantum", "service", "stop", check=False)
+            self.inst.stop()
+        finally:
+            self.emulator.stop()
+            self.environ.restore()
+
+
+class Arm(OnInstance):
     """One Flux instance, emulator and service for one arm."""
 
     def __init__(
@@ -398,12 +428,8 @@ class Arm:
             ["flux", "config", "builtin", "shell_pluginpath"], capture_output=True, text=True
         ).stdout.strip()
         opts = [f"-Sconf.shell_pluginpath={builtin}:{shell_plugin_path().parent}"]
-        self.environ, self.inst = instance_on(work, self.emulator, self.catalog, opts)
-        self.env = dict(self.inst.env)
+        self.start_instance(work, self.emulator, self.catalog, opts)
         self._handle: Any = None
-
-    def flux(self, *argv: str, check: bool = True, timeout: float = 120.0) -> str:
-        return flux_command(self.env, self.work, argv, check=check, timeout=timeout)
 
     def handle(self) -> Any:
         """A Flux handle on the instance (eventlogs of many jobs without a process each)."""
@@ -414,13 +440,8 @@ class Arm:
         return self._handle
 
     def close(self) -> None:
-        try:
-            self._handle = None
-            self.flux("quantum", "service", "stop", check=False)
-            self.inst.stop()
-        finally:
-            self.emulator.stop()
-            self.environ.restore()
+        self._handle = None
+        super().close()
 
     def configure(self) -> None:
         """The clock starts, then the service."""
